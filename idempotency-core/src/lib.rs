@@ -1,0 +1,75 @@
+//! Idempotency engine for microservices: a repeated request produces the same result.
+//!
+//! Duplicates cannot be removed (gateway retries, double clicks, at-least-once queues, RPC
+//! timeout retries), only made harmless. This crate holds the pieces every front end shares:
+//!
+//! - [`IdempotencyKey`]: a validated client key (1–255 visible ASCII characters).
+//! - [`Scope`] and [`StorageKey`]: keys are scoped by namespace and principal, then hashed, so one
+//!   tenant can never read another's record and raw keys are never stored.
+//! - [`Fingerprint`]: what the key was first used with; the same key with another payload is refused.
+//! - [`Store`]: the fenced record lifecycle `absent → in_progress → completed`, written once per
+//!   backend and checked by the shared conformance suite (feature `testing`).
+//! - [`Idempotency`]: the engine that claims a key, keeps the lease alive while work runs, and
+//!   stores or releases the outcome.
+//!
+//! ```
+//! use idempotency_core::{Decision, Fingerprint, Idempotency, IdempotencyKey, MemoryStore, Outcome, Scope};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let engine = Idempotency::new(MemoryStore::new());
+//! let scope = Scope::new("payments.callback");
+//! let key = IdempotencyKey::parse("T1")?;
+//! let fingerprint = Fingerprint::of_bytes(b"order 42");
+//!
+//! match engine.begin(&scope, &key, &fingerprint).await? {
+//!     Decision::Execute(execution) => {
+//!         // ... grant the coupon exactly once ...
+//!         execution.complete(Outcome::new(200, "granted")).await?;
+//!     }
+//!     Decision::Replay(outcome) => println!("duplicate: {:?}", outcome.body),
+//!     Decision::InFlight { retry_after } => println!("busy, retry in {retry_after:?}"),
+//!     Decision::Mismatch => println!("same key, other payload"),
+//! }
+//! # Ok(()) }
+//! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod engine;
+mod error;
+mod fingerprint;
+mod key;
+pub mod metrics;
+mod record;
+mod scope;
+mod store;
+mod sweeper;
+mod time;
+mod token;
+
+#[cfg(feature = "memory")]
+mod memory;
+
+#[cfg(feature = "redis")]
+pub mod redis;
+
+#[cfg(feature = "sqlx")]
+pub mod sql;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use engine::{Config, Decision, Execution, Idempotency};
+pub use error::StoreError;
+pub use fingerprint::{Fingerprint, FingerprintBuilder, canonical_json};
+pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
+pub use record::{FencingToken, Outcome, Record, RecordState};
+pub use scope::{Scope, StorageKey};
+pub use store::{BoxFuture, BoxStore, Claim, ClaimRequest, DynStore, Lease, Store};
+pub use sweeper::{Sweeper, spawn_sweeper};
+pub use token::{DEFAULT_TOKEN_TTL, OneTimeToken, TokenOutcome, TokenStore};
+
+#[cfg(feature = "memory")]
+pub use memory::{MemoryStore, MemoryTokenStore};
+
+#[cfg(feature = "macros")]
+pub use idempotency_macros::idempotent;

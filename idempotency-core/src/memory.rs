@@ -1,0 +1,342 @@
+//! The in-process store: sharded maps with expiry, the embedded default.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use crate::time::unix_micros_now;
+use crate::token::{OneTimeToken, TokenOutcome, TokenStore};
+use crate::{
+    Claim, ClaimRequest, FencingToken, Lease, Outcome, Record, RecordState, Scope, StorageKey,
+    Store, StoreError,
+};
+
+const SHARDS: usize = 64;
+
+/// Maps split by key hash so concurrent keys rarely share a lock.
+struct Shards<V> {
+    shards: Box<[Mutex<HashMap<StorageKey, V>>]>,
+}
+
+impl<V> Shards<V> {
+    fn new() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+
+    fn lock(&self, key: &StorageKey) -> MutexGuard<'_, HashMap<StorageKey, V>> {
+        // Keys are SHA-256 digests: their first byte is uniform.
+        let index = usize::from(key.0[0]) % SHARDS;
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = MutexGuard<'_, HashMap<StorageKey, V>>> {
+        self.shards
+            .iter()
+            .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// An in-process [`Store`]: 64 independently locked shards, fencing tokens from one atomic
+/// counter, expiry on read plus [`Store::purge_expired`] (or a [`crate::spawn_sweeper`] task).
+///
+/// Records live as long as the process: after a restart every key is new again. Use it for
+/// tests, single-instance services and as the fast tier in front of a durable store.
+///
+/// Optionally bounded ([`MemoryStore::with_capacity`]): when full, expired records are evicted
+/// first; live records are never evicted (that would let a duplicate run again), so a full
+/// store refuses new keys with [`StoreError::CapacityExceeded`].
+///
+/// ```
+/// use idempotency_core::MemoryStore;
+/// let store = MemoryStore::with_capacity(100_000);
+/// # let _ = store;
+/// ```
+pub struct MemoryStore {
+    records: Shards<Record>,
+    next_token: AtomicU64,
+    capacity: Option<usize>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryStore {
+    /// An unbounded store.
+    pub fn new() -> Self {
+        Self {
+            records: Shards::new(),
+            // Seeded from the clock so tokens keep growing across restarts of the process.
+            next_token: AtomicU64::new(unix_micros_now()),
+            capacity: None,
+        }
+    }
+
+    /// A store holding at most about `max_records` records (`max_records / 64` per shard,
+    /// rounded up).
+    pub fn with_capacity(max_records: usize) -> Self {
+        Self {
+            capacity: Some(max_records),
+            ..Self::new()
+        }
+    }
+
+    /// How many records are held now, expired ones included until purged.
+    pub fn len(&self) -> usize {
+        self.records.iter().map(|shard| shard.len()).sum()
+    }
+
+    /// Whether no record is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn next_token(&self) -> FencingToken {
+        FencingToken(self.next_token.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    fn shard_capacity(&self) -> Option<usize> {
+        self.capacity.map(|max| max.div_ceil(SHARDS).max(1))
+    }
+
+    fn claim_now(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let now = SystemTime::now();
+        let mut shard = self.records.lock(request.key);
+        if let Some(record) = shard.get_mut(request.key) {
+            if record.expires_at > now {
+                return Ok(live_claim(record, request, now));
+            }
+            let took_over = record.state == RecordState::InProgress;
+            let lease = Lease {
+                token: self.next_token(),
+                attempt: if took_over { record.attempts + 1 } else { 1 },
+                took_over,
+            };
+            let created_at = if took_over { record.created_at } else { now };
+            *record = new_record(request, lease, created_at, now);
+            return Ok(Claim::Acquired(lease));
+        }
+        if let Some(cap) = self.shard_capacity() {
+            if shard.len() >= cap {
+                shard.retain(|_, record| record.expires_at > now);
+                if shard.len() >= cap {
+                    return Err(StoreError::CapacityExceeded(self.capacity.unwrap_or(cap)));
+                }
+            }
+        }
+        let lease = Lease {
+            token: self.next_token(),
+            attempt: 1,
+            took_over: false,
+        };
+        shard.insert(*request.key, new_record(request, lease, now, now));
+        Ok(Claim::Acquired(lease))
+    }
+
+    /// Applies `change` to the in-progress record of `key` if `token` is current.
+    fn with_owned(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        change: impl FnOnce(&mut HashMap<StorageKey, Record>, SystemTime),
+    ) -> Result<(), StoreError> {
+        let now = SystemTime::now();
+        let mut shard = self.records.lock(key);
+        match shard.get(key) {
+            Some(record) if record.token == token && record.state == RecordState::InProgress => {
+                change(&mut shard, now);
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
+        }
+    }
+}
+
+fn live_claim(record: &Record, request: ClaimRequest<'_>, now: SystemTime) -> Claim {
+    if record.fingerprint != *request.fingerprint {
+        return Claim::Mismatch;
+    }
+    match (&record.state, &record.outcome) {
+        (RecordState::Completed, Some(outcome)) => Claim::Completed(outcome.clone()),
+        _ => Claim::InProgress {
+            lease_remaining: record
+                .expires_at
+                .duration_since(now)
+                .unwrap_or(Duration::ZERO),
+        },
+    }
+}
+
+fn new_record(
+    request: ClaimRequest<'_>,
+    lease: Lease,
+    created_at: SystemTime,
+    now: SystemTime,
+) -> Record {
+    Record {
+        key: *request.key,
+        namespace: request.namespace.to_owned(),
+        fingerprint: *request.fingerprint,
+        state: RecordState::InProgress,
+        token: lease.token,
+        attempts: lease.attempt,
+        created_at,
+        updated_at: now,
+        completed_at: None,
+        expires_at: now + request.lease,
+        outcome: None,
+    }
+}
+
+impl Store for MemoryStore {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.claim_now(request)
+    }
+
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.with_owned(key, token, |shard, now| {
+            if let Some(record) = shard.get_mut(key) {
+                record.state = RecordState::Completed;
+                record.outcome = Some(outcome.clone());
+                record.completed_at = Some(now);
+                record.updated_at = now;
+                record.expires_at = now + ttl;
+            }
+        })
+    }
+
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
+        self.with_owned(key, token, |shard, _| {
+            shard.remove(key);
+        })
+    }
+
+    async fn touch(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.with_owned(key, token, |shard, now| {
+            if let Some(record) = shard.get_mut(key) {
+                record.expires_at = now + lease;
+                record.updated_at = now;
+            }
+        })
+    }
+
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        Ok(self.records.lock(key).get(key).cloned())
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        let now = SystemTime::now();
+        let mut purged = 0usize;
+        for mut shard in self.records.iter() {
+            if purged >= limit {
+                break;
+            }
+            let expired: Vec<StorageKey> = shard
+                .iter()
+                .filter(|(_, record)| record.expires_at <= now)
+                .map(|(key, _)| *key)
+                .take(limit - purged)
+                .collect();
+            for key in &expired {
+                shard.remove(key);
+            }
+            purged += expired.len();
+        }
+        Ok(purged as u64)
+    }
+}
+
+/// In-process one-time tokens (see [`TokenStore`]).
+///
+/// ```
+/// use idempotency_core::{MemoryTokenStore, Scope, TokenOutcome, TokenStore};
+/// use std::time::Duration;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let tokens = MemoryTokenStore::new();
+/// let scope = Scope::new("checkout").with_principal("user-7");
+/// let token = tokens.issue(&scope, Duration::from_secs(1800)).await.unwrap();
+/// assert_eq!(tokens.consume(&scope, &token.value).await.unwrap(), TokenOutcome::Consumed);
+/// assert_eq!(tokens.consume(&scope, &token.value).await.unwrap(), TokenOutcome::Invalid);
+/// # }
+/// ```
+pub struct MemoryTokenStore {
+    tokens: Shards<SystemTime>,
+}
+
+impl Default for MemoryTokenStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for MemoryTokenStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoryTokenStore")
+    }
+}
+
+impl MemoryTokenStore {
+    /// An empty token store.
+    pub fn new() -> Self {
+        Self {
+            tokens: Shards::new(),
+        }
+    }
+
+    /// Deletes expired tokens; returns how many went.
+    pub fn purge_expired(&self) -> usize {
+        let now = SystemTime::now();
+        self.tokens
+            .iter()
+            .map(|mut shard| {
+                let before = shard.len();
+                shard.retain(|_, expires_at| *expires_at > now);
+                before - shard.len()
+            })
+            .sum()
+    }
+}
+
+impl TokenStore for MemoryTokenStore {
+    async fn issue(&self, scope: &Scope, ttl: Duration) -> Result<OneTimeToken, StoreError> {
+        let token = OneTimeToken::generate(ttl)?;
+        let key = OneTimeToken::storage_key(scope, &token.value);
+        self.tokens.lock(&key).insert(key, token.expires_at);
+        Ok(token)
+    }
+
+    async fn consume(&self, scope: &Scope, token: &str) -> Result<TokenOutcome, StoreError> {
+        let key = OneTimeToken::storage_key(scope, token);
+        let removed = self.tokens.lock(&key).remove(&key);
+        Ok(match removed {
+            Some(expires_at) if expires_at > SystemTime::now() => TokenOutcome::Consumed,
+            _ => TokenOutcome::Invalid,
+        })
+    }
+}

@@ -1,0 +1,1 @@
+//! Redis store and one-time tokens (single node and Cluster).

@@ -1,0 +1,134 @@
+//! Scopes: where a key lives, and the hashed key a store sees.
+
+use sha2::{Digest, Sha256};
+use std::fmt;
+
+use crate::IdempotencyKey;
+
+/// Where a key is valid: a namespace (an endpoint, a consumer, a function) and an optional
+/// principal (tenant, user, API client).
+///
+/// Two scopes never share records: the [`StorageKey`] is a hash of all three parts, so one tenant
+/// can never receive another tenant's stored response, whatever key it sends, and the store never
+/// sees a raw key or principal.
+///
+/// ```
+/// use idempotency_core::{IdempotencyKey, Scope};
+///
+/// let key = IdempotencyKey::parse("k1").unwrap();
+/// let a = Scope::new("orders").with_principal("tenant-a").storage_key(&key);
+/// let b = Scope::new("orders").with_principal("tenant-b").storage_key(&key);
+/// assert_ne!(a, b);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Scope {
+    namespace: String,
+    principal: Option<String>,
+}
+
+impl Scope {
+    /// A scope for `namespace` with no principal.
+    pub fn new(namespace: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            principal: None,
+        }
+    }
+
+    /// The same namespace, restricted to one principal (tenant, user, client id).
+    pub fn with_principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal = Some(principal.into());
+        self
+    }
+
+    /// The namespace, stored in the clear for reconciliation.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The principal, if any (never stored in the clear).
+    pub fn principal(&self) -> Option<&str> {
+        self.principal.as_deref()
+    }
+
+    /// The hashed key under which a store keeps the record for `key` in this scope.
+    pub fn storage_key(&self, key: &IdempotencyKey) -> StorageKey {
+        self.hash(b"idempotency-record/v1", key.as_str().as_bytes())
+    }
+
+    /// The hashed key for an arbitrary byte string in this scope, under a distinct domain `tag`
+    /// (used for one-time tokens and other derived keys).
+    pub fn derive(&self, tag: &[u8], value: &[u8]) -> StorageKey {
+        self.hash(tag, value)
+    }
+
+    fn hash(&self, tag: &[u8], value: &[u8]) -> StorageKey {
+        let mut hasher = Sha256::new();
+        for part in [
+            tag,
+            self.namespace.as_bytes(),
+            self.principal.as_deref().unwrap_or("").as_bytes(),
+            value,
+        ] {
+            hasher.update((part.len() as u64).to_be_bytes());
+            hasher.update(part);
+        }
+        // A principal of "" and no principal must differ.
+        hasher.update([u8::from(self.principal.is_some())]);
+        StorageKey(hasher.finalize().into())
+    }
+}
+
+/// The SHA-256 digest a store keys its record by.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StorageKey(pub [u8; 32]);
+
+impl StorageKey {
+    /// Lower-case hex, 64 characters.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// Parses 64 hex characters.
+    pub fn from_hex(text: &str) -> Option<Self> {
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(text, &mut bytes).ok()?;
+        Some(Self(bytes))
+    }
+
+    /// The raw digest.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for StorageKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StorageKey({})", &self.to_hex()[..16])
+    }
+}
+
+impl fmt::Display for StorageKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_separate_keys() {
+        let key = IdempotencyKey::parse("k").unwrap();
+        let plain = Scope::new("ns").storage_key(&key);
+        assert_eq!(plain, Scope::new("ns").storage_key(&key));
+        assert_ne!(plain, Scope::new("ns2").storage_key(&key));
+        assert_ne!(plain, Scope::new("ns").with_principal("").storage_key(&key));
+        assert_ne!(
+            Scope::new("ab").with_principal("c").storage_key(&key),
+            Scope::new("a").with_principal("bc").storage_key(&key)
+        );
+        assert_eq!(StorageKey::from_hex(&plain.to_hex()), Some(plain));
+    }
+}

@@ -1,0 +1,1 @@
+//! SQL stores (sqlx): PostgreSQL, SQLite, MySQL/MariaDB; transactional dedup and state machines.

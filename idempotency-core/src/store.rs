@@ -1,0 +1,278 @@
+//! The store contract every backend implements once.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{FencingToken, Fingerprint, Outcome, Record, StorageKey, StoreError};
+
+/// What [`Store::claim`] is asked to take.
+#[derive(Clone, Copy, Debug)]
+pub struct ClaimRequest<'a> {
+    /// The hashed, scoped key.
+    pub key: &'a StorageKey,
+    /// The scope's namespace, kept in the clear for reconciliation.
+    pub namespace: &'a str,
+    /// What the key is used with this time.
+    pub fingerprint: &'a Fingerprint,
+    /// How long the claim holds before another caller may take it over.
+    pub lease: Duration,
+}
+
+/// A lease on a key: the right to execute and then complete or release it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The owner's fencing token.
+    pub token: FencingToken,
+    /// Which attempt this is (1 for the first owner).
+    pub attempt: u32,
+    /// Whether an expired lease of a crashed owner was taken over.
+    pub took_over: bool,
+}
+
+/// What [`Store::claim`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// The key was free (absent, expired, or an expired lease): the caller owns it now.
+    Acquired(Lease),
+    /// Another owner holds a live lease.
+    InProgress {
+        /// Time left on that lease (it may be renewed).
+        lease_remaining: Duration,
+    },
+    /// The key was completed with the same fingerprint: replay this.
+    Completed(crate::Outcome),
+    /// The key holds a live record with another fingerprint.
+    Mismatch,
+}
+
+/// A backend for idempotency records.
+///
+/// Every step is atomic on its backend:
+///
+/// - [`claim`](Store::claim) takes the key (absent, completed-and-expired, or in progress with an
+///   expired lease, with a strictly greater fencing token) or reports what is there. A live
+///   record with another fingerprint is a [`Claim::Mismatch`]; an expired lease is taken over
+///   whatever its fingerprint.
+/// - [`complete`](Store::complete), [`release`](Store::release) and [`touch`](Store::touch)
+///   apply only for the current token of an in-progress record; otherwise they change nothing and
+///   return [`StoreError::LeaseLost`].
+///
+/// Implementations are checked by the conformance suite in `idempotency_core::testing`.
+pub trait Store: Send + Sync + 'static {
+    /// Takes the key or reports the record that holds it.
+    fn claim(
+        &self,
+        request: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Claim, StoreError>> + Send;
+
+    /// Stores the outcome and keeps it for `ttl`.
+    fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Deletes an in-progress record so the next claim runs again.
+    fn release(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Renews the lease to `lease` from now (keep-alive of a running handler).
+    fn touch(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Reads a record as it is (expired records included until purged).
+    fn get(
+        &self,
+        key: &StorageKey,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+
+    /// Deletes up to `limit` expired records (completed past their TTL, or abandoned leases
+    /// past their end) and returns how many went. Stores with native expiry may return 0.
+    fn purge_expired(&self, limit: usize) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// A boxed future, as [`DynStore`] returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The object-safe twin of [`Store`], implemented for every store, so a store chosen at run time
+/// can be held as a [`BoxStore`]. Costs one allocation per call.
+#[allow(missing_docs)]
+pub trait DynStore: Send + Sync + 'static {
+    fn claim_dyn<'a>(
+        &'a self,
+        request: ClaimRequest<'a>,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>>;
+    fn complete_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        token: FencingToken,
+        outcome: &'a Outcome,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn release_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        token: FencingToken,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn touch_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn get_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+    ) -> BoxFuture<'a, Result<Option<Record>, StoreError>>;
+    fn purge_expired_dyn(&self, limit: usize) -> BoxFuture<'_, Result<u64, StoreError>>;
+}
+
+impl<S: Store> DynStore for S {
+    fn claim_dyn<'a>(
+        &'a self,
+        request: ClaimRequest<'a>,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        Box::pin(self.claim(request))
+    }
+    fn complete_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        token: FencingToken,
+        outcome: &'a Outcome,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.complete(key, token, outcome, ttl))
+    }
+    fn release_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        token: FencingToken,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.release(key, token))
+    }
+    fn touch_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.touch(key, token, lease))
+    }
+    fn get_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+    ) -> BoxFuture<'a, Result<Option<Record>, StoreError>> {
+        Box::pin(self.get(key))
+    }
+    fn purge_expired_dyn(&self, limit: usize) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(self.purge_expired(limit))
+    }
+}
+
+/// A store chosen at run time (for example from `IDEMPOTENCY_STORE`).
+///
+/// ```
+/// use idempotency_core::{BoxStore, MemoryStore};
+/// let store = BoxStore::new(MemoryStore::new());
+/// # let _ = store;
+/// ```
+#[derive(Clone)]
+pub struct BoxStore(Arc<dyn DynStore>);
+
+impl BoxStore {
+    /// Boxes any store.
+    pub fn new(store: impl Store) -> Self {
+        Self(Arc::new(store))
+    }
+}
+
+impl std::fmt::Debug for BoxStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BoxStore")
+    }
+}
+
+impl Store for BoxStore {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.0.claim_dyn(request).await
+    }
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.0.complete_dyn(key, token, outcome, ttl).await
+    }
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
+        self.0.release_dyn(key, token).await
+    }
+    async fn touch(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.0.touch_dyn(key, token, lease).await
+    }
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        self.0.get_dyn(key).await
+    }
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        self.0.purge_expired_dyn(limit).await
+    }
+}
+
+impl<S: Store> Store for Arc<S> {
+    fn claim(
+        &self,
+        request: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Claim, StoreError>> + Send {
+        (**self).claim(request)
+    }
+    fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).complete(key, token, outcome, ttl)
+    }
+    fn release(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).release(key, token)
+    }
+    fn touch(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).touch(key, token, lease)
+    }
+    fn get(
+        &self,
+        key: &StorageKey,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
+        (**self).get(key)
+    }
+    fn purge_expired(&self, limit: usize) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        (**self).purge_expired(limit)
+    }
+}

@@ -1,0 +1,506 @@
+//! The conformance suite every [`Store`] and [`TokenStore`] passes, unchanged.
+//!
+//! A backend's test file needs one line per suite:
+//!
+//! ```ignore
+//! idempotency_core::store_conformance_tests!(async { Some(MyStore::connect(url).await.unwrap()) });
+//! idempotency_core::token_conformance_tests!(async { Some(MyTokenStore::new()) });
+//! ```
+//!
+//! The factory is an `async` expression giving `Option<Store>`; `None` skips the suite (use
+//! [`unavailable`] so that under `CI=true` an unreachable server fails instead). Every check uses
+//! fresh random keys, so suites may run in parallel against one shared server.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::token::{TokenOutcome, TokenStore};
+use crate::{
+    Claim, ClaimRequest, FencingToken, Fingerprint, Lease, Outcome, RecordState, Scope, StorageKey,
+    Store, StoreError,
+};
+
+/// Lease used by checks that do not wait for expiry.
+const LONG: Duration = Duration::from_secs(30);
+/// Lease used by checks that wait for expiry.
+const SHORT: Duration = Duration::from_millis(300);
+/// Comfortably past [`SHORT`].
+const PAST_SHORT: Duration = Duration::from_millis(700);
+
+/// Reports an unreachable service: under `CI=true` it panics (CI must not skip), otherwise it
+/// prints why the suite is skipped and returns `None`.
+pub fn unavailable<T>(service: &str, reason: impl std::fmt::Display) -> Option<T> {
+    if std::env::var("CI").is_ok_and(|value| value == "true" || value == "1") {
+        panic!("{service} is required in CI but unreachable: {reason}");
+    }
+    eprintln!("SKIPPED: {service} unreachable ({reason}); set CI=true to make this a failure");
+    None
+}
+
+/// A fresh random key.
+pub fn unique_key() -> StorageKey {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("randomness");
+    StorageKey(bytes)
+}
+
+fn fingerprint(label: &str) -> Fingerprint {
+    Fingerprint::of_bytes(label.as_bytes())
+}
+
+fn request<'a>(key: &'a StorageKey, fp: &'a Fingerprint, lease: Duration) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        namespace: "conformance",
+        fingerprint: fp,
+        lease,
+    }
+}
+
+async fn acquire<S: Store>(
+    store: &S,
+    key: &StorageKey,
+    fp: &Fingerprint,
+    lease: Duration,
+) -> Lease {
+    match store.claim(request(key, fp, lease)).await.unwrap() {
+        Claim::Acquired(lease) => lease,
+        other => panic!("expected to acquire the key, got {other:?}"),
+    }
+}
+
+/// A body with every byte value, to prove outcomes are stored as raw bytes.
+fn binary_outcome() -> Outcome {
+    let mut body: Vec<u8> = (0..=255u8).collect();
+    body.extend_from_slice("é ✓ \0 end".as_bytes());
+    Outcome::new(201, Bytes::from(body))
+}
+
+/// absent → in_progress → completed, with replay of the exact outcome.
+pub async fn lifecycle<S: Store>(store: &S) {
+    let key = unique_key();
+    let fp = fingerprint("a");
+    assert_eq!(store.get(&key).await.unwrap(), None);
+
+    let lease = acquire(store, &key, &fp, LONG).await;
+    assert_eq!(lease.attempt, 1);
+    assert!(!lease.took_over);
+
+    match store.claim(request(&key, &fp, LONG)).await.unwrap() {
+        Claim::InProgress { lease_remaining } => assert!(lease_remaining <= LONG),
+        other => panic!("expected in progress, got {other:?}"),
+    }
+    let record = store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("record while in progress");
+    assert_eq!(record.state, RecordState::InProgress);
+    assert_eq!(record.token, lease.token);
+    assert_eq!(record.fingerprint, fp);
+    assert_eq!(record.namespace, "conformance");
+    assert_eq!(record.attempts, 1);
+    assert_eq!(record.outcome, None);
+
+    let outcome = binary_outcome();
+    store
+        .complete(&key, lease.token, &outcome, LONG)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            store.claim(request(&key, &fp, LONG)).await.unwrap(),
+            Claim::Completed(outcome.clone())
+        );
+    }
+    let record = store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("record once completed");
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.outcome, Some(outcome));
+    assert!(record.completed_at.is_some());
+    assert!(record.expires_at > record.created_at);
+
+    // A completed record cannot be completed or released again.
+    let again = Outcome::new(200, "other");
+    assert!(matches!(
+        store.complete(&key, lease.token, &again, LONG).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.release(&key, lease.token).await,
+        Err(StoreError::LeaseLost)
+    ));
+}
+
+/// The same key with another fingerprint is a mismatch, in progress and completed, and the
+/// record is untouched.
+pub async fn mismatch<S: Store>(store: &S) {
+    let key = unique_key();
+    let (a, b) = (fingerprint("a"), fingerprint("b"));
+    let lease = acquire(store, &key, &a, LONG).await;
+    assert_eq!(
+        store.claim(request(&key, &b, LONG)).await.unwrap(),
+        Claim::Mismatch
+    );
+    let outcome = Outcome::new(200, "done");
+    store
+        .complete(&key, lease.token, &outcome, LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(request(&key, &b, LONG)).await.unwrap(),
+        Claim::Mismatch
+    );
+    assert_eq!(
+        store.claim(request(&key, &a, LONG)).await.unwrap(),
+        Claim::Completed(outcome)
+    );
+    assert_eq!(store.get(&key).await.unwrap().unwrap().fingerprint, a);
+}
+
+/// An expired lease is taken over with a greater token; the stale owner is refused everywhere.
+pub async fn takeover_and_fencing<S: Store>(store: &S) {
+    let key = unique_key();
+    let fp = fingerprint("a");
+    let first = acquire(store, &key, &fp, SHORT).await;
+    tokio::time::sleep(PAST_SHORT).await;
+
+    let second = acquire(store, &key, &fp, LONG).await;
+    assert!(second.took_over, "an expired lease is a takeover");
+    assert_eq!(second.attempt, 2);
+    assert!(second.token > first.token, "takeover token must be greater");
+
+    let stale = Outcome::new(200, "stale");
+    assert!(matches!(
+        store.complete(&key, first.token, &stale, LONG).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.touch(&key, first.token, LONG).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.release(&key, first.token).await,
+        Err(StoreError::LeaseLost)
+    ));
+
+    let fresh = Outcome::new(200, "fresh");
+    store
+        .complete(&key, second.token, &fresh, LONG)
+        .await
+        .unwrap();
+    let record = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(record.outcome, Some(fresh));
+    assert_eq!(record.attempts, 2);
+}
+
+/// An expired lease is taken over even with another fingerprint (the crashed attempt left
+/// nothing to protect); the new fingerprint holds from then on.
+pub async fn takeover_with_other_payload<S: Store>(store: &S) {
+    let key = unique_key();
+    let (a, b) = (fingerprint("a"), fingerprint("b"));
+    acquire(store, &key, &a, SHORT).await;
+    tokio::time::sleep(PAST_SHORT).await;
+    let lease = acquire(store, &key, &b, LONG).await;
+    assert!(lease.took_over);
+    assert_eq!(
+        store.claim(request(&key, &a, LONG)).await.unwrap(),
+        Claim::Mismatch
+    );
+}
+
+/// Keep-alive: a touched lease is not taken over.
+pub async fn touch_extends_lease<S: Store>(store: &S) {
+    let key = unique_key();
+    let fp = fingerprint("a");
+    let lease = acquire(store, &key, &fp, SHORT).await;
+    tokio::time::sleep(SHORT / 2).await;
+    store
+        .touch(&key, lease.token, Duration::from_secs(5))
+        .await
+        .unwrap();
+    tokio::time::sleep(PAST_SHORT).await;
+    assert!(matches!(
+        store.claim(request(&key, &fp, LONG)).await.unwrap(),
+        Claim::InProgress { .. }
+    ));
+    store
+        .complete(&key, lease.token, &Outcome::new(200, "ok"), LONG)
+        .await
+        .unwrap();
+}
+
+/// Release frees the key; a later owner's token is greater; the released owner stays refused.
+pub async fn release_and_reclaim<S: Store>(store: &S) {
+    let key = unique_key();
+    let fp = fingerprint("a");
+    let first = acquire(store, &key, &fp, LONG).await;
+    assert!(matches!(
+        store
+            .release(&key, FencingToken(first.token.0.wrapping_add(1000)))
+            .await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(
+        store.get(&key).await.unwrap().is_some(),
+        "a refused release changes nothing"
+    );
+    store.release(&key, first.token).await.unwrap();
+    assert_eq!(store.get(&key).await.unwrap(), None);
+
+    let second = acquire(store, &key, &fingerprint("b"), LONG).await;
+    assert!(second.token > first.token, "tokens never go backwards");
+    assert!(matches!(
+        store
+            .complete(&key, first.token, &Outcome::new(200, "x"), LONG)
+            .await,
+        Err(StoreError::LeaseLost)
+    ));
+    store
+        .complete(&key, second.token, &Outcome::new(200, "y"), LONG)
+        .await
+        .unwrap();
+}
+
+/// Steps on a key that was never claimed are refused.
+pub async fn unknown_key_is_refused<S: Store>(store: &S) {
+    let key = unique_key();
+    let token = FencingToken(1);
+    assert!(matches!(
+        store
+            .complete(&key, token, &Outcome::new(200, "x"), LONG)
+            .await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.touch(&key, token, LONG).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        store.release(&key, token).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert_eq!(store.get(&key).await.unwrap(), None);
+}
+
+/// A completed record past its TTL is gone: the next claim is a fresh first attempt, and a
+/// purge removes it.
+pub async fn completed_expiry_and_purge<S: Store>(store: &S) {
+    let key = unique_key();
+    let fp = fingerprint("a");
+    let lease = acquire(store, &key, &fp, LONG).await;
+    store
+        .complete(&key, lease.token, &Outcome::new(200, "old"), SHORT)
+        .await
+        .unwrap();
+    tokio::time::sleep(PAST_SHORT).await;
+    let next = acquire(store, &key, &fingerprint("other"), LONG).await;
+    assert!(!next.took_over);
+    assert_eq!(next.attempt, 1);
+    assert!(next.token > lease.token);
+    store
+        .complete(&key, next.token, &Outcome::new(200, "new"), SHORT)
+        .await
+        .unwrap();
+
+    tokio::time::sleep(PAST_SHORT).await;
+    store.purge_expired(1_000_000).await.unwrap();
+    assert_eq!(store.get(&key).await.unwrap(), None, "purged after its TTL");
+}
+
+/// Many keys at once stay independent.
+pub async fn keys_are_independent<S: Store>(store: Arc<S>) {
+    let tasks: Vec<_> = (0..50)
+        .map(|index| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let key = unique_key();
+                let fp = fingerprint("a");
+                let lease = acquire(&*store, &key, &fp, LONG).await;
+                let outcome = Outcome::new(200, format!("value {index}"));
+                store
+                    .complete(&key, lease.token, &outcome, LONG)
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    store.claim(request(&key, &fp, LONG)).await.unwrap(),
+                    Claim::Completed(outcome)
+                );
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// 1000 concurrent claims of one key: exactly one wins; after completion, 1000 more all replay.
+pub async fn claim_storm<S: Store>(store: Arc<S>) {
+    const CALLERS: usize = 1000;
+    let key = unique_key();
+    let fp = fingerprint("storm");
+    let claims = run_concurrently(CALLERS, |_| {
+        let store = Arc::clone(&store);
+        async move { store.claim(request(&key, &fp, LONG)).await.unwrap() }
+    })
+    .await;
+    let winners: Vec<Lease> = claims
+        .iter()
+        .filter_map(|claim| match claim {
+            Claim::Acquired(lease) => Some(*lease),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one of {CALLERS} concurrent claims wins"
+    );
+    assert!(
+        claims
+            .iter()
+            .all(|claim| matches!(claim, Claim::Acquired(_) | Claim::InProgress { .. })),
+        "every loser sees the claim in progress"
+    );
+
+    let outcome = Outcome::new(200, "once");
+    store
+        .complete(&key, winners[0].token, &outcome, LONG)
+        .await
+        .unwrap();
+    let replays = run_concurrently(CALLERS, |_| {
+        let store = Arc::clone(&store);
+        async move { store.claim(request(&key, &fp, LONG)).await.unwrap() }
+    })
+    .await;
+    assert!(
+        replays
+            .iter()
+            .all(|claim| *claim == Claim::Completed(outcome.clone()))
+    );
+}
+
+async fn run_concurrently<T, F>(count: usize, make: impl Fn(usize) -> F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = T> + Send + 'static,
+{
+    let barrier = Arc::new(tokio::sync::Barrier::new(count));
+    let tasks: Vec<_> = (0..count)
+        .map(|index| {
+            let barrier = Arc::clone(&barrier);
+            let work = make(index);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                work.await
+            })
+        })
+        .collect();
+    let mut results = Vec::with_capacity(count);
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    results
+}
+
+/// One-time tokens: consumed once, scoped, expiring, and exactly one of 100 concurrent
+/// consumers wins.
+pub async fn tokens<T: TokenStore>(tokens: Arc<T>) {
+    let scope = Scope::new("conformance.tokens").with_principal(unique_key().to_hex());
+    let token = tokens.issue(&scope, LONG).await.unwrap();
+    assert!(token.value.len() >= 22, "at least 128 bits");
+    assert!(
+        token
+            .value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    );
+    let other_scope = Scope::new("conformance.tokens").with_principal("someone else");
+    assert_eq!(
+        tokens.consume(&other_scope, &token.value).await.unwrap(),
+        TokenOutcome::Invalid
+    );
+    assert_eq!(
+        tokens.consume(&scope, &token.value).await.unwrap(),
+        TokenOutcome::Consumed
+    );
+    assert_eq!(
+        tokens.consume(&scope, &token.value).await.unwrap(),
+        TokenOutcome::Invalid
+    );
+    assert_eq!(
+        tokens.consume(&scope, "never-issued").await.unwrap(),
+        TokenOutcome::Invalid
+    );
+
+    let short = tokens.issue(&scope, SHORT).await.unwrap();
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(
+        tokens.consume(&scope, &short.value).await.unwrap(),
+        TokenOutcome::Invalid
+    );
+
+    let contested = tokens.issue(&scope, LONG).await.unwrap();
+    let outcomes = run_concurrently(100, |_| {
+        let tokens = Arc::clone(&tokens);
+        let scope = scope.clone();
+        let value = contested.value.clone();
+        async move { tokens.consume(&scope, &value).await.unwrap() }
+    })
+    .await;
+    let consumed = outcomes
+        .iter()
+        .filter(|o| **o == TokenOutcome::Consumed)
+        .count();
+    assert_eq!(consumed, 1, "exactly one of 100 concurrent consumers wins");
+}
+
+/// Generates one `#[tokio::test]` per store check. `$make` is an `async` expression giving
+/// `Option<Store>` (`None` skips; see [`unavailable`]).
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($make:expr) => {
+        $crate::store_conformance_tests!(@tests $make;
+            lifecycle, mismatch, takeover_and_fencing, takeover_with_other_payload,
+            touch_extends_lease, release_and_reclaim, unknown_key_is_refused,
+            completed_expiry_and_purge);
+        $crate::store_conformance_tests!(@shared $make; keys_are_independent, claim_storm);
+    };
+    (@tests $make:expr; $($check:ident),*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $check() {
+            if let Some(store) = $make.await {
+                $crate::testing::$check(&store).await;
+            }
+        }
+    )*};
+    (@shared $make:expr; $($check:ident),*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $check() {
+            if let Some(store) = $make.await {
+                $crate::testing::$check(::std::sync::Arc::new(store)).await;
+            }
+        }
+    )*};
+}
+
+/// Generates the token conformance test. `$make` is an `async` expression giving
+/// `Option<TokenStore>`.
+#[macro_export]
+macro_rules! token_conformance_tests {
+    ($make:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn one_time_tokens() {
+            if let Some(tokens) = $make.await {
+                $crate::testing::tokens(::std::sync::Arc::new(tokens)).await;
+            }
+        }
+    };
+}

@@ -1,0 +1,1 @@
+//! Idempotent at-least-once queue consumers.

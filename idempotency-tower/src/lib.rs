@@ -1,0 +1,1 @@
+//! Tower middleware that makes HTTP (and gRPC) endpoints idempotent.
