@@ -2,7 +2,7 @@
 //!
 //! A backend's test file needs one line per suite:
 //!
-//! ```ignore
+//! ```text
 //! idempotency_core::store_conformance_tests!(async { Some(MyStore::connect(url).await.unwrap()) });
 //! idempotency_core::token_conformance_tests!(async { Some(MyTokenStore::new()) });
 //! ```
