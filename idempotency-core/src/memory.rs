@@ -1,7 +1,7 @@
 //! The in-process store: sharded maps with expiry, the embedded default.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -60,6 +60,7 @@ pub struct MemoryStore {
     records: Shards<Record>,
     next_token: AtomicU64,
     capacity: Option<usize>,
+    len: AtomicUsize,
 }
 
 impl Default for MemoryStore {
@@ -84,11 +85,11 @@ impl MemoryStore {
             // Seeded from the clock so tokens keep growing across restarts of the process.
             next_token: AtomicU64::new(unix_micros_now()),
             capacity: None,
+            len: AtomicUsize::new(0),
         }
     }
 
-    /// A store holding at most about `max_records` records (`max_records / 64` per shard,
-    /// rounded up).
+    /// A store holding at most `max_records` records.
     pub fn with_capacity(max_records: usize) -> Self {
         Self {
             capacity: Some(max_records),
@@ -98,7 +99,7 @@ impl MemoryStore {
 
     /// How many records are held now, expired ones included until purged.
     pub fn len(&self) -> usize {
-        self.records.iter().map(|shard| shard.len()).sum()
+        self.len.load(Ordering::Relaxed)
     }
 
     /// Whether no record is held.
@@ -110,14 +111,48 @@ impl MemoryStore {
         FencingToken(self.next_token.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
-    fn shard_capacity(&self) -> Option<usize> {
-        self.capacity.map(|max| max.div_ceil(SHARDS).max(1))
+    /// Reserves room for a new key in a bounded store, evicting expired records (all shards)
+    /// when it is full. Returns whether a slot was reserved.
+    fn reserve_if_new(&self, key: &StorageKey) -> Result<bool, StoreError> {
+        let Some(capacity) = self.capacity else {
+            return Ok(false);
+        };
+        if self.records.lock(key).contains_key(key) {
+            return Ok(false);
+        }
+        if self.try_reserve(capacity) {
+            return Ok(true);
+        }
+        let now = SystemTime::now();
+        for mut shard in self.records.iter() {
+            let before = shard.len();
+            shard.retain(|_, record| record.expires_at > now);
+            self.len.fetch_sub(before - shard.len(), Ordering::Relaxed);
+        }
+        if self.try_reserve(capacity) {
+            Ok(true)
+        } else {
+            Err(StoreError::CapacityExceeded(capacity))
+        }
+    }
+
+    fn try_reserve(&self, capacity: usize) -> bool {
+        self.len
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |len| {
+                (len < capacity).then_some(len + 1)
+            })
+            .is_ok()
     }
 
     fn claim_now(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let reserved = self.reserve_if_new(request.key)?;
         let now = SystemTime::now();
         let mut shard = self.records.lock(request.key);
         if let Some(record) = shard.get_mut(request.key) {
+            if reserved {
+                // Another caller inserted the key meanwhile: give the slot back.
+                self.len.fetch_sub(1, Ordering::Relaxed);
+            }
             if record.expires_at > now {
                 return Ok(live_claim(record, request, now));
             }
@@ -131,20 +166,15 @@ impl MemoryStore {
             *record = new_record(request, lease, created_at, now);
             return Ok(Claim::Acquired(lease));
         }
-        if let Some(cap) = self.shard_capacity() {
-            if shard.len() >= cap {
-                shard.retain(|_, record| record.expires_at > now);
-                if shard.len() >= cap {
-                    return Err(StoreError::CapacityExceeded(self.capacity.unwrap_or(cap)));
-                }
-            }
-        }
         let lease = Lease {
             token: self.next_token(),
             attempt: 1,
             took_over: false,
         };
         shard.insert(*request.key, new_record(request, lease, now, now));
+        if !reserved {
+            self.len.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(Claim::Acquired(lease))
     }
 
@@ -228,7 +258,9 @@ impl Store for MemoryStore {
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
         self.with_owned(key, token, |shard, _| {
-            shard.remove(key);
+            if shard.remove(key).is_some() {
+                self.len.fetch_sub(1, Ordering::Relaxed);
+            }
         })
     }
 
@@ -266,6 +298,7 @@ impl Store for MemoryStore {
             for key in &expired {
                 shard.remove(key);
             }
+            self.len.fetch_sub(expired.len(), Ordering::Relaxed);
             purged += expired.len();
         }
         Ok(purged as u64)

@@ -1,0 +1,291 @@
+//! The engine over the memory store: decisions, keep-alive, release on drop, waiting, timeouts.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use idempotency_core::{
+    Claim, ClaimRequest, Decision, FencingToken, Fingerprint, Idempotency, IdempotencyKey,
+    MemoryStore, Outcome, Record, Scope, StorageKey, Store, StoreError,
+};
+
+fn key(text: &str) -> IdempotencyKey {
+    IdempotencyKey::parse(text).unwrap()
+}
+
+#[tokio::test]
+async fn first_call_executes_duplicate_replays_other_payload_mismatches() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let scope = Scope::new("engine");
+    let fp = Fingerprint::of_bytes(b"a");
+
+    let Decision::Execute(execution) = engine.begin(&scope, &key("k"), &fp).await.unwrap() else {
+        panic!("first call must execute");
+    };
+    assert!(matches!(
+        engine.begin(&scope, &key("k"), &fp).await.unwrap(),
+        Decision::InFlight { .. }
+    ));
+    execution.complete(Outcome::new(201, "made")).await.unwrap();
+
+    match engine.begin(&scope, &key("k"), &fp).await.unwrap() {
+        Decision::Replay(outcome) => assert_eq!(outcome, Outcome::new(201, "made")),
+        other => panic!("expected a replay, got {other:?}"),
+    }
+    assert!(matches!(
+        engine
+            .begin(&scope, &key("k"), &Fingerprint::of_bytes(b"b"))
+            .await
+            .unwrap(),
+        Decision::Mismatch
+    ));
+}
+
+#[tokio::test]
+async fn release_lets_the_retry_run_again() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let scope = Scope::new("engine");
+    let fp = Fingerprint::of_bytes(b"a");
+    let Decision::Execute(execution) = engine.begin(&scope, &key("k"), &fp).await.unwrap() else {
+        panic!("first call must execute");
+    };
+    execution.release().await.unwrap();
+    assert!(matches!(
+        engine.begin(&scope, &key("k"), &fp).await.unwrap(),
+        Decision::Execute(_)
+    ));
+}
+
+#[tokio::test]
+async fn dropping_an_unfinished_execution_releases_the_key() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let scope = Scope::new("engine");
+    let fp = Fingerprint::of_bytes(b"a");
+    let decision = engine.begin(&scope, &key("k"), &fp).await.unwrap();
+    assert!(matches!(decision, Decision::Execute(_)));
+    drop(decision);
+    let storage_key = scope.storage_key(&key("k"));
+    for _ in 0..100 {
+        if engine.store().get(&storage_key).await.unwrap().is_none() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the dropped execution's key was not released");
+}
+
+#[tokio::test]
+async fn keep_alive_protects_a_slow_execution_from_takeover() {
+    let engine = Idempotency::new(MemoryStore::new()).with_lease(Duration::from_millis(150));
+    let scope = Scope::new("engine");
+    let fp = Fingerprint::of_bytes(b"a");
+    let Decision::Execute(execution) = engine.begin(&scope, &key("slow"), &fp).await.unwrap()
+    else {
+        panic!("first call must execute");
+    };
+    // Four leases long: without renewal it would be taken over.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(matches!(
+        engine.begin(&scope, &key("slow"), &fp).await.unwrap(),
+        Decision::InFlight { .. }
+    ));
+    execution.complete(Outcome::new(200, "slow")).await.unwrap();
+}
+
+#[tokio::test]
+async fn without_keep_alive_a_stale_owner_is_fenced_off() {
+    let engine = Idempotency::new(MemoryStore::new())
+        .with_lease(Duration::from_millis(100))
+        .with_keep_alive(false, Duration::ZERO);
+    let scope = Scope::new("engine");
+    let fp = Fingerprint::of_bytes(b"a");
+    let Decision::Execute(stale) = engine.begin(&scope, &key("k"), &fp).await.unwrap() else {
+        panic!("first call must execute");
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let Decision::Execute(fresh) = engine.begin(&scope, &key("k"), &fp).await.unwrap() else {
+        panic!("an expired lease must be taken over");
+    };
+    assert!(fresh.lease().took_over);
+    assert!(fresh.token() > stale.token());
+    assert!(matches!(
+        stale.complete(Outcome::new(200, "stale")).await,
+        Err(StoreError::LeaseLost)
+    ));
+    fresh.complete(Outcome::new(200, "fresh")).await.unwrap();
+    match engine.begin(&scope, &key("k"), &fp).await.unwrap() {
+        Decision::Replay(outcome) => assert_eq!(outcome.body, "fresh"),
+        other => panic!("expected the fresh outcome, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn waiting_mode_replays_the_first_outcome() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let scope = Scope::new("engine");
+    let fp = Fingerprint::of_bytes(b"a");
+    let Decision::Execute(execution) = engine.begin(&scope, &key("k"), &fp).await.unwrap() else {
+        panic!("first call must execute");
+    };
+    let waiter = {
+        let (engine, scope) = (engine.clone(), scope.clone());
+        tokio::spawn(async move {
+            engine
+                .begin_waiting(&scope, &key("k"), &fp, Duration::from_secs(5))
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    execution
+        .complete(Outcome::new(200, "first"))
+        .await
+        .unwrap();
+    match waiter.await.unwrap() {
+        Decision::Replay(outcome) => assert_eq!(outcome.body, "first"),
+        other => panic!("expected the waiter to replay, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn waiting_is_bounded() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let scope = Scope::new("engine");
+    let fp = Fingerprint::of_bytes(b"a");
+    let _running = engine.begin(&scope, &key("k"), &fp).await.unwrap();
+    let decision = engine
+        .begin_waiting(&scope, &key("k"), &fp, Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert!(matches!(decision, Decision::InFlight { .. }));
+}
+
+/// A real store whose backend never answers (a hung server).
+struct HungStore;
+
+impl Store for HungStore {
+    async fn claim(&self, _: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        std::future::pending().await
+    }
+    async fn complete(
+        &self,
+        _: &StorageKey,
+        _: FencingToken,
+        _: &Outcome,
+        _: Duration,
+    ) -> Result<(), StoreError> {
+        std::future::pending().await
+    }
+    async fn release(&self, _: &StorageKey, _: FencingToken) -> Result<(), StoreError> {
+        std::future::pending().await
+    }
+    async fn touch(&self, _: &StorageKey, _: FencingToken, _: Duration) -> Result<(), StoreError> {
+        std::future::pending().await
+    }
+    async fn get(&self, _: &StorageKey) -> Result<Option<Record>, StoreError> {
+        std::future::pending().await
+    }
+    async fn purge_expired(&self, _: usize) -> Result<u64, StoreError> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn a_hung_store_times_out() {
+    let engine = Idempotency::new(HungStore).with_store_timeout(Duration::from_millis(50));
+    let result = engine
+        .begin(
+            &Scope::new("engine"),
+            &key("k"),
+            &Fingerprint::of_bytes(b"a"),
+        )
+        .await;
+    assert!(matches!(result, Err(StoreError::Timeout(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_duplicates_execute_once() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let executions = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..500)
+        .map(|_| {
+            let (engine, executions) = (engine.clone(), Arc::clone(&executions));
+            tokio::spawn(async move {
+                let scope = Scope::new("engine");
+                let decision = engine
+                    .begin_waiting(
+                        &scope,
+                        &key("once"),
+                        &Fingerprint::of_bytes(b"a"),
+                        Duration::from_secs(10),
+                    )
+                    .await
+                    .unwrap();
+                match decision {
+                    Decision::Execute(execution) => {
+                        executions.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        execution.complete(Outcome::new(200, "once")).await.unwrap();
+                        "once".to_owned()
+                    }
+                    Decision::Replay(outcome) => String::from_utf8(outcome.body.to_vec()).unwrap(),
+                    other => panic!("unexpected {other:?}"),
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), "once");
+    }
+    assert_eq!(executions.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn bounded_memory_store_refuses_rather_than_evicting_live_records() {
+    let store = MemoryStore::with_capacity(64);
+    let fp = Fingerprint::of_bytes(b"a");
+    let mut refused = 0;
+    for index in 0..10_000u32 {
+        let key = Scope::new("cap").storage_key(&key(&format!("k{index}")));
+        let request = ClaimRequest {
+            key: &key,
+            namespace: "cap",
+            fingerprint: &fp,
+            lease: Duration::from_secs(30),
+        };
+        match store.claim(request).await {
+            Ok(Claim::Acquired(_)) => {}
+            Err(StoreError::CapacityExceeded(64)) => refused += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(store.len() <= 64, "held {} records", store.len());
+    assert_eq!(refused, 10_000 - store.len());
+
+    // Expired records are evicted first.
+    let short = MemoryStore::with_capacity(64);
+    for index in 0..64u32 {
+        let key = Scope::new("cap").storage_key(&key(&format!("s{index}")));
+        let request = ClaimRequest {
+            key: &key,
+            namespace: "cap",
+            fingerprint: &fp,
+            lease: Duration::from_millis(20),
+        };
+        let _ = short.claim(request).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let held_before = short.len();
+    for index in 0..held_before as u32 {
+        let key = Scope::new("cap").storage_key(&key(&format!("fresh{index}")));
+        let request = ClaimRequest {
+            key: &key,
+            namespace: "cap",
+            fingerprint: &fp,
+            lease: Duration::from_secs(30),
+        };
+        let _ = short.claim(request).await;
+    }
+    assert!(short.len() <= 64);
+}
