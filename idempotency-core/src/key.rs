@@ -9,7 +9,7 @@ pub const MAX_KEY_LEN: usize = 255;
 ///
 /// Keys arrive as a bare token (`Idempotency-Key: 8e03978e`) or, as the IETF draft writes them, an
 /// RFC 8941 sf-string (`Idempotency-Key: "8e03978e"`); [`IdempotencyKey::from_header`] accepts
-/// both.
+/// both. A header value that opens with `"` is read as an sf-string and must be well formed.
 ///
 /// ```
 /// use idempotency_core::IdempotencyKey;
