@@ -37,6 +37,7 @@
 mod engine;
 mod error;
 mod fingerprint;
+pub mod function;
 mod key;
 pub mod metrics;
 mod record;
@@ -61,6 +62,7 @@ pub mod testing;
 pub use engine::{Config, Decision, Execution, Idempotency};
 pub use error::StoreError;
 pub use fingerprint::{Fingerprint, FingerprintBuilder, canonical_json};
+pub use function::IdempotentError;
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use record::{FencingToken, Outcome, Record, RecordState};
 pub use scope::{Scope, StorageKey};

@@ -1,0 +1,404 @@
+//! Runtime support for `#[idempotent]` functions (feature `macros`).
+//!
+//! The attribute expands a function body into one call of [`run`] (or [`run_keeping_errors`]):
+//! the key, scope and fingerprint go into a [`Call`], the body becomes an `async move` block
+//! that runs only when the key is claimed. The same calls can be written by hand:
+//!
+//! ```
+//! use idempotency_core::function::{self, Call, IdempotentError};
+//! use idempotency_core::{Idempotency, MemoryStore};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let engine = Idempotency::new(MemoryStore::new());
+//! let grant = |trade_no: &str| {
+//!     let call = Call::new("coupons", trade_no).fingerprint("amount", &100);
+//!     function::run::<Result<u32, IdempotentError>, _, _, _>(
+//!         engine.clone(),
+//!         call,
+//!         From::from,
+//!         async { Ok(7) }, // grant the coupon, return its id
+//!     )
+//! };
+//! assert_eq!(grant("T1").await.unwrap(), 7);
+//! assert_eq!(grant("T1").await.unwrap(), 7); // replayed, not granted again
+//! # }
+//! ```
+
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::{
+    Decision, Execution, Fingerprint, FingerprintBuilder, Idempotency, KeyError, Outcome, Scope,
+    StorageKey, Store, StoreError,
+};
+
+/// The domain tag of [`Scope::storage_key`] (checked by a test below).
+const RECORD_TAG: &[u8] = b"idempotency-record/v1";
+
+/// [`Outcome::status`] of a stored `Ok(T)`.
+pub const STATUS_OK: u16 = 0;
+/// [`Outcome::status`] of a stored `Err(E)` (only with `on_error = "keep"`).
+pub const STATUS_ERR: u16 = 1;
+
+/// Why an `#[idempotent]` function did not run its body (or could not replay).
+///
+/// The function's error type is built from it, through `From<IdempotentError>` or the attribute's
+/// `map_err = path`, so the caller picks the answer: HTTP 409 for [`InFlight`](Self::InFlight),
+/// 422 for [`Mismatch`](Self::Mismatch), 503 for a transient [`Store`](Self::Store) error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IdempotentError {
+    /// Another call with the same key is running; retry later.
+    #[error("a call with the same idempotency key is in flight; retry in {retry_after:?}")]
+    InFlight {
+        /// A hint for when to retry.
+        retry_after: Duration,
+    },
+    /// The key was first used with other fingerprinted arguments.
+    #[error("the idempotency key was already used with other arguments")]
+    Mismatch,
+    /// The key expression produced an unusable key (empty).
+    #[error("invalid idempotency key: {0}")]
+    Key(#[from] KeyError),
+    /// The store failed or timed out.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A fingerprinted argument could not be encoded, or a stored value could not be decoded
+    /// into the function's return type.
+    #[error("idempotency codec error: {0}")]
+    Codec(String),
+}
+
+impl IdempotentError {
+    /// Whether the same call may succeed later (in flight, or a transient store error).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::InFlight { .. } => true,
+            Self::Store(error) => error.is_transient(),
+            _ => false,
+        }
+    }
+
+    /// When to retry, for an in-flight duplicate.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::InFlight { retry_after } => Some(*retry_after),
+            _ => None,
+        }
+    }
+}
+
+/// What an `#[idempotent]` attribute's `store = …` expression may evaluate to: an
+/// [`Idempotency`] engine, or a shared store (`Arc<S>`, wrapped in an engine with default
+/// settings). References, `Arc<Idempotency<S>>` and statics reach it by auto-deref.
+pub trait AsEngine {
+    /// The store behind the engine.
+    type Store: Store;
+    /// An engine handle (cheap: two `Arc` clones).
+    fn idempotency_engine(&self) -> Idempotency<Self::Store>;
+}
+
+impl<S: Store> AsEngine for Idempotency<S> {
+    type Store = S;
+    fn idempotency_engine(&self) -> Idempotency<S> {
+        self.clone()
+    }
+}
+
+impl<S: Store> AsEngine for Arc<S> {
+    type Store = Arc<S>;
+    fn idempotency_engine(&self) -> Idempotency<Arc<S>> {
+        Idempotency::new(Arc::clone(self))
+    }
+}
+
+/// The `Result<T, E>` an `#[idempotent]` function returns (also through aliases such as
+/// `anyhow::Result<T>`).
+pub trait FnResult: Sized {
+    /// `T`.
+    type Ok;
+    /// `E`.
+    type Err;
+    /// Into a plain `Result`.
+    fn into_result(self) -> Result<Self::Ok, Self::Err>;
+    /// From a plain `Result`.
+    fn from_result(result: Result<Self::Ok, Self::Err>) -> Self;
+}
+
+impl<T, E> FnResult for Result<T, E> {
+    type Ok = T;
+    type Err = E;
+    fn into_result(self) -> Self {
+        self
+    }
+    fn from_result(result: Self) -> Self {
+        result
+    }
+}
+
+/// One call of an idempotent function: its scope, key, fingerprint and settings.
+pub struct Call {
+    scope: Scope,
+    key: String,
+    fingerprint: FingerprintBuilder,
+    ttl: Option<Duration>,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+    error: Option<IdempotentError>,
+}
+
+impl std::fmt::Debug for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call")
+            .field("namespace", &self.scope.namespace())
+            .field("ttl", &self.ttl)
+            .field("lease", &self.lease)
+            .field("wait", &self.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Call {
+    /// A call keyed by `key` (any `Display`: the text is hashed, so it need not be an HTTP-legal
+    /// key; only an empty key is refused) in the namespace `namespace`.
+    pub fn new(namespace: &str, key: impl Display) -> Self {
+        Self {
+            scope: Scope::new(namespace),
+            key: key.to_string(),
+            fingerprint: Fingerprint::builder(),
+            ttl: None,
+            lease: None,
+            wait: None,
+            error: None,
+        }
+    }
+
+    /// Restricts the scope to one principal (tenant, user): two principals never share a record.
+    pub fn principal(mut self, principal: impl Display) -> Self {
+        self.scope = self.scope.with_principal(principal.to_string());
+        self
+    }
+
+    /// Adds an argument to the fingerprint, as canonical JSON under `name`.
+    pub fn fingerprint(mut self, name: &str, value: &impl Serialize) -> Self {
+        match serde_json::to_value(value) {
+            Ok(json) => {
+                let text = crate::canonical_json(&json);
+                self.fingerprint = self.fingerprint.field(name.as_bytes(), text.as_bytes());
+            }
+            Err(error) => {
+                self.error.get_or_insert(IdempotentError::Codec(format!(
+                    "fingerprint argument `{name}`: {error}"
+                )));
+            }
+        }
+        self
+    }
+
+    /// How long a completed result is replayed (default: the engine's TTL).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long a claim holds before a crashed owner is taken over (default: the engine's lease).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// While a duplicate is in flight, wait up to `max_wait` for its result instead of failing
+    /// with [`IdempotentError::InFlight`].
+    pub fn wait(mut self, max_wait: Duration) -> Self {
+        self.wait = Some(max_wait);
+        self
+    }
+
+    /// The scope.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// The hashed key the record is stored under. For keys that are valid
+    /// [`IdempotencyKey`](crate::IdempotencyKey)s this equals [`Scope::storage_key`], so a
+    /// function and an HTTP layer in the same scope share records.
+    pub fn storage_key(&self) -> StorageKey {
+        self.scope.derive(RECORD_TAG, self.key.as_bytes())
+    }
+
+    fn engine<S: Store>(&self, engine: Idempotency<S>) -> Idempotency<S> {
+        let engine = match self.ttl {
+            Some(ttl) => engine.with_ttl(ttl),
+            None => engine,
+        };
+        match self.lease {
+            Some(lease) => engine.with_lease(lease),
+            None => engine,
+        }
+    }
+
+    /// Claims the key: the first step of [`run`], public for hand-written variants.
+    pub async fn begin<S: Store>(
+        mut self,
+        engine: Idempotency<S>,
+    ) -> Result<Decision<S>, IdempotentError> {
+        if let Some(error) = self.error.take() {
+            return Err(error);
+        }
+        if self.key.is_empty() {
+            return Err(KeyError::Empty.into());
+        }
+        let engine = self.engine(engine);
+        let key = self.storage_key();
+        let fingerprint = std::mem::replace(&mut self.fingerprint, Fingerprint::builder()).finish();
+        let namespace = self.scope.namespace();
+        let deadline = self.wait.map(|wait| Instant::now() + wait);
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let decision = engine
+                .begin_storage_key(namespace, key, &fingerprint)
+                .await?;
+            let now = Instant::now();
+            match (decision, deadline) {
+                (Decision::InFlight { .. }, Some(deadline)) if now < deadline => {
+                    tokio::time::sleep(pause.min(deadline - now)).await;
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+                (decision, _) => return Ok(decision),
+            }
+        }
+    }
+}
+
+/// Runs `body` once per key: the first call runs it and stores `Ok(T)` (as JSON); a duplicate
+/// returns the stored `T` without running it. `Err(E)` releases the key, so a retry runs again.
+/// In-flight, mismatch, key, codec and store errors become `E` through `map_err`.
+///
+/// If the body succeeded but its result could not be stored (store down, lease lost, `T` not
+/// encodable), the result is still returned, and the failure is logged and counted: the work
+/// was done, and answering with an error would invite a retry.
+pub async fn run<R, S, M, F>(engine: Idempotency<S>, call: Call, map_err: M, body: F) -> R
+where
+    R: FnResult,
+    R::Ok: Serialize + DeserializeOwned,
+    S: Store,
+    M: FnOnce(IdempotentError) -> R::Err,
+    F: Future<Output = R>,
+{
+    let execution = match start(engine, call).await {
+        Ok(Started::Execute(execution)) => execution,
+        Ok(Started::Replay(outcome)) => {
+            return R::from_result(decode::<R::Ok>(&outcome, STATUS_OK).map_err(map_err));
+        }
+        Err(error) => return R::from_result(Err(map_err(error))),
+    };
+    let result = body.await.into_result();
+    match &result {
+        Ok(value) => store(execution, STATUS_OK, value).await,
+        Err(_) => release(execution).await,
+    }
+    R::from_result(result)
+}
+
+/// Like [`run`], but `Err(E)` is stored and replayed too (attribute `on_error = "keep"`): for
+/// errors that are final answers (a declined card), not failures worth a retry.
+pub async fn run_keeping_errors<R, S, M, F>(
+    engine: Idempotency<S>,
+    call: Call,
+    map_err: M,
+    body: F,
+) -> R
+where
+    R: FnResult,
+    R::Ok: Serialize + DeserializeOwned,
+    R::Err: Serialize + DeserializeOwned,
+    S: Store,
+    M: FnOnce(IdempotentError) -> R::Err,
+    F: Future<Output = R>,
+{
+    let execution = match start(engine, call).await {
+        Ok(Started::Execute(execution)) => execution,
+        Ok(Started::Replay(outcome)) => {
+            let replayed = if outcome.status == STATUS_ERR {
+                decode::<R::Err>(&outcome, STATUS_ERR).map(Err)
+            } else {
+                decode::<R::Ok>(&outcome, STATUS_OK).map(Ok)
+            };
+            return R::from_result(replayed.unwrap_or_else(|error| Err(map_err(error))));
+        }
+        Err(error) => return R::from_result(Err(map_err(error))),
+    };
+    let result = body.await.into_result();
+    match &result {
+        Ok(value) => store(execution, STATUS_OK, value).await,
+        Err(error) => store(execution, STATUS_ERR, error).await,
+    }
+    R::from_result(result)
+}
+
+enum Started<S: Store> {
+    Execute(Execution<S>),
+    Replay(Outcome),
+}
+
+async fn start<S: Store>(
+    engine: Idempotency<S>,
+    call: Call,
+) -> Result<Started<S>, IdempotentError> {
+    match call.begin(engine).await? {
+        Decision::Execute(execution) => Ok(Started::Execute(execution)),
+        Decision::Replay(outcome) => Ok(Started::Replay(outcome)),
+        Decision::InFlight { retry_after } => Err(IdempotentError::InFlight { retry_after }),
+        Decision::Mismatch => Err(IdempotentError::Mismatch),
+    }
+}
+
+fn decode<T: DeserializeOwned>(outcome: &Outcome, expected: u16) -> Result<T, IdempotentError> {
+    if outcome.status != expected {
+        return Err(IdempotentError::Codec(format!(
+            "stored status {} is not {expected}: the record was written by another kind of caller",
+            outcome.status
+        )));
+    }
+    serde_json::from_slice(&outcome.body)
+        .map_err(|error| IdempotentError::Codec(format!("stored value: {error}")))
+}
+
+async fn store<S: Store, T: Serialize>(execution: Execution<S>, status: u16, value: &T) {
+    match serde_json::to_vec(value) {
+        // The engine logs and counts store failures.
+        Ok(body) => {
+            let _ = execution.complete(Outcome::new(status, body)).await;
+        }
+        Err(error) => {
+            tracing::error!(%error, "the result of an idempotent function is not encodable; releasing the key");
+            release(execution).await;
+        }
+    }
+}
+
+async fn release<S: Store>(execution: Execution<S>) {
+    // The engine logs and counts store failures; an unreleased key expires with its lease.
+    let _ = execution.release().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::IdempotencyKey;
+
+    #[test]
+    fn storage_key_matches_the_scope_for_valid_keys() {
+        let call = Call::new("ns", "order-42").principal("tenant");
+        let key = IdempotencyKey::parse("order-42").unwrap();
+        let scope = Scope::new("ns").with_principal("tenant");
+        assert_eq!(call.storage_key(), scope.storage_key(&key));
+        // Keys an HTTP header would refuse are still usable by functions.
+        assert_ne!(Call::new("ns", "订单 42").storage_key(), call.storage_key());
+    }
+}

@@ -1,0 +1,142 @@
+//! The expansion: the function keeps its signature; its body becomes one call into
+//! `::idempotency_core::function`, with the original body as an `async move` block.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Expr, ItemFn};
+
+use crate::attr::{Args, DurationArg, OnError};
+use crate::check::FnInfo;
+
+/// Expands `#[idempotent(args)] item`.
+pub(crate) fn expand(args: Args, item: ItemFn) -> syn::Result<TokenStream> {
+    let info = FnInfo::of(&item.sig)?;
+    if args.transition.is_some() {
+        return crate::state::expand(args, item, info);
+    }
+    if args.tx.is_some() {
+        return crate::tx::expand(args, item, info);
+    }
+    dedup(args, item, info)
+}
+
+/// Dedup mode: claim the key in the store, run the body once, store `Ok(T)`.
+fn dedup(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<TokenStream> {
+    reject_state_args(&args)?;
+    let key = required(args.key.as_ref(), "key", KEY_HINT)?;
+    let store = required(args.store.as_ref(), "store", STORE_HINT)?;
+    info.check_root(key, "key")?;
+    info.check_root(store, "store")?;
+    let call = call_builder(&args, &info, key)?;
+
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = item;
+    let output = &info.output;
+    let engine_var = format_ident!("__idempotency_engine", span = Span::mixed_site());
+    let call_var = format_ident!("__idempotency_call", span = Span::mixed_site());
+    let runner = match args.on_error {
+        Some((OnError::Keep, _)) => quote!(run_keeping_errors),
+        _ => quote!(run),
+    };
+    let map_err = map_err(&args, output);
+    Ok(quote! {
+        #(#attrs)*
+        #vis #sig {
+            let #call_var = #call;
+            let #engine_var = {
+                use ::idempotency_core::function::AsEngine as _;
+                (#store).idempotency_engine()
+            };
+            ::idempotency_core::function::#runner::<#output, _, _, _>(
+                #engine_var,
+                #call_var,
+                #map_err,
+                async move #block,
+            )
+            .await
+        }
+    })
+}
+
+pub(crate) const KEY_HINT: &str = "name the idempotency key with an expression over the \
+     arguments, e.g. `key = event.trade_no`";
+const STORE_HINT: &str = "name the engine, e.g. `store = self.engine` or `store = state.idempotency` \
+     (an `idempotency_core::Idempotency` or an `Arc` of a store)";
+
+/// The argument, or an error on the attribute saying what to add.
+pub(crate) fn required<'a, T>(value: Option<&'a T>, name: &str, hint: &str) -> syn::Result<&'a T> {
+    value.ok_or_else(|| {
+        syn::Error::new(
+            Span::call_site(),
+            format!("`#[idempotent]` is missing `{name} = …`: {hint}"),
+        )
+    })
+}
+
+/// Arguments of the state-machine mode are refused elsewhere.
+fn reject_state_args(args: &Args) -> syn::Result<()> {
+    if let Some(executor) = &args.executor {
+        return Err(syn::Error::new(
+            executor.span(),
+            "`executor` belongs to the state-machine mode: add `transition(…)`, or remove it",
+        ));
+    }
+    if let Some(already) = &args.already {
+        return Err(syn::Error::new(
+            already.span(),
+            "`already` belongs to the state-machine mode: add `transition(…)`, or remove it",
+        ));
+    }
+    Ok(())
+}
+
+/// `Call::new(namespace, &(key)).principal(..).ttl(..).lease(..).wait(..).fingerprint(..)…`
+pub(crate) fn call_builder(args: &Args, info: &FnInfo, key: &Expr) -> syn::Result<TokenStream> {
+    let namespace = namespace(args, info);
+    let mut call = quote!(::idempotency_core::function::Call::new(#namespace, &(#key)));
+    if let Some(principal) = &args.principal {
+        info.check_root(principal, "principal")?;
+        call.extend(quote!(.principal(&(#principal))));
+    }
+    for (name, value) in [
+        ("ttl", &args.ttl),
+        ("lease", &args.lease),
+        ("wait", &args.wait),
+    ] {
+        if let Some(DurationArg { millis, span }) = value {
+            let method = format_ident!("{name}", span = *span);
+            call.extend(quote!(.#method(::core::time::Duration::from_millis(#millis))));
+        }
+    }
+    for part in args.fingerprint.iter().flatten() {
+        info.check_root(part, "fingerprint")?;
+        let name = part.to_token_stream().to_string();
+        call.extend(quote_spanned!(part.span()=> .fingerprint(#name, &(#part))));
+    }
+    Ok(call)
+}
+
+/// The `scope = "…"` namespace, or `module_path!()::fn_name`.
+pub(crate) fn namespace(args: &Args, info: &FnInfo) -> TokenStream {
+    match &args.scope {
+        Some(scope) => scope.to_token_stream(),
+        None => {
+            let name = info.name.to_string();
+            quote!(::core::concat!(::core::module_path!(), "::", #name))
+        }
+    }
+}
+
+/// `map_err = path`, or `From::from`, spanned on the return type so that a missing
+/// `From<IdempotentError>` is reported there.
+pub(crate) fn map_err(args: &Args, output: &syn::Type) -> TokenStream {
+    match &args.map_err {
+        Some(map_err) => map_err.to_token_stream(),
+        None => quote_spanned!(output.span()=> ::core::convert::From::from),
+    }
+}
