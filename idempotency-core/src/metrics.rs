@@ -15,6 +15,9 @@ pub const STALE_OWNERS: &str = "idempotency_stale_owner_total";
 pub const FAIL_OPEN: &str = "idempotency_fail_open_total";
 /// Counter of executions whose outcome was released instead of stored (errors, 5xx).
 pub const RELEASED: &str = "idempotency_released_total";
+/// Counter of requests a front end refused itself (missing or invalid key, body too large, in
+/// flight, key reused, store unavailable), labelled `reason`.
+pub const REFUSALS: &str = "idempotency_refusals_total";
 
 /// Registers descriptions of the metrics above with the installed recorder.
 pub fn describe() {
@@ -26,4 +29,5 @@ pub fn describe() {
         "Requests passed through because the store failed (fail-open)"
     );
     metrics::describe_counter!(RELEASED, "Executions released for retry instead of stored");
+    metrics::describe_counter!(REFUSALS, "Requests refused by a front end, by reason");
 }

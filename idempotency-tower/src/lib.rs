@@ -1,1 +1,103 @@
 //! Tower middleware that makes HTTP (and gRPC) endpoints idempotent.
+//!
+//! [`IdempotencyLayer`] guards POST and PATCH requests (configurable) carrying an
+//! `Idempotency-Key`. The first request with a key runs the handler and its response is stored;
+//! a retry gets the stored response back instead of running the handler again:
+//!
+//! | situation | answer |
+//! |---|---|
+//! | first request | the handler's response |
+//! | completed duplicate | the stored status, headers, body (and trailers), plus `Idempotent-Replayed: true` |
+//! | duplicate while the first is in flight | 409 + `Retry-After`; or, with [`InFlightPolicy::Wait`], a bounded wait then the replay |
+//! | same key, other payload | 422, the record untouched |
+//! | key missing where required / malformed | 400; where optional, the request passes through untouched |
+//! | body larger than the layer reads | 413 |
+//! | store unavailable or timed out | 503 + `Retry-After`; or, fail-open, the request passes through (logged, counted) |
+//!
+//! Refusals are RFC 9457 `application/problem+json` ([`ProblemJson`], pluggable through
+//! [`RenderRefusal`]) and never stored. 2xx, 3xx and 4xx except 408/409/425/429 are stored;
+//! 5xx and service errors release the key so the retry runs again ([`StoragePolicy`]).
+//! Hop-by-hop headers and `Date` are never stored, `Set-Cookie` and credentials only when
+//! enabled. The handler runs in its own task: a client that disconnects does not abandon it,
+//! and its response is recorded for the retry. Keys are scoped by namespace and, optionally,
+//! principal (tenant), and hashed before they reach the store.
+//!
+//! The claim, lease keep-alive and complete/release are the engine's
+//! ([`idempotency_core::Idempotency`]): a new key costs one claim and one complete, a replay one
+//! claim.
+//!
+//! ```
+//! use axum::{Router, routing::post};
+//! use idempotency_core::MemoryStore;
+//! use idempotency_tower::IdempotencyLayer;
+//! use std::time::Duration;
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let layer = IdempotencyLayer::builder(MemoryStore::new())
+//!     .namespace("payments")
+//!     .principal_header(http::HeaderName::from_static("x-tenant-id"))
+//!     .ttl(Duration::from_secs(24 * 3600))
+//!     .build();
+//! let app = Router::new()
+//!     .route("/payments", post(|| async { "paid" }))
+//!     .layer(layer);
+//!
+//! let request = || {
+//!     http::Request::post("/payments")
+//!         .header("idempotency-key", "\"order-42\"")
+//!         .header("x-tenant-id", "acme")
+//!         .body(axum::body::Body::from("{\"amount\":10}"))
+//!         .unwrap()
+//! };
+//! let first = app.clone().oneshot(request()).await.unwrap();
+//! assert_eq!(first.status(), 200);
+//! let retry = app.oneshot(request()).await.unwrap();
+//! assert_eq!(retry.headers()["idempotent-replayed"], "true");
+//! # }
+//! ```
+//!
+//! # gRPC
+//!
+//! With the `grpc` feature, [`IdempotencyLayer::grpc`] (or
+//! [`IdempotencyLayerBuilder::grpc`]) takes the key from metadata `idempotency-key`, refuses with
+//! gRPC statuses ([`GrpcStatus`]: `INVALID_ARGUMENT`, `ABORTED`, `FAILED_PRECONDITION`,
+//! `UNAVAILABLE`), stores by `grpc-status` and replays message, metadata and trailers. It works on
+//! plain `http` types, so it sits in front of tonic without depending on it. Streaming calls must
+//! not be guarded: list the unary methods with [`IdempotencyLayerBuilder::only_paths`].
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+mod body;
+mod builder;
+mod codec;
+mod collect;
+mod execute;
+mod fingerprint;
+mod future;
+mod gate;
+#[cfg(feature = "grpc")]
+mod grpc;
+mod headers;
+mod json;
+mod key_source;
+mod layer;
+mod policy;
+mod refusal;
+mod service;
+mod settings;
+
+pub use body::{RequestBody, ResponseBody};
+pub use builder::IdempotencyLayerBuilder;
+pub use codec::{DecodeError, StoredResponse};
+pub use fingerprint::{FingerprintFn, FingerprintSource};
+pub use future::ResponseFuture;
+#[cfg(feature = "grpc")]
+pub use grpc::GrpcStatus;
+pub use headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
+pub use key_source::{KeyFn, KeySource, key_from_headers};
+pub use layer::IdempotencyLayer;
+pub use policy::{InFlightPolicy, StoragePolicy, StoreFn};
+pub use refusal::{ProblemJson, Refusal, RefusalKind, RenderRefusal};
+pub use service::IdempotencyService;
+pub use settings::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES, PrincipalFn};

@@ -1,0 +1,261 @@
+//! The layer's builder.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderName, Method};
+use idempotency_core::{Fingerprint, Idempotency, IdempotencyKey, KeyError, Scope, Store};
+
+use crate::fingerprint::FingerprintSource;
+use crate::key_source::KeySource;
+use crate::layer::IdempotencyLayer;
+use crate::policy::{InFlightPolicy, StoragePolicy};
+use crate::refusal::RenderRefusal;
+use crate::settings::Settings;
+
+/// Configures an [`IdempotencyLayer`]; start with [`IdempotencyLayer::builder`].
+pub struct IdempotencyLayerBuilder<S> {
+    engine: Idempotency<S>,
+    settings: Settings,
+}
+
+impl<S> std::fmt::Debug for IdempotencyLayerBuilder<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyLayerBuilder")
+            .field("engine", &self.engine)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl<S: Store> IdempotencyLayerBuilder<S> {
+    pub(crate) fn new(engine: Idempotency<S>) -> Self {
+        Self {
+            engine,
+            settings: Settings::default(),
+        }
+    }
+
+    /// The finished layer.
+    pub fn build(self) -> IdempotencyLayer<S> {
+        IdempotencyLayer {
+            engine: self.engine,
+            settings: Arc::new(self.settings),
+        }
+    }
+
+    /// The namespace keys live in (default `"http"`; the gRPC preset uses `"grpc"`). Give each
+    /// API its own when several share a store.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.settings.scope = Scope::new(namespace);
+        self
+    }
+
+    /// Reads the key from this header instead of `Idempotency-Key`.
+    pub fn key_header(self, name: HeaderName) -> Self {
+        self.key_source(KeySource::Header(name))
+    }
+
+    /// Reads the key from a field of the JSON body, e.g. `/trade_no` (see
+    /// [`KeySource::JsonPointer`] for the rules).
+    pub fn key_from_json(self, pointer: impl Into<String>) -> Self {
+        self.key_source(KeySource::JsonPointer(pointer.into()))
+    }
+
+    /// Reads the key with a user function over the request head and the collected body.
+    pub fn key_with(
+        self,
+        read: impl Fn(&Parts, &Bytes) -> Result<Option<IdempotencyKey>, KeyError>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.key_source(KeySource::Custom(Arc::new(read)))
+    }
+
+    /// Sets where the key comes from.
+    pub fn key_source(mut self, source: KeySource) -> Self {
+        self.settings.key = source;
+        self
+    }
+
+    /// The methods guarded (default POST and PATCH); requests with other methods pass through.
+    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.settings.methods = methods.into_iter().collect();
+        self
+    }
+
+    /// Guards only requests to these exact paths; others pass through (default: every path).
+    /// In gRPC mode list the unary methods, e.g. `/payments.v1.Payments/Pay`.
+    pub fn only_paths<P: Into<String>>(mut self, paths: impl IntoIterator<Item = P>) -> Self {
+        self.settings.paths = Some(paths.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Whether the key is required (default `true`): a request without one is refused with 400;
+    /// when optional it passes through untouched (with a header key, its body is not read).
+    pub fn require_key(mut self, required: bool) -> Self {
+        self.settings.require_key = required;
+        self
+    }
+
+    /// Scopes keys by principal (tenant, user, API client) named by a function of the request
+    /// head: two principals never share a record, whatever key they send. `None` means the
+    /// namespace-wide scope.
+    pub fn principal(
+        mut self,
+        principal: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.settings.principal = Some(Arc::new(principal));
+        self
+    }
+
+    /// Scopes keys by the value of a header (e.g. `X-Tenant-Id`), see
+    /// [`principal`](Self::principal).
+    pub fn principal_header(self, name: HeaderName) -> Self {
+        self.principal(move |parts| {
+            parts
+                .headers
+                .get(&name)
+                .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+        })
+    }
+
+    /// Sets what the fingerprint covers (default [`FingerprintSource::Request`]).
+    pub fn fingerprint(mut self, source: FingerprintSource) -> Self {
+        self.settings.fingerprint = source;
+        self
+    }
+
+    /// Fingerprints method, target and these JSON fields of the body (JSON Pointers).
+    pub fn fingerprint_json_fields<P: Into<String>>(
+        self,
+        pointers: impl IntoIterator<Item = P>,
+    ) -> Self {
+        let fields: Vec<String> = pointers.into_iter().map(Into::into).collect();
+        self.fingerprint(FingerprintSource::JsonFields(fields.into()))
+    }
+
+    /// Fingerprints method, target and these headers (the body is not read).
+    pub fn fingerprint_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+        let names: Vec<HeaderName> = names.into_iter().collect();
+        self.fingerprint(FingerprintSource::Headers(names.into()))
+    }
+
+    /// Fingerprints with a user function.
+    pub fn fingerprint_with(
+        self,
+        compute: impl Fn(&Parts, &Bytes) -> Fingerprint + Send + Sync + 'static,
+    ) -> Self {
+        self.fingerprint(FingerprintSource::Custom(Arc::new(compute)))
+    }
+
+    /// How long completed responses are kept and replayed (default 24 h).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.engine = self.engine.with_ttl(ttl);
+        self
+    }
+
+    /// The processing lease (default 60 s), renewed while the handler runs.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.engine = self.engine.with_lease(lease);
+        self
+    }
+
+    /// The longest each store call may take before it counts as failed (default 2 s).
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.engine = self.engine.with_store_timeout(timeout);
+        self
+    }
+
+    /// Lease renewal while the handler runs, and its ceiling (default on, 10 min).
+    pub fn keep_alive(mut self, enabled: bool, ceiling: Duration) -> Self {
+        self.engine = self.engine.with_keep_alive(enabled, ceiling);
+        self
+    }
+
+    /// The largest request body the layer reads (default 1 MiB); larger → 413.
+    pub fn max_body_bytes(mut self, limit: usize) -> Self {
+        self.settings.max_body_bytes = limit;
+        self
+    }
+
+    /// The largest response body stored (default 1 MiB). A larger response still reaches the
+    /// client, but is not stored: the key is released and a warning logged.
+    pub fn max_stored_response_bytes(mut self, limit: usize) -> Self {
+        self.settings.max_stored_bytes = limit;
+        self
+    }
+
+    /// What a duplicate gets while the first is in flight (default
+    /// [`InFlightPolicy::Reject`]).
+    pub fn in_flight(mut self, policy: InFlightPolicy) -> Self {
+        self.settings.in_flight = policy;
+        self
+    }
+
+    /// Duplicates wait up to `max` for the first to finish, then get its response.
+    pub fn wait_in_flight(self, max: Duration) -> Self {
+        self.in_flight(InFlightPolicy::Wait { max })
+    }
+
+    /// Which responses are stored (default [`StoragePolicy::Standard`]).
+    pub fn storage_policy(mut self, policy: StoragePolicy) -> Self {
+        self.settings.storage = policy;
+        self
+    }
+
+    /// Stores 5xx responses too ([`StoragePolicy::IncludeServerErrors`]).
+    pub fn store_server_errors(self) -> Self {
+        self.storage_policy(StoragePolicy::IncludeServerErrors)
+    }
+
+    /// When the store fails or times out: `false` (default) answers 503 + `Retry-After`; `true`
+    /// lets the request through unguarded, logged and counted
+    /// ([`idempotency_core::metrics::FAIL_OPEN`]).
+    pub fn fail_open(mut self, open: bool) -> Self {
+        self.settings.fail_open = open;
+        self
+    }
+
+    /// The `Retry-After` of a 503 when the store fails (default 1 s).
+    pub fn unavailable_retry_after(mut self, after: Duration) -> Self {
+        self.settings.unavailable_retry_after = after;
+        self
+    }
+
+    /// Whether `Set-Cookie`, `Authorization`, `Cookie`, `WWW-Authenticate` and values marked
+    /// sensitive are stored and replayed (default `false`).
+    pub fn store_sensitive_headers(mut self, store: bool) -> Self {
+        self.settings.store_sensitive_headers = store;
+        self
+    }
+
+    /// How refusals are rendered (default [`ProblemJson`](crate::ProblemJson)).
+    pub fn refusals(mut self, renderer: impl RenderRefusal) -> Self {
+        self.settings.renderer = Arc::new(renderer);
+        self
+    }
+
+    /// The gRPC preset: key from metadata `idempotency-key`, namespace `"grpc"`, only
+    /// `application/grpc` POSTs guarded (others pass through), refusals as gRPC statuses
+    /// ([`GrpcStatus`](crate::GrpcStatus)), storage decided by `grpc-status`
+    /// ([`StoragePolicy::Grpc`]), replays with their trailers and `idempotent-replayed: true`.
+    ///
+    /// The layer cannot tell a streaming call from a unary one by its request, and it collects a
+    /// guarded call's request and response. So when a service has streaming methods, list its
+    /// unary methods with [`only_paths`](Self::only_paths): every other call, streaming ones
+    /// included, passes through untouched. Without a list every gRPC call is guarded.
+    #[cfg(feature = "grpc")]
+    pub fn grpc(mut self) -> Self {
+        self.settings.scope = Scope::new("grpc");
+        self.settings.key = KeySource::Header(crate::headers::IDEMPOTENCY_KEY);
+        self.settings.methods = vec![Method::POST];
+        self.settings.storage = StoragePolicy::Grpc;
+        self.settings.renderer = Arc::new(crate::grpc::GrpcStatus);
+        self.settings.grpc = true;
+        self
+    }
+}

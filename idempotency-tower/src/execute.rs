@@ -1,0 +1,144 @@
+//! Running the handler for a claimed key, to its end, then storing or releasing its response.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use idempotency_core::{Execution, Outcome, Store};
+use tower_service::Service;
+use tracing::Instrument;
+
+use crate::body::{RequestBody, ResponseBody};
+use crate::codec::StoredResponse;
+use crate::collect::{Collected, collect_response};
+use crate::gate::refuse;
+use crate::headers::strip_unstorable;
+use crate::policy::grpc_code;
+use crate::refusal::{Refusal, RefusalKind};
+use crate::settings::Settings;
+
+/// Runs the handler in its own task, so that it finishes and its outcome is recorded even if the
+/// client goes away; the caller only awaits the task's result.
+pub(crate) async fn spawn<T, S, B, ResB>(
+    settings: &Arc<Settings>,
+    execution: Execution<S>,
+    inner: T,
+    request: Request<RequestBody<B>>,
+) -> Result<Response<ResponseBody<ResB>>, T::Error>
+where
+    S: Store,
+    T: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
+    T::Future: Send + 'static,
+    T::Error: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
+    ResB::Error: Send + 'static,
+{
+    let task = tokio::spawn(
+        run_to_end(Arc::clone(settings), execution, inner, request)
+            .instrument(tracing::Span::current()),
+    );
+    match task.await {
+        Ok(result) => result,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(_) => {
+            let refusal = Refusal::new(
+                RefusalKind::StoreUnavailable,
+                "the request was cancelled while being processed; retry later",
+            )
+            .with_retry_after(settings.unavailable_retry_after);
+            Ok(refuse(settings, refusal))
+        }
+    }
+}
+
+async fn run_to_end<T, S, B, ResB>(
+    settings: Arc<Settings>,
+    execution: Execution<S>,
+    mut inner: T,
+    request: Request<RequestBody<B>>,
+) -> Result<Response<ResponseBody<ResB>>, T::Error>
+where
+    S: Store,
+    T: Service<Request<RequestBody<B>>, Response = Response<ResB>>,
+    ResB: Body<Data = Bytes> + Unpin,
+{
+    let response = match inner.call(request).await {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::debug!("the service failed; releasing the key");
+            let _ = execution.release().await;
+            return Err(error);
+        }
+    };
+    let (parts, body) = response.into_parts();
+    match collect_response(body, settings.max_stored_bytes).await {
+        Collected::Complete(data, trailers) => {
+            let status = parts.status;
+            if settings
+                .storage
+                .should_store(status, &parts.headers, trailers.as_ref())
+            {
+                let keep = settings.store_sensitive_headers;
+                let mut headers = parts.headers.clone();
+                strip_unstorable(&mut headers, keep);
+                let stored_trailers = trailers.clone().map(|mut t| {
+                    strip_unstorable(&mut t, keep);
+                    t
+                });
+                let record_status = if settings.grpc {
+                    grpc_code(&parts.headers, trailers.as_ref()).unwrap_or(status.as_u16())
+                } else {
+                    status.as_u16()
+                };
+                let stored = StoredResponse {
+                    status,
+                    headers,
+                    body: data.clone(),
+                    trailers: stored_trailers,
+                };
+                match execution
+                    .complete(Outcome::new(record_status, stored.encode()))
+                    .await
+                {
+                    Ok(()) => tracing::debug!(status = status.as_u16(), "response stored"),
+                    Err(error) => tracing::warn!(
+                        %error,
+                        "the response could not be stored; a retry may run the handler again"
+                    ),
+                }
+            } else {
+                tracing::debug!(
+                    status = status.as_u16(),
+                    "response not stored; releasing the key"
+                );
+                let _ = execution.release().await;
+            }
+            Ok(Response::from_parts(
+                parts,
+                ResponseBody::buffered(data, trailers),
+            ))
+        }
+        Collected::Overflow(prefix, rest) => {
+            tracing::warn!(
+                limit = settings.max_stored_bytes,
+                "response larger than the stored-response limit; not stored, key released"
+            );
+            let _ = execution.release().await;
+            Ok(Response::from_parts(
+                parts,
+                ResponseBody::partial(prefix, rest),
+            ))
+        }
+        Collected::Failed(data, error) => {
+            tracing::warn!("the response body failed; key released");
+            let _ = execution.release().await;
+            Ok(Response::from_parts(
+                parts,
+                ResponseBody::failed(data, error),
+            ))
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! What a key's request is fingerprinted by.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::HeaderName;
+use http::request::Parts;
+use idempotency_core::Fingerprint;
+
+use crate::json::LazyJson;
+
+/// A user fingerprint function over the request head and the collected body.
+pub type FingerprintFn = dyn Fn(&Parts, &Bytes) -> Fingerprint + Send + Sync + 'static;
+
+/// What must not change between retries of one key. A retry with another fingerprint is
+/// refused with 422 and the stored record is left untouched.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub enum FingerprintSource {
+    /// Method, path and query, and the body bytes ([`Fingerprint::of_request`]). The default.
+    #[default]
+    Request,
+    /// Method, path and query, and the selected fields of a JSON body (JSON Pointers),
+    /// canonicalised so field order, whitespace and other fields do not matter. A body that is not
+    /// JSON is refused (400).
+    JsonFields(Arc<[String]>),
+    /// Method, path and query, and the values of the selected headers. The body is not read
+    /// (with a header key, the request body streams to the handler untouched).
+    Headers(Arc<[HeaderName]>),
+    /// A user function.
+    Custom(Arc<FingerprintFn>),
+}
+
+impl std::fmt::Debug for FingerprintSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Request => f.write_str("Request"),
+            Self::JsonFields(fields) => f.debug_tuple("JsonFields").field(fields).finish(),
+            Self::Headers(names) => f.debug_tuple("Headers").field(names).finish(),
+            Self::Custom(_) => f.write_str("Custom(..)"),
+        }
+    }
+}
+
+fn target(parts: &Parts) -> &str {
+    parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path(), |target| target.as_str())
+}
+
+impl FingerprintSource {
+    /// Whether the body must be collected.
+    pub(crate) fn needs_body(&self) -> bool {
+        !matches!(self, Self::Headers(_))
+    }
+
+    /// The fingerprint, or why the body could not be read for it.
+    pub(crate) fn compute(
+        &self,
+        parts: &Parts,
+        body: &Bytes,
+        json: &mut LazyJson<'_>,
+    ) -> Result<Fingerprint, String> {
+        match self {
+            Self::Request => Ok(Fingerprint::of_request(
+                parts.method.as_str(),
+                target(parts),
+                body,
+            )),
+            Self::JsonFields(fields) => {
+                let value = json.get()?;
+                let pointers: Vec<&str> = fields.iter().map(String::as_str).collect();
+                let selected = Fingerprint::of_json_fields(value, &pointers);
+                Ok(Fingerprint::builder()
+                    .field(b"method", parts.method.as_str().as_bytes())
+                    .field(b"target", target(parts).as_bytes())
+                    .field(b"json-fields", &selected.0)
+                    .finish())
+            }
+            Self::Headers(names) => {
+                let mut builder = Fingerprint::builder()
+                    .field(b"method", parts.method.as_str().as_bytes())
+                    .field(b"target", target(parts).as_bytes());
+                for name in names.iter() {
+                    builder = builder.field(b"header", name.as_str().as_bytes());
+                    for value in parts.headers.get_all(name) {
+                        builder = builder.field(b"value", value.as_bytes());
+                    }
+                }
+                Ok(builder.finish())
+            }
+            Self::Custom(compute) => Ok(compute(parts, body)),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use http::Request;
+
+    fn fp(
+        source: &FingerprintSource,
+        uri: &str,
+        header: Option<&str>,
+        body: &str,
+    ) -> Result<Fingerprint, String> {
+        let mut request = Request::post(uri);
+        if let Some(value) = header {
+            request = request.header("x-amount", value);
+        }
+        let parts = request.body(()).unwrap().into_parts().0;
+        let body = Bytes::copy_from_slice(body.as_bytes());
+        let mut json = LazyJson::new(&body);
+        source.compute(&parts, &body, &mut json)
+    }
+
+    #[test]
+    fn request_fingerprint_covers_target_and_body() {
+        let s = FingerprintSource::Request;
+        let base = fp(&s, "/a?x=1", None, "b").unwrap();
+        assert_eq!(base, fp(&s, "/a?x=1", Some("9"), "b").unwrap());
+        assert_ne!(base, fp(&s, "/a?x=2", None, "b").unwrap());
+        assert_ne!(base, fp(&s, "/a?x=1", None, "c").unwrap());
+    }
+
+    #[test]
+    fn json_fields_ignore_order_and_other_fields() {
+        let s = FingerprintSource::JsonFields(Arc::from(vec!["/amount".to_owned()]));
+        let a = fp(&s, "/pay", None, r#"{"amount":1,"ts":1}"#).unwrap();
+        assert_eq!(a, fp(&s, "/pay", None, r#"{"ts":2, "amount":1}"#).unwrap());
+        assert_ne!(a, fp(&s, "/pay", None, r#"{"amount":2}"#).unwrap());
+        assert_ne!(a, fp(&s, "/refund", None, r#"{"amount":1}"#).unwrap());
+        assert!(fp(&s, "/pay", None, "not json").is_err());
+    }
+
+    #[test]
+    fn headers_fingerprint_ignores_body() {
+        let s = FingerprintSource::Headers(Arc::from(vec![HeaderName::from_static("x-amount")]));
+        let a = fp(&s, "/pay", Some("1"), "x").unwrap();
+        assert_eq!(a, fp(&s, "/pay", Some("1"), "y").unwrap());
+        assert_ne!(a, fp(&s, "/pay", Some("2"), "x").unwrap());
+        assert_ne!(a, fp(&s, "/pay", None, "x").unwrap());
+    }
+}

@@ -1,0 +1,208 @@
+//! The decision for a guarded request: read what is needed, claim, then run, replay or refuse.
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Request, Response};
+use http_body::Body;
+use idempotency_core::metrics as names;
+use idempotency_core::{Decision, IdempotencyKey, Outcome, Store, StoreError};
+use tower_service::Service;
+
+use crate::body::{RequestBody, ResponseBody};
+use crate::codec::{DecodeError, StoredResponse};
+use crate::collect::{RequestCollectError, collect_request};
+use crate::execute;
+use crate::headers::IDEMPOTENT_REPLAYED;
+use crate::json::LazyJson;
+use crate::layer::IdempotencyLayer;
+use crate::policy::InFlightPolicy;
+use crate::refusal::{Refusal, RefusalKind};
+use crate::service::key_refusal;
+use crate::settings::Settings;
+
+/// Renders a refusal, logs and counts it.
+pub(crate) fn refuse<B: Body>(settings: &Settings, refusal: Refusal) -> Response<ResponseBody<B>> {
+    let namespace = settings.scope.namespace();
+    tracing::info!(namespace, reason = refusal.kind.slug(), detail = %refusal.detail, "idempotency refusal");
+    metrics::counter!(names::REFUSALS, "namespace" => namespace.to_owned(), "reason" => refusal.kind.slug())
+        .increment(1);
+    settings
+        .renderer
+        .render(&refusal)
+        .map(|body| ResponseBody::buffered(body, None))
+}
+
+pub(crate) fn too_large(settings: &Settings) -> Refusal {
+    Refusal::new(
+        RefusalKind::BodyTooLarge,
+        format!(
+            "the request body is larger than {} bytes",
+            settings.max_body_bytes
+        ),
+    )
+}
+
+/// The request body: still streaming, or collected once.
+enum Held<B> {
+    Streaming(B),
+    Buffered(Bytes, Option<HeaderMap>),
+}
+
+impl<B> Held<B> {
+    fn into_body(self) -> RequestBody<B> {
+        match self {
+            Self::Streaming(body) => RequestBody::streaming(body),
+            Self::Buffered(data, trailers) => RequestBody::buffered(data, trailers),
+        }
+    }
+}
+
+/// The replayed response for a stored outcome.
+pub(crate) fn replay<B: Body>(outcome: &Outcome) -> Result<Response<ResponseBody<B>>, DecodeError> {
+    let stored = StoredResponse::decode(&outcome.body)?;
+    let mut response = Response::new(ResponseBody::buffered(stored.body, stored.trailers));
+    *response.status_mut() = stored.status;
+    *response.headers_mut() = stored.headers;
+    response
+        .headers_mut()
+        .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    Ok(response)
+}
+
+async fn pass_through<T, B, ResB>(
+    mut inner: T,
+    parts: Parts,
+    held: Held<B>,
+) -> Result<Response<ResponseBody<ResB>>, T::Error>
+where
+    T: Service<Request<RequestBody<B>>, Response = Response<ResB>>,
+    ResB: Body,
+{
+    let response = inner
+        .call(Request::from_parts(parts, held.into_body()))
+        .await?;
+    Ok(response.map(ResponseBody::inner))
+}
+
+/// Decides and answers one guarded request.
+pub(crate) async fn run<T, S, B, ResB>(
+    layer: IdempotencyLayer<S>,
+    inner: T,
+    parts: Parts,
+    body: B,
+    header_key: Option<IdempotencyKey>,
+) -> Result<Response<ResponseBody<ResB>>, T::Error>
+where
+    S: Store,
+    T: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
+    T::Future: Send + 'static,
+    T::Error: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
+    ResB::Error: Send + 'static,
+{
+    let settings = &*layer.settings;
+    let held = if settings.needs_body() {
+        match collect_request(body, settings.max_body_bytes).await {
+            Ok((data, trailers)) => Held::Buffered(data, trailers),
+            Err(RequestCollectError::TooLarge) => return Ok(refuse(settings, too_large(settings))),
+            Err(RequestCollectError::Stream) => {
+                let refusal = Refusal::new(
+                    RefusalKind::MalformedBody,
+                    "the request body could not be read",
+                );
+                return Ok(refuse(settings, refusal));
+            }
+        }
+    } else {
+        Held::Streaming(body)
+    };
+
+    let empty = Bytes::new();
+    let bytes = match &held {
+        Held::Buffered(data, _) => data,
+        Held::Streaming(_) => &empty,
+    };
+    let mut json = LazyJson::new(bytes);
+    let key = match header_key {
+        Some(key) => key,
+        None => match settings.key.read(&parts, bytes, &mut json) {
+            Ok(Some(key)) => key,
+            Ok(None) if !settings.require_key => {
+                tracing::trace!("no idempotency key; passing through");
+                return pass_through(inner, parts, held).await;
+            }
+            Ok(None) => {
+                let refusal = Refusal::new(
+                    RefusalKind::MissingKey,
+                    "this endpoint requires an idempotency key",
+                );
+                return Ok(refuse(settings, refusal));
+            }
+            Err(error) => return Ok(refuse(settings, key_refusal(error))),
+        },
+    };
+    let fingerprint = match settings.fingerprint.compute(&parts, bytes, &mut json) {
+        Ok(fingerprint) => fingerprint,
+        Err(detail) => {
+            return Ok(refuse(
+                settings,
+                Refusal::new(RefusalKind::MalformedBody, detail),
+            ));
+        }
+    };
+    drop(json);
+
+    let scope = settings.scope_for(&parts);
+    let engine = &layer.engine;
+    let decision = match settings.in_flight {
+        InFlightPolicy::Reject => engine.begin(&scope, &key, &fingerprint).await,
+        InFlightPolicy::Wait { max } => engine.begin_waiting(&scope, &key, &fingerprint, max).await,
+    };
+    let error = match decision {
+        Ok(Decision::Execute(execution)) => {
+            let request = Request::from_parts(parts, held.into_body());
+            return execute::spawn(&layer.settings, execution, inner, request).await;
+        }
+        Ok(Decision::Replay(outcome)) => match replay(&outcome) {
+            Ok(response) => {
+                tracing::debug!(status = response.status().as_u16(), "replayed");
+                return Ok(response);
+            }
+            Err(error) => {
+                tracing::error!(%error, "stored response could not be decoded");
+                StoreError::Codec(error.to_string())
+            }
+        },
+        Ok(Decision::InFlight { retry_after }) => {
+            let refusal = Refusal::new(
+                RefusalKind::InFlight,
+                "a request with this idempotency key is still being processed",
+            )
+            .with_retry_after(retry_after);
+            return Ok(refuse(settings, refusal));
+        }
+        Ok(Decision::Mismatch) => {
+            let refusal = Refusal::new(
+                RefusalKind::Mismatch,
+                "this idempotency key was already used with a different request",
+            );
+            return Ok(refuse(settings, refusal));
+        }
+        Err(error) => error,
+    };
+
+    if settings.fail_open {
+        tracing::warn!(%error, "idempotency store failed; failing open, the request runs unguarded");
+        metrics::counter!(names::FAIL_OPEN, "namespace" => settings.scope.namespace().to_owned())
+            .increment(1);
+        return pass_through(inner, parts, held).await;
+    }
+    let refusal = Refusal::new(
+        RefusalKind::StoreUnavailable,
+        "the idempotency store is unavailable; retry later",
+    )
+    .with_retry_after(settings.unavailable_retry_after);
+    Ok(refuse(settings, refusal))
+}

@@ -1,0 +1,76 @@
+//! The layer.
+
+use std::sync::Arc;
+
+use idempotency_core::{Idempotency, Store};
+use tower_layer::Layer;
+
+use crate::builder::IdempotencyLayerBuilder;
+use crate::service::IdempotencyService;
+use crate::settings::Settings;
+
+/// Makes the wrapped service idempotent: see the [crate docs](crate) for what it answers when.
+///
+/// Cheap to clone; every service it makes shares one engine (store, lease, TTL) and one set of
+/// settings.
+pub struct IdempotencyLayer<S> {
+    pub(crate) engine: Idempotency<S>,
+    pub(crate) settings: Arc<Settings>,
+}
+
+impl<S> Clone for IdempotencyLayer<S> {
+    fn clone(&self) -> Self {
+        Self {
+            engine: self.engine.clone(),
+            settings: Arc::clone(&self.settings),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for IdempotencyLayer<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyLayer")
+            .field("engine", &self.engine)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl<S: Store> IdempotencyLayer<S> {
+    /// A layer over `store` with every default: key from the `Idempotency-Key` header (required),
+    /// POST and PATCH guarded, fingerprint of method, target and body, 60 s lease, 24 h TTL,
+    /// 1 MiB body limit, 409 while in flight, fail-closed.
+    pub fn new(store: S) -> Self {
+        Self::builder(store).build()
+    }
+
+    /// Starts configuring a layer over `store`.
+    pub fn builder(store: S) -> IdempotencyLayerBuilder<S> {
+        IdempotencyLayerBuilder::new(Idempotency::new(store))
+    }
+
+    /// Starts configuring a layer over an engine configured elsewhere (shared with other front
+    /// ends, say).
+    pub fn builder_with_engine(engine: Idempotency<S>) -> IdempotencyLayerBuilder<S> {
+        IdempotencyLayerBuilder::new(engine)
+    }
+
+    /// The gRPC preset over `store` (see [`IdempotencyLayerBuilder::grpc`]).
+    #[cfg(feature = "grpc")]
+    pub fn grpc(store: S) -> Self {
+        Self::builder(store).grpc().build()
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Idempotency<S> {
+        &self.engine
+    }
+}
+
+impl<S: Store, T> Layer<T> for IdempotencyLayer<S> {
+    type Service = IdempotencyService<T, S>;
+
+    fn layer(&self, inner: T) -> Self::Service {
+        IdempotencyService::new(inner, self.clone())
+    }
+}
