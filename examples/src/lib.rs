@@ -1,1 +1,4 @@
 //! Runnable examples.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod payments;
