@@ -1,1 +1,36 @@
 //! Redis store and one-time tokens (single node and Cluster).
+//!
+//! - [`RedisStore`]: the fenced record lifecycle, one round trip per step (Lua scripts run by
+//!   `EVALSHA`), records expiring natively.
+//! - [`RedisTokenStore`]: one-time tokens against double submits, consumed by one atomic
+//!   script.
+//! - [`connect`] / [`connect_cluster`]: connections with bounded time-outs that reconnect by
+//!   themselves; one connection may serve both stores.
+//!
+//! Every key a script touches carries the record's hash tag (`{<key hex>}`), so both stores
+//! run unchanged on Redis Cluster.
+//!
+//! ```no_run
+//! use idempotency_core::redis::{RedisStore, RedisTokenStore, connect};
+//! # async fn run() -> Result<(), idempotency_core::StoreError> {
+//! let connection = connect("redis://127.0.0.1:6379").await?;
+//! let store = RedisStore::new(connection.clone());
+//! let tokens = RedisTokenStore::new(connection);
+//! # let _ = (store, tokens); Ok(()) }
+//! ```
+
+mod codec;
+mod connect;
+mod error;
+mod scripts;
+mod store;
+mod tokens;
+
+pub use connect::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, connect, connect_cluster};
+pub use store::{DEFAULT_ABANDONED_GRACE, DEFAULT_CALL_TIMEOUT, DEFAULT_KEY_PREFIX, RedisStore};
+pub use tokens::{DEFAULT_TOKEN_PREFIX, RedisTokenStore};
+
+/// The Redis client crate this module is built on, for commands of your own.
+pub use ::redis as driver;
+pub use ::redis::aio::ConnectionManager;
+pub use ::redis::cluster_async::ClusterConnection;

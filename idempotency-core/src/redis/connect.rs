@@ -1,0 +1,52 @@
+//! Opening connections with bounded time-outs and automatic reconnection.
+
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClientBuilder;
+use ::redis::cluster_async::ClusterConnection;
+
+use super::error::map_error;
+use crate::StoreError;
+
+/// How long a connection attempt may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long one reply may take at the connection level (the stores also bound every call).
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Connects to one Redis server (`redis://host:port/db`) through a [`ConnectionManager`]: one
+/// multiplexed connection shared by all callers (clone it freely), re-established in the
+/// background after the server went away. Fails if the server cannot be reached now.
+pub async fn connect(url: &str) -> Result<ConnectionManager, StoreError> {
+    let client = ::redis::Client::open(url)
+        .map_err(|error| StoreError::Config(format!("redis url: {error}")))?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(50))
+        .set_max_delay(Duration::from_millis(500));
+    ConnectionManager::new_with_config(client, config)
+        .await
+        .map_err(|error| map_error(error, CONNECT_TIMEOUT))
+}
+
+/// Connects to a Redis Cluster given some of its nodes (`redis://127.0.0.1:7001`, ...). The
+/// connection follows slot moves and fail-overs; clone it freely.
+pub async fn connect_cluster<I, U>(nodes: I) -> Result<ClusterConnection, StoreError>
+where
+    I: IntoIterator<Item = U>,
+    U: AsRef<str>,
+{
+    let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
+    let client = ClusterClientBuilder::new(nodes)
+        .connection_timeout(CONNECT_TIMEOUT)
+        .response_timeout(RESPONSE_TIMEOUT)
+        .retries(3)
+        .build()
+        .map_err(|error| StoreError::Config(format!("redis cluster: {error}")))?;
+    client
+        .get_async_connection()
+        .await
+        .map_err(|error| map_error(error, CONNECT_TIMEOUT))
+}

@@ -1,0 +1,155 @@
+//! [`RedisTokenStore`]: one-time tokens consumed by one atomic script.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::redis::Script;
+use ::redis::aio::{ConnectionLike, ConnectionManager};
+use ::redis::cluster_async::ClusterConnection;
+
+use super::error::{bounded, millis};
+use super::scripts;
+use super::store::DEFAULT_CALL_TIMEOUT;
+use crate::time::unix_millis;
+use crate::token::{OneTimeToken, TokenOutcome, TokenStore};
+use crate::{Scope, StorageKey, StoreError};
+
+/// Default prefix of token keys.
+pub const DEFAULT_TOKEN_PREFIX: &str = "idempotency:token:";
+
+/// One-time tokens in Redis or Redis Cluster (see [`TokenStore`]).
+///
+/// A token is kept under the hash of (scope, token) — never the raw token — with a native TTL
+/// (the `ttl` given to [`issue`](TokenStore::issue); [`crate::DEFAULT_TOKEN_TTL`] is 30
+/// minutes). [`consume`](TokenStore::consume) is one Lua script that checks and deletes in one
+/// step, so of any number of concurrent submits exactly one is
+/// [`TokenOutcome::Consumed`].
+///
+/// Tokens only stop a user from submitting the same form twice. Payment callbacks, queue
+/// redeliveries and RPC retries carry no token: guard them with idempotency keys.
+///
+/// ```no_run
+/// use idempotency_core::{DEFAULT_TOKEN_TTL, Scope, TokenOutcome, TokenStore, redis::RedisTokenStore};
+/// # async fn run() -> Result<(), idempotency_core::StoreError> {
+/// let tokens = RedisTokenStore::connect("redis://127.0.0.1:6379").await?;
+/// let scope = Scope::new("checkout").with_principal("user-7");
+/// let token = tokens.issue(&scope, DEFAULT_TOKEN_TTL).await?;
+/// assert_eq!(tokens.consume(&scope, &token.value).await?, TokenOutcome::Consumed);
+/// # Ok(()) }
+/// ```
+pub struct RedisTokenStore<C = ConnectionManager> {
+    connection: C,
+    prefix: Arc<str>,
+    call_timeout: Duration,
+    consume: Arc<Script>,
+}
+
+impl<C: Clone> Clone for RedisTokenStore<C> {
+    fn clone(&self) -> Self {
+        Self {
+            connection: self.connection.clone(),
+            prefix: Arc::clone(&self.prefix),
+            call_timeout: self.call_timeout,
+            consume: Arc::clone(&self.consume),
+        }
+    }
+}
+
+impl<C> std::fmt::Debug for RedisTokenStore<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTokenStore")
+            .field("prefix", &self.prefix)
+            .field("call_timeout", &self.call_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisTokenStore<ConnectionManager> {
+    /// Connects to one Redis server (see [`super::connect`]).
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Ok(Self::new(super::connect(url).await?))
+    }
+}
+
+impl RedisTokenStore<ClusterConnection> {
+    /// Connects to a Redis Cluster through some of its nodes (see [`super::connect_cluster`]).
+    pub async fn connect_cluster<I, U>(nodes: I) -> Result<Self, StoreError>
+    where
+        I: IntoIterator<Item = U>,
+        U: AsRef<str>,
+    {
+        Ok(Self::new(super::connect_cluster(nodes).await?))
+    }
+}
+
+impl<C> RedisTokenStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A token store over an open connection (it may be shared with a [`super::RedisStore`]).
+    pub fn new(connection: C) -> Self {
+        Self {
+            connection,
+            prefix: Arc::from(DEFAULT_TOKEN_PREFIX),
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            consume: Arc::new(Script::new(scripts::CONSUME_TOKEN)),
+        }
+    }
+
+    /// Prefixes every token key (default `idempotency:token:`).
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Arc::from(prefix.into());
+        self
+    }
+
+    /// Bounds each call (default 2 s); past it the call fails with [`StoreError::Timeout`].
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    fn token_key(&self, key: &StorageKey) -> String {
+        format!("{}{{{}}}", self.prefix, key.to_hex())
+    }
+}
+
+impl<C> TokenStore for RedisTokenStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn issue(&self, scope: &Scope, ttl: Duration) -> Result<OneTimeToken, StoreError> {
+        let token = OneTimeToken::generate(ttl)?;
+        let key = self.token_key(&OneTimeToken::storage_key(scope, &token.value));
+        // The value is the expiry in Unix ms; the key's own TTL removes it from memory.
+        let mut command = ::redis::cmd("SET");
+        command
+            .arg(key)
+            .arg(unix_millis(token.expires_at))
+            .arg("PX")
+            .arg(millis(ttl))
+            .arg("NX");
+        let mut connection = self.connection.clone();
+        let stored: Option<String> =
+            bounded(self.call_timeout, command.query_async(&mut connection)).await?;
+        match stored {
+            Some(_) => Ok(token),
+            None => Err(StoreError::Backend(
+                "a freshly drawn random token already existed".to_owned(),
+            )),
+        }
+    }
+
+    async fn consume(&self, scope: &Scope, token: &str) -> Result<TokenOutcome, StoreError> {
+        let key = self.token_key(&OneTimeToken::storage_key(scope, token));
+        let mut invocation = self.consume.prepare_invoke();
+        invocation.key(key);
+        let mut connection = self.connection.clone();
+        let consumed: i64 =
+            bounded(self.call_timeout, invocation.invoke_async(&mut connection)).await?;
+        Ok(if consumed == 1 {
+            TokenOutcome::Consumed
+        } else {
+            TokenOutcome::Invalid
+        })
+    }
+}

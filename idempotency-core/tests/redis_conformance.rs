@@ -1,0 +1,24 @@
+//! The shared conformance suite against a real Redis server (`REDIS_URL`, default
+//! `redis://127.0.0.1:6379`).
+#![cfg(feature = "redis")]
+
+use idempotency_core::redis::{RedisStore, RedisTokenStore};
+use idempotency_core::testing::unavailable;
+
+fn url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+idempotency_core::store_conformance_tests!(async {
+    match RedisStore::connect(&url()).await {
+        Ok(store) => Some(store.with_key_prefix("test:conformance:")),
+        Err(error) => unavailable("Redis", error),
+    }
+});
+
+idempotency_core::token_conformance_tests!(async {
+    match RedisTokenStore::connect(&url()).await {
+        Ok(tokens) => Some(tokens.with_key_prefix("test:conformance:token:")),
+        Err(error) => unavailable("Redis", error),
+    }
+});
