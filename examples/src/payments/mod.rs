@@ -26,6 +26,7 @@ pub mod client;
 pub mod config;
 pub mod gateway;
 mod handlers;
+mod layers;
 mod memory;
 mod model;
 mod naive;
@@ -37,12 +38,15 @@ mod state;
 mod telemetry;
 
 pub use handlers::{cancel_order, create_order, get_order, payment_callback, user_coupons};
+pub use layers::{
+    CALLBACK_NAMESPACE, CALLBACK_WAIT, ORDERS_NAMESPACE, callback_layer, orders_layer,
+};
 pub use memory::MemoryRepo;
 pub use model::{CouponCount, NewOrder, Order, OrderId, OrderStatus, PaymentCallback, UserId};
 pub use naive::naive_payment_callback;
 pub use problem::Problem;
 pub use repo::{PaymentsRepo, RepoError, Transition};
-pub use routes::{bare, incident};
+pub use routes::{app, bare, incident};
 pub use server::Server;
 pub use state::AppState;
 pub use telemetry::init_logging;

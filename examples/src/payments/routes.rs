@@ -3,7 +3,10 @@
 use axum::Router;
 use axum::routing::{MethodRouter, get, post};
 
+use idempotency_core::Store;
+
 use super::handlers::{cancel_order, create_order, get_order, payment_callback, user_coupons};
+use super::layers::{callback_layer, orders_layer};
 use super::naive::naive_payment_callback;
 use super::state::AppState;
 
@@ -20,6 +23,19 @@ fn routes(
         .route("/payments/callback", callback)
         .route("/users/{user_id}/coupons", get(user_coupons))
         .with_state(state)
+}
+
+/// The payments service: [`bare`]'s handlers, with [`orders_layer`] in front of `POST /orders`
+/// and [`callback_layer`] in front of `POST /payments/callback`, both over `store`.
+///
+/// Pass a [`BoxStore`](idempotency_core::BoxStore) for a store chosen at run time, or any
+/// `Store + Clone` (an `Arc<MemoryStore>`, say).
+pub fn app<S: Store + Clone>(state: AppState, store: S) -> Router {
+    routes(
+        state,
+        post(create_order).layer(orders_layer(store.clone())),
+        post(payment_callback).layer(callback_layer(store)),
+    )
 }
 
 /// The service without any idempotency layer: the same handlers (the callback still goes

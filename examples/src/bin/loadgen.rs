@@ -1,0 +1,372 @@
+//! Load generator for the HTTP layer: `cargo run --release -p idempotency-examples --bin loadgen`.
+//!
+//! Serves the payments router in-process on 127.0.0.1 (loopback only) and drives it over 64
+//! keep-alive HTTP/1.1 connections (hyper), each run bounded in time and in request count:
+//!
+//! - `new-keys`: `POST /orders`, a new `Idempotency-Key` on every request — the bare router
+//!   against the same router with the idempotency layer (floor: layer ≥ 0.9 × bare).
+//! - `replay`: `POST /orders`, one key per connection repeated — the layer replaying the stored
+//!   201 against the bare handler serving the same request (floor: replay ≥ 1.0 × handler).
+//! - `callback-replay`: the gateway's duplicate `POST /payments/callback` — the layer replaying
+//!   against the bare handler answering "already PAID" from its state machine.
+//!
+//! Variants alternate run by run; each line reports the median of the rounds.
+//!
+//! Options (also as env): `--seconds N` (3), `--rounds N` (3), `--connections N` (64),
+//! `--max-requests N` per run (5 000 000), `--only new-keys|replay|callback-replay`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use idempotency_core::{BoxStore, MemoryStore};
+use idempotency_examples::payments::client::{Connection, post_json};
+use idempotency_examples::payments::{AppState, Server, app, bare, gateway};
+use serde_json::json;
+
+struct Options {
+    seconds: f64,
+    rounds: usize,
+    connections: usize,
+    max_requests: u64,
+    only: Option<String>,
+}
+
+impl Options {
+    fn parse() -> Result<Self, String> {
+        let mut options = Self {
+            seconds: 3.0,
+            rounds: 3,
+            connections: 64,
+            max_requests: 5_000_000,
+            only: None,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(flag) = args.next() {
+            let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
+            match flag.as_str() {
+                "--seconds" => options.seconds = value.parse().map_err(|e| bad(&e))?,
+                "--rounds" => options.rounds = value.parse().map_err(|e| bad(&e))?,
+                "--connections" => options.connections = value.parse().map_err(|e| bad(&e))?,
+                "--max-requests" => options.max_requests = value.parse().map_err(|e| bad(&e))?,
+                "--only" => options.only = Some(value),
+                _ => return Err(format!("unknown option {flag}")),
+            }
+        }
+        if !(0.1..=60.0).contains(&options.seconds) {
+            return Err("--seconds must be within 0.1..=60".into());
+        }
+        if !(1..=1024).contains(&options.connections) || !(1..=20).contains(&options.rounds) {
+            return Err("--connections must be 1..=1024 and --rounds 1..=20".into());
+        }
+        Ok(options)
+    }
+}
+
+/// What one run measured.
+#[derive(Default)]
+struct RunResult {
+    requests: u64,
+    replayed: u64,
+    statuses: BTreeMap<u16, u64>,
+    errors: u64,
+    elapsed: Duration,
+}
+
+impl RunResult {
+    fn throughput(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+type MakeRequest = dyn Fn(usize, u64) -> Result<Request<Full<Bytes>>, http::Error> + Send + Sync;
+
+/// Drives `addr` over `connections` keep-alive connections until the time or count bound.
+async fn drive(
+    addr: SocketAddr,
+    options: &Options,
+    make_request: Arc<MakeRequest>,
+) -> Result<RunResult, String> {
+    let mut connections = Vec::with_capacity(options.connections);
+    for _ in 0..options.connections {
+        connections.push(Connection::open(addr).await.map_err(|e| e.to_string())?);
+    }
+    let issued = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let max = options.max_requests;
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(options.seconds);
+    let mut tasks = Vec::with_capacity(connections.len());
+    for (index, mut connection) in connections.into_iter().enumerate() {
+        let issued = Arc::clone(&issued);
+        let stop = Arc::clone(&stop);
+        let make_request = Arc::clone(&make_request);
+        tasks.push(tokio::spawn(async move {
+            let mut result = RunResult::default();
+            let mut sequence = 0u64;
+            while !stop.load(Ordering::Relaxed) && issued.fetch_add(1, Ordering::Relaxed) < max {
+                let Ok(request) = make_request(index, sequence) else {
+                    result.errors += 1;
+                    break;
+                };
+                match connection.send(request).await {
+                    Ok(reply) => {
+                        result.requests += 1;
+                        result.replayed += u64::from(reply.is_replay());
+                        *result.statuses.entry(reply.status.as_u16()).or_default() += 1;
+                    }
+                    Err(_) => {
+                        result.errors += 1;
+                        break;
+                    }
+                }
+                sequence += 1;
+                if Instant::now() >= deadline {
+                    stop.store(true, Ordering::Relaxed);
+                }
+            }
+            result
+        }));
+    }
+    let mut total = RunResult::default();
+    for task in tasks {
+        let part = task.await.map_err(|e| e.to_string())?;
+        total.requests += part.requests;
+        total.replayed += part.replayed;
+        total.errors += part.errors;
+        for (status, n) in part.statuses {
+            *total.statuses.entry(status).or_default() += n;
+        }
+    }
+    total.elapsed = started.elapsed();
+    Ok(total)
+}
+
+fn protected() -> Router {
+    app(AppState::in_memory(), BoxStore::new(MemoryStore::new()))
+}
+
+fn unprotected() -> Router {
+    bare(AppState::in_memory())
+}
+
+/// `POST /orders` with a new key on every request.
+fn new_keys(run: u64) -> Arc<MakeRequest> {
+    let body = json!({"user_id": 7, "amount_cents": 1299});
+    Arc::new(move |connection, sequence| {
+        let key = format!("lg-{run}-{connection}-{sequence}");
+        post_json("/orders", Some(&key), &body)
+    })
+}
+
+/// `POST /orders` with one key per connection, repeated.
+fn same_key(run: u64) -> Arc<MakeRequest> {
+    let body = json!({"user_id": 7, "amount_cents": 1299});
+    Arc::new(move |connection, _| {
+        let key = format!("lg-{run}-{connection}");
+        post_json("/orders", Some(&key), &body)
+    })
+}
+
+/// The gateway's callback for `order_id`, repeated.
+fn callback(order_id: u64) -> Arc<MakeRequest> {
+    let body = json!({"trade_no": format!("T-{order_id}"), "order_id": order_id});
+    Arc::new(move |_, _| post_json("/payments/callback", None, &body))
+}
+
+/// A server for `router`, with one paid order (id 1) when `paid_order` is set.
+async fn serve(router: Router, paid_order: bool) -> Result<Server, String> {
+    let server = Server::spawn(router).await.map_err(|e| e.to_string())?;
+    if paid_order {
+        let order = gateway::create_order(server.addr(), 7, 1299, "lg-order")
+            .await
+            .map_err(|e| e.to_string())?;
+        let first = gateway::deliver_sequentially(
+            server.addr(),
+            &idempotency_examples::payments::PaymentCallback {
+                trade_no: format!("T-{}", order.order_id),
+                order_id: order.order_id,
+            },
+            1,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        if first.first().map(|r| r.status) != Some(StatusCode::OK) {
+            return Err("the warm-up callback failed".into());
+        }
+    }
+    Ok(server)
+}
+
+struct Scenario {
+    name: &'static str,
+    what: &'static str,
+    baseline: &'static str,
+    candidate: &'static str,
+    floor: f64,
+}
+
+const SCENARIOS: [Scenario; 3] = [
+    Scenario {
+        name: "new-keys",
+        what: "POST /orders, new key each request",
+        baseline: "bare handler",
+        candidate: "with layer",
+        floor: 0.9,
+    },
+    Scenario {
+        name: "replay",
+        what: "POST /orders, same key repeated",
+        baseline: "handler (bare)",
+        candidate: "replay",
+        floor: 1.0,
+    },
+    Scenario {
+        name: "callback-replay",
+        what: "POST /payments/callback, duplicate",
+        baseline: "handler (bare, already PAID)",
+        candidate: "replay",
+        floor: 1.0,
+    },
+];
+
+async fn measure(
+    scenario: &Scenario,
+    layer: bool,
+    run: u64,
+    options: &Options,
+) -> Result<RunResult, String> {
+    let router = if layer { protected() } else { unprotected() };
+    let (server, requests) = match scenario.name {
+        "new-keys" => (serve(router, false).await?, new_keys(run)),
+        "replay" => (serve(router, false).await?, same_key(run)),
+        _ => (serve(router, true).await?, callback(1)),
+    };
+    let result = drive(server.addr(), options, requests).await;
+    server.shutdown().await.map_err(|e| e.to_string())?;
+    result
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn describe(result: &RunResult) -> String {
+    let statuses: Vec<String> = result
+        .statuses
+        .iter()
+        .map(|(status, n)| format!("{status}×{n}"))
+        .collect();
+    format!(
+        "{} requests in {:.2} s: {}{}{}",
+        result.requests,
+        result.elapsed.as_secs_f64(),
+        statuses.join(", "),
+        if result.replayed > 0 {
+            format!(" ({} replayed)", result.replayed)
+        } else {
+            String::new()
+        },
+        if result.errors > 0 {
+            format!(", {} errors", result.errors)
+        } else {
+            String::new()
+        }
+    )
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let options = match Options::parse() {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("loadgen: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    println!(
+        "loadgen: {} connections (HTTP/1.1 keep-alive, hyper), {} s per run, {} rounds, server in-process on 127.0.0.1, memory store, {} build",
+        options.connections,
+        options.seconds,
+        options.rounds,
+        if cfg!(debug_assertions) {
+            "DEBUG (numbers meaningless: use --release)"
+        } else {
+            "release"
+        }
+    );
+    let mut summary = Vec::new();
+    let mut run = 0u64;
+    for scenario in &SCENARIOS {
+        if options
+            .only
+            .as_deref()
+            .is_some_and(|only| only != scenario.name)
+        {
+            continue;
+        }
+        println!("\n{} — {}", scenario.name, scenario.what);
+        let (mut base, mut cand) = (Vec::new(), Vec::new());
+        for round in 0..options.rounds {
+            for layer in [false, true] {
+                run += 1;
+                let result = match measure(scenario, layer, run, &options).await {
+                    Ok(result) => result,
+                    Err(error) => {
+                        eprintln!("loadgen: {}: {error}", scenario.name);
+                        return ExitCode::FAILURE;
+                    }
+                };
+                let label = if layer {
+                    scenario.candidate
+                } else {
+                    scenario.baseline
+                };
+                println!(
+                    "  round {} {:<30} {:>9.0} req/s  [{}]",
+                    round + 1,
+                    label,
+                    result.throughput(),
+                    describe(&result)
+                );
+                if layer { &mut cand } else { &mut base }.push(result.throughput());
+            }
+        }
+        let (b, c) = (median(&mut base), median(&mut cand));
+        summary.push((scenario, b, c));
+    }
+    println!("\nsummary (median of rounds)");
+    println!(
+        "  {:<17} {:>14} {:>14} {:>7} {:>7}",
+        "scenario", "baseline req/s", "layer req/s", "ratio", "floor"
+    );
+    let mut all_met = true;
+    for (scenario, b, c) in summary {
+        let ratio = c / b;
+        let met = ratio >= scenario.floor;
+        all_met &= met;
+        println!(
+            "  {:<17} {:>14.0} {:>14.0} {:>7.3} {:>6.2} {}",
+            scenario.name,
+            b,
+            c,
+            ratio,
+            scenario.floor,
+            if met { "met" } else { "MISSED" }
+        );
+    }
+    if all_met {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

@@ -1,0 +1,43 @@
+//! The payments service: `cargo run -p idempotency-examples --bin payments`.
+//!
+//! Listens on `ADDR` (default 127.0.0.1:3000). `IDEMPOTENCY_STORE=memory|redis|sqlite|postgres|mysql`
+//! picks the backend (URLs from `REDIS_URL`, `SQLITE_URL`, `DATABASE_URL`, `MYSQL_URL`).
+
+use std::process::ExitCode;
+
+use idempotency_examples::payments::{AppState, app, config, init_logging};
+use tokio::net::TcpListener;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    init_logging("info");
+    let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
+    let backend = match config::backend_from_env().await {
+        Ok(backend) => backend,
+        Err(error) => {
+            eprintln!("payments: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let listener = match TcpListener::bind(&addr).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("payments: cannot listen on {addr}: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let router = app(AppState::new(backend.repo), backend.store);
+    tracing::info!(%addr, store = backend.kind.as_str(), "payments service listening");
+    let served = axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await;
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("payments: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
