@@ -1,1 +1,48 @@
 //! SQL stores (sqlx): PostgreSQL, SQLite, MySQL/MariaDB; transactional dedup and state machines.
+//!
+//! - [`PostgresStore`], [`SqliteStore`], [`MySqlStore`] (features `postgres`, `sqlite`,
+//!   `mysql`): [`Store`](crate::Store)s that pass the shared conformance suite, with
+//!   `new(pool)`, `with_table_name(..)`, `migrate()` (DDL issued from code, no compile-time
+//!   database), `purge_expired(limit)` in bounded batches and [`ListFilter`]-based `list` for
+//!   reconciliation. Run [`crate::spawn_sweeper`] for background purging.
+//! - [`TxStore`]: the dedup record claimed and completed **inside the caller's transaction**,
+//!   so the record and the business writes commit or roll back together. This only holds when
+//!   the record lives in the same database as the business tables: a dedup record in another
+//!   database cannot be atomic with them (a crash between the two commits leaves a record
+//!   without its effect, or an effect without its record).
+//! - [`Transition`]: conditional state transitions on the application's own table
+//!   (`UPDATE … SET state = to WHERE id = ? AND state = from`), telling *applied* from
+//!   *already in target*, *illegal* and *not found*; run side effects only when applied.
+//!
+//! | step | PostgreSQL | MySQL/MariaDB | SQLite |
+//! |---|---|---|---|
+//! | `claim` (new key, replay, takeover) | 1 statement | 1 (new key) / 2 (replay, race, takeover) | 1 read (replay) / 2 (new key) |
+//! | `complete`, `touch`, `release`, `get`, `purge_expired` | 1 | 1 | 1 |
+//! | transactional claim | 1 | 1 (new key) / 2 | 1 (new key) / 2 |
+//! | `Transition` | 1 round trip | 1 (applied) / 2 | 1 (applied) / 2 |
+//!
+//! Times: PostgreSQL and MySQL compare leases and TTLs with the database clock
+//! (`statement_timestamp()`, `UTC_TIMESTAMP(6)`), so application servers with skewed clocks
+//! agree; SQLite is embedded and uses the host clock (microseconds), read once per statement.
+
+mod common;
+mod transition;
+mod tx;
+
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+pub use common::{ListFilter, validate_identifier};
+pub use transition::{Transition, TransitionOutcome};
+pub use tx::{TxClaim, TxLease, TxStore};
+
+#[cfg(feature = "mysql")]
+pub use mysql::MySqlStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;

@@ -1,0 +1,474 @@
+//! The MySQL/MariaDB store: `INSERT … ON DUPLICATE KEY UPDATE` with conditional takeover.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
+
+use super::common::{
+    ClaimRow, ListFilter, RecordRow, Settings, map_err, micros, owned, token_param, unix_micros,
+    validate_identifier,
+};
+use super::tx::{TxClaim, TxLease, TxStore, tx_claim};
+use crate::{
+    Claim, ClaimRequest, FencingToken, Fingerprint, Lease, Outcome, Record, StorageKey, Store,
+    StoreError,
+};
+
+/// How often a claim tries again after losing a race (a row that changed between statements).
+const CLAIM_ROUNDS: usize = 8;
+
+const NOW: &str = "UTC_TIMESTAMP(6)";
+const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+
+/// A [`Store`] on MySQL 8 or MariaDB 10.5+ (sqlx), also usable inside the caller's
+/// transactions ([`TxStore`]).
+///
+/// - **Clock**: lease and TTL comparisons use the database clock (`UTC_TIMESTAMP(6)`, constant
+///   within a statement); columns are `DATETIME(6)` in UTC.
+/// - **Statements**: [`claim`](Store::claim) is one `INSERT … ON DUPLICATE KEY UPDATE` whose
+///   update takes an expired row over and leaves a live one untouched; `LAST_INSERT_ID(expr)`
+///   reports the new fencing token (0 when nothing was taken), so a new key costs **one**
+///   statement. A replay, an in-flight answer or a takeover reads the row with a second
+///   statement (`FOR UPDATE` inside a transaction). Other steps are one statement.
+/// - **Fencing tokens**: `GREATEST(previous + 1, now in µs)` from the database clock, so they
+///   grow across releases, expiries and restarts unless that clock steps back.
+/// - **Transactions**: the upsert waits on a concurrent claimer's uncommitted row (the primary
+///   key), so the second transaction replays the first one's committed outcome, or executes if
+///   it rolled back. A deadlock reported by InnoDB rolls the whole transaction back: retry it.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use idempotency_core::sql::MySqlStore;
+/// let pool = sqlx::MySqlPool::connect("mysql://root@127.0.0.1:3306/test").await?;
+/// let store = MySqlStore::new(pool);
+/// store.migrate().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct MySqlStore {
+    pool: MySqlPool,
+    settings: Settings,
+    sql: Arc<Sql>,
+}
+
+impl std::fmt::Debug for MySqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MySqlStore")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Sql {
+    migrate: String,
+    upsert: String,
+    read: String,
+    read_locked: String,
+    complete: String,
+    touch: String,
+    release: String,
+    get: String,
+    purge: String,
+    select_records: String,
+}
+
+impl Sql {
+    fn new(table: &str) -> Self {
+        let t = format!("`{table}`");
+        let expired = format!("expires_at <= {NOW}");
+        let us = |column: &str| {
+            format!("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {column}) AS {column}")
+        };
+        let record_columns = format!(
+            "key_hash, namespace, fingerprint, state, token, attempts, {}, {}, {}, {}, \
+             response_status, response_body",
+            us("created_at").replace("AS created_at", "AS created_us"),
+            us("updated_at").replace("AS updated_at", "AS updated_us"),
+            us("completed_at").replace("AS completed_at", "AS completed_us"),
+            us("expires_at").replace("AS expires_at", "AS expires_us"),
+        );
+        let read = format!(
+            "SELECT state, fingerprint, token, attempts, \
+             TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) AS remaining_us, response_status, \
+             response_body FROM {t} WHERE key_hash = ?"
+        );
+        let owned = "key_hash = ? AND token = ? AND state = 'in_progress'";
+        Self {
+            migrate: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\
+                   key_hash BINARY(32) NOT NULL PRIMARY KEY, \
+                   namespace VARCHAR(255) NOT NULL, \
+                   fingerprint BINARY(32) NOT NULL, \
+                   state VARCHAR(16) NOT NULL, \
+                   token BIGINT NOT NULL, \
+                   attempts INT NOT NULL, \
+                   created_at DATETIME(6) NOT NULL, \
+                   updated_at DATETIME(6) NOT NULL, \
+                   completed_at DATETIME(6) NULL, \
+                   expires_at DATETIME(6) NOT NULL, \
+                   response_status INT NULL, \
+                   response_body LONGBLOB NULL, \
+                   KEY `{table}_expires_idx` (expires_at), \
+                   KEY `{table}_reconcile_idx` (namespace, state, updated_at)\
+                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4"
+            ),
+            // Assignments of ON DUPLICATE KEY UPDATE run left to right and see earlier ones, so
+            // every column the condition or a later value reads (`state`, `expires_at`) is
+            // assigned after its readers. Parameters: key, namespace, fingerprint, lease µs,
+            // namespace, fingerprint, lease µs.
+            upsert: format!(
+                "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, attempts, \
+                   created_at, updated_at, expires_at) \
+                 VALUES (?, ?, ?, 'in_progress', LAST_INSERT_ID({NOW_US}), 1, {NOW}, {NOW}, \
+                   {NOW} + INTERVAL ? MICROSECOND) \
+                 ON DUPLICATE KEY UPDATE \
+                   attempts = IF({expired}, IF(state = 'in_progress', attempts + 1, 1), attempts), \
+                   created_at = IF({expired}, IF(state = 'in_progress', created_at, {NOW}), \
+                     created_at), \
+                   token = IF({expired}, LAST_INSERT_ID(GREATEST(token + 1, {NOW_US})), \
+                     token + LAST_INSERT_ID(0)), \
+                   namespace = IF({expired}, ?, namespace), \
+                   fingerprint = IF({expired}, ?, fingerprint), \
+                   state = IF({expired}, 'in_progress', state), \
+                   updated_at = IF({expired}, {NOW}, updated_at), \
+                   completed_at = IF({expired}, NULL, completed_at), \
+                   response_status = IF({expired}, NULL, response_status), \
+                   response_body = IF({expired}, NULL, response_body), \
+                   expires_at = IF({expired}, {NOW} + INTERVAL ? MICROSECOND, expires_at)"
+            ),
+            read_locked: format!("{read} FOR UPDATE"),
+            read,
+            complete: format!(
+                "UPDATE {t} SET state = 'completed', response_status = ?, response_body = ?, \
+                 completed_at = {NOW}, updated_at = {NOW}, \
+                 expires_at = {NOW} + INTERVAL ? MICROSECOND WHERE {owned}"
+            ),
+            touch: format!(
+                "UPDATE {t} SET expires_at = {NOW} + INTERVAL ? MICROSECOND, updated_at = {NOW} \
+                 WHERE {owned}"
+            ),
+            release: format!("DELETE FROM {t} WHERE {owned}"),
+            get: format!("SELECT {record_columns} FROM {t} WHERE key_hash = ?"),
+            purge: format!("DELETE FROM {t} WHERE expires_at <= {NOW} ORDER BY expires_at LIMIT ?"),
+            select_records: format!("SELECT {record_columns} FROM {t} WHERE 1 = 1"),
+        }
+    }
+}
+
+/// What the upsert did.
+enum Upsert {
+    /// Inserted a fresh record: attempt 1.
+    Inserted(FencingToken),
+    /// Took an expired record over (attempt count to be read).
+    TookOver(FencingToken),
+    /// A live record holds the key.
+    Live,
+}
+
+impl MySqlStore {
+    /// A store on `pool`, table `idempotency_records`. Call [`migrate`](Self::migrate) once.
+    pub fn new(pool: MySqlPool) -> Self {
+        let settings = Settings::default();
+        let sql = Arc::new(Sql::new(&settings.table));
+        Self {
+            pool,
+            settings,
+            sql,
+        }
+    }
+
+    /// Uses another table. Names that are not plain identifiers are refused with
+    /// [`StoreError::Config`].
+    pub fn with_table_name(mut self, table: &str) -> Result<Self, StoreError> {
+        validate_identifier(table)?;
+        self.settings.table = table.to_owned();
+        self.sql = Arc::new(Sql::new(table));
+        Ok(self)
+    }
+
+    /// The lease of transactional claims (default 60 s).
+    pub fn with_tx_lease(mut self, lease: Duration) -> Self {
+        self.settings.tx_lease = lease;
+        self
+    }
+
+    /// How long outcomes completed in a transaction are kept (default 24 h).
+    pub fn with_tx_ttl(mut self, ttl: Duration) -> Self {
+        self.settings.tx_ttl = ttl;
+        self
+    }
+
+    /// The table name.
+    pub fn table_name(&self) -> &str {
+        &self.settings.table
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    /// Creates the table with its indexes (expiry; namespace + state + updated_at) if missing.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        sqlx::query(&self.sql.migrate)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    /// Records for reconciliation, oldest `updated_at` first.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Record>, StoreError> {
+        let mut query = QueryBuilder::<MySql>::new(&self.sql.select_records);
+        if let Some(namespace) = &filter.namespace {
+            query.push(" AND namespace = ").push_bind(namespace.clone());
+        }
+        if let Some(state) = filter.state {
+            query.push(" AND state = ").push_bind(state.as_str());
+        }
+        let at = ", '1970-01-01 00:00:00')";
+        if let Some(from) = filter.updated_from {
+            query
+                .push(" AND updated_at >= TIMESTAMPADD(MICROSECOND, ")
+                .push_bind(unix_micros(from))
+                .push(at);
+        }
+        if let Some(before) = filter.updated_before {
+            query
+                .push(" AND updated_at < TIMESTAMPADD(MICROSECOND, ")
+                .push_bind(unix_micros(before))
+                .push(at);
+        }
+        query
+            .push(" ORDER BY updated_at LIMIT ")
+            .push_bind(filter.limit_param());
+        let rows: Vec<RecordRow> = query
+            .build_query_as()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        rows.into_iter().map(RecordRow::into_record).collect()
+    }
+
+    async fn upsert(
+        &self,
+        conn: &mut MySqlConnection,
+        request: ClaimRequest<'_>,
+    ) -> Result<Upsert, StoreError> {
+        let lease = micros(request.lease);
+        let done = sqlx::query(&self.sql.upsert)
+            .bind(request.key.0.as_slice())
+            .bind(request.namespace)
+            .bind(request.fingerprint.0.as_slice())
+            .bind(lease)
+            .bind(request.namespace)
+            .bind(request.fingerprint.0.as_slice())
+            .bind(lease)
+            .execute(conn)
+            .await
+            .map_err(map_err)?;
+        let token = FencingToken(done.last_insert_id());
+        Ok(match (token.0, done.rows_affected()) {
+            (0, _) => Upsert::Live,
+            (_, 1) => Upsert::Inserted(token),
+            _ => Upsert::TookOver(token),
+        })
+    }
+
+    /// Reads the row for a claim answer (`locked` inside a transaction: the latest version).
+    async fn read(
+        &self,
+        conn: &mut MySqlConnection,
+        key: &StorageKey,
+        locked: bool,
+    ) -> Result<Option<ClaimRow>, StoreError> {
+        let sql = if locked {
+            &self.sql.read_locked
+        } else {
+            &self.sql.read
+        };
+        sqlx::query_as(sql)
+            .bind(key.0.as_slice())
+            .fetch_optional(conn)
+            .await
+            .map_err(map_err)
+    }
+
+    async fn claim_on(
+        &self,
+        conn: &mut MySqlConnection,
+        request: ClaimRequest<'_>,
+        locked: bool,
+    ) -> Result<Claim, StoreError> {
+        for _ in 0..CLAIM_ROUNDS {
+            match self.upsert(conn, request).await? {
+                Upsert::Inserted(token) => {
+                    return Ok(Claim::Acquired(Lease {
+                        token,
+                        attempt: 1,
+                        took_over: false,
+                    }));
+                }
+                Upsert::TookOver(token) => {
+                    let row = self.read(conn, request.key, locked).await?;
+                    let attempts = row
+                        .filter(|row| row.token == token_param(token).unwrap_or(-1))
+                        .map_or(2, |row| row.attempts);
+                    return Ok(Claim::Acquired(Lease {
+                        token,
+                        attempt: u32::try_from(attempts).unwrap_or(u32::MAX),
+                        took_over: attempts > 1,
+                    }));
+                }
+                Upsert::Live => match self.read(conn, request.key, locked).await? {
+                    Some(row) if row.remaining_us > 0 => {
+                        return row.into_claim(request.fingerprint);
+                    }
+                    // Released or expired since the upsert: claim again.
+                    _ => continue,
+                },
+            }
+        }
+        Err(StoreError::Backend(format!(
+            "claim lost {CLAIM_ROUNDS} races in a row on one key"
+        )))
+    }
+
+    async fn complete_on(
+        &self,
+        conn: &mut MySqlConnection,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&self.sql.complete)
+            .bind(i32::from(outcome.status))
+            .bind(outcome.body.as_ref())
+            .bind(micros(ttl))
+            .bind(key.0.as_slice())
+            .bind(token_param(token)?)
+            .execute(conn)
+            .await
+            .map_err(map_err)?;
+        owned(done.rows_affected())
+    }
+
+    async fn release_on(
+        &self,
+        conn: &mut MySqlConnection,
+        key: &StorageKey,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&self.sql.release)
+            .bind(key.0.as_slice())
+            .bind(token_param(token)?)
+            .execute(conn)
+            .await
+            .map_err(map_err)?;
+        owned(done.rows_affected())
+    }
+}
+
+impl Store for MySqlStore {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        self.claim_on(&mut conn, request, false).await
+    }
+
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        self.complete_on(&mut conn, key, token, outcome, ttl).await
+    }
+
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        self.release_on(&mut conn, key, token).await
+    }
+
+    async fn touch(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&self.sql.touch)
+            .bind(micros(lease))
+            .bind(key.0.as_slice())
+            .bind(token_param(token)?)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        owned(done.rows_affected())
+    }
+
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        let row: Option<RecordRow> = sqlx::query_as(&self.sql.get)
+            .bind(key.0.as_slice())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        row.map(RecordRow::into_record).transpose()
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        let done = sqlx::query(&self.sql.purge)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(done.rows_affected())
+    }
+}
+
+impl TxStore for MySqlStore {
+    type Database = MySql;
+
+    async fn claim_storage_key_in_tx(
+        &self,
+        tx: &mut sqlx::Transaction<'_, MySql>,
+        namespace: &str,
+        key: StorageKey,
+        fingerprint: &Fingerprint,
+    ) -> Result<TxClaim, StoreError> {
+        let request = ClaimRequest {
+            key: &key,
+            namespace,
+            fingerprint,
+            lease: self.settings.tx_lease,
+        };
+        let claim = self.claim_on(tx, request, true).await?;
+        Ok(tx_claim(claim, key))
+    }
+
+    async fn complete_in_tx(
+        &self,
+        tx: &mut sqlx::Transaction<'_, MySql>,
+        lease: TxLease,
+        outcome: &Outcome,
+    ) -> Result<(), StoreError> {
+        self.complete_on(
+            tx,
+            &lease.key,
+            lease.lease.token,
+            outcome,
+            self.settings.tx_ttl,
+        )
+        .await
+    }
+
+    async fn release_in_tx(
+        &self,
+        tx: &mut sqlx::Transaction<'_, MySql>,
+        lease: TxLease,
+    ) -> Result<(), StoreError> {
+        self.release_on(tx, &lease.key, lease.lease.token).await
+    }
+}

@@ -1,0 +1,452 @@
+//! The PostgreSQL store: one statement per step, a sequence for fencing tokens.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder};
+
+use super::common::{
+    ClaimRow, ListFilter, RecordRow, Settings, map_err, micros, owned, token_param, unix_micros,
+    validate_identifier,
+};
+use super::tx::{TxClaim, TxLease, TxStore, tx_claim};
+use crate::{
+    Claim, ClaimRequest, FencingToken, Fingerprint, Outcome, Record, StorageKey, Store, StoreError,
+};
+
+/// A [`Store`] on PostgreSQL (sqlx), also usable inside the caller's transactions
+/// ([`TxStore`]).
+///
+/// - **Clock**: every lease and TTL comparison uses the database's `statement_timestamp()`, so
+///   application servers with skewed clocks agree.
+/// - **Statements**: [`claim`](Store::claim) is *one* statement (a replay too):
+///   `WITH cur AS (SELECT …), ins AS (INSERT … ON CONFLICT DO UPDATE …) SELECT … FROM ins UNION ALL
+///   SELECT … FROM cur`. A live row visible in the statement's snapshot is answered without any
+///   write; an absent or expired key is inserted or taken over; a row that appeared after the
+///   snapshot (a concurrent insert, waited for on the primary key) is locked by a no-op update
+///   and its latest version returned. `complete`, `touch`, `release`, `get` and
+///   `purge_expired` are one statement each.
+/// - **Fencing tokens** come from a sequence (`<table>_token_seq`), so they never go backwards,
+///   also after a release, an expiry or a restart.
+/// - **Transactions**: use the default `READ COMMITTED` isolation for transactional claims;
+///   under `REPEATABLE READ`/`SERIALIZABLE` a concurrent duplicate fails with a serialization
+///   error instead of replaying (retry the transaction).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use idempotency_core::{Idempotency, sql::PostgresStore};
+/// let pool = sqlx::PgPool::connect("postgres://postgres@127.0.0.1:5432/test").await?;
+/// let store = PostgresStore::new(pool).with_table_name("payment_dedup")?;
+/// store.migrate().await?;
+/// let engine = Idempotency::new(store);
+/// # let _ = engine; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    settings: Settings,
+    sql: Arc<Sql>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The statements, built once per table name.
+struct Sql {
+    migrate: Vec<String>,
+    claim: String,
+    complete: String,
+    touch: String,
+    release: String,
+    get: String,
+    purge: String,
+    select_records: String,
+}
+
+const NOW: &str = "statement_timestamp()";
+
+fn record_columns() -> String {
+    let us = |column: &str| format!("(EXTRACT(EPOCH FROM {column}) * 1000000)::bigint");
+    format!(
+        "key_hash, namespace, fingerprint, state, token, attempts::bigint AS attempts, \
+         {} AS created_us, {} AS updated_us, {} AS completed_us, {} AS expires_us, \
+         response_status::bigint AS response_status, response_body",
+        us("created_at"),
+        us("updated_at"),
+        us("completed_at"),
+        us("expires_at")
+    )
+}
+
+impl Sql {
+    fn new(table: &str) -> Self {
+        let t = format!("\"{table}\"");
+        let seq = format!("\"{table}_token_seq\"");
+        let expired = format!("r.expires_at <= {NOW}");
+        // On conflict: take an expired row over, keep a live one unchanged (the no-op update only
+        // happens for a row this statement's snapshot could not see, to return its latest
+        // version).
+        let takeover = [
+            ("namespace", "excluded.namespace"),
+            ("fingerprint", "excluded.fingerprint"),
+            ("state", "'in_progress'"),
+            ("token", "excluded.token"),
+            (
+                "attempts",
+                "CASE WHEN r.state = 'in_progress' THEN r.attempts + 1 ELSE 1 END",
+            ),
+            (
+                "created_at",
+                "CASE WHEN r.state = 'in_progress' THEN r.created_at ELSE excluded.created_at END",
+            ),
+            ("updated_at", "excluded.updated_at"),
+            ("completed_at", "NULL"),
+            ("expires_at", "excluded.expires_at"),
+            ("response_status", "NULL"),
+            ("response_body", "NULL"),
+        ]
+        .iter()
+        .map(|(column, value)| {
+            format!("{column} = CASE WHEN {expired} THEN {value} ELSE r.{column} END")
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+        let answer = |alias: &str, acquired: &str| {
+            format!(
+                "SELECT {acquired} AS acquired, {alias}.state, {alias}.fingerprint, {alias}.token, \
+                 {alias}.attempts::bigint AS attempts, \
+                 GREATEST(0, EXTRACT(EPOCH FROM {alias}.expires_at - {NOW}) * 1000000)::bigint \
+                 AS remaining_us, {alias}.response_status::bigint AS response_status, \
+                 {alias}.response_body"
+            )
+        };
+        let claim = format!(
+            "WITH cur AS (\
+               SELECT state, fingerprint, token, attempts, expires_at, response_status, \
+               response_body FROM {t} WHERE key_hash = $1), \
+             tok AS (SELECT nextval('{seq}') AS v), \
+             ins AS (\
+               INSERT INTO {t} AS r (key_hash, namespace, fingerprint, state, token, attempts, \
+               created_at, updated_at, expires_at) \
+               SELECT $1, $2, $3, 'in_progress', tok.v, 1, {NOW}, {NOW}, \
+               {NOW} + $4 * interval '1 microsecond' FROM tok \
+               WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > {NOW}) \
+               ON CONFLICT (key_hash) DO UPDATE SET {takeover} \
+               RETURNING r.state, r.fingerprint, r.token, r.attempts, r.expires_at, \
+               r.response_status, r.response_body) \
+             {} FROM ins i \
+             UNION ALL \
+             {} FROM cur c WHERE NOT EXISTS (SELECT 1 FROM ins)",
+            answer("i", "i.token = (SELECT v FROM tok)"),
+            answer("c", "false"),
+        );
+        let owned = "key_hash = $1 AND token = $2 AND state = 'in_progress'";
+        Self {
+            migrate: vec![
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {t} (\
+                       key_hash BYTEA PRIMARY KEY, \
+                       namespace TEXT NOT NULL, \
+                       fingerprint BYTEA NOT NULL, \
+                       state TEXT NOT NULL CHECK (state IN ('in_progress', 'completed')), \
+                       token BIGINT NOT NULL, \
+                       attempts INTEGER NOT NULL, \
+                       created_at TIMESTAMPTZ NOT NULL, \
+                       updated_at TIMESTAMPTZ NOT NULL, \
+                       completed_at TIMESTAMPTZ, \
+                       expires_at TIMESTAMPTZ NOT NULL, \
+                       response_status INTEGER, \
+                       response_body BYTEA)"
+                ),
+                format!("CREATE INDEX IF NOT EXISTS \"{table}_expires_idx\" ON {t} (expires_at)"),
+                format!(
+                    "CREATE INDEX IF NOT EXISTS \"{table}_reconcile_idx\" \
+                     ON {t} (namespace, state, updated_at)"
+                ),
+                format!("CREATE SEQUENCE IF NOT EXISTS {seq}"),
+            ],
+            claim,
+            complete: format!(
+                "UPDATE {t} SET state = 'completed', response_status = $3, response_body = $4, \
+                 completed_at = {NOW}, updated_at = {NOW}, \
+                 expires_at = {NOW} + $5 * interval '1 microsecond' WHERE {owned}"
+            ),
+            touch: format!(
+                "UPDATE {t} SET expires_at = {NOW} + $3 * interval '1 microsecond', \
+                 updated_at = {NOW} WHERE {owned}"
+            ),
+            release: format!("DELETE FROM {t} WHERE {owned}"),
+            get: format!("SELECT {} FROM {t} WHERE key_hash = $1", record_columns()),
+            purge: format!(
+                "DELETE FROM {t} WHERE key_hash IN (\
+                   SELECT key_hash FROM {t} WHERE expires_at <= {NOW} \
+                   ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
+                 AND expires_at <= {NOW}"
+            ),
+            select_records: format!("SELECT {} FROM {t} WHERE TRUE", record_columns()),
+        }
+    }
+}
+
+impl PostgresStore {
+    /// A store on `pool`, table `idempotency_records`. Call [`migrate`](Self::migrate) once.
+    pub fn new(pool: PgPool) -> Self {
+        let settings = Settings::default();
+        let sql = Arc::new(Sql::new(&settings.table));
+        Self {
+            pool,
+            settings,
+            sql,
+        }
+    }
+
+    /// Uses another table (and `<table>_token_seq`, `<table>_*_idx`). Names that are not plain
+    /// identifiers are refused with [`StoreError::Config`].
+    pub fn with_table_name(mut self, table: &str) -> Result<Self, StoreError> {
+        validate_identifier(table)?;
+        self.settings.table = table.to_owned();
+        self.sql = Arc::new(Sql::new(table));
+        Ok(self)
+    }
+
+    /// The lease of transactional claims (default 60 s): how long a record committed without
+    /// completion blocks the key before it may be taken over.
+    pub fn with_tx_lease(mut self, lease: Duration) -> Self {
+        self.settings.tx_lease = lease;
+        self
+    }
+
+    /// How long outcomes completed in a transaction are kept (default 24 h).
+    pub fn with_tx_ttl(mut self, ttl: Duration) -> Self {
+        self.settings.tx_ttl = ttl;
+        self
+    }
+
+    /// The table name.
+    pub fn table_name(&self) -> &str {
+        &self.settings.table
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Creates the table, its indexes (expiry; namespace + state + updated_at) and the token
+    /// sequence if missing. Safe to run concurrently (serialized by an advisory lock).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind(format!("idempotency-migrate:{}", self.settings.table))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        for statement in &self.sql.migrate {
+            sqlx::query(statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+        }
+        tx.commit().await.map_err(map_err)
+    }
+
+    /// Records for reconciliation, oldest `updated_at` first.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Record>, StoreError> {
+        let mut query = QueryBuilder::<Postgres>::new(&self.sql.select_records);
+        if let Some(namespace) = &filter.namespace {
+            query.push(" AND namespace = ").push_bind(namespace.clone());
+        }
+        if let Some(state) = filter.state {
+            query.push(" AND state = ").push_bind(state.as_str());
+        }
+        let at = " * interval '1 microsecond' + TIMESTAMPTZ 'epoch'";
+        if let Some(from) = filter.updated_from {
+            query
+                .push(" AND updated_at >= ")
+                .push_bind(unix_micros(from))
+                .push(at);
+        }
+        if let Some(before) = filter.updated_before {
+            query
+                .push(" AND updated_at < ")
+                .push_bind(unix_micros(before))
+                .push(at);
+        }
+        query
+            .push(" ORDER BY updated_at LIMIT ")
+            .push_bind(filter.limit_param());
+        let rows: Vec<RecordRow> = query
+            .build_query_as()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        rows.into_iter().map(RecordRow::into_record).collect()
+    }
+
+    async fn claim_on(
+        &self,
+        conn: &mut PgConnection,
+        request: ClaimRequest<'_>,
+    ) -> Result<Claim, StoreError> {
+        let row: Option<ClaimRow> = sqlx::query_as(&self.sql.claim)
+            .bind(request.key.0.as_slice())
+            .bind(request.namespace)
+            .bind(request.fingerprint.0.as_slice())
+            .bind(micros(request.lease))
+            .fetch_optional(conn)
+            .await
+            .map_err(map_err)?;
+        match row {
+            Some(row) => row.into_claim(request.fingerprint),
+            None => Err(StoreError::Backend(
+                "claim statement returned no row".to_owned(),
+            )),
+        }
+    }
+
+    async fn complete_on(
+        &self,
+        conn: &mut PgConnection,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&self.sql.complete)
+            .bind(key.0.as_slice())
+            .bind(token_param(token)?)
+            .bind(i32::from(outcome.status))
+            .bind(outcome.body.as_ref())
+            .bind(micros(ttl))
+            .execute(conn)
+            .await
+            .map_err(map_err)?;
+        owned(done.rows_affected())
+    }
+
+    async fn release_on(
+        &self,
+        conn: &mut PgConnection,
+        key: &StorageKey,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&self.sql.release)
+            .bind(key.0.as_slice())
+            .bind(token_param(token)?)
+            .execute(conn)
+            .await
+            .map_err(map_err)?;
+        owned(done.rows_affected())
+    }
+
+    async fn connection(&self) -> Result<sqlx::pool::PoolConnection<Postgres>, StoreError> {
+        self.pool.acquire().await.map_err(map_err)
+    }
+}
+
+impl Store for PostgresStore {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let mut conn = self.connection().await?;
+        self.claim_on(&mut conn, request).await
+    }
+
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.connection().await?;
+        self.complete_on(&mut conn, key, token, outcome, ttl).await
+    }
+
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
+        let mut conn = self.connection().await?;
+        self.release_on(&mut conn, key, token).await
+    }
+
+    async fn touch(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&self.sql.touch)
+            .bind(key.0.as_slice())
+            .bind(token_param(token)?)
+            .bind(micros(lease))
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        owned(done.rows_affected())
+    }
+
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        let row: Option<RecordRow> = sqlx::query_as(&self.sql.get)
+            .bind(key.0.as_slice())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        row.map(RecordRow::into_record).transpose()
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        let done = sqlx::query(&self.sql.purge)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(done.rows_affected())
+    }
+}
+
+impl TxStore for PostgresStore {
+    type Database = Postgres;
+
+    async fn claim_storage_key_in_tx(
+        &self,
+        tx: &mut sqlx::Transaction<'_, Postgres>,
+        namespace: &str,
+        key: StorageKey,
+        fingerprint: &Fingerprint,
+    ) -> Result<TxClaim, StoreError> {
+        let request = ClaimRequest {
+            key: &key,
+            namespace,
+            fingerprint,
+            lease: self.settings.tx_lease,
+        };
+        let claim = self.claim_on(tx, request).await?;
+        Ok(tx_claim(claim, key))
+    }
+
+    async fn complete_in_tx(
+        &self,
+        tx: &mut sqlx::Transaction<'_, Postgres>,
+        lease: TxLease,
+        outcome: &Outcome,
+    ) -> Result<(), StoreError> {
+        self.complete_on(
+            tx,
+            &lease.key,
+            lease.lease.token,
+            outcome,
+            self.settings.tx_ttl,
+        )
+        .await
+    }
+
+    async fn release_in_tx(
+        &self,
+        tx: &mut sqlx::Transaction<'_, Postgres>,
+        lease: TxLease,
+    ) -> Result<(), StoreError> {
+        self.release_on(tx, &lease.key, lease.lease.token).await
+    }
+}

@@ -1,0 +1,436 @@
+//! The SQLite store: an upsert with `RETURNING` to claim, plain reads to replay.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
+
+use super::common::{
+    ClaimRow, ListFilter, RecordRow, Settings, map_err, micros, owned, token_param, unix_micros,
+    validate_identifier,
+};
+use super::tx::{TxClaim, TxLease, TxStore, tx_claim};
+use crate::{
+    Claim, ClaimRequest, FencingToken, Fingerprint, Lease, Outcome, Record, StorageKey, Store,
+    StoreError,
+};
+
+/// How often a claim re-reads after losing a race (a row that changed between two statements).
+const CLAIM_ROUNDS: usize = 8;
+
+/// A [`Store`] on SQLite (sqlx), also usable inside the caller's transactions ([`TxStore`]).
+///
+/// - **Clock**: SQLite is embedded, so times are the host clock in microseconds, read once per
+///   call and passed to the statement (columns hold Unix microseconds).
+/// - **Statements**: [`claim`](Store::claim) reads first (a replay or an in-flight answer is
+///   one read, which never waits for writers in WAL mode), then claims an absent or expired
+///   key with one `INSERT … ON CONFLICT DO UPDATE … WHERE expired RETURNING` (two statements
+///   for a new key; a lost race reads again). Other steps are one statement.
+/// - **Fencing tokens**: `max(previous + 1, now in µs)`, so they grow across releases,
+///   expiries and restarts as long as the host clock does not step back.
+/// - **Transactions**: SQLite has one writer at a time. A transactional claim writes first,
+///   so it waits (busy timeout) for a concurrent claimer's transaction to end, then replays its
+///   outcome. Claim before reading anything else in the transaction (or begin it with
+///   `BEGIN IMMEDIATE`), else SQLite may refuse the upgrade with `SQLITE_BUSY`.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use idempotency_core::sql::SqliteStore;
+/// let pool = sqlx::SqlitePool::connect("sqlite://dedup.db?mode=rwc").await?;
+/// let store = SqliteStore::new(pool);
+/// store.migrate().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    settings: Settings,
+    sql: Arc<Sql>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Sql {
+    migrate: Vec<String>,
+    read: String,
+    upsert: String,
+    complete: String,
+    touch: String,
+    release: String,
+    get: String,
+    purge: String,
+    select_records: String,
+}
+
+impl Sql {
+    fn new(table: &str) -> Self {
+        let t = format!("\"{table}\"");
+        let owned = "key_hash = ?1 AND token = ?2 AND state = 'in_progress'";
+        let record_columns = "key_hash, namespace, fingerprint, state, token, attempts, \
+             created_at AS created_us, updated_at AS updated_us, completed_at AS completed_us, \
+             expires_at AS expires_us, response_status, response_body";
+        Self {
+            migrate: vec![
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {t} (\
+                       key_hash BLOB NOT NULL PRIMARY KEY, \
+                       namespace TEXT NOT NULL, \
+                       fingerprint BLOB NOT NULL, \
+                       state TEXT NOT NULL CHECK (state IN ('in_progress', 'completed')), \
+                       token INTEGER NOT NULL, \
+                       attempts INTEGER NOT NULL, \
+                       created_at INTEGER NOT NULL, \
+                       updated_at INTEGER NOT NULL, \
+                       completed_at INTEGER, \
+                       expires_at INTEGER NOT NULL, \
+                       response_status INTEGER, \
+                       response_body BLOB) WITHOUT ROWID"
+                ),
+                format!("CREATE INDEX IF NOT EXISTS \"{table}_expires_idx\" ON {t} (expires_at)"),
+                format!(
+                    "CREATE INDEX IF NOT EXISTS \"{table}_reconcile_idx\" \
+                     ON {t} (namespace, state, updated_at)"
+                ),
+            ],
+            read: format!(
+                "SELECT state, fingerprint, token, attempts, expires_at - ?2 AS remaining_us, \
+                 response_status, response_body FROM {t} WHERE key_hash = ?1"
+            ),
+            // ?4 is now in µs; a fresh token is `now`, a takeover's `max(previous + 1, now)`.
+            upsert: format!(
+                "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, attempts, \
+                   created_at, updated_at, expires_at) \
+                 VALUES (?1, ?2, ?3, 'in_progress', ?4, 1, ?4, ?4, ?4 + ?5) \
+                 ON CONFLICT (key_hash) DO UPDATE SET \
+                   namespace = excluded.namespace, fingerprint = excluded.fingerprint, \
+                   state = 'in_progress', token = max(token + 1, excluded.token), \
+                   attempts = CASE WHEN state = 'in_progress' THEN attempts + 1 ELSE 1 END, \
+                   created_at = CASE WHEN state = 'in_progress' THEN created_at \
+                     ELSE excluded.created_at END, \
+                   updated_at = excluded.updated_at, completed_at = NULL, \
+                   expires_at = excluded.expires_at, response_status = NULL, \
+                   response_body = NULL \
+                 WHERE expires_at <= excluded.updated_at \
+                 RETURNING token, attempts"
+            ),
+            complete: format!(
+                "UPDATE {t} SET state = 'completed', response_status = ?3, response_body = ?4, \
+                 completed_at = ?5, updated_at = ?5, expires_at = ?5 + ?6 WHERE {owned}"
+            ),
+            touch: format!("UPDATE {t} SET expires_at = ?3 + ?4, updated_at = ?3 WHERE {owned}"),
+            release: format!("DELETE FROM {t} WHERE {owned}"),
+            get: format!("SELECT {record_columns} FROM {t} WHERE key_hash = ?1"),
+            purge: format!(
+                "DELETE FROM {t} WHERE key_hash IN (\
+                   SELECT key_hash FROM {t} WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)"
+            ),
+            select_records: format!("SELECT {record_columns} FROM {t} WHERE 1 = 1"),
+        }
+    }
+}
+
+fn now_us() -> i64 {
+    unix_micros(SystemTime::now())
+}
+
+impl SqliteStore {
+    /// A store on `pool`, table `idempotency_records`. Call [`migrate`](Self::migrate) once.
+    pub fn new(pool: SqlitePool) -> Self {
+        let settings = Settings::default();
+        let sql = Arc::new(Sql::new(&settings.table));
+        Self {
+            pool,
+            settings,
+            sql,
+        }
+    }
+
+    /// Uses another table. Names that are not plain identifiers are refused with
+    /// [`StoreError::Config`].
+    pub fn with_table_name(mut self, table: &str) -> Result<Self, StoreError> {
+        validate_identifier(table)?;
+        self.settings.table = table.to_owned();
+        self.sql = Arc::new(Sql::new(table));
+        Ok(self)
+    }
+
+    /// The lease of transactional claims (default 60 s).
+    pub fn with_tx_lease(mut self, lease: Duration) -> Self {
+        self.settings.tx_lease = lease;
+        self
+    }
+
+    /// How long outcomes completed in a transaction are kept (default 24 h).
+    pub fn with_tx_ttl(mut self, ttl: Duration) -> Self {
+        self.settings.tx_ttl = ttl;
+        self
+    }
+
+    /// The table name.
+    pub fn table_name(&self) -> &str {
+        &self.settings.table
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Creates the table and its indexes (expiry; namespace + state + updated_at) if missing.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        for statement in &self.sql.migrate {
+            sqlx::query(statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+        }
+        tx.commit().await.map_err(map_err)
+    }
+
+    /// Records for reconciliation, oldest `updated_at` first.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Record>, StoreError> {
+        let mut query = QueryBuilder::<Sqlite>::new(&self.sql.select_records);
+        if let Some(namespace) = &filter.namespace {
+            query.push(" AND namespace = ").push_bind(namespace.clone());
+        }
+        if let Some(state) = filter.state {
+            query.push(" AND state = ").push_bind(state.as_str());
+        }
+        if let Some(from) = filter.updated_from {
+            query
+                .push(" AND updated_at >= ")
+                .push_bind(unix_micros(from));
+        }
+        if let Some(before) = filter.updated_before {
+            query
+                .push(" AND updated_at < ")
+                .push_bind(unix_micros(before));
+        }
+        query
+            .push(" ORDER BY updated_at LIMIT ")
+            .push_bind(filter.limit_param());
+        let rows: Vec<RecordRow> = query
+            .build_query_as()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        rows.into_iter().map(RecordRow::into_record).collect()
+    }
+
+    /// The live record's answer, if the key holds one.
+    async fn read_live(
+        &self,
+        conn: &mut SqliteConnection,
+        request: ClaimRequest<'_>,
+    ) -> Result<Option<Claim>, StoreError> {
+        let row: Option<ClaimRow> = sqlx::query_as(&self.sql.read)
+            .bind(request.key.0.as_slice())
+            .bind(now_us())
+            .fetch_optional(conn)
+            .await
+            .map_err(map_err)?;
+        match row {
+            Some(row) if row.remaining_us > 0 => row.into_claim(request.fingerprint).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Inserts or takes over the key if absent or expired.
+    async fn upsert(
+        &self,
+        conn: &mut SqliteConnection,
+        request: ClaimRequest<'_>,
+    ) -> Result<Option<Claim>, StoreError> {
+        let row: Option<(i64, i64)> = sqlx::query_as(&self.sql.upsert)
+            .bind(request.key.0.as_slice())
+            .bind(request.namespace)
+            .bind(request.fingerprint.0.as_slice())
+            .bind(now_us())
+            .bind(micros(request.lease))
+            .fetch_optional(conn)
+            .await
+            .map_err(map_err)?;
+        row.map(|(token, attempts)| {
+            Ok(Claim::Acquired(Lease {
+                token: FencingToken(
+                    u64::try_from(token)
+                        .map_err(|_| StoreError::Codec(format!("token out of range: {token}")))?,
+                ),
+                attempt: u32::try_from(attempts)
+                    .map_err(|_| StoreError::Codec(format!("attempts out of range: {attempts}")))?,
+                took_over: attempts > 1,
+            }))
+        })
+        .transpose()
+    }
+
+    async fn complete_on(
+        &self,
+        conn: &mut SqliteConnection,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&self.sql.complete)
+            .bind(key.0.as_slice())
+            .bind(token_param(token)?)
+            .bind(i64::from(outcome.status))
+            .bind(outcome.body.as_ref())
+            .bind(now_us())
+            .bind(micros(ttl))
+            .execute(conn)
+            .await
+            .map_err(map_err)?;
+        owned(done.rows_affected())
+    }
+
+    async fn release_on(
+        &self,
+        conn: &mut SqliteConnection,
+        key: &StorageKey,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&self.sql.release)
+            .bind(key.0.as_slice())
+            .bind(token_param(token)?)
+            .execute(conn)
+            .await
+            .map_err(map_err)?;
+        owned(done.rows_affected())
+    }
+}
+
+fn lost_races() -> StoreError {
+    StoreError::Backend(format!(
+        "claim lost {CLAIM_ROUNDS} races in a row on one key"
+    ))
+}
+
+impl Store for SqliteStore {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        for _ in 0..CLAIM_ROUNDS {
+            if let Some(claim) = self.read_live(&mut conn, request).await? {
+                return Ok(claim);
+            }
+            if let Some(claim) = self.upsert(&mut conn, request).await? {
+                return Ok(claim);
+            }
+        }
+        Err(lost_races())
+    }
+
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        self.complete_on(&mut conn, key, token, outcome, ttl).await
+    }
+
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        self.release_on(&mut conn, key, token).await
+    }
+
+    async fn touch(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&self.sql.touch)
+            .bind(key.0.as_slice())
+            .bind(token_param(token)?)
+            .bind(now_us())
+            .bind(micros(lease))
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        owned(done.rows_affected())
+    }
+
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        let row: Option<RecordRow> = sqlx::query_as(&self.sql.get)
+            .bind(key.0.as_slice())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        row.map(RecordRow::into_record).transpose()
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        let done = sqlx::query(&self.sql.purge)
+            .bind(now_us())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(done.rows_affected())
+    }
+}
+
+impl TxStore for SqliteStore {
+    type Database = Sqlite;
+
+    async fn claim_storage_key_in_tx(
+        &self,
+        tx: &mut sqlx::Transaction<'_, Sqlite>,
+        namespace: &str,
+        key: StorageKey,
+        fingerprint: &Fingerprint,
+    ) -> Result<TxClaim, StoreError> {
+        let request = ClaimRequest {
+            key: &key,
+            namespace,
+            fingerprint,
+            lease: self.settings.tx_lease,
+        };
+        // Write first: the upsert takes the database's write lock (waiting for a concurrent
+        // claimer's transaction to end), so the read after it sees the latest state.
+        for _ in 0..CLAIM_ROUNDS {
+            if let Some(claim) = self.upsert(tx, request).await? {
+                return Ok(tx_claim(claim, key));
+            }
+            if let Some(claim) = self.read_live(tx, request).await? {
+                return Ok(tx_claim(claim, key));
+            }
+        }
+        Err(lost_races())
+    }
+
+    async fn complete_in_tx(
+        &self,
+        tx: &mut sqlx::Transaction<'_, Sqlite>,
+        lease: TxLease,
+        outcome: &Outcome,
+    ) -> Result<(), StoreError> {
+        self.complete_on(
+            tx,
+            &lease.key,
+            lease.lease.token,
+            outcome,
+            self.settings.tx_ttl,
+        )
+        .await
+    }
+
+    async fn release_in_tx(
+        &self,
+        tx: &mut sqlx::Transaction<'_, Sqlite>,
+        lease: TxLease,
+    ) -> Result<(), StoreError> {
+        self.release_on(tx, &lease.key, lease.lease.token).await
+    }
+}

@@ -1,0 +1,317 @@
+//! Conditional state transitions on the application's own table: the state machine as an
+//! idempotency mechanism, no extra table needed.
+
+use crate::StoreError;
+
+use super::common::validate_identifier;
+
+/// What [`Transition`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransitionOutcome {
+    /// The row was in a `from` state and is now in the target state: run the side effects.
+    Applied,
+    /// The row already was in the target state: an idempotent repeat, answer success and run
+    /// no side effect again.
+    AlreadyInTarget,
+    /// The row is in another state: an illegal transition, to be reported (not a duplicate).
+    Illegal {
+        /// The state the row is in.
+        current: String,
+    },
+    /// No row has this id.
+    NotFound,
+}
+
+impl TransitionOutcome {
+    /// Only [`TransitionOutcome::Applied`] may run side effects.
+    pub fn is_applied(&self) -> bool {
+        matches!(self, Self::Applied)
+    }
+
+    /// Applied or already in target: what a caller (a payment gateway) should be told is a
+    /// success.
+    pub fn is_success(&self) -> bool {
+        matches!(self, Self::Applied | Self::AlreadyInTarget)
+    }
+
+    fn classify(applied: bool, current: Option<String>, target: &str) -> Self {
+        match (applied, current) {
+            (true, _) => Self::Applied,
+            (false, None) => Self::NotFound,
+            (false, Some(current)) if current == target => Self::AlreadyInTarget,
+            (false, Some(current)) => Self::Illegal { current },
+        }
+    }
+}
+
+/// A conditional transition `from → to` of a state column, keyed by an id column:
+/// `UPDATE table SET state = to WHERE id = ? AND state IN (from…)`, and when no row changed,
+/// the current state to tell a repeat from an illegal transition.
+///
+/// Concurrent callers are serialized by the row lock: exactly one sees
+/// [`TransitionOutcome::Applied`], the others [`TransitionOutcome::AlreadyInTarget`]. Run the
+/// transition inside the transaction that also writes the side effects (or gate them on
+/// `Applied`), so a repeated callback never grants twice.
+///
+/// The state column must hold text (`TEXT`, `VARCHAR`, `CHAR`; MySQL `ENUM` works too).
+/// Table and column names are validated identifiers ([`StoreError::Config`] otherwise).
+///
+/// ```no_run
+/// # #[cfg(feature = "postgres")]
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// use idempotency_core::sql::{Transition, TransitionOutcome};
+///
+/// let mark_paid = Transition::new("orders", "id", "status")?.from("WAIT_PAY").to("PAID");
+/// let mut tx = pool.begin().await?;
+/// match mark_paid.apply_postgres(&mut *tx, 42_i64).await? {
+///     TransitionOutcome::Applied => {
+///         sqlx::query("INSERT INTO coupons (order_id) VALUES (42)").execute(&mut *tx).await?;
+///     }
+///     TransitionOutcome::AlreadyInTarget => {} // repeated callback: success, nothing to do
+///     TransitionOutcome::Illegal { current } => eprintln!("order is {current}: alert"),
+///     TransitionOutcome::NotFound => eprintln!("unknown order"),
+/// }
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    table: String,
+    id_column: String,
+    state_column: String,
+    from: Vec<String>,
+    to: Option<String>,
+}
+
+impl Transition {
+    /// A transition on `table`, rows found by `id_column`, state held in `state_column`.
+    pub fn new(table: &str, id_column: &str, state_column: &str) -> Result<Self, StoreError> {
+        for name in [table, id_column, state_column] {
+            validate_identifier(name)?;
+        }
+        Ok(Self {
+            table: table.to_owned(),
+            id_column: id_column.to_owned(),
+            state_column: state_column.to_owned(),
+            from: Vec::new(),
+            to: None,
+        })
+    }
+
+    /// Adds a state the transition may start from (call again for several).
+    pub fn from(mut self, state: impl Into<String>) -> Self {
+        self.from.push(state.into());
+        self
+    }
+
+    /// The target state.
+    pub fn to(mut self, state: impl Into<String>) -> Self {
+        self.to = Some(state.into());
+        self
+    }
+
+    /// The states the transition may start from.
+    pub fn sources(&self) -> &[String] {
+        &self.from
+    }
+
+    /// The target state, if set.
+    pub fn target(&self) -> Option<&str> {
+        self.to.as_deref()
+    }
+
+    fn checked_target(&self) -> Result<&str, StoreError> {
+        if self.from.is_empty() {
+            return Err(StoreError::Config(
+                "a transition needs at least one `from` state".to_owned(),
+            ));
+        }
+        self.to
+            .as_deref()
+            .ok_or_else(|| StoreError::Config("a transition needs a `to` state".to_owned()))
+    }
+
+    /// `UPDATE … WHERE id = ? AND state IN (?, …)` with `?` placeholders (MySQL, SQLite).
+    #[cfg(any(feature = "mysql", feature = "sqlite"))]
+    fn update_with_markers(&self, quote: char) -> String {
+        let q = |name: &str| format!("{quote}{name}{quote}");
+        let markers = vec!["?"; self.from.len()].join(", ");
+        format!(
+            "UPDATE {} SET {} = ? WHERE {} = ? AND {} IN ({markers})",
+            q(&self.table),
+            q(&self.state_column),
+            q(&self.id_column),
+            q(&self.state_column)
+        )
+    }
+
+    /// Applies the transition on PostgreSQL in **one round trip** (the update and, when it
+    /// changed nothing, a locking read of the latest row version, in one statement). `executor`
+    /// is a pool, a connection or `&mut *tx`.
+    #[cfg(feature = "postgres")]
+    pub async fn apply_postgres<'e, E, I>(
+        &self,
+        executor: E,
+        id: I,
+    ) -> Result<TransitionOutcome, StoreError>
+    where
+        E: sqlx::Executor<'e, Database = sqlx::Postgres>,
+        I: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
+    {
+        let target = self.checked_target()?;
+        let (t, id_col, state) = (&self.table, &self.id_column, &self.state_column);
+        // The locking read follows a row updated by a concurrent transaction that committed
+        // after this statement's snapshot to its latest version (READ COMMITTED), so a repeat
+        // that waited on the first caller's lock reads the new state, not the old one.
+        let sql = format!(
+            "WITH upd AS (UPDATE \"{t}\" SET \"{state}\" = $2 \
+               WHERE \"{id_col}\" = $1 AND \"{state}\"::text = ANY($3) RETURNING 1), \
+             cur AS (SELECT \"{state}\"::text AS state FROM \"{t}\" \
+               WHERE \"{id_col}\" = $1 AND NOT EXISTS (SELECT 1 FROM upd) FOR UPDATE) \
+             SELECT true AS applied, NULL::text AS state FROM upd \
+             UNION ALL SELECT false, state FROM cur"
+        );
+        let row: Option<(bool, Option<String>)> = sqlx::query_as(&sql)
+            .bind(id)
+            .bind(target)
+            .bind(&self.from)
+            .fetch_optional(executor)
+            .await
+            .map_err(super::common::map_err)?;
+        Ok(match row {
+            None => TransitionOutcome::NotFound,
+            Some((applied, current)) => TransitionOutcome::classify(applied, current, target),
+        })
+    }
+
+    /// Applies the transition on MySQL/MariaDB: the update, and when it changed nothing, a
+    /// locking read (`FOR UPDATE`, the latest committed version even in `REPEATABLE READ`).
+    /// `conn` is a connection or `&mut *tx`.
+    #[cfg(feature = "mysql")]
+    pub async fn apply_mysql<I>(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+        id: I,
+    ) -> Result<TransitionOutcome, StoreError>
+    where
+        I: for<'q> sqlx::Encode<'q, sqlx::MySql> + sqlx::Type<sqlx::MySql> + Send + Clone,
+    {
+        let target = self.checked_target()?;
+        let update = self.update_with_markers('`');
+        let mut query = sqlx::query(&update).bind(target).bind(id.clone());
+        for from in &self.from {
+            query = query.bind(from.as_str());
+        }
+        // The connection reports matched rows (CLIENT_FOUND_ROWS), so from == to counts too.
+        let changed = query
+            .execute(&mut *conn)
+            .await
+            .map_err(super::common::map_err)?
+            .rows_affected();
+        if changed > 0 {
+            return Ok(TransitionOutcome::Applied);
+        }
+        let select = format!(
+            "SELECT CAST(`{}` AS CHAR) FROM `{}` WHERE `{}` = ? FOR UPDATE",
+            self.state_column, self.table, self.id_column
+        );
+        let current: Option<(String,)> = sqlx::query_as(&select)
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(super::common::map_err)?;
+        Ok(TransitionOutcome::classify(
+            false,
+            current.map(|(state,)| state),
+            target,
+        ))
+    }
+
+    /// Applies the transition on SQLite: the update, and when it changed nothing, a read in the
+    /// same (write) transaction. `conn` is a connection or `&mut *tx`.
+    #[cfg(feature = "sqlite")]
+    pub async fn apply_sqlite<I>(
+        &self,
+        conn: &mut sqlx::SqliteConnection,
+        id: I,
+    ) -> Result<TransitionOutcome, StoreError>
+    where
+        I: for<'q> sqlx::Encode<'q, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite> + Send + Clone,
+    {
+        let target = self.checked_target()?;
+        let update = self.update_with_markers('"');
+        let mut query = sqlx::query(&update).bind(target).bind(id.clone());
+        for from in &self.from {
+            query = query.bind(from.as_str());
+        }
+        let changed = query
+            .execute(&mut *conn)
+            .await
+            .map_err(super::common::map_err)?
+            .rows_affected();
+        if changed > 0 {
+            return Ok(TransitionOutcome::Applied);
+        }
+        let select = format!(
+            "SELECT CAST(\"{}\" AS TEXT) FROM \"{}\" WHERE \"{}\" = ?",
+            self.state_column, self.table, self.id_column
+        );
+        let current: Option<(String,)> = sqlx::query_as(&select)
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(super::common::map_err)?;
+        Ok(TransitionOutcome::classify(
+            false,
+            current.map(|(state,)| state),
+            target,
+        ))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_validated() {
+        assert!(Transition::new("orders", "id", "status").is_ok());
+        for (t, i, s) in [
+            ("orders; drop table x", "id", "status"),
+            ("orders", "id\"", "status"),
+            ("orders", "id", "sta tus"),
+        ] {
+            assert!(matches!(
+                Transition::new(t, i, s),
+                Err(StoreError::Config(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn outcomes() {
+        assert_eq!(
+            TransitionOutcome::classify(false, Some("PAID".into()), "PAID"),
+            TransitionOutcome::AlreadyInTarget
+        );
+        assert_eq!(
+            TransitionOutcome::classify(false, Some("CLOSED".into()), "PAID"),
+            TransitionOutcome::Illegal {
+                current: "CLOSED".into()
+            }
+        );
+        assert_eq!(
+            TransitionOutcome::classify(false, None, "PAID"),
+            TransitionOutcome::NotFound
+        );
+        assert!(TransitionOutcome::classify(true, None, "PAID").is_applied());
+        let incomplete = Transition::new("orders", "id", "status")
+            .unwrap()
+            .to("PAID");
+        assert!(matches!(
+            incomplete.checked_target(),
+            Err(StoreError::Config(_))
+        ));
+    }
+}

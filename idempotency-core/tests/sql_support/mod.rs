@@ -1,0 +1,388 @@
+//! Scenarios shared by the SQL store tests: transactional dedup and state machines, written
+//! once over any sqlx database, run against the real servers by `sql_postgres.rs`,
+//! `sql_mysql.rs` and `sql_sqlite.rs`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs,
+    unreachable_pub,
+    dead_code
+)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idempotency_core::sql::{ListFilter, TxClaim, TxStore};
+use idempotency_core::testing::unique_key;
+use idempotency_core::{
+    Claim, ClaimRequest, Fingerprint, IdempotencyKey, Outcome, RecordState, Scope, Store,
+};
+use sqlx::{Database, Executor, IntoArguments, Pool};
+
+/// A fresh name for a per-test table.
+pub fn unique_table(prefix: &str) -> String {
+    format!("{prefix}_{}", &unique_key().to_hex()[..12])
+}
+
+/// What one transactional callback did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    Executed,
+    Replayed(Outcome),
+    InFlight,
+    Mismatch,
+}
+
+/// The payment callback done right: claim the trade number and grant the coupon in one
+/// transaction. `rollback` makes the owner fail after its business write (a crash).
+pub async fn callback_in_tx<S>(
+    store: &S,
+    pool: &Pool<S::Database>,
+    coupons: &str,
+    trade_no: &str,
+    rollback: bool,
+) -> Seen
+where
+    S: TxStore,
+    for<'c> &'c mut <S::Database as Database>::Connection: Executor<'c, Database = S::Database>,
+    for<'q> <S::Database as Database>::Arguments<'q>: IntoArguments<'q, S::Database>,
+{
+    let scope = Scope::new("pay.callback");
+    let key = IdempotencyKey::parse(trade_no).unwrap();
+    let fingerprint = Fingerprint::of_bytes(trade_no.as_bytes());
+    let mut tx = pool.begin().await.unwrap();
+    let seen = match store
+        .claim_in_tx(&mut tx, &scope, &key, &fingerprint)
+        .await
+        .unwrap()
+    {
+        TxClaim::Execute(lease) => {
+            let grant = format!("INSERT INTO {coupons} (trade_no) VALUES ('{trade_no}')");
+            sqlx::query(&grant).execute(&mut *tx).await.unwrap();
+            store
+                .complete_in_tx(&mut tx, lease, &Outcome::new(200, "coupon granted"))
+                .await
+                .unwrap();
+            Seen::Executed
+        }
+        TxClaim::Replay(outcome) => Seen::Replayed(outcome),
+        TxClaim::InFlight { .. } => Seen::InFlight,
+        TxClaim::Mismatch => Seen::Mismatch,
+    };
+    if rollback {
+        drop(tx);
+    } else {
+        tx.commit().await.unwrap();
+    }
+    seen
+}
+
+pub async fn count<DB>(pool: &Pool<DB>, sql: &str) -> i64
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    i64: sqlx::Type<DB> + for<'r> sqlx::Decode<'r, DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    let mut conn = pool.acquire().await.unwrap();
+    let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&mut *conn).await.unwrap();
+    n
+}
+
+/// Runs `count` copies of `make` at once (after a barrier).
+pub async fn concurrently<T, F>(count: usize, make: impl Fn(usize) -> F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    let barrier = Arc::new(tokio::sync::Barrier::new(count));
+    let tasks: Vec<_> = (0..count)
+        .map(|index| {
+            let barrier = Arc::clone(&barrier);
+            let work = make(index);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                work.await
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(count);
+    for task in tasks {
+        out.push(task.await.unwrap());
+    }
+    out
+}
+
+/// 200 duplicate callbacks in 200 concurrent transactions: exactly one grants a coupon, every
+/// other one replays its committed outcome, and there is one coupon row.
+pub async fn tx_storm<S>(store: S, pool: Pool<S::Database>, coupons: String)
+where
+    S: TxStore + Clone,
+    for<'c> &'c mut <S::Database as Database>::Connection: Executor<'c, Database = S::Database>,
+    for<'q> <S::Database as Database>::Arguments<'q>: IntoArguments<'q, S::Database>,
+    i64: sqlx::Type<S::Database> + for<'r> sqlx::Decode<'r, S::Database>,
+    (i64,): for<'r> sqlx::FromRow<'r, <S::Database as Database>::Row>,
+{
+    const CALLERS: usize = 200;
+    let trade_no = format!("T{}", &unique_key().to_hex()[..16]);
+    let seen = concurrently(CALLERS, |_| {
+        let (store, pool, coupons, trade_no) = (
+            store.clone(),
+            pool.clone(),
+            coupons.clone(),
+            trade_no.clone(),
+        );
+        async move { callback_in_tx(&store, &pool, &coupons, &trade_no, false).await }
+    })
+    .await;
+    let executed = seen.iter().filter(|s| **s == Seen::Executed).count();
+    assert_eq!(
+        executed, 1,
+        "exactly one of {CALLERS} transactions runs the business code"
+    );
+    let granted = Outcome::new(200, "coupon granted");
+    assert!(
+        seen.iter()
+            .all(|s| *s == Seen::Executed || *s == Seen::Replayed(granted.clone())),
+        "every duplicate replays the committed outcome: {seen:?}"
+    );
+    let sql = format!("SELECT COUNT(*) FROM {coupons} WHERE trade_no = '{trade_no}'");
+    assert_eq!(
+        count(&pool, &sql).await,
+        1,
+        "one coupon, whatever the retries"
+    );
+}
+
+/// A transaction that fails after its business write leaves no trace: no record, no coupon;
+/// the retry runs the business code once.
+pub async fn tx_rollback_leaves_no_trace<S>(store: S, pool: Pool<S::Database>, coupons: String)
+where
+    S: TxStore + Clone,
+    for<'c> &'c mut <S::Database as Database>::Connection: Executor<'c, Database = S::Database>,
+    for<'q> <S::Database as Database>::Arguments<'q>: IntoArguments<'q, S::Database>,
+    i64: sqlx::Type<S::Database> + for<'r> sqlx::Decode<'r, S::Database>,
+    (i64,): for<'r> sqlx::FromRow<'r, <S::Database as Database>::Row>,
+{
+    let trade_no = format!("T{}", &unique_key().to_hex()[..16]);
+    let sql = format!("SELECT COUNT(*) FROM {coupons} WHERE trade_no = '{trade_no}'");
+    assert_eq!(
+        callback_in_tx(&store, &pool, &coupons, &trade_no, true).await,
+        Seen::Executed
+    );
+    let key = Scope::new("pay.callback").storage_key(&IdempotencyKey::parse(&trade_no).unwrap());
+    assert_eq!(store.get(&key).await.unwrap(), None, "no dedup record");
+    assert_eq!(count(&pool, &sql).await, 0, "no coupon");
+
+    assert_eq!(
+        callback_in_tx(&store, &pool, &coupons, &trade_no, false).await,
+        Seen::Executed
+    );
+    assert_eq!(
+        callback_in_tx(&store, &pool, &coupons, &trade_no, false).await,
+        Seen::Replayed(Outcome::new(200, "coupon granted"))
+    );
+    assert_eq!(count(&pool, &sql).await, 1);
+    let record = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.namespace, "pay.callback");
+}
+
+/// A duplicate that arrives while the owner's transaction is open waits for it, then sees
+/// the committed outcome (commit) or takes the key (rollback).
+pub async fn tx_waiting_duplicate<S>(store: S, pool: Pool<S::Database>, coupons: String)
+where
+    S: TxStore + Clone,
+    for<'c> &'c mut <S::Database as Database>::Connection: Executor<'c, Database = S::Database>,
+    for<'q> <S::Database as Database>::Arguments<'q>: IntoArguments<'q, S::Database>,
+    i64: sqlx::Type<S::Database> + for<'r> sqlx::Decode<'r, S::Database>,
+    (i64,): for<'r> sqlx::FromRow<'r, <S::Database as Database>::Row>,
+{
+    for commit in [true, false] {
+        let trade_no = format!("T{}", &unique_key().to_hex()[..16]);
+        let scope = Scope::new("pay.callback");
+        let key = IdempotencyKey::parse(&trade_no).unwrap();
+        let fingerprint = Fingerprint::of_bytes(trade_no.as_bytes());
+        let mut owner = pool.begin().await.unwrap();
+        let TxClaim::Execute(lease) = store
+            .claim_in_tx(&mut owner, &scope, &key, &fingerprint)
+            .await
+            .unwrap()
+        else {
+            panic!("the first transaction owns the key");
+        };
+        let duplicate = {
+            let (store, pool, coupons, trade_no) = (
+                store.clone(),
+                pool.clone(),
+                coupons.clone(),
+                trade_no.clone(),
+            );
+            tokio::spawn(
+                async move { callback_in_tx(&store, &pool, &coupons, &trade_no, false).await },
+            )
+        };
+        // The duplicate is blocked on the owner's uncommitted row while the owner works.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !duplicate.is_finished(),
+            "the duplicate waits for the owner"
+        );
+        let grant = format!("INSERT INTO {coupons} (trade_no) VALUES ('{trade_no}')");
+        sqlx::query(&grant).execute(&mut *owner).await.unwrap();
+        store
+            .complete_in_tx(&mut owner, lease, &Outcome::new(200, "coupon granted"))
+            .await
+            .unwrap();
+        if commit {
+            owner.commit().await.unwrap();
+        } else {
+            owner.rollback().await.unwrap();
+        }
+        let seen = duplicate.await.unwrap();
+        let sql = format!("SELECT COUNT(*) FROM {coupons} WHERE trade_no = '{trade_no}'");
+        if commit {
+            assert_eq!(seen, Seen::Replayed(Outcome::new(200, "coupon granted")));
+        } else {
+            assert_eq!(
+                seen,
+                Seen::Executed,
+                "after a rollback the duplicate executes"
+            );
+        }
+        assert_eq!(count(&pool, &sql).await, 1);
+    }
+}
+
+/// A transactional claim respects a live lease taken outside a transaction (by the engine),
+/// and a mismatched payload.
+pub async fn tx_sees_engine_claims<S>(store: S, pool: Pool<S::Database>)
+where
+    S: TxStore + Clone,
+    for<'c> &'c mut <S::Database as Database>::Connection: Executor<'c, Database = S::Database>,
+    for<'q> <S::Database as Database>::Arguments<'q>: IntoArguments<'q, S::Database>,
+{
+    let scope = Scope::new("pay.callback");
+    let key = IdempotencyKey::parse(&format!("K{}", &unique_key().to_hex()[..16])).unwrap();
+    let storage_key = scope.storage_key(&key);
+    let fp = Fingerprint::of_bytes(b"a");
+    let claim = store
+        .claim(ClaimRequest {
+            key: &storage_key,
+            namespace: scope.namespace(),
+            fingerprint: &fp,
+            lease: Duration::from_secs(30),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(claim, Claim::Acquired(_)));
+    let mut tx = pool.begin().await.unwrap();
+    assert!(matches!(
+        store.claim_in_tx(&mut tx, &scope, &key, &fp).await.unwrap(),
+        TxClaim::InFlight { .. }
+    ));
+    assert!(matches!(
+        store
+            .claim_in_tx(&mut tx, &scope, &key, &Fingerprint::of_bytes(b"b"))
+            .await
+            .unwrap(),
+        TxClaim::Mismatch
+    ));
+    tx.rollback().await.unwrap();
+}
+
+/// Purge in bounded batches, and reconciliation listing by namespace, state and time.
+pub async fn purge_batches_and_list<S: Store>(
+    store: S,
+    list: impl AsyncFn(&S, ListFilter) -> Vec<idempotency_core::Record>,
+) {
+    let namespace = format!("ns{}", &unique_key().to_hex()[..10]);
+    let fp = Fingerprint::of_bytes(b"x");
+    let started = std::time::SystemTime::now() - Duration::from_secs(1);
+    let mut keys = Vec::new();
+    for index in 0..7 {
+        let key = unique_key();
+        let Claim::Acquired(lease) = store
+            .claim(ClaimRequest {
+                key: &key,
+                namespace: &namespace,
+                fingerprint: &fp,
+                lease: Duration::from_secs(30),
+            })
+            .await
+            .unwrap()
+        else {
+            panic!("fresh key");
+        };
+        if index < 5 {
+            store
+                .complete(
+                    &key,
+                    lease.token,
+                    &Outcome::new(200, "ok"),
+                    Duration::from_millis(200),
+                )
+                .await
+                .unwrap();
+        }
+        keys.push(key);
+    }
+    let all = list(&store, ListFilter::new(100).namespace(namespace.clone())).await;
+    assert_eq!(all.len(), 7);
+    assert!(all.windows(2).all(|w| w[0].updated_at <= w[1].updated_at));
+    let running = list(
+        &store,
+        ListFilter::new(100)
+            .namespace(namespace.clone())
+            .state(RecordState::InProgress),
+    )
+    .await;
+    assert_eq!(running.len(), 2);
+    assert!(
+        running
+            .iter()
+            .all(|r| r.state == RecordState::InProgress && r.outcome.is_none())
+    );
+    let limited = list(&store, ListFilter::new(3).namespace(namespace.clone())).await;
+    assert_eq!(limited.len(), 3);
+    let later = list(
+        &store,
+        ListFilter::new(100)
+            .namespace(namespace.clone())
+            .updated_from(std::time::SystemTime::now() + Duration::from_secs(60)),
+    )
+    .await;
+    assert!(later.is_empty());
+    let window = list(
+        &store,
+        ListFilter::new(100)
+            .namespace(namespace.clone())
+            .updated_from(started)
+            .updated_before(std::time::SystemTime::now() + Duration::from_secs(5)),
+    )
+    .await;
+    assert_eq!(window.len(), 7);
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Other tests share the table: purge until our five completed records are gone, in
+    // batches of at most 2.
+    let mut rounds = 0;
+    loop {
+        let mut left = 0;
+        for key in &keys[..5] {
+            left += usize::from(store.get(key).await.unwrap().is_some());
+        }
+        if left == 0 {
+            break;
+        }
+        let purged = store.purge_expired(2).await.unwrap();
+        assert!(purged <= 2, "a batch never exceeds its limit");
+        rounds += 1;
+        assert!(rounds < 10_000, "purge makes progress");
+    }
+    for key in &keys[5..] {
+        assert!(store.get(key).await.unwrap().is_some(), "live leases stay");
+    }
+}
