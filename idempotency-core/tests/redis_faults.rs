@@ -1,0 +1,176 @@
+//! Redis going away mid-run: store calls fail fast with `Unavailable`/`Timeout` (no hang, no
+//! panic), and the store recovers by itself once Redis is back. Runs against a `redis-server`
+//! this test starts and kills on a free loopback port.
+#![cfg(feature = "redis")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use idempotency_core::redis::{RedisStore, RedisTokenStore};
+use idempotency_core::testing::{unavailable, unique_key};
+use idempotency_core::{
+    Claim, ClaimRequest, Fingerprint, Lease, Outcome, Scope, Store, StoreError, TokenStore,
+};
+
+/// A `redis-server` child process, killed when dropped.
+struct Server {
+    child: Child,
+}
+
+impl Server {
+    fn start(port: u16) -> std::io::Result<Self> {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        Ok(Self { child })
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits (bounded) until the server accepts connections.
+async fn wait_until_up(port: u16) -> bool {
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+fn request<'a>(key: &'a idempotency_core::StorageKey, fp: &'a Fingerprint) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        namespace: "faults",
+        fingerprint: fp,
+        lease: Duration::from_secs(30),
+    }
+}
+
+async fn acquire(store: &RedisStore, fp: &Fingerprint) -> Result<Lease, StoreError> {
+    let key = unique_key();
+    match store.claim(request(&key, fp)).await? {
+        Claim::Acquired(lease) => {
+            store
+                .complete(
+                    &key,
+                    lease.token,
+                    &Outcome::new(200, "ok"),
+                    Duration::from_secs(30),
+                )
+                .await?;
+            Ok(lease)
+        }
+        other => panic!("a fresh key is acquired, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_fails_fast_while_redis_is_down_and_recovers() {
+    let port = free_port();
+    let server = match Server::start(port) {
+        Ok(server) => server,
+        Err(error) => return unavailable::<()>("redis-server binary", error).unwrap_or(()),
+    };
+    assert!(wait_until_up(port).await, "redis-server did not start");
+    let url = format!("redis://127.0.0.1:{port}");
+    let call_timeout = Duration::from_millis(500);
+    let store = RedisStore::connect(&url)
+        .await
+        .unwrap()
+        .with_call_timeout(call_timeout);
+    let tokens = RedisTokenStore::new(store.connection().clone()).with_call_timeout(call_timeout);
+    let fp = Fingerprint::of_bytes(b"faults");
+    let scope = Scope::new("faults");
+
+    let before = acquire(&store, &fp).await.unwrap();
+    let token = tokens.issue(&scope, Duration::from_secs(60)).await.unwrap();
+
+    server.stop();
+
+    // Every call answers with a transient error; the guard only proves none hangs.
+    let guard = call_timeout * 10;
+    for _ in 0..5 {
+        let key = unique_key();
+        let claimed = tokio::time::timeout(guard, store.claim(request(&key, &fp)))
+            .await
+            .expect("a claim while Redis is down must not hang");
+        assert!(
+            matches!(
+                claimed,
+                Err(StoreError::Unavailable(_) | StoreError::Timeout(_))
+            ),
+            "claim while Redis is down: {claimed:?}"
+        );
+        let read = tokio::time::timeout(guard, store.get(&key))
+            .await
+            .expect("no hang");
+        assert!(
+            read.as_ref().is_err_and(StoreError::is_transient),
+            "{read:?}"
+        );
+        let consumed = tokio::time::timeout(guard, tokens.consume(&scope, &token.value))
+            .await
+            .expect("no hang");
+        assert!(
+            consumed.as_ref().is_err_and(StoreError::is_transient),
+            "{consumed:?}"
+        );
+    }
+
+    // Back on the same port, empty (no persistence): the same store recovers by itself.
+    let _server = Server::start(port).unwrap();
+    assert!(wait_until_up(port).await, "redis-server did not restart");
+    let mut after = None;
+    for _ in 0..100 {
+        match acquire(&store, &fp).await {
+            Ok(lease) => {
+                after = Some(lease);
+                break;
+            }
+            Err(error) => {
+                assert!(
+                    error.is_transient(),
+                    "only transient errors while reconnecting: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let after = after.expect("the store recovers once Redis is back");
+    assert!(
+        after.token > before.token,
+        "fencing tokens keep growing across a Redis restart that lost every record"
+    );
+    let token = tokens.issue(&scope, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(
+        tokens.consume(&scope, &token.value).await.unwrap(),
+        idempotency_core::TokenOutcome::Consumed
+    );
+}

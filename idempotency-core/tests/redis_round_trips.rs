@@ -1,0 +1,207 @@
+//! Each store step costs exactly one round trip to Redis, counted by a proxy between the store
+//! and the real server (`REDIS_URL`) that parses every command the client sends.
+#![cfg(feature = "redis")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idempotency_core::redis::{RedisStore, RedisTokenStore, connect};
+use idempotency_core::testing::{unavailable, unique_key};
+use idempotency_core::{
+    Claim, ClaimRequest, Fingerprint, Outcome, Scope, StorageKey, Store, TokenOutcome, TokenStore,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+fn upstream() -> String {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let rest = url.split("://").nth(1).unwrap_or(&url);
+    let host_port = rest.rsplit('@').next().unwrap_or(rest);
+    let host_port = host_port.split('/').next().unwrap_or(host_port);
+    if host_port.contains(':') {
+        host_port.to_owned()
+    } else {
+        format!("{host_port}:6379")
+    }
+}
+
+/// Command names sent through the proxy, in order.
+type Log = Arc<Mutex<Vec<String>>>;
+
+/// Parses complete RESP commands (arrays of bulk strings) at the start of `buffer`, logs their
+/// names and drops them from the buffer.
+fn parse_commands(buffer: &mut Vec<u8>, log: &Log) {
+    loop {
+        let mut at = 0;
+        let line = |at: &mut usize| -> Option<Vec<u8>> {
+            let end = buffer[*at..].windows(2).position(|w| w == b"\r\n")? + *at;
+            let text = buffer[*at..end].to_vec();
+            *at = end + 2;
+            Some(text)
+        };
+        let Some(header) = line(&mut at) else { return };
+        assert_eq!(header.first(), Some(&b'*'), "commands are arrays");
+        let count: usize = std::str::from_utf8(&header[1..]).unwrap().parse().unwrap();
+        let mut name = None;
+        let mut complete = true;
+        for _ in 0..count {
+            let Some(length) = line(&mut at) else {
+                complete = false;
+                break;
+            };
+            let length: usize = std::str::from_utf8(&length[1..]).unwrap().parse().unwrap();
+            if buffer.len() < at + length + 2 {
+                complete = false;
+                break;
+            }
+            if name.is_none() {
+                name = Some(String::from_utf8_lossy(&buffer[at..at + length]).to_uppercase());
+            }
+            at += length + 2;
+        }
+        if !complete {
+            return;
+        }
+        log.lock().unwrap().push(name.unwrap_or_default());
+        buffer.drain(..at);
+    }
+}
+
+async fn pipe_counting(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    log: Log,
+) {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    while let Ok(read) = from.read(&mut chunk).await {
+        if read == 0 {
+            return;
+        }
+        // Log before forwarding: a reply can only reach the store after its command is logged.
+        buffer.extend_from_slice(&chunk[..read]);
+        parse_commands(&mut buffer, &log);
+        if to.write_all(&chunk[..read]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A TCP proxy to `upstream` that logs every command name; returns its address.
+async fn counting_proxy(upstream: String, log: Log) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = TcpStream::connect(&upstream).await else {
+                return;
+            };
+            let (client_read, mut client_write) = client.into_split();
+            let (mut server_read, server_write) = server.into_split();
+            tokio::spawn(pipe_counting(client_read, server_write, log.clone()));
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+            });
+        }
+    });
+    address
+}
+
+/// Runs `step` and returns the commands it sent.
+async fn commands_of<T>(log: &Log, step: impl std::future::Future<Output = T>) -> (T, Vec<String>) {
+    let before = log.lock().unwrap().len();
+    let value = step.await;
+    let sent = log.lock().unwrap()[before..].to_vec();
+    (value, sent)
+}
+
+fn request<'a>(key: &'a StorageKey, fingerprint: &'a Fingerprint) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        namespace: "round-trips",
+        fingerprint,
+        lease: Duration::from_secs(30),
+    }
+}
+
+#[tokio::test]
+async fn every_step_is_one_round_trip() {
+    if let Err(error) = connect(&format!("redis://{}", upstream())).await {
+        unavailable::<()>("Redis", error);
+        return;
+    }
+    let log: Log = Arc::default();
+    let proxy = counting_proxy(upstream(), Arc::clone(&log)).await;
+    let url = format!("redis://{proxy}");
+    let store = RedisStore::connect(&url)
+        .await
+        .unwrap()
+        .with_key_prefix("test:round-trips:");
+    let tokens =
+        RedisTokenStore::new(store.connection().clone()).with_key_prefix("test:round-trips:token:");
+    let fingerprint = Fingerprint::of_bytes(b"payload");
+    let outcome = Outcome::new(200, "done");
+    let ttl = Duration::from_secs(30);
+
+    // Warm up: load every script once (the first EVALSHA of each answers NOSCRIPT).
+    let warm = unique_key();
+    let Claim::Acquired(lease) = store.claim(request(&warm, &fingerprint)).await.unwrap() else {
+        panic!("warm-up claim");
+    };
+    store.touch(&warm, lease.token, ttl).await.unwrap();
+    store.release(&warm, lease.token).await.unwrap();
+    let Claim::Acquired(lease) = store.claim(request(&warm, &fingerprint)).await.unwrap() else {
+        panic!("warm-up claim");
+    };
+    store
+        .complete(&warm, lease.token, &outcome, ttl)
+        .await
+        .unwrap();
+    let scope = Scope::new("round-trips");
+    let warm_token = tokens.issue(&scope, ttl).await.unwrap();
+    tokens.consume(&scope, &warm_token.value).await.unwrap();
+
+    let key = unique_key();
+    let (claim, sent) = commands_of(&log, store.claim(request(&key, &fingerprint))).await;
+    let Claim::Acquired(lease) = claim.unwrap() else {
+        panic!("claim of a fresh key acquires it");
+    };
+    assert_eq!(sent, ["EVALSHA"], "claim");
+
+    let (touched, sent) = commands_of(&log, store.touch(&key, lease.token, ttl)).await;
+    touched.unwrap();
+    assert_eq!(sent, ["EVALSHA"], "touch");
+
+    let (in_progress, sent) = commands_of(&log, store.claim(request(&key, &fingerprint))).await;
+    assert!(matches!(in_progress.unwrap(), Claim::InProgress { .. }));
+    assert_eq!(sent, ["EVALSHA"], "claim while in progress");
+
+    let (completed, sent) =
+        commands_of(&log, store.complete(&key, lease.token, &outcome, ttl)).await;
+    completed.unwrap();
+    assert_eq!(sent, ["EVALSHA"], "complete");
+
+    let (replay, sent) = commands_of(&log, store.claim(request(&key, &fingerprint))).await;
+    assert_eq!(replay.unwrap(), Claim::Completed(outcome.clone()));
+    assert_eq!(sent, ["EVALSHA"], "replay, outcome included");
+
+    let (record, sent) = commands_of(&log, store.get(&key)).await;
+    assert_eq!(record.unwrap().unwrap().outcome, Some(outcome));
+    assert_eq!(sent, ["HGETALL"], "get");
+
+    let other = unique_key();
+    let Claim::Acquired(lease) = store.claim(request(&other, &fingerprint)).await.unwrap() else {
+        panic!("claim of a fresh key acquires it");
+    };
+    let (released, sent) = commands_of(&log, store.release(&other, lease.token)).await;
+    released.unwrap();
+    assert_eq!(sent, ["EVALSHA"], "release");
+
+    let (token, sent) = commands_of(&log, tokens.issue(&scope, ttl)).await;
+    let token = token.unwrap();
+    assert_eq!(sent, ["SET"], "token issue");
+    let (consumed, sent) = commands_of(&log, tokens.consume(&scope, &token.value)).await;
+    assert_eq!(consumed.unwrap(), TokenOutcome::Consumed);
+    assert_eq!(sent, ["EVALSHA"], "token consume");
+}
