@@ -1,0 +1,295 @@
+//! MySQL/MariaDB store against the real server (MYSQL_URL, default
+//! mysql://root@127.0.0.1:3306/test): the shared conformance suite unchanged, then
+//! transactional dedup, state transitions, faults and bad input.
+#![cfg(all(feature = "mysql", feature = "testing"))]
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod sql_support;
+
+use std::time::Duration;
+
+use idempotency_core::sql::{MySqlStore, Transition, TransitionOutcome};
+use idempotency_core::testing::{unavailable, unique_key};
+use idempotency_core::{Claim, ClaimRequest, Fingerprint, Store, StoreError};
+use sql_support::{concurrently, count, unique_table};
+use sqlx::MySqlPool;
+use sqlx::mysql::MySqlPoolOptions;
+
+fn url() -> String {
+    std::env::var("MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
+async fn pool(max: u32) -> Option<MySqlPool> {
+    match MySqlPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect(&url())
+        .await
+    {
+        Ok(pool) => Some(pool),
+        Err(error) => unavailable("MySQL", error),
+    }
+}
+
+/// The conformance suite's store: one shared table, migrated concurrently by every test.
+async fn store() -> Option<MySqlStore> {
+    let store = MySqlStore::new(pool(8).await?)
+        .with_table_name("idem_conformance")
+        .unwrap();
+    store.migrate().await.unwrap();
+    Some(store)
+}
+
+idempotency_core::store_conformance_tests!(store());
+
+/// A store on a fresh table plus a fresh coupons table.
+async fn fresh(max: u32) -> Option<(MySqlStore, MySqlPool, String)> {
+    let pool = pool(max).await?;
+    let store = MySqlStore::new(pool.clone())
+        .with_table_name(&unique_table("idem"))
+        .unwrap();
+    store.migrate().await.unwrap();
+    let coupons = unique_table("coupons");
+    sqlx::query(&format!(
+        "CREATE TABLE {coupons} (id BIGINT AUTO_INCREMENT PRIMARY KEY, trade_no VARCHAR(64) NOT NULL)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    Some((store, pool, coupons))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tx_storm_200_duplicates_one_coupon() {
+    if let Some((store, pool, coupons)) = fresh(20).await {
+        sql_support::tx_storm(store, pool, coupons).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tx_rollback_leaves_no_trace() {
+    if let Some((store, pool, coupons)) = fresh(4).await {
+        sql_support::tx_rollback_leaves_no_trace(store, pool, coupons).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tx_waiting_duplicate_replays_or_executes() {
+    if let Some((store, pool, coupons)) = fresh(4).await {
+        sql_support::tx_waiting_duplicate(store, pool, coupons).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tx_sees_engine_claims() {
+    if let Some((store, pool, _)) = fresh(4).await {
+        sql_support::tx_sees_engine_claims(store, pool).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn purge_batches_and_list() {
+    if let Some((store, _, _)) = fresh(4).await {
+        sql_support::purge_batches_and_list(store, async |s: &MySqlStore, f| {
+            s.list(&f).await.unwrap()
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn table_names_that_are_not_identifiers_are_refused() {
+    if let Some(pool) = pool(1).await {
+        for bad in ["x; DROP TABLE y", "a`b", "", "1t", "public.t", "t t"] {
+            assert!(
+                matches!(
+                    MySqlStore::new(pool.clone()).with_table_name(bad),
+                    Err(StoreError::Config(_))
+                ),
+                "{bad:?} must be refused"
+            );
+        }
+        assert!(matches!(
+            Transition::new("orders", "id; --", "status"),
+            Err(StoreError::Config(_))
+        ));
+    }
+}
+
+/// Orders table with one order in WAIT_PAY, plus a coupons table.
+async fn orders(pool: &MySqlPool) -> (String, String) {
+    let (orders, coupons) = (unique_table("orders"), unique_table("coupons"));
+    for ddl in [
+        format!("CREATE TABLE {orders} (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL)"),
+        format!(
+            "CREATE TABLE {coupons} (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_id BIGINT NOT NULL)"
+        ),
+        format!("INSERT INTO {orders} VALUES (42, 'WAIT_PAY'), (43, 'CLOSED')"),
+    ] {
+        sqlx::query(&ddl).execute(pool).await.unwrap();
+    }
+    (orders, coupons)
+}
+
+/// The seed's fix: the callback moves the order WAIT_PAY → PAID and grants the coupon only
+/// when the transition applied, in the same transaction.
+async fn paid_callback(
+    pool: &MySqlPool,
+    orders: &str,
+    coupons: &str,
+    id: i64,
+) -> TransitionOutcome {
+    let mark_paid = Transition::new(orders, "id", "status")
+        .unwrap()
+        .from("WAIT_PAY")
+        .to("PAID");
+    let mut tx = pool.begin().await.unwrap();
+    let outcome = mark_paid.apply_mysql(&mut tx, id).await.unwrap();
+    if outcome.is_applied() {
+        sqlx::query(&format!("INSERT INTO {coupons} (order_id) VALUES (?)"))
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    outcome
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transition_applied_once_then_already_in_target() {
+    let Some(pool) = pool(4).await else { return };
+    let (orders, coupons) = orders(&pool).await;
+    assert_eq!(
+        paid_callback(&pool, &orders, &coupons, 42).await,
+        TransitionOutcome::Applied
+    );
+    for _ in 0..5 {
+        assert_eq!(
+            paid_callback(&pool, &orders, &coupons, 42).await,
+            TransitionOutcome::AlreadyInTarget
+        );
+    }
+    assert_eq!(
+        paid_callback(&pool, &orders, &coupons, 43).await,
+        TransitionOutcome::Illegal {
+            current: "CLOSED".to_owned()
+        }
+    );
+    assert_eq!(
+        paid_callback(&pool, &orders, &coupons, 44).await,
+        TransitionOutcome::NotFound
+    );
+    let granted = count(&pool, &format!("SELECT COUNT(*) FROM {coupons}")).await;
+    assert_eq!(granted, 1, "six callbacks, one coupon");
+    // Usable on a plain connection too.
+    let reopen = Transition::new(&orders, "id", "status")
+        .unwrap()
+        .from("PAID")
+        .from("CLOSED")
+        .to("REFUNDED");
+    let mut conn = pool.acquire().await.unwrap();
+    assert_eq!(
+        reopen.apply_mysql(&mut conn, 43_i64).await.unwrap(),
+        TransitionOutcome::Applied
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transition_200_concurrent_callbacks_one_coupon() {
+    let Some(pool) = pool(20).await else { return };
+    let (orders, coupons) = orders(&pool).await;
+    let outcomes = concurrently(200, |_| {
+        let (pool, orders, coupons) = (pool.clone(), orders.clone(), coupons.clone());
+        async move { paid_callback(&pool, &orders, &coupons, 42).await }
+    })
+    .await;
+    let applied = outcomes.iter().filter(|o| o.is_applied()).count();
+    assert_eq!(applied, 1);
+    assert!(
+        outcomes.iter().all(|o| matches!(
+            o,
+            TransitionOutcome::Applied | TransitionOutcome::AlreadyInTarget
+        )),
+        "{outcomes:?}"
+    );
+    let granted = count(&pool, &format!("SELECT COUNT(*) FROM {coupons}")).await;
+    assert_eq!(granted, 1, "200 concurrent callbacks, one coupon");
+}
+
+/// The server kills the store's connections mid-run: calls fail with `Unavailable` (a 503),
+/// nothing panics, and the same store works again without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_connections_are_unavailable_then_recover() {
+    let Some(admin) = pool(2).await else { return };
+    let pool = MySqlPoolOptions::new()
+        .max_connections(2)
+        .test_before_acquire(false)
+        .connect(&url())
+        .await
+        .unwrap();
+    let store = MySqlStore::new(pool.clone())
+        .with_table_name(&unique_table("idem"))
+        .unwrap();
+    store.migrate().await.unwrap();
+    let fp = Fingerprint::of_bytes(b"x");
+    let claim = async |store: &MySqlStore| {
+        let key = unique_key();
+        store
+            .claim(ClaimRequest {
+                key: &key,
+                namespace: "fault",
+                fingerprint: &fp,
+                lease: Duration::from_secs(30),
+            })
+            .await
+    };
+    assert!(matches!(claim(&store).await, Ok(Claim::Acquired(_))));
+
+    let mut tx = pool.begin().await.unwrap();
+    let (id,): (u64,) = sqlx::query_as("SELECT CONNECTION_ID()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(&format!("KILL {id}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let in_tx = idempotency_core::sql::TxStore::claim_storage_key_in_tx(
+        &store,
+        &mut tx,
+        "fault",
+        unique_key(),
+        &fp,
+    )
+    .await;
+    assert!(
+        matches!(in_tx, Err(StoreError::Unavailable(_))),
+        "a dead connection is Unavailable, got {in_tx:?}"
+    );
+    drop(tx);
+
+    let mut recovered = false;
+    for _ in 0..10 {
+        match claim(&store).await {
+            Ok(Claim::Acquired(_)) => {
+                recovered = true;
+                break;
+            }
+            Err(StoreError::Unavailable(_)) => continue,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(recovered, "the store recovers without a restart");
+
+    let nowhere = MySqlPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy("mysql://root@127.0.0.1:1/test")
+        .unwrap();
+    let down = MySqlStore::new(nowhere);
+    assert!(matches!(
+        claim(&down).await,
+        Err(StoreError::Unavailable(_))
+    ));
+}
