@@ -126,7 +126,7 @@ where
                 Ok(None) => {
                     let refusal = Refusal::new(
                         RefusalKind::MissingKey,
-                        format!("this endpoint requires the {name} header"),
+                        format!("an idempotency key is required ({name})"),
                     );
                     return ResponseFuture::ready(gate::refuse(settings, refusal));
                 }

@@ -1,5 +1,6 @@
 //! The layer's settings, shared by every clone of its service.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,15 +108,16 @@ impl Settings {
         self.key.needs_body() || self.fingerprint.needs_body()
     }
 
-    /// The scope of a request: the namespace, and the principal if one is extracted.
-    pub(crate) fn scope_for(&self, parts: &Parts) -> Scope {
+    /// The scope of a request: the namespace, and the principal if one is extracted (no
+    /// allocation without one).
+    pub(crate) fn scope_for(&self, parts: &Parts) -> Cow<'_, Scope> {
         match self
             .principal
             .as_ref()
             .and_then(|principal| principal(parts))
         {
-            Some(principal) => self.scope.clone().with_principal(principal),
-            None => self.scope.clone(),
+            Some(principal) => Cow::Owned(self.scope.clone().with_principal(principal)),
+            None => Cow::Borrowed(&self.scope),
         }
     }
 }

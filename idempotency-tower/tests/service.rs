@@ -1,0 +1,190 @@
+//! The middleware around plain tower services: errors, panics, bodies left unread.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Full};
+use idempotency_core::MemoryStore;
+use idempotency_tower::{IdempotencyLayer, RequestBody};
+use tower::{Layer, ServiceExt, service_fn};
+
+/// A request body that fails as soon as anyone reads it.
+struct Unreadable;
+
+impl Body for Unreadable {
+    type Data = Bytes;
+    type Error = std::io::Error;
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        Poll::Ready(Some(Err(std::io::Error::other("read"))))
+    }
+}
+
+fn ok() -> Response<Full<Bytes>> {
+    Response::new(Full::new(Bytes::from_static(b"done")))
+}
+
+#[tokio::test]
+async fn service_errors_release_the_key() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let service = {
+        let runs = Arc::clone(&runs);
+        service_fn(move |_: Request<RequestBody<Full<Bytes>>>| {
+            let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            async move {
+                if run == 1 {
+                    Err("connection to the database lost")
+                } else {
+                    Ok(ok())
+                }
+            }
+        })
+    };
+    let service = IdempotencyLayer::new(MemoryStore::new()).layer(service);
+    let request = || {
+        Request::post("/pay")
+            .header("idempotency-key", "k")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
+    let error = service.clone().oneshot(request()).await.unwrap_err();
+    assert_eq!(error, "connection to the database lost");
+    let response = service.clone().oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(!response.headers().contains_key("idempotent-replayed"));
+    let replay = service.oneshot(request()).await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_panicking_handler_releases_the_key() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let service = {
+        let runs = Arc::clone(&runs);
+        service_fn(move |_: Request<RequestBody<Full<Bytes>>>| {
+            let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            async move {
+                assert!(run > 1, "handler bug on the first run");
+                Ok::<_, Infallible>(ok())
+            }
+        })
+    };
+    let service = IdempotencyLayer::builder(MemoryStore::new())
+        .wait_in_flight(Duration::from_secs(10))
+        .build()
+        .layer(service);
+    let request = || {
+        Request::post("/pay")
+            .header("idempotency-key", "k")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
+    let panicked = tokio::spawn(service.clone().oneshot(request())).await;
+    assert!(
+        panicked.unwrap_err().is_panic(),
+        "the panic reaches the caller"
+    );
+    let response = service.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(!response.headers().contains_key("idempotent-replayed"));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn bodies_are_not_read_when_the_layer_does_not_need_them() {
+    let service = service_fn(|request: Request<RequestBody<Unreadable>>| async move {
+        // The handler decides not to read the body either.
+        let _ = request;
+        Ok::<_, Infallible>(ok())
+    });
+    let optional = IdempotencyLayer::builder(MemoryStore::new())
+        .require_key(false)
+        .build()
+        .layer(service);
+    // Optional key, missing: passed through without reading the body.
+    let response = optional
+        .clone()
+        .oneshot(Request::post("/pay").body(Unreadable).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        response.into_body().collect().await.unwrap().to_bytes(),
+        "done"
+    );
+    // A method that passes through: the body is not read either.
+    let response = optional
+        .clone()
+        .oneshot(
+            Request::put("/pay")
+                .header("idempotency-key", "k")
+                .body(Unreadable)
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // With a key the body is read for the fingerprint, and its failure is a 400.
+    let response = optional
+        .oneshot(
+            Request::post("/pay")
+                .header("idempotency-key", "k")
+                .body(Unreadable)
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+}
+
+#[tokio::test]
+async fn header_fingerprints_leave_the_body_streaming() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let service = {
+        let runs = Arc::clone(&runs);
+        service_fn(move |_: Request<RequestBody<Unreadable>>| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, Infallible>(ok()) }
+        })
+    };
+    let service = IdempotencyLayer::builder(MemoryStore::new())
+        .fingerprint_headers([http::HeaderName::from_static("x-amount")])
+        .build()
+        .layer(service);
+    let request = |amount: &'static str| {
+        Request::post("/pay")
+            .header("idempotency-key", "k")
+            .header("x-amount", amount)
+            .body(Unreadable)
+            .unwrap()
+    };
+    assert_eq!(
+        service
+            .clone()
+            .oneshot(request("10"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let replay = service.clone().oneshot(request("10")).await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(service.oneshot(request("11")).await.unwrap().status(), 422);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
