@@ -129,7 +129,8 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
         self
     }
 
-    /// Fingerprints method, target and these JSON fields of the body (JSON Pointers).
+    /// Fingerprints method, path and these JSON fields of the body (JSON Pointers), see
+    /// [`FingerprintSource::JsonFields`].
     pub fn fingerprint_json_fields<P: Into<String>>(
         self,
         pointers: impl IntoIterator<Item = P>,
@@ -248,6 +249,19 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
     /// guarded call's request and response. So when a service has streaming methods, list its
     /// unary methods with [`only_paths`](Self::only_paths): every other call, streaming ones
     /// included, passes through untouched. Without a list every gRPC call is guarded.
+    ///
+    /// ```
+    /// use idempotency_core::MemoryStore;
+    /// use idempotency_tower::IdempotencyLayer;
+    ///
+    /// let layer = IdempotencyLayer::builder(MemoryStore::new())
+    ///     .grpc()
+    ///     .namespace("payments.grpc")
+    ///     .only_paths(["/payments.v1.Payments/Pay", "/payments.v1.Payments/Refund"])
+    ///     .build();
+    /// // tonic: Server::builder().layer(layer).add_service(PaymentsServer::new(service))
+    /// # let _ = layer;
+    /// ```
     #[cfg(feature = "grpc")]
     pub fn grpc(mut self) -> Self {
         self.settings.scope = Scope::new("grpc");

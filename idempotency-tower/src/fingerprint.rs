@@ -20,9 +20,9 @@ pub enum FingerprintSource {
     /// Method, path and query, and the body bytes ([`Fingerprint::of_request`]). The default.
     #[default]
     Request,
-    /// Method, path and query, and the selected fields of a JSON body (JSON Pointers),
-    /// canonicalised so field order, whitespace and other fields do not matter. A body that is not
-    /// JSON is refused (400).
+    /// Method, path (not the query: gateways often sign or timestamp it per attempt) and the
+    /// selected fields of a JSON body (JSON Pointers), canonicalised so field order, whitespace
+    /// and other fields do not matter. A body that is not JSON is refused (400).
     JsonFields(Arc<[String]>),
     /// Method, path and query, and the values of the selected headers. The body is not read
     /// (with a header key, the request body streams to the handler untouched).
@@ -74,7 +74,7 @@ impl FingerprintSource {
                 let selected = Fingerprint::of_json_fields(value, &pointers);
                 Ok(Fingerprint::builder()
                     .field(b"method", parts.method.as_str().as_bytes())
-                    .field(b"target", target(parts).as_bytes())
+                    .field(b"path", parts.uri.path().as_bytes())
                     .field(b"json-fields", &selected.0)
                     .finish())
             }
@@ -133,6 +133,7 @@ mod tests {
         assert_eq!(a, fp(&s, "/pay", None, r#"{"ts":2, "amount":1}"#).unwrap());
         assert_ne!(a, fp(&s, "/pay", None, r#"{"amount":2}"#).unwrap());
         assert_ne!(a, fp(&s, "/refund", None, r#"{"amount":1}"#).unwrap());
+        assert_eq!(a, fp(&s, "/pay?sig=2", None, r#"{"amount":1}"#).unwrap());
         assert!(fp(&s, "/pay", None, "not json").is_err());
     }
 
