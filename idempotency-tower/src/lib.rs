@@ -69,35 +69,28 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod body;
-mod builder;
 mod codec;
 mod collect;
-mod execute;
 mod fingerprint;
-mod future;
-mod gate;
 #[cfg(feature = "grpc")]
 mod grpc;
 mod headers;
+mod idempotency;
 mod json;
 mod key_source;
-mod layer;
 mod policy;
 mod refusal;
-mod service;
-mod settings;
 
 pub use body::{RequestBody, ResponseBody};
-pub use builder::IdempotencyLayerBuilder;
 pub use codec::{DecodeError, StoredResponse};
 pub use fingerprint::{FingerprintFn, FingerprintSource};
-pub use future::ResponseFuture;
 #[cfg(feature = "grpc")]
 pub use grpc::GrpcStatus;
 pub use headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
+pub use idempotency::{
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES, IdempotencyLayer, IdempotencyLayerBuilder,
+    IdempotencyService, PrincipalFn, ResponseFuture,
+};
 pub use key_source::{KeyFn, KeySource, key_from_headers};
-pub use layer::IdempotencyLayer;
 pub use policy::{InFlightPolicy, StoragePolicy, StoreFn};
 pub use refusal::{ProblemJson, Refusal, RefusalKind, RenderRefusal};
-pub use service::IdempotencyService;
-pub use settings::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES, PrincipalFn};

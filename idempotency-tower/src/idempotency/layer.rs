@@ -5,9 +5,9 @@ use std::sync::Arc;
 use idempotency_core::{Idempotency, Store};
 use tower_layer::Layer;
 
-use crate::builder::IdempotencyLayerBuilder;
-use crate::service::IdempotencyService;
-use crate::settings::Settings;
+use super::builder::IdempotencyLayerBuilder;
+use super::service::IdempotencyService;
+use super::settings::Settings;
 
 /// Makes the wrapped service idempotent: see the [crate docs](crate) for what it answers when.
 ///

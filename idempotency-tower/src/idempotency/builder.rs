@@ -8,12 +8,12 @@ use http::request::Parts;
 use http::{HeaderName, Method};
 use idempotency_core::{Fingerprint, Idempotency, IdempotencyKey, KeyError, Scope, Store};
 
+use super::layer::IdempotencyLayer;
+use super::settings::Settings;
 use crate::fingerprint::FingerprintSource;
 use crate::key_source::KeySource;
-use crate::layer::IdempotencyLayer;
 use crate::policy::{InFlightPolicy, StoragePolicy};
 use crate::refusal::RenderRefusal;
-use crate::settings::Settings;
 
 /// Configures an [`IdempotencyLayer`]; start with [`IdempotencyLayer::builder`].
 pub struct IdempotencyLayerBuilder<S> {

@@ -9,14 +9,14 @@ use idempotency_core::{Execution, Outcome, Store};
 use tower_service::Service;
 use tracing::Instrument;
 
+use super::gate::refuse;
+use super::settings::Settings;
 use crate::body::{RequestBody, ResponseBody};
 use crate::codec::StoredResponse;
 use crate::collect::{Collected, collect_response};
-use crate::gate::refuse;
 use crate::headers::strip_unstorable;
 use crate::policy::grpc_code;
 use crate::refusal::{Refusal, RefusalKind};
-use crate::settings::Settings;
 
 /// Runs the handler in its own task, so that it finishes and its outcome is recorded even if the
 /// client goes away; the caller only awaits the task's result.

@@ -9,11 +9,11 @@ use idempotency_core::{KeyError, Store};
 use tower_service::Service;
 use tracing::Instrument;
 
+use super::future::ResponseFuture;
+use super::gate;
+use super::layer::IdempotencyLayer;
 use crate::body::{RequestBody, ResponseBody};
-use crate::future::ResponseFuture;
-use crate::gate;
 use crate::key_source::{KeySource, key_from_headers};
-use crate::layer::IdempotencyLayer;
 use crate::refusal::{Refusal, RefusalKind};
 
 /// The middleware [`IdempotencyLayer`] wraps a service in.

@@ -8,17 +8,17 @@ use idempotency_core::metrics as names;
 use idempotency_core::{Decision, IdempotencyKey, Outcome, Store, StoreError};
 use tower_service::Service;
 
+use super::execute;
+use super::layer::IdempotencyLayer;
+use super::service::key_refusal;
+use super::settings::Settings;
 use crate::body::{RequestBody, ResponseBody};
 use crate::codec::{DecodeError, StoredResponse};
 use crate::collect::{RequestCollectError, collect_request};
-use crate::execute;
 use crate::headers::IDEMPOTENT_REPLAYED;
 use crate::json::LazyJson;
-use crate::layer::IdempotencyLayer;
 use crate::policy::InFlightPolicy;
 use crate::refusal::{Refusal, RefusalKind};
-use crate::service::key_refusal;
-use crate::settings::Settings;
 
 /// Renders a refusal, logs and counts it.
 pub(crate) fn refuse<B: Body>(settings: &Settings, refusal: Refusal) -> Response<ResponseBody<B>> {
