@@ -13,7 +13,8 @@
 //! Variants alternate run by run; each line reports the median of the rounds.
 //!
 //! Options (also as env): `--seconds N` (3), `--rounds N` (3), `--connections N` (64),
-//! `--max-requests N` per run (5 000 000), `--only new-keys|replay|callback-replay`.
+//! `--max-requests N` per run (5 000 000), `--only new-keys|replay|callback-replay`,
+//! `--variant bare|layer` (one side only, for profiling).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -37,6 +38,7 @@ struct Options {
     connections: usize,
     max_requests: u64,
     only: Option<String>,
+    variant: Option<String>,
 }
 
 impl Options {
@@ -47,6 +49,7 @@ impl Options {
             connections: 64,
             max_requests: 5_000_000,
             only: None,
+            variant: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -58,6 +61,7 @@ impl Options {
                 "--connections" => options.connections = value.parse().map_err(|e| bad(&e))?,
                 "--max-requests" => options.max_requests = value.parse().map_err(|e| bad(&e))?,
                 "--only" => options.only = Some(value),
+                "--variant" => options.variant = Some(value),
                 _ => return Err(format!("unknown option {flag}")),
             }
         }
@@ -318,6 +322,14 @@ async fn main() -> ExitCode {
         let (mut base, mut cand) = (Vec::new(), Vec::new());
         for round in 0..options.rounds {
             for layer in [false, true] {
+                let wanted = match options.variant.as_deref() {
+                    Some("bare") => !layer,
+                    Some("layer") => layer,
+                    _ => true,
+                };
+                if !wanted {
+                    continue;
+                }
                 run += 1;
                 let result = match measure(scenario, layer, run, &options).await {
                     Ok(result) => result,
@@ -340,6 +352,9 @@ async fn main() -> ExitCode {
                 );
                 if layer { &mut cand } else { &mut base }.push(result.throughput());
             }
+        }
+        if base.is_empty() || cand.is_empty() {
+            continue;
         }
         let (b, c) = (median(&mut base), median(&mut cand));
         summary.push((scenario, b, c));

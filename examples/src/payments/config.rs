@@ -125,7 +125,6 @@ pub async fn backend(
     kind: StoreKind,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Backend, ConfigError> {
-    let _ = &env;
     match kind {
         StoreKind::Memory => Ok(Backend::memory()),
         StoreKind::Redis => redis_backend(&env).await,
@@ -135,11 +134,24 @@ pub async fn backend(
     }
 }
 
+/// `REDIS_URL`'s default.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// Redis keeps the idempotency records (expiring natively); orders and coupons stay in this
+/// process ([`MemoryRepo`]), so they do not survive a restart while the records do.
 #[cfg(feature = "redis")]
-async fn redis_backend(_env: &impl Fn(&str) -> Option<String>) -> Result<Backend, ConfigError> {
-    Err(ConfigError::NotAvailable {
-        store: "redis",
-        missing: "idempotency_core::redis::RedisStore has not landed in this tree",
+async fn redis_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend, ConfigError> {
+    let url = env("REDIS_URL").unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned());
+    let store = idempotency_core::redis::RedisStore::connect(&url)
+        .await
+        .map_err(|error| ConfigError::Backend {
+            store: "redis",
+            error: format!("{url}: {error}"),
+        })?;
+    Ok(Backend {
+        kind: StoreKind::Redis,
+        store: BoxStore::new(store),
+        repo: Arc::new(MemoryRepo::new()),
     })
 }
 
@@ -148,11 +160,58 @@ async fn redis_backend(_env: &impl Fn(&str) -> Option<String>) -> Result<Backend
     Err(ConfigError::FeatureDisabled { store: "redis" })
 }
 
+/// `SQLITE_URL`'s default: a file in the working directory, created if missing.
+pub const DEFAULT_SQLITE_URL: &str = "sqlite://payments.db?mode=rwc";
+
+/// `DATABASE_URL`'s default.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// `MYSQL_URL`'s default.
+pub const DEFAULT_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/test";
+
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+fn failed(store: &'static str, url: &str, error: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Backend {
+        store,
+        error: format!("{}: {error}", redact(url)),
+    }
+}
+
+/// The URL without its password, for error messages.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let user_info = &url[scheme + 3..at];
+            match user_info.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The SQL backends: the idempotency records in the database (table created if missing), and
+/// orders and coupons in the same database, so the callback's transition, coupon grant and
+/// dedup record commit in one transaction.
 #[cfg(feature = "sqlite")]
-async fn sqlite_backend(_env: &impl Fn(&str) -> Option<String>) -> Result<Backend, ConfigError> {
-    Err(ConfigError::NotAvailable {
-        store: "sqlite",
-        missing: "the SQLite store and payments repository (idempotency_core::sql) have not landed in this tree",
+async fn sqlite_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend, ConfigError> {
+    let url = env("SQLITE_URL").unwrap_or_else(|| DEFAULT_SQLITE_URL.to_owned());
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .connect(&url)
+        .await
+        .map_err(|e| failed("sqlite", &url, e))?;
+    let store = idempotency_core::sql::SqliteStore::new(pool.clone());
+    store
+        .migrate()
+        .await
+        .map_err(|e| failed("sqlite", &url, e))?;
+    let repo = sql_repos::sqlite(pool, store.clone()).await?;
+    Ok(Backend {
+        kind: StoreKind::Sqlite,
+        store: BoxStore::new(store),
+        repo,
     })
 }
 
@@ -162,10 +221,22 @@ async fn sqlite_backend(_env: &impl Fn(&str) -> Option<String>) -> Result<Backen
 }
 
 #[cfg(feature = "postgres")]
-async fn postgres_backend(_env: &impl Fn(&str) -> Option<String>) -> Result<Backend, ConfigError> {
-    Err(ConfigError::NotAvailable {
-        store: "postgres",
-        missing: "the PostgreSQL store and payments repository (idempotency_core::sql) have not landed in this tree",
+async fn postgres_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend, ConfigError> {
+    let url = env("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .connect(&url)
+        .await
+        .map_err(|e| failed("postgres", &url, e))?;
+    let store = idempotency_core::sql::PostgresStore::new(pool.clone());
+    store
+        .migrate()
+        .await
+        .map_err(|e| failed("postgres", &url, e))?;
+    let repo = sql_repos::postgres(pool, store.clone()).await?;
+    Ok(Backend {
+        kind: StoreKind::Postgres,
+        store: BoxStore::new(store),
+        repo,
     })
 }
 
@@ -175,14 +246,89 @@ async fn postgres_backend(_env: &impl Fn(&str) -> Option<String>) -> Result<Back
 }
 
 #[cfg(feature = "mysql")]
-async fn mysql_backend(_env: &impl Fn(&str) -> Option<String>) -> Result<Backend, ConfigError> {
-    Err(ConfigError::NotAvailable {
-        store: "mysql",
-        missing: "the MySQL store and payments repository (idempotency_core::sql) have not landed in this tree",
+async fn mysql_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend, ConfigError> {
+    let url = env("MYSQL_URL").unwrap_or_else(|| DEFAULT_MYSQL_URL.to_owned());
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .connect(&url)
+        .await
+        .map_err(|e| failed("mysql", &url, e))?;
+    let store = idempotency_core::sql::MySqlStore::new(pool.clone());
+    store
+        .migrate()
+        .await
+        .map_err(|e| failed("mysql", &url, e))?;
+    let repo = sql_repos::mysql(pool, store.clone()).await?;
+    Ok(Backend {
+        kind: StoreKind::Mysql,
+        store: BoxStore::new(store),
+        repo,
     })
 }
 
 #[cfg(not(feature = "mysql"))]
 async fn mysql_backend(_env: &impl Fn(&str) -> Option<String>) -> Result<Backend, ConfigError> {
     Err(ConfigError::FeatureDisabled { store: "mysql" })
+}
+
+/// The SQL payments repositories, one function per database: the one place they are plugged in.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod sql_repos {
+    use std::sync::Arc;
+
+    use super::ConfigError;
+    use crate::payments::repo::PaymentsRepo;
+
+    /// Orders, coupons and the callback's dedup record in SQLite.
+    #[cfg(feature = "sqlite")]
+    pub(super) async fn sqlite(
+        _pool: sqlx::SqlitePool,
+        _store: idempotency_core::sql::SqliteStore,
+    ) -> Result<Arc<dyn PaymentsRepo>, ConfigError> {
+        Err(ConfigError::NotAvailable {
+            store: "sqlite",
+            missing: "the SQLite PaymentsRepo (orders, coupons and the dedup record in one database) has not landed; the SQLite idempotency store has",
+        })
+    }
+
+    /// Orders, coupons and the callback's dedup record in PostgreSQL.
+    #[cfg(feature = "postgres")]
+    pub(super) async fn postgres(
+        _pool: sqlx::PgPool,
+        _store: idempotency_core::sql::PostgresStore,
+    ) -> Result<Arc<dyn PaymentsRepo>, ConfigError> {
+        Err(ConfigError::NotAvailable {
+            store: "postgres",
+            missing: "the PostgreSQL PaymentsRepo (orders, coupons and the dedup record in one database) has not landed; the PostgreSQL idempotency store has",
+        })
+    }
+
+    /// Orders, coupons and the callback's dedup record in MySQL / MariaDB.
+    #[cfg(feature = "mysql")]
+    pub(super) async fn mysql(
+        _pool: sqlx::MySqlPool,
+        _store: idempotency_core::sql::MySqlStore,
+    ) -> Result<Arc<dyn PaymentsRepo>, ConfigError> {
+        Err(ConfigError::NotAvailable {
+            store: "mysql",
+            missing: "the MySQL PaymentsRepo (orders, coupons and the dedup record in one database) has not landed; the MySQL idempotency store has",
+        })
+    }
+}
+
+#[cfg(all(test, any(feature = "sqlite", feature = "postgres", feature = "mysql")))]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_reach_error_messages() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db:5432/x"),
+            "postgres://app:***@db:5432/x"
+        );
+        assert_eq!(
+            redact("mysql://root@127.0.0.1/test"),
+            "mysql://root@127.0.0.1/test"
+        );
+        assert_eq!(redact("sqlite://payments.db"), "sqlite://payments.db");
+    }
 }
