@@ -188,3 +188,100 @@ async fn header_fingerprints_leave_the_body_streaming() {
     assert_eq!(service.oneshot(request("11")).await.unwrap().status(), 422);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+/// A memory store whose first claim is applied, then held until the test lets it answer: the
+/// window in which a client may go away after the key was taken but before the layer knew it.
+#[derive(Default)]
+struct HeldClaim {
+    inner: idempotency_core::MemoryStore,
+    claimed: tokio::sync::Notify,
+    answer: tokio::sync::Notify,
+    held_once: std::sync::atomic::AtomicBool,
+}
+
+impl idempotency_core::Store for HeldClaim {
+    async fn claim(
+        &self,
+        request: idempotency_core::ClaimRequest<'_>,
+    ) -> Result<idempotency_core::Claim, idempotency_core::StoreError> {
+        let claim = self.inner.claim(request).await;
+        if !self.held_once.swap(true, Ordering::SeqCst) {
+            self.claimed.notify_one();
+            self.answer.notified().await;
+        }
+        claim
+    }
+    async fn complete(
+        &self,
+        key: &idempotency_core::StorageKey,
+        token: idempotency_core::FencingToken,
+        outcome: &idempotency_core::Outcome,
+        ttl: Duration,
+    ) -> Result<(), idempotency_core::StoreError> {
+        self.inner.complete(key, token, outcome, ttl).await
+    }
+    async fn release(
+        &self,
+        key: &idempotency_core::StorageKey,
+        token: idempotency_core::FencingToken,
+    ) -> Result<(), idempotency_core::StoreError> {
+        self.inner.release(key, token).await
+    }
+    async fn touch(
+        &self,
+        key: &idempotency_core::StorageKey,
+        token: idempotency_core::FencingToken,
+        lease: Duration,
+    ) -> Result<(), idempotency_core::StoreError> {
+        self.inner.touch(key, token, lease).await
+    }
+    async fn get(
+        &self,
+        key: &idempotency_core::StorageKey,
+    ) -> Result<Option<idempotency_core::Record>, idempotency_core::StoreError> {
+        self.inner.get(key).await
+    }
+    async fn purge_expired(&self, limit: usize) -> Result<u64, idempotency_core::StoreError> {
+        self.inner.purge_expired(limit).await
+    }
+}
+
+#[tokio::test]
+async fn a_client_gone_during_the_claim_does_not_strand_the_key() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(tokio::sync::Notify::new());
+    let service = {
+        let (runs, finished) = (Arc::clone(&runs), Arc::clone(&finished));
+        service_fn(move |_: Request<RequestBody<Full<Bytes>>>| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            let finished = Arc::clone(&finished);
+            async move {
+                finished.notify_one();
+                Ok::<_, Infallible>(ok())
+            }
+        })
+    };
+    let store = Arc::new(HeldClaim::default());
+    let service = IdempotencyLayer::builder(Arc::clone(&store))
+        .wait_in_flight(Duration::from_secs(10))
+        .build()
+        .layer(service);
+    let request = || {
+        Request::post("/pay")
+            .header("idempotency-key", "k")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
+    let client = tokio::spawn(service.clone().oneshot(request()));
+    store.claimed.notified().await;
+    // The client goes away while its claim is in the store but unanswered.
+    client.abort();
+    assert!(client.await.unwrap_err().is_cancelled());
+    store.answer.notify_one();
+    tokio::time::timeout(Duration::from_secs(10), finished.notified())
+        .await
+        .expect("the claimed request still ran");
+    let retry = service.oneshot(request()).await.unwrap();
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

@@ -1,6 +1,6 @@
 //! Running the handler for a claimed key, to its end, then storing or releasing its response.
 
-use std::sync::Arc;
+use std::future::Future;
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -18,28 +18,19 @@ use crate::headers::strip_unstorable;
 use crate::policy::grpc_code;
 use crate::refusal::{Refusal, RefusalKind};
 
-/// Runs the handler in its own task, so that it finishes and its outcome is recorded even if the
-/// client goes away; the caller only awaits the task's result.
-pub(crate) async fn spawn<T, S, B, ResB>(
-    settings: &Arc<Settings>,
-    execution: Execution<S>,
-    inner: T,
-    request: Request<RequestBody<B>>,
-) -> Result<Response<ResponseBody<ResB>>, T::Error>
+/// Runs `work` in its own task, so that it goes on to its end (claim, handler, complete or
+/// release) even if the client goes away; the caller only awaits the task's result.
+pub(crate) async fn in_task<F, ResB, E>(
+    settings: &Settings,
+    work: F,
+) -> Result<Response<ResponseBody<ResB>>, E>
 where
-    S: Store,
-    T: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
-    T::Future: Send + 'static,
-    T::Error: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
+    F: Future<Output = Result<Response<ResponseBody<ResB>>, E>> + Send + 'static,
+    ResB: Body<Data = Bytes> + Send + 'static,
     ResB::Error: Send + 'static,
+    E: Send + 'static,
 {
-    let task = tokio::spawn(
-        run_to_end(Arc::clone(settings), execution, inner, request)
-            .instrument(tracing::Span::current()),
-    );
+    let task = tokio::spawn(work.instrument(tracing::Span::current()));
     match task.await {
         Ok(result) => result,
         Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
@@ -54,8 +45,9 @@ where
     }
 }
 
-async fn run_to_end<T, S, B, ResB>(
-    settings: Arc<Settings>,
+/// Runs the handler for a claimed key, collects its response, then stores or releases it.
+pub(crate) async fn run_to_end<T, S, B, ResB>(
+    settings: &Settings,
     execution: Execution<S>,
     mut inner: T,
     request: Request<RequestBody<B>>,

@@ -5,7 +5,9 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body::Body;
 use idempotency_core::metrics as names;
-use idempotency_core::{Decision, IdempotencyKey, Outcome, Store, StoreError};
+use std::sync::Arc;
+
+use idempotency_core::{Decision, Fingerprint, IdempotencyKey, Outcome, Store, StoreError};
 use tower_service::Service;
 
 use super::execute;
@@ -154,6 +156,31 @@ where
     };
     drop(json);
 
+    // From the claim on, the work runs in its own task: a client that goes away cannot cancel a
+    // claim half-applied, nor a handler half-done.
+    let settings = Arc::clone(&layer.settings);
+    execute::in_task(
+        &settings,
+        decide(layer, inner, parts, held, key, fingerprint),
+    )
+    .await
+}
+
+/// Claims the key, then runs the handler, replays or refuses.
+async fn decide<T, S, B, ResB>(
+    layer: IdempotencyLayer<S>,
+    inner: T,
+    parts: Parts,
+    held: Held<B>,
+    key: IdempotencyKey,
+    fingerprint: Fingerprint,
+) -> Result<Response<ResponseBody<ResB>>, T::Error>
+where
+    S: Store,
+    T: Service<Request<RequestBody<B>>, Response = Response<ResB>>,
+    ResB: Body<Data = Bytes> + Unpin,
+{
+    let settings = &*layer.settings;
     let scope = settings.scope_for(&parts);
     let engine = &layer.engine;
     let decision = match settings.in_flight {
@@ -163,7 +190,7 @@ where
     let error = match decision {
         Ok(Decision::Execute(execution)) => {
             let request = Request::from_parts(parts, held.into_body());
-            return execute::spawn(&layer.settings, execution, inner, request).await;
+            return execute::run_to_end(settings, execution, inner, request).await;
         }
         Ok(Decision::Replay(outcome)) => match replay(&outcome) {
             Ok(response) => {
