@@ -52,6 +52,25 @@ impl RenderRefusal for GrpcStatus {
     }
 }
 
+/// Whether a collected gRPC request body holds exactly one length-prefixed message, as a unary
+/// call's does (a client-streaming call may hold several, or none).
+pub(crate) fn is_single_message(body: &[u8]) -> bool {
+    let Some(header) = body.get(..5) else {
+        return false;
+    };
+    let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    body.len() - 5 == len
+}
+
+/// Whether a content type is gRPC proper (`application/grpc`, `application/grpc+proto`, …), not
+/// gRPC-Web (whose trailers travel in the body).
+pub(crate) fn is_grpc_content_type(content_type: &[u8]) -> bool {
+    match content_type.strip_prefix(b"application/grpc") {
+        Some(rest) => rest.is_empty() || rest[0] == b'+' || rest[0] == b';',
+        None => false,
+    }
+}
+
 /// gRPC's `grpc-message` encoding: bytes outside `0x20..=0x7E`, and `%`, as `%XX`.
 fn percent_encode(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
@@ -70,6 +89,19 @@ fn percent_encode(message: &str) -> String {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn recognises_unary_bodies_and_grpc_content_types() {
+        assert!(is_single_message(&[0, 0, 0, 0, 2, 8, 1]));
+        assert!(is_single_message(&[0, 0, 0, 0, 0]));
+        assert!(!is_single_message(&[0, 0, 0, 0, 1, 8, 0, 0, 0, 0, 1, 9]));
+        assert!(!is_single_message(&[0, 0, 0, 0, 3, 8]));
+        assert!(!is_single_message(&[]));
+        assert!(is_grpc_content_type(b"application/grpc"));
+        assert!(is_grpc_content_type(b"application/grpc+proto"));
+        assert!(!is_grpc_content_type(b"application/grpc-web"));
+        assert!(!is_grpc_content_type(b"application/json"));
+    }
 
     #[test]
     fn refusals_are_trailers_only_grpc_statuses() {

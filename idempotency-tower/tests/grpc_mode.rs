@@ -332,3 +332,35 @@ async fn streaming_and_non_grpc_calls_pass_through() {
     let missing = answer(service.oneshot(call(PAY, None, b"x")).await.unwrap()).await;
     assert_eq!(missing.code(), "3");
 }
+
+#[tokio::test]
+async fn client_streaming_requests_pass_through() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(idempotency_core::MemoryStore::new());
+    let service = IdempotencyLayer::grpc(Arc::clone(&store)).layer(server(Arc::clone(&calls)));
+    let mut two_messages = BytesMut::new();
+    two_messages.extend_from_slice(&frame(b"first"));
+    two_messages.extend_from_slice(&frame(b"second"));
+    let request = || {
+        Request::post(PAY)
+            .header("content-type", "application/grpc")
+            .header("idempotency-key", "k")
+            .body(Full::new(two_messages.clone().freeze()))
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let streamed = answer(service.clone().oneshot(request()).await.unwrap()).await;
+        assert_eq!(streamed.code(), "0");
+        assert!(!streamed.headers.contains_key("idempotent-replayed"));
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert!(store.is_empty());
+    // gRPC-Web is not guarded either.
+    let mut web = call(PAY, None, b"x");
+    web.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("application/grpc-web"),
+    );
+    answer(service.oneshot(web).await.unwrap()).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}

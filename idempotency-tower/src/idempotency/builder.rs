@@ -240,15 +240,19 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
         self
     }
 
-    /// The gRPC preset: key from metadata `idempotency-key`, namespace `"grpc"`, only
-    /// `application/grpc` POSTs guarded (others pass through), refusals as gRPC statuses
-    /// ([`GrpcStatus`](crate::GrpcStatus)), storage decided by `grpc-status`
-    /// ([`StoragePolicy::Grpc`]), replays with their trailers and `idempotent-replayed: true`.
+    /// The gRPC preset: key from metadata `idempotency-key`, namespace `"grpc"`, only gRPC
+    /// POSTs guarded (`application/grpc[+…]`; gRPC-Web and everything else pass through), refusals
+    /// as gRPC statuses ([`GrpcStatus`](crate::GrpcStatus)), storage decided by `grpc-status`
+    /// ([`StoragePolicy::Grpc`]), replays with their metadata, message, trailers and
+    /// `idempotent-replayed: true`.
     ///
-    /// The layer cannot tell a streaming call from a unary one by its request, and it collects a
-    /// guarded call's request and response. So when a service has streaming methods, list its
-    /// unary methods with [`only_paths`](Self::only_paths): every other call, streaming ones
-    /// included, passes through untouched. Without a list every gRPC call is guarded.
+    /// Streaming calls must pass through, and the layer cannot tell them from unary calls by
+    /// their headers. So: list the unary methods to guard with [`only_paths`](Self::only_paths)
+    /// (every other call passes through untouched); this is required when the service has
+    /// bidirectional-streaming methods, since the layer would wait for the whole request stream.
+    /// As a safety net, a guarded call whose request is not exactly one message (client
+    /// streaming) passes through unguarded. Without a list every gRPC call is guarded, which suits
+    /// services whose methods are all unary.
     ///
     /// ```
     /// use idempotency_core::MemoryStore;

@@ -121,6 +121,15 @@ where
         Held::Streaming(body)
     };
 
+    #[cfg(feature = "grpc")]
+    if let Held::Buffered(data, _) = &held
+        && settings.grpc
+        && !crate::grpc::is_single_message(data)
+    {
+        tracing::debug!("not a single gRPC message (a streaming call?); passing through");
+        return pass_through(inner, parts, held).await;
+    }
+
     let empty = Bytes::new();
     let bytes = match &held {
         Held::Buffered(data, _) => data,

@@ -95,11 +95,14 @@ impl Settings {
         {
             return false;
         }
+        #[cfg(feature = "grpc")]
         if self.grpc {
             return headers
                 .get(http::header::CONTENT_TYPE)
-                .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
+                .is_some_and(|ct| crate::grpc::is_grpc_content_type(ct.as_bytes()));
         }
+        #[cfg(not(feature = "grpc"))]
+        let _ = headers;
         true
     }
 
