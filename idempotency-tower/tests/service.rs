@@ -285,3 +285,106 @@ async fn a_client_gone_during_the_claim_does_not_strand_the_key() {
     assert_eq!(retry.headers()["idempotent-replayed"], "true");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+/// A response body that sends one chunk, then fails.
+struct BreaksAfterOneChunk(bool);
+
+impl Body for BreaksAfterOneChunk {
+    type Data = Bytes;
+    type Error = std::io::Error;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        if std::mem::replace(&mut self.0, true) {
+            Poll::Ready(Some(Err(std::io::Error::other("upstream reset"))))
+        } else {
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"partial")))))
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_failing_response_body_reaches_the_client_and_releases_the_key() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let service = {
+        let runs = Arc::clone(&runs);
+        service_fn(move |_: Request<RequestBody<Full<Bytes>>>| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, Infallible>(Response::new(BreaksAfterOneChunk(false))) }
+        })
+    };
+    let service = IdempotencyLayer::new(MemoryStore::new()).layer(service);
+    let request = || {
+        Request::post("/pay")
+            .header("idempotency-key", "k")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let response = service.clone().oneshot(request()).await.unwrap();
+        let mut body = response.into_body();
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "partial");
+        let error = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(error.to_string(), "upstream reset");
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "not stored: the retry ran again"
+    );
+}
+
+#[tokio::test]
+async fn a_stale_owner_cannot_overwrite_the_new_owners_answer() {
+    // No keep-alive and a short lease: a slow first owner loses its key to a retry, and its late
+    // answer is refused by the fencing token instead of replacing the retry's stored answer.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let first_started = Arc::new(tokio::sync::Notify::new());
+    let service = {
+        let (runs, first_started) = (Arc::clone(&runs), Arc::clone(&first_started));
+        service_fn(move |_: Request<RequestBody<Full<Bytes>>>| {
+            let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            let first_started = Arc::clone(&first_started);
+            async move {
+                if run == 1 {
+                    first_started.notify_one();
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(format!("run {run}")))))
+            }
+        })
+    };
+    let service = IdempotencyLayer::builder(MemoryStore::new())
+        .lease(Duration::from_millis(100))
+        .keep_alive(false, Duration::ZERO)
+        .build()
+        .layer(service);
+    let request = || {
+        Request::post("/pay")
+            .header("idempotency-key", "k")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
+    let slow = tokio::spawn(service.clone().oneshot(request()));
+    first_started.notified().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let takeover = service.clone().oneshot(request()).await.unwrap();
+    assert_eq!(
+        takeover.into_body().collect().await.unwrap().to_bytes(),
+        "run 2"
+    );
+    let late = slow.await.unwrap().unwrap();
+    assert_eq!(
+        late.into_body().collect().await.unwrap().to_bytes(),
+        "run 1"
+    );
+    let replay = service.oneshot(request()).await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        replay.into_body().collect().await.unwrap().to_bytes(),
+        "run 2"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
