@@ -32,6 +32,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+#[cfg(feature = "sqlx")]
+pub mod sql;
+
 use crate::{
     Decision, Execution, Fingerprint, FingerprintBuilder, Idempotency, KeyError, Outcome, Scope,
     StorageKey, Store, StoreError,
@@ -72,6 +75,15 @@ pub enum IdempotentError {
     /// into the function's return type.
     #[error("idempotency codec error: {0}")]
     Codec(String),
+    /// State-machine mode: the row is in a state the transition does not start from.
+    #[error("illegal state transition: the row is {current:?}")]
+    IllegalTransition {
+        /// The state the row is in.
+        current: String,
+    },
+    /// State-machine mode: no row has the given id.
+    #[error("no row to transition has this id")]
+    NotFound,
 }
 
 impl IdempotentError {
@@ -96,6 +108,10 @@ impl IdempotentError {
 /// What an `#[idempotent]` attribute's `store = …` expression may evaluate to: an
 /// [`Idempotency`] engine, or a shared store (`Arc<S>`, wrapped in an engine with default
 /// settings). References, `Arc<Idempotency<S>>` and statics reach it by auto-deref.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an idempotency engine",
+    label = "`store = …` must be an `idempotency_core::Idempotency<S>` (or an `Arc` of a store, or a reference to either)"
+)]
 pub trait AsEngine {
     /// The store behind the engine.
     type Store: Store;

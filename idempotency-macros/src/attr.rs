@@ -24,6 +24,7 @@ mod kw {
     syn::custom_keyword!(executor);
     syn::custom_keyword!(table);
     syn::custom_keyword!(id);
+    syn::custom_keyword!(id_column);
     syn::custom_keyword!(column);
     syn::custom_keyword!(from);
     syn::custom_keyword!(to);
@@ -53,6 +54,7 @@ pub(crate) struct Transition {
     pub(crate) span: Span,
     pub(crate) table: Option<LitStr>,
     pub(crate) id: Option<Expr>,
+    pub(crate) id_column: Option<LitStr>,
     pub(crate) column: Option<LitStr>,
     pub(crate) from: Option<Vec<LitStr>>,
     pub(crate) to: Option<LitStr>,
@@ -201,6 +203,7 @@ impl Transition {
             span,
             table: None,
             id: None,
+            id_column: None,
             column: None,
             from: None,
             to: None,
@@ -212,6 +215,13 @@ impl Transition {
                     &content,
                     table,
                     &mut transition.table,
+                    <LitStr as Parse>::parse
+                )?;
+            } else if look.peek(kw::id_column) {
+                keyword_value!(
+                    &content,
+                    id_column,
+                    &mut transition.id_column,
                     <LitStr as Parse>::parse
                 )?;
             } else if look.peek(kw::id) {
@@ -233,7 +243,7 @@ impl Transition {
                     unknown.span(),
                     format!(
                         "unknown transition argument `{unknown}`; write \
-                         transition(table = \"orders\", id = order_id, column = \"status\", \
+                         transition(table = \"orders\", id = order_id, id_column = \"id\", column = \"status\", \
                          from = \"WAIT_PAY\", to = \"PAID\")"
                     ),
                 ));
