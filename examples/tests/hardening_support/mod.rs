@@ -1,0 +1,216 @@
+//! Shared by the crash, fault and storm tests: the store servers' URLs, a reachability probe,
+//! unique names, and the `crash_target` process.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs,
+    unreachable_pub,
+    dead_code
+)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use http::{Method, StatusCode};
+use idempotency_examples::payments::client::{self, Reply};
+
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+pub fn postgres_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+pub fn mysql_url() -> String {
+    std::env::var("MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
+/// `host:port` of a server URL (`scheme://[user[:pass]@]host:port/...`).
+pub fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, rest)| rest);
+    rest.split(['/', '?']).next().unwrap_or(rest).to_owned()
+}
+
+/// Whether the server of `url` accepts TCP connections; if not, reports it through
+/// `idempotency_core::testing::unavailable` (a failure under `CI=true`, a skip otherwise).
+pub fn reachable(service: &str, url: &str) -> bool {
+    let target = host_port(url);
+    let addr: Option<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&target)
+        .ok()
+        .and_then(|mut addrs| addrs.next());
+    let result = match addr {
+        Some(addr) => std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        None => Err(format!("cannot resolve {target}")),
+    };
+    match result {
+        Ok(()) => true,
+        Err(error) => idempotency_core::testing::unavailable::<()>(service, error).is_some(),
+    }
+}
+
+/// A name no other test or run uses (letters, digits and `_`).
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}_{}",
+        &idempotency_core::testing::unique_key().to_hex()[..12]
+    )
+}
+
+/// A fresh path in the temporary directory.
+pub fn temp_path(prefix: &str, ext: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("{}.{ext}", unique(prefix)))
+}
+
+/// `POST path` with an `Idempotency-Key` on a new connection.
+pub async fn post(addr: SocketAddr, path: &str, key: &str) -> Reply {
+    let request = client::request(Method::POST, path, Some(key), None).unwrap();
+    client::send_once(addr, request).await.unwrap()
+}
+
+/// The pid in a `{"pid":N}` answer of the crash target.
+pub fn pid_of(reply: &Reply) -> u32 {
+    let value: serde_json::Value = serde_json::from_slice(&reply.body)
+        .unwrap_or_else(|e| panic!("{e}: {:?} {:?}", reply.status, reply.body));
+    value["pid"].as_u64().unwrap() as u32
+}
+
+/// What the crash target's execution log says about a key: (pid, "start"|"done") lines.
+pub fn log_lines(log: &Path, key: &str) -> Vec<(u32, String)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.split(' ');
+            let (what, pid, k) = (parts.next()?, parts.next()?, parts.next()?);
+            (k == key).then(|| (pid.parse().unwrap(), what.to_owned()))
+        })
+        .collect()
+}
+
+pub fn count(lines: &[(u32, String)], what: &str) -> usize {
+    lines.iter().filter(|(_, w)| w == what).count()
+}
+
+/// Where a crash target keeps its records.
+#[derive(Clone, Debug)]
+pub struct StoreSpec {
+    /// `memory`, `redis`, `sqlite`, `postgres` or `mysql`.
+    pub kind: &'static str,
+    /// The store's URL (empty for memory).
+    pub url: String,
+    /// The SQL table or Redis key prefix, unique per test.
+    pub table: String,
+}
+
+/// A running `crash_target` process; killed (SIGKILL) when dropped.
+pub struct CrashTarget {
+    child: Child,
+    pub addr: SocketAddr,
+    pub stderr: PathBuf,
+}
+
+impl CrashTarget {
+    /// Starts a target on `store` whose handler takes `handler`, writing to `log`.
+    pub fn start(store: &StoreSpec, log: &Path, handler: Duration, lease: Duration) -> Self {
+        let stderr = temp_path("crash_target_stderr", "log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_crash_target"))
+            .env("CRASH_STORE", store.kind)
+            .env("CRASH_URL", &store.url)
+            .env("CRASH_TABLE", &store.table)
+            .env("CRASH_LOG", log)
+            .env("CRASH_HANDLER_MS", handler.as_millis().to_string())
+            .env("CRASH_LEASE_MS", lease.as_millis().to_string())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("start crash_target");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let Some(addr) = line.trim().strip_prefix("listening ") else {
+            let _ = child.wait();
+            panic!(
+                "crash_target did not start: {}",
+                std::fs::read_to_string(&stderr).unwrap_or_default()
+            );
+        };
+        Self {
+            addr: addr.parse().unwrap(),
+            child,
+            stderr,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Sends a signal (`STOP`, `CONT`) to this process, by its id.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {}", self.pid());
+    }
+
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for CrashTarget {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits (bounded) until the log shows `what` by `pid` for `key`.
+pub async fn wait_for_line(log: &Path, key: &str, pid: u32, what: &str) {
+    for _ in 0..400 {
+        if log_lines(log, key)
+            .iter()
+            .any(|(p, w)| *p == pid && w == what)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no `{what} {pid} {key}` in the log");
+}
+
+/// Retries `POST /work` (bounded) until an answer other than 409 arrives; returns it and how
+/// many 409s came first. Every answer must be 200 or 409.
+pub async fn retry_until_done(addr: SocketAddr, key: &str) -> (Reply, usize) {
+    let mut conflicts = 0;
+    for _ in 0..200 {
+        let reply = post(addr, "/work", key).await;
+        match reply.status {
+            StatusCode::CONFLICT => {
+                assert!(reply.headers.contains_key("retry-after"));
+                conflicts += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            StatusCode::OK => return (reply, conflicts),
+            other => panic!("unexpected {other}: {:?}", reply.body),
+        }
+    }
+    panic!("the key never completed");
+}
