@@ -36,6 +36,8 @@ fn frame(message: &[u8]) -> Bytes {
 
 /// Signalled when the slow method starts (only one test calls it).
 static SLOW_STARTED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+/// Lets the slow method finish.
+static SLOW_RELEASE: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
 type GrpcBody = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -58,7 +60,7 @@ fn server(
             let received = request.into_body().collect().await.unwrap().to_bytes();
             if path == SLOW {
                 SLOW_STARTED.notify_one();
-                tokio::time::sleep(Duration::from_millis(300)).await;
+                SLOW_RELEASE.notified().await;
             }
             let (code, message) = match path.as_str() {
                 DECLINE => ("9", "card declined"),
@@ -268,6 +270,7 @@ async fn refusals_are_grpc_statuses() {
         busy.headers.contains_key("retry-after"),
         "ABORTED with a retry hint"
     );
+    SLOW_RELEASE.notify_one();
     assert_eq!(answer(first.await.unwrap().unwrap()).await.code(), "0");
 
     let mismatch = answer(

@@ -106,15 +106,15 @@ async fn set_cookie_is_replayed_only_when_enabled() {
 #[tokio::test]
 async fn in_flight_duplicate_gets_409_with_retry_after() {
     let (app, calls, _) = app(|b| b);
-    let key = unique("slow");
+    let key = unique("held");
     let first = tokio::spawn(
         app.clone()
-            .oneshot(post_with_key("/slow?ms=400", Some(&key), "{}")),
+            .oneshot(post_with_key("/held", Some(&key), "{}")),
     );
-    calls.slow_started.notified().await;
+    calls.held_started.notified().await;
     let duplicate = app
         .clone()
-        .oneshot(post_with_key("/slow?ms=400", Some(&key), "{}"))
+        .oneshot(post_with_key("/held", Some(&key), "{}"))
         .await
         .unwrap();
     let retry_after: u64 = duplicate.headers()["retry-after"]
@@ -125,37 +125,38 @@ async fn in_flight_duplicate_gets_409_with_retry_after() {
     assert!(retry_after >= 1);
     let body = problem(duplicate, 409).await;
     assert_eq!(body["type"], "urn:idempotency:in-flight");
+    calls.held_release.notify_one();
     assert_eq!(first.await.unwrap().unwrap().status(), 200);
     let later = app
-        .oneshot(post_with_key("/slow?ms=400", Some(&key), "{}"))
+        .oneshot(post_with_key("/held", Some(&key), "{}"))
         .await
         .unwrap();
     assert_eq!(later.headers()["idempotent-replayed"], "true");
-    assert_eq!(calls.slow.load(Ordering::SeqCst), 1);
+    assert_eq!(calls.held.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn wait_mode_replays_the_first_answer() {
-    let (app, calls, _) = app(|b| b.wait_in_flight(Duration::from_secs(10)));
+    let (app, calls, _) = app(|b| b.wait_in_flight(Duration::from_secs(30)));
     let key = unique("wait");
     let first = tokio::spawn(
         app.clone()
-            .oneshot(post_with_key("/slow?ms=300", Some(&key), "{}")),
+            .oneshot(post_with_key("/held", Some(&key), "{}")),
     );
-    calls.slow_started.notified().await;
-    let (status, headers, body) = read(
-        app.oneshot(post_with_key("/slow?ms=300", Some(&key), "{}"))
-            .await
-            .unwrap(),
-    )
-    .await;
+    calls.held_started.notified().await;
+    let duplicate = tokio::spawn(app.oneshot(post_with_key("/held", Some(&key), "{}")));
+    // Whether the duplicate is already waiting or arrives after the first finished, it gets
+    // the first answer replayed.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    calls.held_release.notify_one();
+    let (status, headers, body) = read(duplicate.await.unwrap().unwrap()).await;
     assert_eq!(status, 200);
     assert_eq!(headers["idempotent-replayed"], "true");
-    assert_eq!(body, "slow 1");
+    assert_eq!(body, "held 1");
     let (_, first_headers, first_body) = read(first.await.unwrap().unwrap()).await;
     assert!(!first_headers.contains_key("idempotent-replayed"));
     assert_eq!(first_body, body);
-    assert_eq!(calls.slow.load(Ordering::SeqCst), 1);
+    assert_eq!(calls.held.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
@@ -665,33 +666,30 @@ async fn responses_over_the_stored_limit_pass_through_and_release() {
 
 #[tokio::test]
 async fn slow_handler_keeps_its_lease() {
-    // The lease is far shorter than the handler; keep-alive renews it, so a duplicate arriving
-    // after the first lease would have ended is still refused instead of taking the key over.
-    let (app, calls, _) = app(|b| b.lease(Duration::from_millis(150)));
+    // The handler runs for several leases; keep-alive renews the lease, so a duplicate arriving
+    // long after the first lease would have ended is still refused instead of taking over.
+    let (app, calls, _) = app(|b| b.lease(Duration::from_millis(200)));
     let key = unique("lease");
     let first = tokio::spawn(
         app.clone()
-            .oneshot(post_with_key("/slow?ms=700", Some(&key), "{}")),
+            .oneshot(post_with_key("/held", Some(&key), "{}")),
     );
-    calls.slow_started.notified().await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(
-        !calls.slow_done.load(Ordering::SeqCst),
-        "the handler is still running"
-    );
+    calls.held_started.notified().await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
     let duplicate = app
         .clone()
-        .oneshot(post_with_key("/slow?ms=700", Some(&key), "{}"))
+        .oneshot(post_with_key("/held", Some(&key), "{}"))
         .await
         .unwrap();
     problem(duplicate, 409).await;
+    calls.held_release.notify_one();
     assert_eq!(first.await.unwrap().unwrap().status(), 200);
     let replay = app
-        .oneshot(post_with_key("/slow?ms=700", Some(&key), "{}"))
+        .oneshot(post_with_key("/held", Some(&key), "{}"))
         .await
         .unwrap();
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
-    assert_eq!(calls.slow.load(Ordering::SeqCst), 1);
+    assert_eq!(calls.held.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

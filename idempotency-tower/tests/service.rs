@@ -338,19 +338,21 @@ async fn a_failing_response_body_reaches_the_client_and_releases_the_key() {
 
 #[tokio::test]
 async fn a_stale_owner_cannot_overwrite_the_new_owners_answer() {
-    // No keep-alive and a short lease: a slow first owner loses its key to a retry, and its late
-    // answer is refused by the fencing token instead of replacing the retry's stored answer.
+    // No keep-alive and a short lease: a stalled first owner loses its key to a retry, and its
+    // late answer is refused by the fencing token instead of replacing the retry's answer.
     let runs = Arc::new(AtomicUsize::new(0));
     let first_started = Arc::new(tokio::sync::Notify::new());
+    let first_release = Arc::new(tokio::sync::Notify::new());
     let service = {
-        let (runs, first_started) = (Arc::clone(&runs), Arc::clone(&first_started));
+        let runs = Arc::clone(&runs);
+        let (started, release) = (Arc::clone(&first_started), Arc::clone(&first_release));
         service_fn(move |_: Request<RequestBody<Full<Bytes>>>| {
             let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
-            let first_started = Arc::clone(&first_started);
+            let (started, release) = (Arc::clone(&started), Arc::clone(&release));
             async move {
                 if run == 1 {
-                    first_started.notify_one();
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    started.notify_one();
+                    release.notified().await;
                 }
                 Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(format!("run {run}")))))
             }
@@ -367,15 +369,17 @@ async fn a_stale_owner_cannot_overwrite_the_new_owners_answer() {
             .body(Full::new(Bytes::from_static(b"{}")))
             .unwrap()
     };
-    let slow = tokio::spawn(service.clone().oneshot(request()));
+    let stalled = tokio::spawn(service.clone().oneshot(request()));
     first_started.notified().await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
     let takeover = service.clone().oneshot(request()).await.unwrap();
+    assert!(!takeover.headers().contains_key("idempotent-replayed"));
     assert_eq!(
         takeover.into_body().collect().await.unwrap().to_bytes(),
         "run 2"
     );
-    let late = slow.await.unwrap().unwrap();
+    first_release.notify_one();
+    let late = stalled.await.unwrap().unwrap();
     assert_eq!(
         late.into_body().collect().await.unwrap().to_bytes(),
         "run 1"

@@ -99,16 +99,17 @@ async fn first_request_and_replay_over_tcp() {
 #[tokio::test]
 async fn in_flight_duplicate_over_tcp_is_409() {
     let server = Arc::new(serve(|b| b).await);
-    let key = unique("tcp-slow");
+    let key = unique("tcp-held");
     let first = {
         let (server, key) = (Arc::clone(&server), key.clone());
-        tokio::spawn(async move { server.post("/slow?ms=300", Some(&key), "{}").await })
+        tokio::spawn(async move { server.post("/held", Some(&key), "{}").await })
     };
-    server.calls.slow_started.notified().await;
-    let (status, headers, _) = server.post("/slow?ms=300", Some(&key), "{}").await;
+    server.calls.held_started.notified().await;
+    let (status, headers, _) = server.post("/held", Some(&key), "{}").await;
     assert_eq!(status, 409);
     assert!(headers.contains_key("retry-after"));
     assert_eq!(headers["content-type"], "application/problem+json");
+    server.calls.held_release.notify_one();
     assert_eq!(first.await.unwrap().0, 200);
 }
 

@@ -30,6 +30,9 @@ pub struct Calls {
     pub slow_started: Notify,
     pub slow_finished: Notify,
     pub slow_done: AtomicBool,
+    pub held: AtomicUsize,
+    pub held_started: Notify,
+    pub held_release: Notify,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +89,14 @@ async fn slow(State(calls): State<Arc<Calls>>, Query(q): Query<SlowQuery>) -> im
     (StatusCode::OK, format!("slow {n}"))
 }
 
+/// Runs until the test releases it.
+async fn held(State(calls): State<Arc<Calls>>) -> impl IntoResponse {
+    let n = calls.held.fetch_add(1, Ordering::SeqCst) + 1;
+    calls.held_started.notify_one();
+    calls.held_release.notified().await;
+    (StatusCode::OK, format!("held {n}"))
+}
+
 async fn list(State(calls): State<Arc<Calls>>) -> impl IntoResponse {
     let n = calls.list.fetch_add(1, Ordering::SeqCst) + 1;
     format!("list {n}")
@@ -102,6 +113,7 @@ pub fn routes(calls: Arc<Calls>) -> Router {
         .route("/fail", post(fail))
         .route("/status", post(status))
         .route("/slow", post(slow))
+        .route("/held", post(held))
         .route("/big", post(big))
         .route("/list", get(list))
         .with_state(calls)
