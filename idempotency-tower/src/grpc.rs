@@ -26,7 +26,7 @@ impl GrpcStatus {
             RefusalKind::MissingKey | RefusalKind::InvalidKey | RefusalKind::MalformedBody => 3,
             RefusalKind::BodyTooLarge => 8,
             RefusalKind::InFlight => 10,
-            RefusalKind::Mismatch => 9,
+            RefusalKind::Mismatch | RefusalKind::TokenRejected => 9,
             RefusalKind::StoreUnavailable => 14,
         }
     }

@@ -80,6 +80,7 @@ mod json;
 mod key_source;
 mod policy;
 mod refusal;
+mod token;
 
 pub use body::{RequestBody, ResponseBody};
 pub use codec::{DecodeError, StoredResponse};
@@ -94,3 +95,4 @@ pub use idempotency::{
 pub use key_source::{KeyFn, KeySource, key_from_headers};
 pub use policy::{InFlightPolicy, StoragePolicy, StoreFn};
 pub use refusal::{ProblemJson, Refusal, RefusalKind, RenderRefusal};
+pub use token::{IDEMPOTENCY_TOKEN, TokenFuture, TokenLayer, TokenService};

@@ -27,6 +27,9 @@ pub enum RefusalKind {
     /// The store failed or timed out and the layer fails closed (503 + `Retry-After`,
     /// gRPC `UNAVAILABLE`).
     StoreUnavailable,
+    /// A one-time token is missing, unknown, expired or already used ([`crate::TokenLayer`]):
+    /// the form was already submitted (409, gRPC `FAILED_PRECONDITION`).
+    TokenRejected,
 }
 
 impl RefusalKind {
@@ -35,7 +38,7 @@ impl RefusalKind {
         match self {
             Self::MissingKey | Self::InvalidKey | Self::MalformedBody => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::InFlight => StatusCode::CONFLICT,
+            Self::InFlight | Self::TokenRejected => StatusCode::CONFLICT,
             Self::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -51,6 +54,7 @@ impl RefusalKind {
             Self::InFlight => "Request in progress",
             Self::Mismatch => "Idempotency key reused",
             Self::StoreUnavailable => "Idempotency store unavailable",
+            Self::TokenRejected => "One-time token rejected",
         }
     }
 
@@ -64,6 +68,7 @@ impl RefusalKind {
             Self::InFlight => "in-flight",
             Self::Mismatch => "key-reused",
             Self::StoreUnavailable => "store-unavailable",
+            Self::TokenRejected => "token-rejected",
         }
     }
 }
