@@ -29,36 +29,37 @@ macro_rules! now {
 ///
 /// Returns `{1, token, attempt, took_over}` (acquired), `{2, lease_remaining_ms}` (in progress),
 /// `{3, status, body}` (completed, replay), or `{4}` (mismatch).
-pub(super) const CLAIM: &str = concat!(
-    now!(),
-    r#"
-local fp, ns = ARGV[1], ARGV[2]
+pub(super) const CLAIM: &str = r#"
+local fp = ARGV[1]
+local r = redis.call('HMGET', KEYS[1], 's', 'f', 'o', 'b', 'e', 't', 'a', 'c')
+-- A completed record is live while its key exists (native TTL): a replay needs no clock.
+if r[1] == 'c' then
+  if r[2] ~= fp then return {4} end
+  return {3, tonumber(r[3]), r[4]}
+end
+local now_t = redis.call('TIME')
+local now_us = tonumber(now_t[1]) * 1000000 + tonumber(now_t[2])
+local now_ms = math.floor(now_us / 1000)
 local lease_ms, grace_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
-local r = redis.call('HMGET', KEYS[1], 's', 'f', 't', 'a', 'e', 'o', 'b', 'c')
 local floor, attempt, took_over, created = 0, 1, 0, now_ms
 if r[1] then
   local ends = tonumber(r[5])
   if ends > now_ms then
     if r[2] ~= fp then return {4} end
-    if r[1] == 'c' then return {3, tonumber(r[6]), r[7]} end
     return {2, ends - now_ms}
   end
-  floor = tonumber(r[3])
-  if r[1] == 'p' then
-    attempt, took_over, created = tonumber(r[4]) + 1, 1, tonumber(r[8])
-  end
-  redis.call('DEL', KEYS[1])
+  floor, attempt, took_over, created = tonumber(r[6]), tonumber(r[7]) + 1, 1, tonumber(r[8])
 else
   local last = redis.call('GET', KEYS[2])
   if last then floor = tonumber(last) end
 end
 local token = math.max(floor + 1, now_us)
-redis.call('HSET', KEYS[1], 's', 'p', 'f', fp, 'n', ns, 't', num(token), 'a', num(attempt),
+local function num(x) return string.format('%.0f', x) end
+redis.call('HSET', KEYS[1], 's', 'p', 'f', fp, 'n', ARGV[2], 't', num(token), 'a', num(attempt),
   'c', num(created), 'u', num(now_ms), 'e', num(now_ms + lease_ms))
 redis.call('PEXPIRE', KEYS[1], lease_ms + grace_ms)
 return {1, token, attempt, took_over}
-"#
-);
+"#;
 
 /// `KEYS[1]` record. `ARGV`: token, status, body, ttl ms. Returns 1, or 0 if the token is stale.
 pub(super) const COMPLETE: &str = concat!(
