@@ -1,1 +1,63 @@
 //! Idempotent at-least-once queue consumers.
+//!
+//! Brokers deliver at least once: a consumer crash, a lost ack or a producer retry all deliver
+//! the same business event again. [`IdempotentConsumer`] runs the handler once per business key
+//! and tells the broker what to do with every delivery:
+//!
+//! 1. the business key comes from the message ([`KeyExtractor`]: [`MessageId`], [`Header`],
+//!    [`JsonField`] or a closure);
+//! 2. the key is claimed in an [`idempotency_core::Store`] through the engine;
+//! 3. the handler runs; its success is stored, its failure releases the key;
+//! 4. the delivery is acked, requeued with a delay, or rejected ([`Verdict::action`]).
+//!
+//! A duplicate is acked without running the handler; a duplicate of a message still being
+//! processed is requeued with a delay, never dropped; an unreachable store requeues, never runs
+//! the handler unguarded.
+//!
+//! Broker adapters: `rabbitmq` (feature `rabbitmq`, lapin) and `nats` (feature `nats`,
+//! async-nats JetStream).
+//!
+//! ```
+//! use idempotency_core::{Idempotency, MemoryStore, Scope};
+//! use idempotency_queue::{Action, IdempotentConsumer, Job, JsonField, Message};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let consumer = IdempotentConsumer::new(
+//!     Idempotency::new(MemoryStore::new()),
+//!     Scope::new("coupon-grant"),
+//!     JsonField::new("/trade_no"),
+//!     |job: Job| async move { Ok::<_, std::convert::Infallible>(()) },
+//! );
+//! let delivery = Message::new(r#"{"trade_no":"T1","user":7}"#);
+//! for _ in 0..6 {
+//!     assert_eq!(consumer.process(delivery.clone()).await.action(), Action::Ack);
+//! }
+//! assert_eq!(consumer.stats().snapshot().processed, 1);
+//! assert_eq!(consumer.stats().snapshot().duplicates, 5);
+//! # }
+//! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+mod backoff;
+mod consumer;
+mod extract;
+mod handler;
+mod message;
+mod stats;
+mod verdict;
+
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub mod nats;
+#[cfg(feature = "rabbitmq")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rabbitmq")))]
+pub mod rabbitmq;
+
+pub use backoff::Backoff;
+pub use consumer::{DELIVERIES, IdempotentConsumer};
+pub use extract::{Header, JsonField, KeyExtractor, MessageId};
+pub use handler::{Handled, Handler};
+pub use message::{Job, Message};
+pub use stats::{Stats, StatsSnapshot};
+pub use verdict::{Action, RejectReason, Verdict};

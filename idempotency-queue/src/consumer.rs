@@ -1,0 +1,277 @@
+//! The broker-agnostic consumer step: key → claim → handle → complete → verdict.
+
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use idempotency_core::{
+    Decision, Fingerprint, Idempotency, IdempotencyKey, Outcome, Scope, Store, StoreError,
+};
+
+use crate::{Backoff, Handled, Handler, Job, KeyExtractor, Message, RejectReason, Stats, Verdict};
+
+/// Counter of deliveries by verdict, labelled `namespace` and `verdict` ([`Verdict::label`]).
+pub const DELIVERIES: &str = "idempotency_queue_deliveries_total";
+
+type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
+
+/// Runs a handler at most once per business key over at-least-once deliveries.
+///
+/// For each delivery: extract the business key → claim it in the engine's store → run the
+/// handler → store the outcome → tell the broker ([`Verdict::action`]):
+///
+/// | situation | verdict | broker |
+/// |---|---|---|
+/// | first delivery, handler `Ok` | [`Verdict::Processed`] | ack |
+/// | key already completed | [`Verdict::Duplicate`] | ack, handler not run |
+/// | key held by a running consumer | [`Verdict::InFlight`] | requeue after a delay |
+/// | handler `Err` or panic | [`Verdict::Failed`] | key released, requeue with backoff |
+/// | store unreachable | [`Verdict::StoreUnavailable`] | requeue with backoff, handler not run |
+/// | no key, or key reused with another payload | [`Verdict::Rejected`] | reject |
+///
+/// ```
+/// use idempotency_core::{Idempotency, MemoryStore, Scope};
+/// use idempotency_queue::{Header, IdempotentConsumer, Job, Message, Verdict};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let consumer = IdempotentConsumer::new(
+///     Idempotency::new(MemoryStore::new()),
+///     Scope::new("coupon-grant"),
+///     Header::new("business-key"),
+///     |job: Job| async move {
+///         println!("granting a coupon for {}", job.key);
+///         Ok::<_, std::io::Error>(())
+///     },
+/// );
+/// let message = Message::new("order 42").with_header("business-key", "T42");
+/// assert_eq!(consumer.process(message.clone()).await, Verdict::Processed { recorded: true });
+/// assert_eq!(consumer.process(message).await, Verdict::Duplicate);
+/// # }
+/// ```
+pub struct IdempotentConsumer<S: Store, K, H> {
+    engine: Idempotency<S>,
+    scope: Scope,
+    extractor: K,
+    handler: H,
+    fingerprint: Fingerprinter,
+    backoff: Backoff,
+    guarded_handler: bool,
+    stats: Stats,
+}
+
+impl<S: Store, K, H> std::fmt::Debug for IdempotentConsumer<S, K, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotentConsumer")
+            .field("scope", &self.scope)
+            .field("backoff", &self.backoff)
+            .field("guarded_handler", &self.guarded_handler)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
+    /// A consumer claiming keys found by `extractor` in `scope`, running `handler`.
+    ///
+    /// The fingerprint is the payload (the same key with another payload is rejected); the
+    /// redelivery backoff is [`Backoff::default`].
+    pub fn new(engine: Idempotency<S>, scope: Scope, extractor: K, handler: H) -> Self {
+        Self {
+            engine,
+            scope,
+            extractor,
+            handler,
+            fingerprint: Box::new(|message| Fingerprint::of_bytes(message.payload())),
+            backoff: Backoff::default(),
+            guarded_handler: false,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Fingerprints messages with `fingerprint` instead of the payload bytes.
+    pub fn with_fingerprint(
+        mut self,
+        fingerprint: impl Fn(&Message) -> Fingerprint + Send + Sync + 'static,
+    ) -> Self {
+        self.fingerprint = Box::new(fingerprint);
+        self
+    }
+
+    /// Treats every delivery of a key as the same, whatever its payload (no mismatch check).
+    pub fn fingerprint_key_only(self) -> Self {
+        self.with_fingerprint(|_| Fingerprint::of_bytes(b""))
+    }
+
+    /// Sets the delay for requeued failures (handler errors, store outages).
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Declares that the handler guards itself (it claims the key in its own record of truth,
+    /// such as a SQL dedup row written in the business transaction). The engine's store is then
+    /// only a fast path: when it fails, the handler runs anyway (with `Job::lease` = `None`)
+    /// instead of the message being requeued. Off by default: never run unguarded.
+    pub fn with_guarded_handler(mut self, guarded: bool) -> Self {
+        self.guarded_handler = guarded;
+        self
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Idempotency<S> {
+        &self.engine
+    }
+
+    /// The scope keys are claimed in.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    /// Verdict counters since the consumer was built.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Decides one delivery: runs the handler if it is the first for its key. The caller (a
+    /// broker adapter) acts on [`Verdict::action`].
+    pub async fn process(&self, message: Message) -> Verdict {
+        let verdict = self.decide(message).await;
+        self.stats.record(&verdict);
+        metrics::counter!(DELIVERIES, "namespace" => self.scope.namespace().to_owned(), "verdict" => verdict.label())
+            .increment(1);
+        tracing::debug!(namespace = self.scope.namespace(), %verdict, "delivery settled");
+        verdict
+    }
+
+    async fn decide(&self, message: Message) -> Verdict {
+        let key = match self.extractor.extract(&message) {
+            Ok(key) => key,
+            Err(error) => {
+                tracing::warn!(namespace = self.scope.namespace(), %error, "message without a usable business key");
+                return Verdict::Rejected(RejectReason::Key(error));
+            }
+        };
+        let delivery = delivery_number(&message);
+        let fingerprint = (self.fingerprint)(&message);
+        let execution = match self.engine.begin(&self.scope, &key, &fingerprint).await {
+            Ok(Decision::Execute(execution)) => execution,
+            Ok(Decision::Replay(_)) => return Verdict::Duplicate,
+            Ok(Decision::InFlight { retry_after }) => return Verdict::InFlight { retry_after },
+            Ok(Decision::Mismatch) => return Verdict::Rejected(RejectReason::Mismatch),
+            Err(error) if self.guarded_handler => {
+                tracing::warn!(namespace = self.scope.namespace(), %error, "fast-path store failed; the guarded handler decides");
+                return self.run_guarded_without_claim(key, message, delivery).await;
+            }
+            Err(error) => {
+                return Verdict::StoreUnavailable {
+                    retry_after: self.backoff.delay(delivery),
+                    error: error.to_string(),
+                };
+            }
+        };
+        let storage_key = *execution.key();
+        let token = execution.token();
+        let job = Job {
+            key,
+            message,
+            lease: Some(execution.lease()),
+        };
+        match self.run_handler(job).await {
+            Ok(handled) => {
+                let recorded = match execution.complete(Outcome::new(0, "")).await {
+                    Ok(()) => true,
+                    Err(StoreError::LeaseLost) => false,
+                    Err(_) => self.retry_complete(&storage_key, token).await,
+                };
+                if !recorded {
+                    tracing::error!(namespace = self.scope.namespace(), key = %storage_key, "work done but its outcome could not be stored; acking anyway");
+                }
+                match handled {
+                    Handled::Done => Verdict::Processed { recorded },
+                    Handled::AlreadyDone => Verdict::AlreadyDone,
+                }
+            }
+            Err(error) => {
+                if let Err(release) = execution.release().await {
+                    tracing::warn!(namespace = self.scope.namespace(), %release, "could not release the key after a failure; it frees when its lease ends");
+                }
+                Verdict::Failed {
+                    retry_after: self.backoff.delay(delivery),
+                    error,
+                }
+            }
+        }
+    }
+
+    async fn run_guarded_without_claim(
+        &self,
+        key: IdempotencyKey,
+        message: Message,
+        delivery: u64,
+    ) -> Verdict {
+        let job = Job {
+            key,
+            message,
+            lease: None,
+        };
+        match self.run_handler(job).await {
+            Ok(Handled::Done) => Verdict::Processed { recorded: false },
+            Ok(Handled::AlreadyDone) => Verdict::AlreadyDone,
+            Err(error) => Verdict::Failed {
+                retry_after: self.backoff.delay(delivery),
+                error,
+            },
+        }
+    }
+
+    async fn run_handler(&self, job: Job) -> Result<Handled, String> {
+        match AssertUnwindSafe(self.handler.handle(job))
+            .catch_unwind()
+            .await
+        {
+            Ok(Ok(handled)) => Ok(handled),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => {
+                tracing::error!(namespace = self.scope.namespace(), "handler panicked");
+                Err("handler panicked".to_owned())
+            }
+        }
+    }
+
+    /// Retries storing the outcome after a transient failure (three tries, 50/100/200 ms apart).
+    async fn retry_complete(
+        &self,
+        key: &idempotency_core::StorageKey,
+        token: idempotency_core::FencingToken,
+    ) -> bool {
+        let config = self.engine.config();
+        let outcome = Outcome::new(0, "");
+        let mut pause = Duration::from_millis(50);
+        for _ in 0..3 {
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+            let call = self
+                .engine
+                .store()
+                .complete(key, token, &outcome, config.ttl);
+            match tokio::time::timeout(config.store_timeout, call).await {
+                Ok(Ok(())) => return true,
+                Ok(Err(StoreError::LeaseLost)) => return false,
+                Ok(Err(_)) | Err(_) => {}
+            }
+        }
+        false
+    }
+}
+
+/// The delivery number (1 for the first) as far as the broker tells.
+fn delivery_number(message: &Message) -> u64 {
+    message
+        .delivery_count()
+        .unwrap_or(if message.redelivered() { 2 } else { 1 })
+        .max(1)
+}

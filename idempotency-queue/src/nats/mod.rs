@@ -1,0 +1,52 @@
+//! NATS JetStream through [`async_nats`].
+//!
+//! [`consume`] drives a stream of JetStream messages (a pull consumer's `messages()`, or a
+//! push consumer's) through an [`IdempotentConsumer`](crate::IdempotentConsumer): each is
+//! converted with [`message`] (payload, `Nats-Msg-Id`, headers, subject, delivery count), then
+//! settled with [`settle`]: `+ACK`, `-NAK` with the verdict's delay (the server redelivers it
+//! then), or `+TERM`.
+//!
+//! Use explicit acks (`AckPolicy::Explicit`), an `ack_wait` longer than the handler takes (or
+//! the message is redelivered while running; the store then requeues that duplicate), and a
+//! `max_deliver` to bound poison messages.
+//!
+//! JetStream drops a republished message whose `Nats-Msg-Id` it saw within the stream's
+//! duplicate window; that covers producer retries within the window only. This consumer
+//! covers everything else (redeliveries, retries outside the window, other ids for the same
+//! business key).
+//!
+//! ```no_run
+//! use futures_util::StreamExt;
+//! use idempotency_core::{Idempotency, MemoryStore, Scope};
+//! use idempotency_queue::{Header, IdempotentConsumer, Job, nats};
+//! use async_nats::jetstream::{self, consumer::pull};
+//!
+//! # async fn run() -> Result<(), async_nats::Error> {
+//! let client = async_nats::connect("nats://127.0.0.1:4222").await?;
+//! let stream = jetstream::new(client)
+//!     .get_or_create_stream(jetstream::stream::Config {
+//!         name: "COUPONS".into(),
+//!         subjects: vec!["coupon.grant".into()],
+//!         ..Default::default()
+//!     })
+//!     .await?;
+//! let pull = stream
+//!     .get_or_create_consumer("granter", pull::Config { durable_name: Some("granter".into()), ..Default::default() })
+//!     .await?;
+//! let consumer = IdempotentConsumer::new(
+//!     Idempotency::new(MemoryStore::new()),
+//!     Scope::new("coupon-grant"),
+//!     Header::new("business-key"),
+//!     |job: Job| async move { Ok::<_, std::io::Error>(()) },
+//! );
+//! nats::consume(&consumer, pull.messages().await?, 16).await?;
+//! # Ok(()) }
+//! ```
+
+mod consume;
+mod convert;
+mod settle;
+
+pub use consume::consume;
+pub use convert::message;
+pub use settle::settle;

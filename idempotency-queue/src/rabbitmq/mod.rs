@@ -1,0 +1,41 @@
+//! RabbitMQ (AMQP 0-9-1) through [`lapin`].
+//!
+//! [`consume`] drives a `lapin::Consumer` through an [`IdempotentConsumer`](crate::IdempotentConsumer):
+//! every delivery is converted with [`message`] (payload, `message-id`, text headers,
+//! `redelivered`, and the delivery count of quorum queues), processed, then settled with
+//! [`settle`]: ack, `basic.nack` with `requeue = true` after the verdict's delay, or
+//! `basic.reject` without requeue (dead-lettered if the queue has a dead-letter exchange).
+//!
+//! Consume with manual acks (`no_ack = false`, the default) and a prefetch (`basic_qos`) of at
+//! least the concurrency, so a message waiting for its delayed requeue does not stall the rest.
+//!
+//! ```no_run
+//! use idempotency_core::{Idempotency, MemoryStore, Scope};
+//! use idempotency_queue::{Header, IdempotentConsumer, Job, rabbitmq};
+//! use lapin::{Connection, ConnectionProperties, options::*, types::FieldTable};
+//!
+//! # async fn run() -> Result<(), lapin::Error> {
+//! let connection = Connection::connect("amqp://guest:guest@127.0.0.1:5672", ConnectionProperties::default()).await?;
+//! let channel = connection.create_channel().await?;
+//! channel.basic_qos(32, BasicQosOptions::default()).await?;
+//! channel.queue_declare("coupon.grant".into(), QueueDeclareOptions::durable(), FieldTable::default()).await?;
+//! let deliveries = channel
+//!     .basic_consume("coupon.grant".into(), "coupon-granter".into(), BasicConsumeOptions::default(), FieldTable::default())
+//!     .await?;
+//! let consumer = IdempotentConsumer::new(
+//!     Idempotency::new(MemoryStore::new()),
+//!     Scope::new("coupon-grant"),
+//!     Header::new("business-key"),
+//!     |job: Job| async move { Ok::<_, std::io::Error>(()) },
+//! );
+//! rabbitmq::consume(&consumer, deliveries, 16).await
+//! # }
+//! ```
+
+mod consume;
+mod convert;
+mod settle;
+
+pub use consume::consume;
+pub use convert::{DELIVERY_COUNT_HEADER, message};
+pub use settle::settle;

@@ -1,0 +1,123 @@
+//! What became of a delivery, and what the broker is told.
+
+use std::fmt;
+use std::time::Duration;
+
+use idempotency_core::KeyError;
+
+/// What the broker is told about a delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Acknowledge: the message is done with (processed now, or a duplicate).
+    Ack,
+    /// Negative-acknowledge and redeliver, no sooner than `delay`.
+    Requeue {
+        /// How long to wait before the message comes back.
+        delay: Duration,
+    },
+    /// Refuse without redelivery (dead-letter where the broker is configured for it).
+    Reject,
+}
+
+/// Why a delivery is refused for good.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The message carries no usable business key, so it cannot be guarded.
+    Key(KeyError),
+    /// The business key was already used with another payload.
+    Mismatch,
+}
+
+/// What the consumer decided for one delivery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The handler ran for the first time and succeeded. `recorded` is false if the outcome
+    /// could not be stored afterwards (logged and counted; the message is acked anyway, since
+    /// redelivering it would run the work again).
+    Processed {
+        /// Whether the outcome was stored.
+        recorded: bool,
+    },
+    /// The store already held a completed outcome for the key: acked, handler not run.
+    Duplicate,
+    /// The handler's own record of truth (for example a SQL dedup row) said the work was done
+    /// already: acked, business work not run again.
+    AlreadyDone,
+    /// Another consumer is processing the same key right now: requeued with a delay.
+    InFlight {
+        /// The delay before redelivery.
+        retry_after: Duration,
+    },
+    /// The handler failed or panicked: the key was released and the message requeued.
+    Failed {
+        /// The delay before redelivery.
+        retry_after: Duration,
+        /// The handler's error.
+        error: String,
+    },
+    /// The store could not be reached: requeued, the handler was not run.
+    StoreUnavailable {
+        /// The delay before redelivery.
+        retry_after: Duration,
+        /// The store's error.
+        error: String,
+    },
+    /// Refused for good (no key, or key reused with another payload).
+    Rejected(RejectReason),
+}
+
+impl Verdict {
+    /// What the broker is told.
+    pub fn action(&self) -> Action {
+        match self {
+            Self::Processed { .. } | Self::Duplicate | Self::AlreadyDone => Action::Ack,
+            Self::InFlight { retry_after }
+            | Self::Failed { retry_after, .. }
+            | Self::StoreUnavailable { retry_after, .. } => Action::Requeue {
+                delay: *retry_after,
+            },
+            Self::Rejected(_) => Action::Reject,
+        }
+    }
+
+    /// A short label (`processed`, `duplicate`, `already_done`, `in_flight`, `failed`,
+    /// `store_unavailable`, `rejected`) for logs and metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Processed { .. } => "processed",
+            Self::Duplicate => "duplicate",
+            Self::AlreadyDone => "already_done",
+            Self::InFlight { .. } => "in_flight",
+            Self::Failed { .. } => "failed",
+            Self::StoreUnavailable { .. } => "store_unavailable",
+            Self::Rejected(_) => "rejected",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Processed { recorded: true } => f.write_str("processed"),
+            Self::Processed { recorded: false } => f.write_str("processed, outcome not recorded"),
+            Self::Duplicate => f.write_str("duplicate, acked"),
+            Self::AlreadyDone => f.write_str("already done per the record of truth, acked"),
+            Self::InFlight { retry_after } => {
+                write!(f, "in flight elsewhere, requeued in {retry_after:?}")
+            }
+            Self::Failed { retry_after, error } => {
+                write!(f, "handler failed ({error}), requeued in {retry_after:?}")
+            }
+            Self::StoreUnavailable { retry_after, error } => {
+                write!(
+                    f,
+                    "store unavailable ({error}), requeued in {retry_after:?}"
+                )
+            }
+            Self::Rejected(RejectReason::Key(error)) => write!(f, "rejected: {error}"),
+            Self::Rejected(RejectReason::Mismatch) => {
+                f.write_str("rejected: business key reused with another payload")
+            }
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! The consumer against a real NATS JetStream (NATS_URL, default nats://127.0.0.1:4222).
+#![cfg(feature = "nats")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, consumer::pull, stream};
+use idempotency_core::{Idempotency, MemoryStore, Scope};
+use idempotency_queue::{Backoff, Header, IdempotentConsumer, Job, nats};
+use support::{Ledger, unique, wait_until};
+use tokio::sync::Notify;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A JetStream context and a fresh stream with one subject; deleted by [`Fixture::cleanup`].
+struct Fixture {
+    js: jetstream::Context,
+    stream: stream::Stream,
+    name: String,
+    subject: String,
+}
+
+impl Fixture {
+    async fn new() -> Option<Self> {
+        let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
+        let client = match async_nats::connect(&url).await {
+            Ok(client) => client,
+            Err(error) => return idempotency_core::testing::unavailable("NATS", error),
+        };
+        let js = jetstream::new(client);
+        let name = unique("IDEM-TEST");
+        let subject = format!("idem.test.{name}");
+        let stream = js
+            .create_stream(stream::Config {
+                name: name.clone(),
+                subjects: vec![subject.clone()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        Some(Self {
+            js,
+            stream,
+            name,
+            subject,
+        })
+    }
+
+    async fn publish(&self, key: &str, body: &str) {
+        let mut headers = HeaderMap::new();
+        headers.insert("business-key", key);
+        self.js
+            .publish_with_headers(self.subject.clone(), headers, body.to_owned().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+
+    async fn consumer(&self, durable: &str, ack_wait: Duration) -> pull::Stream {
+        let consumer = self
+            .stream
+            .get_or_create_consumer(
+                durable,
+                pull::Config {
+                    durable_name: Some(durable.to_owned()),
+                    ack_wait,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        consumer.messages().await.unwrap()
+    }
+
+    async fn cleanup(self) {
+        self.js.delete_stream(&self.name).await.unwrap();
+    }
+}
+
+fn spawn_consume<K, H>(
+    consumer: Arc<IdempotentConsumer<MemoryStore, K, H>>,
+    messages: pull::Stream,
+) -> tokio::task::JoinHandle<()>
+where
+    K: idempotency_queue::KeyExtractor,
+    H: idempotency_queue::Handler,
+{
+    tokio::spawn(async move {
+        let _ = nats::consume(&consumer, messages, 8).await;
+    })
+}
+
+#[tokio::test]
+async fn duplicate_publishes_run_the_handler_once_per_key() {
+    let Some(fixture) = Fixture::new().await else {
+        return;
+    };
+    let ledger = Ledger::default();
+    let recorded = ledger.clone();
+    let consumer = Arc::new(IdempotentConsumer::new(
+        Idempotency::new(MemoryStore::new()),
+        Scope::new(unique("coupon-grant")),
+        Header::new("business-key"),
+        move |job: Job| {
+            recorded.record(&job);
+            async { Ok::<_, String>(()) }
+        },
+    ));
+    for _round in 0..4 {
+        for order in 0..5 {
+            fixture
+                .publish(&format!("T{order}"), &format!("order {order}"))
+                .await;
+        }
+    }
+    let task = spawn_consume(
+        Arc::clone(&consumer),
+        fixture.consumer("granter", Duration::from_secs(30)).await,
+    );
+    wait_until("20 acked deliveries", LIMIT, || {
+        consumer.stats().snapshot().acked() == 20
+    })
+    .await;
+    task.abort();
+
+    let stats = consumer.stats().snapshot();
+    assert_eq!((stats.processed, stats.duplicates), (5, 15));
+    assert_eq!(ledger.keys(), 5);
+    for order in 0..5 {
+        assert_eq!(ledger.runs(&format!("T{order}")), 1);
+    }
+    fixture.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_failed_delivery_is_redelivered_and_processed_once() {
+    let Some(fixture) = Fixture::new().await else {
+        return;
+    };
+    let ledger = Ledger::default();
+    let recorded = ledger.clone();
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&attempts);
+    let consumer = Arc::new(
+        IdempotentConsumer::new(
+            Idempotency::new(MemoryStore::new()),
+            Scope::new(unique("coupon-grant")),
+            Header::new("business-key"),
+            move |job: Job| {
+                let attempt = counter.fetch_add(1, Ordering::SeqCst);
+                let recorded = recorded.clone();
+                async move {
+                    if attempt < 2 {
+                        return Err(format!("coupon service down (attempt {attempt})"));
+                    }
+                    if job.message.delivery_count() == Some(3) {
+                        recorded.record(&job);
+                    }
+                    Ok(())
+                }
+            },
+        )
+        .with_backoff(Backoff::new(
+            Duration::from_millis(50),
+            Duration::from_millis(200),
+        )),
+    );
+    fixture.publish("T1", "order 1").await;
+    let task = spawn_consume(
+        Arc::clone(&consumer),
+        fixture.consumer("granter", Duration::from_secs(30)).await,
+    );
+    wait_until("the retried delivery to be processed", LIMIT, || {
+        consumer.stats().snapshot().processed == 1
+    })
+    .await;
+    fixture.publish("T1", "order 1").await;
+    wait_until("the duplicate to be acked", LIMIT, || {
+        consumer.stats().snapshot().duplicates == 1
+    })
+    .await;
+    task.abort();
+
+    assert_eq!(consumer.stats().snapshot().failed, 2);
+    assert_eq!(attempts.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        ledger.runs("T1"),
+        1,
+        "processed once, on the third delivery"
+    );
+    fixture.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_in_flight_duplicate_is_requeued_then_acked() {
+    let Some(fixture) = Fixture::new().await else {
+        return;
+    };
+    let ledger = Ledger::default();
+    let recorded = ledger.clone();
+    let release = Arc::new(Notify::new());
+    let gate = Arc::clone(&release);
+    let consumer = Arc::new(IdempotentConsumer::new(
+        Idempotency::new(MemoryStore::new()).with_lease(Duration::from_secs(2)),
+        Scope::new(unique("coupon-grant")),
+        Header::new("business-key"),
+        move |job: Job| {
+            let (recorded, gate) = (recorded.clone(), Arc::clone(&gate));
+            async move {
+                gate.notified().await;
+                recorded.record(&job);
+                Ok::<_, String>(())
+            }
+        },
+    ));
+    fixture.publish("T1", "order 1").await;
+    fixture.publish("T1", "order 1").await;
+    let task = spawn_consume(
+        Arc::clone(&consumer),
+        fixture.consumer("granter", Duration::from_secs(30)).await,
+    );
+    wait_until(
+        "the second delivery to find the first in flight",
+        LIMIT,
+        || consumer.stats().snapshot().in_flight >= 1,
+    )
+    .await;
+    release.notify_one();
+    wait_until("both deliveries acked", LIMIT, || {
+        consumer.stats().snapshot().acked() == 2
+    })
+    .await;
+    task.abort();
+
+    let stats = consumer.stats().snapshot();
+    assert_eq!((stats.processed, stats.duplicates), (1, 1));
+    assert_eq!(ledger.runs("T1"), 1);
+    fixture.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_consumer_killed_mid_message_is_replaced_and_the_message_processed_once() {
+    let Some(fixture) = Fixture::new().await else {
+        return;
+    };
+    let engine = Idempotency::new(MemoryStore::new()).with_lease(Duration::from_secs(2));
+    let scope = Scope::new(unique("coupon-grant"));
+    let started = Arc::new(Notify::new());
+    let signal = Arc::clone(&started);
+    let doomed = Arc::new(IdempotentConsumer::new(
+        engine.clone(),
+        scope.clone(),
+        Header::new("business-key"),
+        move |_job: Job| {
+            let signal = Arc::clone(&signal);
+            async move {
+                signal.notify_one();
+                std::future::pending::<Result<(), String>>().await
+            }
+        },
+    ));
+    fixture.publish("T1", "order 1").await;
+    let ack_wait = Duration::from_secs(2);
+    let task = spawn_consume(
+        Arc::clone(&doomed),
+        fixture.consumer("granter", ack_wait).await,
+    );
+    started.notified().await;
+    task.abort();
+
+    // The replacement reads the same durable consumer; JetStream redelivers after ack_wait.
+    let ledger = Ledger::default();
+    let recorded = ledger.clone();
+    let replacement = Arc::new(IdempotentConsumer::new(
+        engine,
+        scope,
+        Header::new("business-key"),
+        move |job: Job| {
+            if job.message.redelivered() {
+                recorded.record(&job);
+            }
+            async { Ok::<_, String>(()) }
+        },
+    ));
+    let task = spawn_consume(
+        Arc::clone(&replacement),
+        fixture.consumer("granter", ack_wait).await,
+    );
+    wait_until("the redelivery to be processed", LIMIT, || {
+        replacement.stats().snapshot().processed == 1
+    })
+    .await;
+    fixture.publish("T1", "order 1").await;
+    wait_until("a late duplicate to be acked", LIMIT, || {
+        replacement.stats().snapshot().duplicates == 1
+    })
+    .await;
+    task.abort();
+    assert_eq!(ledger.runs("T1"), 1);
+    fixture.cleanup().await;
+}
