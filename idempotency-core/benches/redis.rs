@@ -181,6 +181,34 @@ async fn raw_get(connection: ConnectionManager, tasks: usize, seconds: Duration)
     .await
 }
 
+/// The floor scripting itself sets: `EVALSHA` of a script that only returns its one key's
+/// value (`GET` inside Lua), one round trip like `GET`.
+async fn raw_script_get(connection: ConnectionManager, tasks: usize, seconds: Duration) -> f64 {
+    let key = format!("{PREFIX}raw:{{{}}}", unique_key().to_hex());
+    let mut setup = connection.clone();
+    let () = driver::cmd("SET")
+        .arg(&key)
+        .arg(&outcome().body[..])
+        .arg("PX")
+        .arg(TTL.as_millis() as u64)
+        .query_async(&mut setup)
+        .await
+        .unwrap();
+    let script = Arc::new(driver::Script::new("return redis.call('GET', KEYS[1])"));
+    throughput(tasks, seconds, move |_| {
+        let (mut connection, script, key) = (connection.clone(), Arc::clone(&script), key.clone());
+        async move {
+            let body: Option<Vec<u8>> = script
+                .key(&key)
+                .invoke_async(&mut connection)
+                .await
+                .unwrap();
+            assert!(body.is_some());
+        }
+    })
+    .await
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -221,15 +249,20 @@ async fn main() {
             "| claim+complete (2 round trips) | {tasks} | {ours:.0} | {raw:.0} | {:.2} |",
             ours / raw
         );
-        let (mut store_runs, mut raw_runs) = (Vec::new(), Vec::new());
+        let (mut store_runs, mut raw_runs, mut script_runs) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             store_runs.push(store_replay(Arc::clone(&store), tasks, seconds).await);
             raw_runs.push(raw_get(connection.clone(), tasks, seconds).await);
+            script_runs.push(raw_script_get(connection.clone(), tasks, seconds).await);
         }
-        let (ours, raw) = (median(store_runs), median(raw_runs));
+        let (ours, raw, script) = (median(store_runs), median(raw_runs), median(script_runs));
         println!(
             "| replay (1 round trip) | {tasks} | {ours:.0} | {raw:.0} | {:.2} |",
             ours / raw
+        );
+        println!(
+            "| *floor: raw `EVALSHA` of `return GET` vs raw `GET`* | {tasks} | {script:.0} | {raw:.0} | {:.2} |",
+            script / raw
         );
     }
 }

@@ -1,6 +1,5 @@
 //! [`RedisStore`]: the fenced record lifecycle as four Lua scripts.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,10 +27,10 @@ struct Scripts {
 }
 
 /// A [`Store`] on Redis or Redis Cluster. Every step is one round trip: a Lua script run by
-/// `EVALSHA` (loaded once per server, reloaded on `NOSCRIPT`); `get` is one `HGETALL`.
+/// `EVALSHA` (loaded once per server, reloaded on `NOSCRIPT`); `get` is one `GET`.
 ///
-/// - **Records** are small hashes (raw fingerprint bytes, decimal numbers, the outcome body as
-///   raw bytes) under `<prefix>{<key hex>}`. The hash tag keeps every key a script touches in
+/// - **Records** are one packed string each (an 81-byte binary header, the namespace, the
+///   outcome body as raw bytes) under `<prefix>{<key hex>}`. The hash tag keeps every key a script touches in
 ///   one Cluster slot.
 /// - **Expiry is native**: a completed record carries its TTL (`PEXPIRE`), so
 ///   [`purge_expired`](Store::purge_expired) has nothing to do and returns 0. An in-progress
@@ -178,6 +177,11 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        if request.namespace.len() > usize::from(u16::MAX) {
+            return Err(StoreError::Codec(
+                "redis: namespaces are limited to 65535 bytes".to_owned(),
+            ));
+        }
         let mut invocation = self.scripts.claim.prepare_invoke();
         invocation
             .key(self.record_key(request.key))
@@ -202,7 +206,7 @@ where
         let mut invocation = self.scripts.complete.prepare_invoke();
         invocation
             .key(self.record_key(key))
-            .arg(token.0)
+            .arg(&codec::token_bytes(token)[..])
             .arg(outcome.status)
             .arg(&outcome.body[..])
             .arg(millis(ttl));
@@ -214,7 +218,7 @@ where
         invocation
             .key(self.record_key(key))
             .key(self.fence_key(key))
-            .arg(token.0);
+            .arg(&codec::token_bytes(token)[..]);
         self.owned_step(invocation).await
     }
 
@@ -227,7 +231,7 @@ where
         let mut invocation = self.scripts.touch.prepare_invoke();
         invocation
             .key(self.record_key(key))
-            .arg(token.0)
+            .arg(&codec::token_bytes(token)[..])
             .arg(millis(lease))
             .arg(millis(self.grace));
         self.owned_step(invocation).await
@@ -235,11 +239,11 @@ where
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         let mut connection = self.connection.clone();
-        let mut command = ::redis::cmd("HGETALL");
+        let mut command = ::redis::cmd("GET");
         command.arg(self.record_key(key));
-        let fields: HashMap<String, Vec<u8>> =
+        let stored: Option<Vec<u8>> =
             bounded(self.call_timeout, command.query_async(&mut connection)).await?;
-        codec::record(key, fields)
+        codec::record(key, stored)
     }
 
     /// Redis expires records natively; nothing to purge.
