@@ -44,13 +44,14 @@ fn dedup(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<TokenStream> {
         _ => quote!(run),
     };
     let map_err = map_err(&args, output);
+    let engine = quote_spanned!(store.span()=> (#store).idempotency_engine());
     Ok(quote! {
         #(#attrs)*
         #vis #sig {
             let #call_var = #call;
             let #engine_var = {
                 use ::idempotency_core::function::AsEngine as _;
-                (#store).idempotency_engine()
+                #engine
             };
             ::idempotency_core::function::#runner::<#output, _, _, _>(
                 #engine_var,

@@ -2,7 +2,7 @@
 //! `from → to`; a row already in the target state answers `Ok(already)` without running it.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{ToTokens, format_ident, quote};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{ItemFn, LitStr};
 
@@ -81,12 +81,13 @@ pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<Toke
     } = item;
     let output = &info.output;
     let answer = format_ident!("__idempotency_answer", span = Span::mixed_site());
+    let executor = quote_spanned!(executor.span()=> &mut *(#executor));
     Ok(quote! {
         #(#attrs)*
         #vis #sig {
             if let ::core::option::Option::Some(#answer) =
                 ::idempotency_core::function::sql::apply::<#output, _, _, _, _>(
-                    &mut *(#executor),
+                    #executor,
                     ::idempotency_core::function::sql::transition(
                         #table, #id_column, #column, &[#(#from),*], #to,
                     ),

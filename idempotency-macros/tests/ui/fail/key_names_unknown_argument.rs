@@ -1,0 +1,14 @@
+#![allow(unused)]
+use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+
+#[idempotent(key = event.trade_no, store = engine)]
+async fn typo(engine: &Idempotency<MemoryStore>, evt: String) -> Result<u64, IdempotentError> {
+    Ok(1)
+}
+
+#[idempotent(key = self.id, store = engine)]
+async fn no_receiver(engine: &Idempotency<MemoryStore>, id: u64) -> Result<u64, IdempotentError> {
+    Ok(id)
+}
+
+fn main() {}

@@ -1,0 +1,13 @@
+#![allow(unused)]
+use idempotency_core::{IdempotentError, idempotent};
+
+struct Settings {
+    retries: u32,
+}
+
+#[idempotent(key = id, store = settings)]
+async fn wrong_store(settings: &Settings, id: u64) -> Result<u64, IdempotentError> {
+    Ok(id)
+}
+
+fn main() {}

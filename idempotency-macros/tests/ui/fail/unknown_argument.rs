@@ -1,0 +1,9 @@
+#![allow(unused)]
+use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+
+#[idempotent(key = id, store = engine, expiry = "1h")]
+async fn unknown(engine: &Idempotency<MemoryStore>, id: u64) -> Result<u64, IdempotentError> {
+    Ok(id)
+}
+
+fn main() {}

@@ -1,0 +1,19 @@
+#![allow(unused)]
+use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+
+struct NotStorable;
+
+#[idempotent(key = id, store = engine)]
+async fn value_not_serializable(engine: &Idempotency<MemoryStore>, id: u64) -> Result<NotStorable, IdempotentError> {
+    Ok(NotStorable)
+}
+
+#[derive(Debug)]
+struct PlainError;
+
+#[idempotent(key = id, store = engine)]
+async fn error_without_from(engine: &Idempotency<MemoryStore>, id: u64) -> Result<u64, PlainError> {
+    Ok(id)
+}
+
+fn main() {}

@@ -1,0 +1,22 @@
+//! `#[tracing::instrument]` stacked on either side, with `err` and `skip`.
+use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+
+#[tracing::instrument(skip(engine), err)]
+#[idempotent(key = order_id, store = engine, scope = "orders.pay")]
+async fn instrument_outside(engine: &Idempotency<MemoryStore>, order_id: u64) -> Result<u64, IdempotentError> {
+    tracing::info!("paying");
+    Ok(order_id)
+}
+
+#[idempotent(key = order_id, store = engine, scope = "orders.ship")]
+#[tracing::instrument(skip(engine), ret)]
+async fn instrument_inside(engine: &Idempotency<MemoryStore>, order_id: u64) -> Result<u64, IdempotentError> {
+    Ok(order_id)
+}
+
+fn main() {
+    fn assert_send<F: std::future::Future + Send>(_: F) {}
+    let engine = Idempotency::new(MemoryStore::new());
+    assert_send(instrument_outside(&engine, 1));
+    assert_send(instrument_inside(&engine, 1));
+}
