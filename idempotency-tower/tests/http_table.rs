@@ -668,14 +668,14 @@ async fn responses_over_the_stored_limit_pass_through_and_release() {
 async fn slow_handler_keeps_its_lease() {
     // The handler runs for several leases; keep-alive renews the lease, so a duplicate arriving
     // long after the first lease would have ended is still refused instead of taking over.
-    let (app, calls, _) = app(|b| b.lease(Duration::from_millis(200)));
+    let (app, calls, _) = app(|b| b.lease(Duration::from_millis(400)));
     let key = unique("lease");
     let first = tokio::spawn(
         app.clone()
             .oneshot(post_with_key("/held", Some(&key), "{}")),
     );
     calls.held_started.notified().await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(1300)).await;
     let duplicate = app
         .clone()
         .oneshot(post_with_key("/held", Some(&key), "{}"))
