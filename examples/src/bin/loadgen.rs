@@ -14,10 +14,11 @@
 //!
 //! Options (also as env): `--seconds N` (3), `--rounds N` (3), `--connections N` (64),
 //! `--max-requests N` per run (5 000 000), `--only new-keys|replay|callback-replay`,
-//! `--variant bare|layer` (one side only, for profiling).
+//! `--variant bare|layer` (one side only, for profiling), `--in-process` (no TCP: the same
+//! number of concurrent callers call the router as a tower service, to isolate the layer's own
+//! CPU cost from HTTP parsing and the kernel).
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,11 +27,12 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use bytes::Bytes;
 use http::{Request, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use idempotency_core::{BoxStore, MemoryStore};
 use idempotency_examples::payments::client::{Connection, post_json};
 use idempotency_examples::payments::{AppState, Server, app, bare, gateway};
 use serde_json::json;
+use tower_service::Service;
 
 struct Options {
     seconds: f64,
@@ -39,6 +41,7 @@ struct Options {
     max_requests: u64,
     only: Option<String>,
     variant: Option<String>,
+    in_process: bool,
 }
 
 impl Options {
@@ -50,9 +53,14 @@ impl Options {
             max_requests: 5_000_000,
             only: None,
             variant: None,
+            in_process: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
+            if flag == "--in-process" {
+                options.in_process = true;
+                continue;
+            }
             let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
             let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
             match flag.as_str() {
@@ -83,11 +91,68 @@ struct RunResult {
     statuses: BTreeMap<u16, u64>,
     errors: u64,
     elapsed: Duration,
+    /// CPU time of the whole process (client + server + the kernel on their behalf).
+    cpu: Option<Duration>,
 }
 
 impl RunResult {
     fn throughput(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// Microseconds of process CPU per request.
+    fn cpu_per_request(&self) -> Option<f64> {
+        let cpu = self.cpu?;
+        (self.requests > 0).then(|| cpu.as_secs_f64() * 1e6 / self.requests as f64)
+    }
+}
+
+/// User + system CPU time of this process so far, from `/proc/self/stat` (Linux; clock ticks of
+/// 1/100 s). `None` elsewhere.
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
+}
+
+/// Where requests go: a keep-alive connection, or the router itself.
+enum Sender {
+    Tcp(Connection),
+    InProcess(Router),
+}
+
+/// What a caller needs from an answer.
+struct Answer {
+    status: StatusCode,
+    replayed: bool,
+}
+
+impl Sender {
+    async fn send(&mut self, request: Request<Full<Bytes>>) -> Result<Answer, String> {
+        match self {
+            Self::Tcp(connection) => {
+                let reply = connection.send(request).await.map_err(|e| e.to_string())?;
+                Ok(Answer {
+                    status: reply.status,
+                    replayed: reply.is_replay(),
+                })
+            }
+            Self::InProcess(router) => {
+                let response = router
+                    .call(request.map(axum::body::Body::new))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let (parts, body) = response.into_parts();
+                body.collect().await.map_err(|e| e.to_string())?;
+                Ok(Answer {
+                    status: parts.status,
+                    replayed: parts.headers.contains_key("idempotent-replayed"),
+                })
+            }
+        }
     }
 }
 
@@ -95,17 +160,27 @@ type MakeRequest = dyn Fn(usize, u64) -> Result<Request<Full<Bytes>>, http::Erro
 
 /// Drives `addr` over `connections` keep-alive connections until the time or count bound.
 async fn drive(
-    addr: SocketAddr,
+    server: &Server,
+    router: &Router,
     options: &Options,
     make_request: Arc<MakeRequest>,
 ) -> Result<RunResult, String> {
     let mut connections = Vec::with_capacity(options.connections);
     for _ in 0..options.connections {
-        connections.push(Connection::open(addr).await.map_err(|e| e.to_string())?);
+        connections.push(if options.in_process {
+            Sender::InProcess(router.clone())
+        } else {
+            Sender::Tcp(
+                Connection::open(server.addr())
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )
+        });
     }
     let issued = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let max = options.max_requests;
+    let cpu_before = process_cpu();
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(options.seconds);
     let mut tasks = Vec::with_capacity(connections.len());
@@ -122,10 +197,10 @@ async fn drive(
                     break;
                 };
                 match connection.send(request).await {
-                    Ok(reply) => {
+                    Ok(answer) => {
                         result.requests += 1;
-                        result.replayed += u64::from(reply.is_replay());
-                        *result.statuses.entry(reply.status.as_u16()).or_default() += 1;
+                        result.replayed += u64::from(answer.replayed);
+                        *result.statuses.entry(answer.status.as_u16()).or_default() += 1;
                     }
                     Err(_) => {
                         result.errors += 1;
@@ -151,6 +226,9 @@ async fn drive(
         }
     }
     total.elapsed = started.elapsed();
+    total.cpu = process_cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
     Ok(total)
 }
 
@@ -249,12 +327,13 @@ async fn measure(
     options: &Options,
 ) -> Result<RunResult, String> {
     let router = if layer { protected() } else { unprotected() };
+    // The served router and `router` share the same state (and store).
     let (server, requests) = match scenario.name {
-        "new-keys" => (serve(router, false).await?, new_keys(run)),
-        "replay" => (serve(router, false).await?, same_key(run)),
-        _ => (serve(router, true).await?, callback(1)),
+        "new-keys" => (serve(router.clone(), false).await?, new_keys(run)),
+        "replay" => (serve(router.clone(), false).await?, same_key(run)),
+        _ => (serve(router.clone(), true).await?, callback(1)),
     };
-    let result = drive(server.addr(), options, requests).await;
+    let result = drive(&server, &router, options, requests).await;
     server.shutdown().await.map_err(|e| e.to_string())?;
     result
 }
@@ -298,8 +377,13 @@ async fn main() -> ExitCode {
         }
     };
     println!(
-        "loadgen: {} connections (HTTP/1.1 keep-alive, hyper), {} s per run, {} rounds, server in-process on 127.0.0.1, memory store, {} build",
+        "loadgen: {} {}, {} s per run, {} rounds, memory store, {} build",
         options.connections,
+        if options.in_process {
+            "concurrent callers of the router in-process (no TCP)"
+        } else {
+            "connections (HTTP/1.1 keep-alive, hyper) to a server in-process on 127.0.0.1"
+        },
         options.seconds,
         options.rounds,
         if cfg!(debug_assertions) {
@@ -319,7 +403,9 @@ async fn main() -> ExitCode {
             continue;
         }
         println!("\n{} — {}", scenario.name, scenario.what);
-        let (mut base, mut cand) = (Vec::new(), Vec::new());
+        // (throughputs, CPU µs per request) of the baseline and of the layer.
+        let mut base: (Vec<f64>, Vec<f64>) = Default::default();
+        let mut cand: (Vec<f64>, Vec<f64>) = Default::default();
         for round in 0..options.rounds {
             for layer in [false, true] {
                 let wanted = match options.variant.as_deref() {
@@ -343,38 +429,57 @@ async fn main() -> ExitCode {
                 } else {
                     scenario.baseline
                 };
+                let cpu = result.cpu_per_request();
                 println!(
-                    "  round {} {:<30} {:>9.0} req/s  [{}]",
+                    "  round {} {:<30} {:>9.0} req/s {:>7} µs CPU/req  [{}]",
                     round + 1,
                     label,
                     result.throughput(),
+                    cpu.map_or_else(|| "?".to_owned(), |cpu| format!("{cpu:.1}")),
                     describe(&result)
                 );
-                if layer { &mut cand } else { &mut base }.push(result.throughput());
+                let side = if layer { &mut cand } else { &mut base };
+                side.0.push(result.throughput());
+                side.1.extend(cpu);
             }
         }
-        if base.is_empty() || cand.is_empty() {
+        if base.0.is_empty() || cand.0.is_empty() {
             continue;
         }
-        let (b, c) = (median(&mut base), median(&mut cand));
-        summary.push((scenario, b, c));
+        let throughput = (median(&mut base.0), median(&mut cand.0));
+        let cpu = (!base.1.is_empty() && !cand.1.is_empty())
+            .then(|| (median(&mut base.1), median(&mut cand.1)));
+        summary.push((scenario, throughput, cpu));
     }
-    println!("\nsummary (median of rounds)");
     println!(
-        "  {:<17} {:>14} {:>14} {:>7} {:>7}",
-        "scenario", "baseline req/s", "layer req/s", "ratio", "floor"
+        "\nsummary (median of rounds; CPU ratio = baseline CPU per request / layer CPU per request)"
+    );
+    println!(
+        "  {:<16} {:>10} {:>10} {:>6} {:>9} {:>9} {:>6} {:>6}",
+        "scenario", "base req/s", "layer req/s", "ratio", "base µs", "layer µs", "CPU r.", "floor"
     );
     let mut all_met = true;
-    for (scenario, b, c) in summary {
+    for (scenario, (b, c), cpu) in summary {
         let ratio = c / b;
         let met = ratio >= scenario.floor;
         all_met &= met;
+        let (base_cpu, layer_cpu, cpu_ratio) = match cpu {
+            Some((bc, lc)) => (
+                format!("{bc:.1}"),
+                format!("{lc:.1}"),
+                format!("{:.3}", bc / lc),
+            ),
+            None => ("?".into(), "?".into(), "?".into()),
+        };
         println!(
-            "  {:<17} {:>14.0} {:>14.0} {:>7.3} {:>6.2} {}",
+            "  {:<16} {:>10.0} {:>10.0} {:>6.3} {:>9} {:>9} {:>6} {:>6.2} {}",
             scenario.name,
             b,
             c,
             ratio,
+            base_cpu,
+            layer_cpu,
+            cpu_ratio,
             scenario.floor,
             if met { "met" } else { "MISSED" }
         );
