@@ -190,6 +190,16 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
         self
     }
 
+    /// The most header and trailer fields a stored response may have (default 100), and the
+    /// most bytes their names and values may take together (default 64 KiB). A response past
+    /// either bound still reaches the client, but is not stored: the key is released and a
+    /// warning logged.
+    pub fn max_stored_headers(mut self, count: usize, bytes: usize) -> Self {
+        self.settings.max_stored_headers = count;
+        self.settings.max_stored_header_bytes = bytes;
+        self
+    }
+
     /// What a duplicate gets while the first is in flight (default
     /// [`InFlightPolicy::Reject`]).
     pub fn in_flight(mut self, policy: InFlightPolicy) -> Self {

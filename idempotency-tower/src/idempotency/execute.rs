@@ -69,7 +69,14 @@ where
     match collect_response(body, settings.max_stored_bytes).await {
         Collected::Complete(data, trailers) => {
             let status = parts.status;
-            if settings
+            if !headers_within_bounds(settings, &parts.headers, trailers.as_ref()) {
+                tracing::warn!(
+                    limit = settings.max_stored_headers,
+                    bytes = settings.max_stored_header_bytes,
+                    "response headers past the stored-response bounds; not stored, key released"
+                );
+                let _ = execution.release().await;
+            } else if settings
                 .storage
                 .should_store(status, &parts.headers, trailers.as_ref())
             {
@@ -133,4 +140,19 @@ where
             ))
         }
     }
+}
+
+/// Whether a response's header and trailer fields fit the stored-response bounds.
+fn headers_within_bounds(
+    settings: &Settings,
+    headers: &http::HeaderMap,
+    trailers: Option<&http::HeaderMap>,
+) -> bool {
+    let maps = std::iter::once(headers).chain(trailers);
+    let (mut count, mut bytes) = (0usize, 0usize);
+    for (name, value) in maps.flat_map(|map| map.iter()) {
+        count += 1;
+        bytes += name.as_str().len() + value.len();
+    }
+    count <= settings.max_stored_headers && bytes <= settings.max_stored_header_bytes
 }

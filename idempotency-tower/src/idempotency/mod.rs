@@ -16,4 +16,7 @@ pub use builder::IdempotencyLayerBuilder;
 pub use future::ResponseFuture;
 pub use layer::IdempotencyLayer;
 pub use service::IdempotencyService;
-pub use settings::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES, PrincipalFn};
+pub use settings::{
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES, DEFAULT_MAX_STORED_HEADER_BYTES,
+    DEFAULT_MAX_STORED_HEADERS, PrincipalFn,
+};

@@ -21,6 +21,10 @@ pub type PrincipalFn = dyn Fn(&Parts) -> Option<String> + Send + Sync + 'static;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Default limit of a response the layer stores: 1 MiB.
 pub const DEFAULT_MAX_STORED_BYTES: usize = 1024 * 1024;
+/// Default limit of the header (and trailer) fields of a response the layer stores: 100.
+pub const DEFAULT_MAX_STORED_HEADERS: usize = 100;
+/// Default limit of the bytes of those fields' names and values: 64 KiB.
+pub const DEFAULT_MAX_STORED_HEADER_BYTES: usize = 64 * 1024;
 
 #[derive(Clone)]
 pub(crate) struct Settings {
@@ -33,6 +37,8 @@ pub(crate) struct Settings {
     pub(crate) fingerprint: FingerprintSource,
     pub(crate) max_body_bytes: usize,
     pub(crate) max_stored_bytes: usize,
+    pub(crate) max_stored_headers: usize,
+    pub(crate) max_stored_header_bytes: usize,
     pub(crate) in_flight: InFlightPolicy,
     pub(crate) storage: StoragePolicy,
     pub(crate) fail_open: bool,
@@ -54,6 +60,8 @@ impl Default for Settings {
             fingerprint: FingerprintSource::Request,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_stored_bytes: DEFAULT_MAX_STORED_BYTES,
+            max_stored_headers: DEFAULT_MAX_STORED_HEADERS,
+            max_stored_header_bytes: DEFAULT_MAX_STORED_HEADER_BYTES,
             in_flight: InFlightPolicy::Reject,
             storage: StoragePolicy::Standard,
             fail_open: false,
@@ -76,6 +84,8 @@ impl std::fmt::Debug for Settings {
             .field("fingerprint", &self.fingerprint)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("max_stored_bytes", &self.max_stored_bytes)
+            .field("max_stored_headers", &self.max_stored_headers)
+            .field("max_stored_header_bytes", &self.max_stored_header_bytes)
             .field("in_flight", &self.in_flight)
             .field("storage", &self.storage)
             .field("fail_open", &self.fail_open)
