@@ -19,6 +19,14 @@ pub(crate) struct FnInfo {
 impl FnInfo {
     /// Checks that `sig` is an `async fn` returning a `Result`, and collects its argument names.
     pub(crate) fn of(sig: &Signature) -> syn::Result<Self> {
+        if sig.asyncness.is_none() && returns_boxed_future(&sig.output) {
+            return Err(syn::Error::new(
+                sig.fn_token.span,
+                "`#[idempotent]` sees a method already rewritten by `#[async_trait]` (or \
+                 `#[tonic::async_trait]`): put `#[idempotent]` on an inherent `async fn` and call \
+                 it from the trait method",
+            ));
+        }
         if sig.asyncness.is_none() {
             return Err(syn::Error::new(
                 sig.fn_token.span,
@@ -106,6 +114,21 @@ impl FnInfo {
                 self.name
             ),
         ))
+    }
+}
+
+/// `Pin<Box<dyn Future<…>>>`: the shape `#[async_trait]` gives trait methods.
+fn returns_boxed_future(output: &ReturnType) -> bool {
+    match output {
+        ReturnType::Type(_, ty) => match &**ty {
+            Type::Path(path) => path
+                .path
+                .segments
+                .last()
+                .is_some_and(|segment| segment.ident == "Pin"),
+            _ => false,
+        },
+        ReturnType::Default => false,
     }
 }
 

@@ -141,3 +141,53 @@ pub(crate) fn map_err(args: &Args, output: &syn::Type) -> TokenStream {
         None => quote_spanned!(output.span()=> ::core::convert::From::from),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    /// The expansion `cargo expand` shows for a method: the signature unchanged, one `Call`
+    /// builder, the engine, and the body as the `async move` block of `run`.
+    #[test]
+    fn dedup_expansion_is_one_call_of_run() {
+        let args = syn::parse2(quote!(
+            key = event.trade_no,
+            store = self.engine,
+            ttl = "1h",
+            fingerprint = [event.amount]
+        ))
+        .unwrap();
+        let item = syn::parse2(quote! {
+            #[doc = "kept"]
+            pub(crate) async fn handle<T: Send>(&self, event: Event, extra: T) -> Result<u64, AppError> where T: Sync {
+                Ok(event.amount)
+            }
+        })
+        .unwrap();
+        let expanded = super::expand(args, item).unwrap().to_string();
+        for part in [
+            "# [doc = \"kept\"] pub (crate) async fn handle < T : Send > (& self , event : Event , extra : T) -> Result < u64 , AppError > where T : Sync {",
+            ":: idempotency_core :: function :: Call :: new (:: core :: concat ! (:: core :: module_path ! () , \"::\" , \"handle\") , & (event . trade_no))",
+            ". ttl (:: core :: time :: Duration :: from_millis (3600000u64))",
+            ". fingerprint (\"event . amount\" , & (event . amount))",
+            "(self . engine) . idempotency_engine ()",
+            ":: idempotency_core :: function :: run :: < Result < u64 , AppError > , _ , _ , _ > (",
+            ":: core :: convert :: From :: from , async move { Ok (event . amount) } ,) . await",
+        ] {
+            assert!(expanded.contains(part), "{part}\n--- in ---\n{expanded}");
+        }
+    }
+
+    #[test]
+    fn async_trait_methods_get_a_pointed_message() {
+        let args = syn::parse2(quote!(key = id, store = self.engine)).unwrap();
+        let item = syn::parse2(quote! {
+            fn get<'life0, 'async_trait>(&'life0 self, id: u64)
+                -> ::core::pin::Pin<Box<dyn ::core::future::Future<Output = Result<u64, E>> + Send + 'async_trait>>
+            { Box::pin(async move { Ok(id) }) }
+        })
+        .unwrap();
+        let error = super::expand(args, item).unwrap_err().to_string();
+        assert!(error.contains("inherent `async fn`"), "{error}");
+    }
+}
