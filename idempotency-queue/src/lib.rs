@@ -15,7 +15,9 @@
 //! the handler unguarded.
 //!
 //! Broker adapters: `rabbitmq` (feature `rabbitmq`, lapin) and `nats` (feature `nats`,
-//! async-nats JetStream).
+//! async-nats JetStream). Two tiers (feature `sql`): `two_tier::SqlTruth` makes the SQL dedup
+//! record, claimed in the business transaction, the one that decides execution, with a Redis
+//! (or any) store in front as the fast path.
 //!
 //! ```
 //! use idempotency_core::{Idempotency, MemoryStore, Scope};
@@ -53,6 +55,9 @@ pub mod nats;
 #[cfg(feature = "rabbitmq")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rabbitmq")))]
 pub mod rabbitmq;
+#[cfg(feature = "sql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sql")))]
+pub mod two_tier;
 
 pub use backoff::Backoff;
 pub use consumer::{DELIVERIES, IdempotentConsumer};

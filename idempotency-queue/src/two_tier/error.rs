@@ -1,0 +1,34 @@
+//! Why a [`SqlTruth`](super::SqlTruth) handler failed.
+
+use std::fmt;
+use std::time::Duration;
+
+use idempotency_core::StoreError;
+
+/// A failure of the SQL tier; every one rolls the transaction back and requeues the message.
+#[derive(Debug)]
+pub enum TruthError<E> {
+    /// The database failed (begin, commit, connection).
+    Database(sqlx::Error),
+    /// The dedup record could not be claimed or completed.
+    Store(StoreError),
+    /// A committed claim of another owner holds the key (one taken outside a transaction).
+    InFlight(Duration),
+    /// The business code failed.
+    Business(E),
+}
+
+impl<E: fmt::Display> fmt::Display for TruthError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Database(error) => write!(f, "database: {error}"),
+            Self::Store(error) => write!(f, "dedup record: {error}"),
+            Self::InFlight(retry_after) => {
+                write!(f, "key held by another owner, retry in {retry_after:?}")
+            }
+            Self::Business(error) => write!(f, "business: {error}"),
+        }
+    }
+}
+
+impl<E: fmt::Debug + fmt::Display> std::error::Error for TruthError<E> {}

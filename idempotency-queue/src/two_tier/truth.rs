@@ -1,0 +1,127 @@
+//! The SQL tier: dedup record and business writes in one transaction.
+
+use std::fmt;
+
+use futures_util::future::BoxFuture;
+use idempotency_core::sql::{TxClaim, TxStore};
+use idempotency_core::{Fingerprint, Outcome, Scope};
+
+use super::TruthError;
+use crate::{Handled, Handler, Job, Message};
+
+type Transaction<T> = sqlx::Transaction<'static, <T as TxStore>::Database>;
+type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
+
+/// A [`Handler`] that runs `business` inside a transaction which first claims the job's key
+/// in `store` ([`TxStore::claim_in_tx`]) and completes it before committing.
+///
+/// | SQL claim | what happens |
+/// |---|---|
+/// | `Execute` | `business(tx, job)`, the record completed, one commit → [`Handled::Done`] |
+/// | `Replay` (committed before) | rollback, nothing runs → [`Handled::AlreadyDone`] |
+/// | `Mismatch` (key used with another payload) | rollback, nothing runs, logged → [`Handled::AlreadyDone`] |
+/// | `InFlight` | rollback → [`TruthError::InFlight`] (requeued) |
+///
+/// A business error, a panic, or a crash before commit rolls everything back. The business code
+/// must write through `tx` only: writes elsewhere are outside the guarantee.
+pub struct SqlTruth<T: TxStore, F> {
+    store: T,
+    pool: sqlx::Pool<T::Database>,
+    scope: Scope,
+    business: F,
+    fingerprint: Fingerprinter,
+}
+
+impl<T: TxStore, F> fmt::Debug for SqlTruth<T, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlTruth")
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T, F, E> SqlTruth<T, F>
+where
+    T: TxStore,
+    F: for<'c> Fn(&'c mut Transaction<T>, &'c Job) -> BoxFuture<'c, Result<(), E>>
+        + Send
+        + Sync
+        + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    /// Guards `business` with dedup records of `store` (in the same database as `pool`, so the
+    /// record and the business writes share the transaction) in `scope`. Messages are
+    /// fingerprinted by their payload, as [`IdempotentConsumer`](crate::IdempotentConsumer)
+    /// does by default.
+    pub fn new(store: T, pool: sqlx::Pool<T::Database>, scope: Scope, business: F) -> Self {
+        Self {
+            store,
+            pool,
+            scope,
+            business,
+            fingerprint: Box::new(|message| Fingerprint::of_bytes(message.payload())),
+        }
+    }
+
+    /// Fingerprints messages with `fingerprint` (use the consumer's).
+    pub fn with_fingerprint(
+        mut self,
+        fingerprint: impl Fn(&Message) -> Fingerprint + Send + Sync + 'static,
+    ) -> Self {
+        self.fingerprint = Box::new(fingerprint);
+        self
+    }
+
+    /// The dedup store.
+    pub fn store(&self) -> &T {
+        &self.store
+    }
+
+    /// Runs the job: claim, business, complete, commit.
+    pub async fn run(&self, job: &Job) -> Result<Handled, TruthError<E>> {
+        let fingerprint = (self.fingerprint)(&job.message);
+        let mut tx = self.pool.begin().await.map_err(TruthError::Database)?;
+        let claim = self
+            .store
+            .claim_in_tx(&mut tx, &self.scope, &job.key, &fingerprint)
+            .await
+            .map_err(TruthError::Store)?;
+        let lease = match claim {
+            TxClaim::Execute(lease) => lease,
+            TxClaim::Replay(_) => return Ok(Handled::AlreadyDone),
+            TxClaim::Mismatch => {
+                tracing::warn!(
+                    namespace = self.scope.namespace(),
+                    "business key reused with another payload; not run again"
+                );
+                return Ok(Handled::AlreadyDone);
+            }
+            TxClaim::InFlight { retry_after } => return Err(TruthError::InFlight(retry_after)),
+        };
+        (self.business)(&mut tx, job)
+            .await
+            .map_err(TruthError::Business)?;
+        self.store
+            .complete_in_tx(&mut tx, lease, &Outcome::new(0, ""))
+            .await
+            .map_err(TruthError::Store)?;
+        tx.commit().await.map_err(TruthError::Database)?;
+        Ok(Handled::Done)
+    }
+}
+
+impl<T, F, E> Handler for SqlTruth<T, F>
+where
+    T: TxStore,
+    F: for<'c> Fn(&'c mut Transaction<T>, &'c Job) -> BoxFuture<'c, Result<(), E>>
+        + Send
+        + Sync
+        + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    type Error = TruthError<E>;
+
+    async fn handle(&self, job: Job) -> Result<Handled, Self::Error> {
+        self.run(&job).await
+    }
+}
