@@ -1,7 +1,8 @@
 //! `#[idempotent]` on real SQL backends: dedup mode over a SQL store, transactional mode
 //! (record and business writes in one transaction) and state-machine mode, on SQLite (a file in
-//! the temporary directory) and PostgreSQL (DATABASE_URL, default
-//! postgres://postgres@127.0.0.1:5432/test), each with 200 concurrent duplicates.
+//! the temporary directory), PostgreSQL (DATABASE_URL, default
+//! postgres://postgres@127.0.0.1:5432/test) and MySQL/MariaDB (MYSQL_URL, default
+//! mysql://root@127.0.0.1:3306/test), each with 200 concurrent duplicates.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::sync::Arc;
@@ -337,4 +338,27 @@ mod postgres {
     }
 
     scenarios!(sqlx::Postgres, idempotency_core::sql::PostgresStore, pool);
+}
+
+mod mysql {
+    use sqlx::mysql::MySqlPoolOptions;
+
+    async fn pool() -> Option<sqlx::MySqlPool> {
+        let url = std::env::var("MYSQL_URL")
+            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
+        match MySqlPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(std::time::Duration::from_secs(60))
+            .connect(&url)
+            .await
+        {
+            Ok(pool) => Some(pool),
+            Err(error) => super::unavailable("MySQL", error),
+        }
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` is atomic under MySQL's metadata lock.
+    async fn lock_for_ddl(_tx: &mut sqlx::Transaction<'_, sqlx::MySql>) {}
+
+    scenarios!(sqlx::MySql, idempotency_core::sql::MySqlStore, pool);
 }
