@@ -98,6 +98,13 @@ async fn purge_batches_and_list() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sweeper_purges_expired_records() {
+    if let Some((store, _, _)) = fresh(2).await {
+        sql_support::sweeper_purges(store).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn table_names_that_are_not_identifiers_are_refused() {
     if let Some(pool) = pool(1).await {
         for bad in ["x; DROP TABLE y", "a`b", "", "1t", "public.t", "t t"] {

@@ -199,6 +199,19 @@ impl MySqlStore {
         self
     }
 
+    /// The SQL text of one of the store's statements (upsert, read, complete, get), for benchmarks
+    /// that run the identical statements through raw sqlx.
+    #[doc(hidden)]
+    pub fn statement(&self, name: &str) -> Option<&str> {
+        match name {
+            "upsert" => Some(&self.sql.upsert),
+            "read" => Some(&self.sql.read),
+            "complete" => Some(&self.sql.complete),
+            "get" => Some(&self.sql.get),
+            _ => None,
+        }
+    }
+
     /// The table name.
     pub fn table_name(&self) -> &str {
         &self.settings.table

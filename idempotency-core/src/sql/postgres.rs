@@ -227,6 +227,18 @@ impl PostgresStore {
         self
     }
 
+    /// The SQL text of one of the store's statements (claim, complete, get), for benchmarks
+    /// that run the identical statements through raw sqlx.
+    #[doc(hidden)]
+    pub fn statement(&self, name: &str) -> Option<&str> {
+        match name {
+            "claim" => Some(&self.sql.claim),
+            "complete" => Some(&self.sql.complete),
+            "get" => Some(&self.sql.get),
+            _ => None,
+        }
+    }
+
     /// The table name.
     pub fn table_name(&self) -> &str {
         &self.settings.table

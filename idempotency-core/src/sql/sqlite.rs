@@ -172,6 +172,19 @@ impl SqliteStore {
         self
     }
 
+    /// The SQL text of one of the store's statements (read, upsert, complete, get), for benchmarks
+    /// that run the identical statements through raw sqlx.
+    #[doc(hidden)]
+    pub fn statement(&self, name: &str) -> Option<&str> {
+        match name {
+            "read" => Some(&self.sql.read),
+            "upsert" => Some(&self.sql.upsert),
+            "complete" => Some(&self.sql.complete),
+            "get" => Some(&self.sql.get),
+            _ => None,
+        }
+    }
+
     /// The table name.
     pub fn table_name(&self) -> &str {
         &self.settings.table

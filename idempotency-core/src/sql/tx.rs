@@ -58,6 +58,12 @@ impl TxLease {
 /// [`TxClaim::Replay`]; if it rolls back, the second gets [`TxClaim::Execute`]. Exactly one
 /// runs the business code.
 ///
+/// Waiting duplicates hold a connection until the first transaction ends: keep these
+/// transactions short, and bound the wait where needed (PostgreSQL `SET LOCAL lock_timeout`,
+/// MySQL `innodb_lock_wait_timeout`, SQLite's busy timeout); a timed-out wait is an error, never
+/// a second execution. Use `READ COMMITTED` (the PostgreSQL default) on PostgreSQL; on MySQL
+/// the claim reads with `FOR UPDATE`, so `REPEATABLE READ` (its default) works too.
+///
 /// ```no_run
 /// # #[cfg(feature = "postgres")]
 /// # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {

@@ -386,3 +386,41 @@ pub async fn purge_batches_and_list<S: Store>(
         assert!(store.get(key).await.unwrap().is_some(), "live leases stay");
     }
 }
+
+/// The generic background sweeper (`spawn_sweeper`) purges an SQL store's expired records.
+pub async fn sweeper_purges<S: Store>(store: S) {
+    let store = Arc::new(store);
+    let key = unique_key();
+    let fp = Fingerprint::of_bytes(b"x");
+    let Claim::Acquired(lease) = store
+        .claim(ClaimRequest {
+            key: &key,
+            namespace: "sweeper",
+            fingerprint: &fp,
+            lease: Duration::from_secs(30),
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("fresh key");
+    };
+    store
+        .complete(
+            &key,
+            lease.token,
+            &Outcome::new(200, "ok"),
+            Duration::from_millis(100),
+        )
+        .await
+        .unwrap();
+    let _sweeper =
+        idempotency_core::spawn_sweeper(Arc::clone(&store), Duration::from_millis(50), 100);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while store.get(&key).await.unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sweeper purges the expired record"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
