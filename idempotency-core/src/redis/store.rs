@@ -41,7 +41,8 @@ struct Scripts {
 /// - **Time** is the Redis server's (`TIME` in the scripts): callers' clocks do not matter.
 /// - **Fencing tokens** are `max(previous token + 1, server time in µs)`, so they keep growing
 ///   across releases, expiry and even a Redis restart that lost every record, assuming the
-///   server clock does not jump back.
+///   server clock does not jump back (on a Cluster: that the nodes' clocks agree, since a slot
+///   may move to another node after a fail-over).
 /// - **Faults**: each call is bounded by [`with_call_timeout`](Self::with_call_timeout); an
 ///   unreachable server yields [`StoreError::Unavailable`] or [`StoreError::Timeout`], and the
 ///   connection ([`ConnectionManager`] or [`ClusterConnection`]) reconnects by itself. A call
