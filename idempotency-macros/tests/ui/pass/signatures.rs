@@ -73,6 +73,22 @@ where
     Ok(a + b + u64::from(pair.0))
 }
 
+/// Native `async fn` in traits: the attribute goes on the impl's method.
+pub trait Handler {
+    async fn handle(&self, id: u64) -> Result<u64, AppError>;
+}
+
+pub struct Consumer {
+    engine: Idempotency<MemoryStore>,
+}
+
+impl Handler for Consumer {
+    #[idempotent(key = id, store = self.engine, scope = "consumer.handle")]
+    async fn handle(&self, id: u64) -> Result<u64, AppError> {
+        Ok(id)
+    }
+}
+
 fn status(error: IdempotentError) -> std::io::Error {
     std::io::Error::other(error)
 }
@@ -92,4 +108,6 @@ fn main() {
     let mut service = service;
     let _ = service.add(1, 2);
     let _ = service.consume(3);
+    let consumer = Consumer { engine: Idempotency::new(MemoryStore::new()) };
+    let _ = consumer.handle(1);
 }
