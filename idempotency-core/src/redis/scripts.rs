@@ -121,15 +121,7 @@ return 1
 "#
 );
 
-/// `KEYS[1]` token key. Deletes the token and returns 1 if it was there and unexpired, else 0.
-/// One atomic compare-and-delete: two consumers can never both see it.
-pub(super) const CONSUME_TOKEN: &str = concat!(
-    now!(),
-    r#"
-local expires = redis.call('GET', KEYS[1])
-if not expires then return 0 end
-redis.call('DEL', KEYS[1])
-if tonumber(expires) <= now_ms then return 0 end
-return 1
-"#
-);
+/// `KEYS[1]` token key. Deletes the token and returns 1 if it was there, else 0: one atomic
+/// check-and-delete, so two consumers can never both see it. Expiry is the key's native TTL
+/// (the server's clock alone decides, never the issuer's).
+pub(super) const CONSUME_TOKEN: &str = "return redis.call('DEL', KEYS[1])";

@@ -120,7 +120,8 @@ where
     async fn issue(&self, scope: &Scope, ttl: Duration) -> Result<OneTimeToken, StoreError> {
         let token = OneTimeToken::generate(ttl)?;
         let key = self.token_key(&OneTimeToken::storage_key(scope, &token.value));
-        // The value is the expiry in Unix ms; the key's own TTL removes it from memory.
+        // The key's native TTL is the token's lifetime; the value (the expiry in Unix ms) is
+        // only there for operators.
         let mut command = ::redis::cmd("SET");
         command
             .arg(key)
