@@ -16,7 +16,9 @@ const PREFIX: &str = "test:redis-store:";
 
 async fn store() -> Option<RedisStore> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    match RedisStore::connect(&url).await {
+    // Through a client configured by the caller (`connect(url)` is the short form).
+    let client = driver::Client::open(url).unwrap();
+    match RedisStore::from_client(client).await {
         Ok(store) => Some(store.with_key_prefix(PREFIX)),
         Err(error) => unavailable("Redis", error),
     }

@@ -20,6 +20,12 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 pub async fn connect(url: &str) -> Result<ConnectionManager, StoreError> {
     let client = ::redis::Client::open(url)
         .map_err(|error| StoreError::Config(format!("redis url: {error}")))?;
+    connect_client(client).await
+}
+
+/// Like [`connect`], for a [`Client`](::redis::Client) you configured yourself (TLS, auth,
+/// database, protocol).
+pub async fn connect_client(client: ::redis::Client) -> Result<ConnectionManager, StoreError> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(Some(RESPONSE_TIMEOUT))

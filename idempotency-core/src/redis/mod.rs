@@ -26,7 +26,7 @@ mod scripts;
 mod store;
 mod tokens;
 
-pub use connect::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, connect, connect_cluster};
+pub use connect::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, connect, connect_client, connect_cluster};
 pub use store::{DEFAULT_ABANDONED_GRACE, DEFAULT_CALL_TIMEOUT, DEFAULT_KEY_PREFIX, RedisStore};
 pub use tokens::{DEFAULT_TOKEN_PREFIX, RedisTokenStore};
 

@@ -90,6 +90,12 @@ impl RedisStore<ConnectionManager> {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Ok(Self::new(super::connect(url).await?))
     }
+
+    /// Connects through a [`Client`](::redis::Client) you configured yourself (see
+    /// [`super::connect_client`]).
+    pub async fn from_client(client: ::redis::Client) -> Result<Self, StoreError> {
+        Ok(Self::new(super::connect_client(client).await?))
+    }
 }
 
 impl RedisStore<ClusterConnection> {

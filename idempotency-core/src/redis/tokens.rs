@@ -69,6 +69,12 @@ impl RedisTokenStore<ConnectionManager> {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Ok(Self::new(super::connect(url).await?))
     }
+
+    /// Connects through a [`Client`](::redis::Client) you configured yourself (see
+    /// [`super::connect_client`]).
+    pub async fn from_client(client: ::redis::Client) -> Result<Self, StoreError> {
+        Ok(Self::new(super::connect_client(client).await?))
+    }
 }
 
 impl RedisTokenStore<ClusterConnection> {
