@@ -24,7 +24,7 @@ macro_rules! now {
 macro_rules! owned {
     () => {
         "local v = redis.call('GET', KEYS[1])\n\
-         if not v or string.sub(v, 1, 1) ~= 'p' or string.sub(v, 34, 41) ~= ARGV[1] then\n\
+         if not v or string.byte(v, 1) ~= 112 or string.sub(v, 34, 41) ~= ARGV[1] then\n\
            return 0\n\
          end\n"
     };
@@ -40,7 +40,7 @@ pub(super) const CLAIM: &str = concat!(
 local fp = ARGV[1]
 local v = redis.call('GET', KEYS[1])
 -- A completed record is live while its key exists (native TTL): a replay needs no clock.
-if v and string.sub(v, 1, 1) == 'c' then
+if v and string.byte(v, 1) == 99 then -- 'c'
   if string.sub(v, 2, 33) ~= fp then return {4} end
   return {3, v}
 end
