@@ -4,7 +4,9 @@
 
 use http::StatusCode;
 use idempotency_examples::payments::config::{self, Backend, ConfigError, StoreKind};
-use idempotency_examples::payments::{AppState, PaymentCallback, Server, app, gateway};
+use idempotency_examples::payments::{
+    AppState, OrderStatus, PaymentCallback, Server, app, gateway,
+};
 
 /// A prefix no earlier run used: durable stores keep records across runs.
 fn run_id() -> String {
@@ -15,15 +17,26 @@ fn run_id() -> String {
     format!("{}-{nanos}", std::process::id())
 }
 
+/// A user id no earlier run used: SQL repositories keep orders and coupons across runs.
+fn fresh_user() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    u64::try_from(nanos % 1_000_000_000_000).unwrap() + u64::from(std::process::id())
+}
+
 async fn one_coupon_per_payment(backend: Backend) {
     let server = Server::spawn(app(AppState::new(backend.repo), backend.store))
         .await
         .unwrap();
     let addr = server.addr();
     let run = run_id();
-    let order = gateway::create_order(addr, 7, 1299, &format!("o-{run}"))
+    let user = fresh_user();
+    let order = gateway::create_order(addr, user, 1299, &format!("o-{run}"))
         .await
         .unwrap();
+    assert_eq!(order.user_id, user);
     let callback = PaymentCallback {
         trade_no: format!("T-{run}"),
         order_id: order.order_id,
@@ -46,7 +59,46 @@ async fn one_coupon_per_payment(backend: Backend) {
         "{}",
         gateway::tally(&replies)
     );
-    assert_eq!(gateway::coupons(addr, 7).await.unwrap(), 1);
+    assert_eq!(gateway::coupons(addr, user).await.unwrap(), 1);
+    let paid = gateway::order(addr, order.order_id).await.unwrap();
+    assert_eq!(paid.status, OrderStatus::Paid);
+    assert_eq!(paid.trade_no.as_deref(), Some(callback.trade_no.as_str()));
+
+    // Another trade number for the paid order reaches the repository (a new key for the layer):
+    // the transaction's state machine answers "already PAID" and grants nothing.
+    let second = PaymentCallback {
+        trade_no: format!("T2-{run}"),
+        order_id: order.order_id,
+    };
+    let replies = gateway::deliver_sequentially(addr, &second, 1)
+        .await
+        .unwrap();
+    assert_eq!(replies[0].status, StatusCode::OK);
+    assert!(!replies[0].is_replay());
+    assert_eq!(gateway::coupons(addr, user).await.unwrap(), 1);
+
+    // A cancelled order cannot be paid: illegal transition, 409, nothing granted.
+    let other = gateway::create_order(addr, user, 1, &format!("o2-{run}"))
+        .await
+        .unwrap();
+    let cancel = idempotency_examples::payments::client::request(
+        http::Method::POST,
+        &format!("/orders/{}/cancel", other.order_id),
+        None,
+        None,
+    )
+    .unwrap();
+    let cancelled = idempotency_examples::payments::client::send_once(addr, cancel)
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status, StatusCode::OK);
+    let late = PaymentCallback {
+        trade_no: format!("T3-{run}"),
+        order_id: other.order_id,
+    };
+    let replies = gateway::deliver_sequentially(addr, &late, 1).await.unwrap();
+    assert_eq!(replies[0].status, StatusCode::CONFLICT);
+    assert_eq!(gateway::coupons(addr, user).await.unwrap(), 1);
     server.shutdown().await.unwrap();
 }
 
@@ -73,6 +125,56 @@ async fn redis_store() {
     };
     assert_eq!(backend.kind, StoreKind::Redis);
     one_coupon_per_payment(backend).await;
+}
+
+/// Connects the SQL backend `kind`, or reports it unreachable (a failure under `CI=true`).
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+async fn sql_backend(kind: StoreKind, service: &str) -> Option<Backend> {
+    let dir = std::env::temp_dir();
+    let sqlite = format!(
+        "sqlite://{}/payments-test-{}.db?mode=rwc",
+        dir.display(),
+        run_id()
+    );
+    let result = config::backend(kind, move |name| {
+        if name == "SQLITE_URL" {
+            Some(sqlite.clone())
+        } else {
+            std::env::var(name).ok()
+        }
+    })
+    .await;
+    match result {
+        Ok(backend) => {
+            assert_eq!(backend.kind, kind);
+            Some(backend)
+        }
+        Err(error) => idempotency_core::testing::unavailable(service, error),
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_store_and_repository() {
+    if let Some(backend) = sql_backend(StoreKind::Sqlite, "SQLite").await {
+        one_coupon_per_payment(backend).await;
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_and_repository() {
+    if let Some(backend) = sql_backend(StoreKind::Postgres, "PostgreSQL").await {
+        one_coupon_per_payment(backend).await;
+    }
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_store_and_repository() {
+    if let Some(backend) = sql_backend(StoreKind::Mysql, "MySQL").await {
+        one_coupon_per_payment(backend).await;
+    }
 }
 
 #[test]

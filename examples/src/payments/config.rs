@@ -277,41 +277,49 @@ mod sql_repos {
 
     use super::ConfigError;
     use crate::payments::repo::PaymentsRepo;
+    use crate::payments::sql::DEFAULT_TABLE_PREFIX;
+
+    fn failed(store: &'static str, error: crate::payments::RepoError) -> ConfigError {
+        ConfigError::Backend {
+            store,
+            error: error.to_string(),
+        }
+    }
 
     /// Orders, coupons and the callback's dedup record in SQLite.
     #[cfg(feature = "sqlite")]
     pub(super) async fn sqlite(
-        _pool: sqlx::SqlitePool,
-        _store: idempotency_core::sql::SqliteStore,
+        pool: sqlx::SqlitePool,
+        store: idempotency_core::sql::SqliteStore,
     ) -> Result<Arc<dyn PaymentsRepo>, ConfigError> {
-        Err(ConfigError::NotAvailable {
-            store: "sqlite",
-            missing: "the SQLite PaymentsRepo (orders, coupons and the dedup record in one database) has not landed; the SQLite idempotency store has",
-        })
+        let repo = crate::payments::sql::SqliteRepo::new(pool, store, DEFAULT_TABLE_PREFIX)
+            .await
+            .map_err(|e| failed("sqlite", e))?;
+        Ok(Arc::new(repo))
     }
 
     /// Orders, coupons and the callback's dedup record in PostgreSQL.
     #[cfg(feature = "postgres")]
     pub(super) async fn postgres(
-        _pool: sqlx::PgPool,
-        _store: idempotency_core::sql::PostgresStore,
+        pool: sqlx::PgPool,
+        store: idempotency_core::sql::PostgresStore,
     ) -> Result<Arc<dyn PaymentsRepo>, ConfigError> {
-        Err(ConfigError::NotAvailable {
-            store: "postgres",
-            missing: "the PostgreSQL PaymentsRepo (orders, coupons and the dedup record in one database) has not landed; the PostgreSQL idempotency store has",
-        })
+        let repo = crate::payments::sql::PostgresRepo::new(pool, store, DEFAULT_TABLE_PREFIX)
+            .await
+            .map_err(|e| failed("postgres", e))?;
+        Ok(Arc::new(repo))
     }
 
     /// Orders, coupons and the callback's dedup record in MySQL / MariaDB.
     #[cfg(feature = "mysql")]
     pub(super) async fn mysql(
-        _pool: sqlx::MySqlPool,
-        _store: idempotency_core::sql::MySqlStore,
+        pool: sqlx::MySqlPool,
+        store: idempotency_core::sql::MySqlStore,
     ) -> Result<Arc<dyn PaymentsRepo>, ConfigError> {
-        Err(ConfigError::NotAvailable {
-            store: "mysql",
-            missing: "the MySQL PaymentsRepo (orders, coupons and the dedup record in one database) has not landed; the MySQL idempotency store has",
-        })
+        let repo = crate::payments::sql::MySqlRepo::new(pool, store, DEFAULT_TABLE_PREFIX)
+            .await
+            .map_err(|e| failed("mysql", e))?;
+        Ok(Arc::new(repo))
     }
 }
 

@@ -34,6 +34,8 @@ mod problem;
 mod repo;
 mod routes;
 mod server;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+pub mod sql;
 mod state;
 mod telemetry;
 
