@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    init_logging("info");
+    init_logging("info,sqlx=warn");
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
     let backend = match config::backend_from_env().await {
         Ok(backend) => backend,
