@@ -127,11 +127,14 @@ async fn table_names_that_are_not_identifiers_are_refused() {
 async fn orders(pool: &MySqlPool) -> (String, String) {
     let (orders, coupons) = (unique_table("orders"), unique_table("coupons"));
     for ddl in [
-        format!("CREATE TABLE {orders} (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL)"),
+        format!(
+            "CREATE TABLE {orders} (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, \
+             trade_no VARCHAR(64))"
+        ),
         format!(
             "CREATE TABLE {coupons} (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_id BIGINT NOT NULL)"
         ),
-        format!("INSERT INTO {orders} VALUES (42, 'WAIT_PAY'), (43, 'CLOSED')"),
+        format!("INSERT INTO {orders} (id, status) VALUES (42, 'WAIT_PAY'), (43, 'CLOSED')"),
     ] {
         sqlx::query(&ddl).execute(pool).await.unwrap();
     }
@@ -149,7 +152,8 @@ async fn paid_callback(
     let mark_paid = Transition::new(orders, "id", "status")
         .unwrap()
         .from("WAIT_PAY")
-        .to("PAID");
+        .to("PAID")
+        .also_set("trade_no", format!("T{id}"));
     let mut tx = pool.begin().await.unwrap();
     let outcome = mark_paid.apply_mysql(&mut tx, id).await.unwrap();
     if outcome.is_applied() {
@@ -189,6 +193,12 @@ async fn transition_applied_once_then_already_in_target() {
     );
     let granted = count(&pool, &format!("SELECT COUNT(*) FROM {coupons}")).await;
     assert_eq!(granted, 1, "six callbacks, one coupon");
+    let (trade_no,): (Option<String>,) =
+        sqlx::query_as(&format!("SELECT trade_no FROM {orders} WHERE id = 42"))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(trade_no.as_deref(), Some("T42"), "set with the transition");
     // Usable on a plain connection too.
     let reopen = Transition::new(&orders, "id", "status")
         .unwrap()

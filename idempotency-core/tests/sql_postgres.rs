@@ -128,9 +128,12 @@ async fn table_names_that_are_not_identifiers_are_refused() {
 async fn orders(pool: &PgPool) -> (String, String) {
     let (orders, coupons) = (unique_table("orders"), unique_table("coupons"));
     for ddl in [
-        format!("CREATE TABLE {orders} (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL)"),
+        format!(
+            "CREATE TABLE {orders} (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, \
+             trade_no VARCHAR(64))"
+        ),
         format!("CREATE TABLE {coupons} (id BIGSERIAL PRIMARY KEY, order_id BIGINT NOT NULL)"),
-        format!("INSERT INTO {orders} VALUES (42, 'WAIT_PAY'), (43, 'CLOSED')"),
+        format!("INSERT INTO {orders} (id, status) VALUES (42, 'WAIT_PAY'), (43, 'CLOSED')"),
     ] {
         sqlx::query(&ddl).execute(pool).await.unwrap();
     }
@@ -143,7 +146,8 @@ async fn paid_callback(pool: &PgPool, orders: &str, coupons: &str, id: i64) -> T
     let mark_paid = Transition::new(orders, "id", "status")
         .unwrap()
         .from("WAIT_PAY")
-        .to("PAID");
+        .to("PAID")
+        .also_set("trade_no", format!("T{id}"));
     let mut tx = pool.begin().await.unwrap();
     let outcome = mark_paid.apply_postgres(&mut *tx, id).await.unwrap();
     if outcome.is_applied() {
@@ -183,6 +187,12 @@ async fn transition_applied_once_then_already_in_target() {
     );
     let granted = count(&pool, &format!("SELECT COUNT(*) FROM {coupons}")).await;
     assert_eq!(granted, 1, "six callbacks, one coupon");
+    let (trade_no,): (Option<String>,) =
+        sqlx::query_as(&format!("SELECT trade_no FROM {orders} WHERE id = 42"))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(trade_no.as_deref(), Some("T42"), "set with the transition");
     // Usable with a pool as the executor too.
     let reopen = Transition::new(&orders, "id", "status")
         .unwrap()

@@ -16,10 +16,12 @@
 //!
 //! | step | PostgreSQL | MySQL/MariaDB | SQLite |
 //! |---|---|---|---|
-//! | `claim` (new key, replay, takeover) | 1 statement | 1 (new key) / 2 (replay, race, takeover) | 1 read (replay) / 2 (new key) |
+//! | `claim`: replay, in flight, mismatch | 1 statement | 1 (a read, no lock) | 1 (a read) |
+//! | `claim`: new key | 1 | 2 | 2 |
+//! | `claim`: takeover of an expired lease | 1 | 3 | 2 |
 //! | `complete`, `touch`, `release`, `get`, `purge_expired` | 1 | 1 | 1 |
 //! | transactional claim | 1 | 1 (new key) / 2 | 1 (new key) / 2 |
-//! | `Transition` | 1 round trip | 1 (applied) / 2 | 1 (applied) / 2 |
+//! | `Transition` (with optional extra text columns) | 1 round trip | 1 (applied) / 2 | 1 (applied) / 2 |
 //!
 //! Times: PostgreSQL and MySQL compare leases and TTLs with the database clock
 //! (`statement_timestamp()`, `UTC_TIMESTAMP(6)`), so application servers with skewed clocks

@@ -26,11 +26,15 @@ const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIME
 ///
 /// - **Clock**: lease and TTL comparisons use the database clock (`UTC_TIMESTAMP(6)`, constant
 ///   within a statement); columns are `DATETIME(6)` in UTC.
-/// - **Statements**: [`claim`](Store::claim) is one `INSERT … ON DUPLICATE KEY UPDATE` whose
-///   update takes an expired row over and leaves a live one untouched; `LAST_INSERT_ID(expr)`
-///   reports the new fencing token (0 when nothing was taken), so a new key costs **one**
-///   statement. A replay, an in-flight answer or a takeover reads the row with a second
-///   statement (`FOR UPDATE` inside a transaction). Other steps are one statement.
+/// - **Statements**: [`claim`](Store::claim) first reads the row without locking it: a replay,
+///   an in-flight answer or a mismatch is that **one** statement (no row lock, so a storm of
+///   duplicates of one key does not queue). An absent or expired key is then claimed by one
+///   `INSERT … ON DUPLICATE KEY UPDATE` whose update takes an expired row over and leaves a
+///   live one untouched; `LAST_INSERT_ID(expr)` reports the new fencing token (0 when nothing
+///   was taken): **two** statements for a new key, three for a takeover or a lost race.
+///   Inside a transaction ([`TxStore`]) the upsert comes first (it must wait on a concurrent
+///   claimer's row), then a `FOR UPDATE` read unless it inserted. Other steps are one
+///   statement.
 /// - **Fencing tokens**: `GREATEST(previous + 1, now in µs)` from the database clock, so they
 ///   grow across releases, expiries and restarts unless that clock steps back.
 /// - **Transactions**: the upsert waits on a concurrent claimer's uncommitted row (the primary
@@ -387,6 +391,13 @@ impl MySqlStore {
 impl Store for MySqlStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        // A consistent read first: replays and in-flight answers take no row lock, so a storm
+        // of duplicates of one key does not queue on it.
+        if let Some(row) = self.read(&mut conn, request.key, false).await? {
+            if row.remaining_us > 0 {
+                return row.into_claim(request.fingerprint);
+            }
+        }
         self.claim_on(&mut conn, request, false).await
     }
 

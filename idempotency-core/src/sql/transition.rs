@@ -53,7 +53,8 @@ impl TransitionOutcome {
 /// transition inside the transaction that also writes the side effects (or gate them on
 /// `Applied`), so a repeated callback never grants twice.
 ///
-/// The state column must hold text (`TEXT`, `VARCHAR`, `CHAR`; MySQL `ENUM` works too).
+/// The state column (and [`also_set`](Self::also_set) columns) must hold text (`TEXT`,
+/// `VARCHAR`, `CHAR`; MySQL `ENUM` works too).
 /// Table and column names are validated identifiers ([`StoreError::Config`] otherwise).
 ///
 /// ```no_run
@@ -81,6 +82,7 @@ pub struct Transition {
     state_column: String,
     from: Vec<String>,
     to: Option<String>,
+    also_set: Vec<(String, String)>,
 }
 
 impl Transition {
@@ -95,6 +97,7 @@ impl Transition {
             state_column: state_column.to_owned(),
             from: Vec::new(),
             to: None,
+            also_set: Vec::new(),
         })
     }
 
@@ -110,6 +113,13 @@ impl Transition {
         self
     }
 
+    /// Also sets a text `column` to `value` when the transition applies (the seed's
+    /// `SET status = 'PAID', trade_no = ?`). The column name is validated when applied.
+    pub fn also_set(mut self, column: &str, value: impl Into<String>) -> Self {
+        self.also_set.push((column.to_owned(), value.into()));
+        self
+    }
+
     /// The states the transition may start from.
     pub fn sources(&self) -> &[String] {
         &self.from
@@ -121,6 +131,9 @@ impl Transition {
     }
 
     fn checked_target(&self) -> Result<&str, StoreError> {
+        for (column, _) in &self.also_set {
+            validate_identifier(column)?;
+        }
         if self.from.is_empty() {
             return Err(StoreError::Config(
                 "a transition needs at least one `from` state".to_owned(),
@@ -136,8 +149,13 @@ impl Transition {
     fn update_with_markers(&self, quote: char) -> String {
         let q = |name: &str| format!("{quote}{name}{quote}");
         let markers = vec!["?"; self.from.len()].join(", ");
+        let extra: String = self
+            .also_set
+            .iter()
+            .map(|(column, _)| format!(", {} = ?", q(column)))
+            .collect();
         format!(
-            "UPDATE {} SET {} = ? WHERE {} = ? AND {} IN ({markers})",
+            "UPDATE {} SET {} = ?{extra} WHERE {} = ? AND {} IN ({markers})",
             q(&self.table),
             q(&self.state_column),
             q(&self.id_column),
@@ -163,18 +181,25 @@ impl Transition {
         // The locking read follows a row updated by a concurrent transaction that committed
         // after this statement's snapshot to its latest version (READ COMMITTED), so a repeat
         // that waited on the first caller's lock reads the new state, not the old one.
+        let extra: String = self
+            .also_set
+            .iter()
+            .enumerate()
+            .map(|(index, (column, _))| format!(", \"{column}\" = ${}", index + 4))
+            .collect();
         let sql = format!(
-            "WITH upd AS (UPDATE \"{t}\" SET \"{state}\" = $2 \
+            "WITH upd AS (UPDATE \"{t}\" SET \"{state}\" = $2{extra} \
                WHERE \"{id_col}\" = $1 AND \"{state}\"::text = ANY($3) RETURNING 1), \
              cur AS (SELECT \"{state}\"::text AS state FROM \"{t}\" \
                WHERE \"{id_col}\" = $1 AND NOT EXISTS (SELECT 1 FROM upd) FOR UPDATE) \
              SELECT true AS applied, NULL::text AS state FROM upd \
              UNION ALL SELECT false, state FROM cur"
         );
-        let row: Option<(bool, Option<String>)> = sqlx::query_as(&sql)
-            .bind(id)
-            .bind(target)
-            .bind(&self.from)
+        let mut query = sqlx::query_as(&sql).bind(id).bind(target).bind(&self.from);
+        for (_, value) in &self.also_set {
+            query = query.bind(value.as_str());
+        }
+        let row: Option<(bool, Option<String>)> = query
             .fetch_optional(executor)
             .await
             .map_err(super::common::map_err)?;
@@ -198,7 +223,11 @@ impl Transition {
     {
         let target = self.checked_target()?;
         let update = self.update_with_markers('`');
-        let mut query = sqlx::query(&update).bind(target).bind(id.clone());
+        let mut query = sqlx::query(&update).bind(target);
+        for (_, value) in &self.also_set {
+            query = query.bind(value.as_str());
+        }
+        let mut query = query.bind(id.clone());
         for from in &self.from {
             query = query.bind(from.as_str());
         }
@@ -240,7 +269,11 @@ impl Transition {
     {
         let target = self.checked_target()?;
         let update = self.update_with_markers('"');
-        let mut query = sqlx::query(&update).bind(target).bind(id.clone());
+        let mut query = sqlx::query(&update).bind(target);
+        for (_, value) in &self.also_set {
+            query = query.bind(value.as_str());
+        }
+        let mut query = query.bind(id.clone());
         for from in &self.from {
             query = query.bind(from.as_str());
         }
