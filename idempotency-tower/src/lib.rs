@@ -96,4 +96,6 @@ pub use idempotency::{
 pub use key_source::{KeyFn, KeySource, key_from_headers};
 pub use policy::{InFlightPolicy, StoragePolicy, StoreFn};
 pub use refusal::{ProblemJson, Refusal, RefusalKind, RenderRefusal};
-pub use token::{IDEMPOTENCY_TOKEN, TokenFuture, TokenLayer, TokenService};
+pub use token::{
+    DEFAULT_TOKEN_BODY_BYTES, IDEMPOTENCY_TOKEN, TokenFuture, TokenLayer, TokenService,
+};

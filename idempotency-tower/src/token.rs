@@ -1,7 +1,9 @@
 //! One-time tokens against front-end double submits, as a tower layer.
 //!
 //! A page asks a [`TokenStore`] for a token when it renders a form
-//! ([`TokenStore::issue`]) and the form sends it back in the `Idempotency-Token` header. The
+//! ([`TokenStore::issue`]) and the form sends it back in the `Idempotency-Token` header, or in a
+//! hidden form field ([`TokenLayer::form_field`]) or a JSON body field
+//! ([`TokenLayer::json_field`]) for plain HTML forms and scripts that cannot set headers. The
 //! [`TokenLayer`] consumes the token before the handler runs: exactly one submit per token gets
 //! through, every other one (missing, unknown, expired or already used token) is refused with
 //! **409** `application/problem+json` ([`RefusalKind::TokenRejected`]) and never reaches the
@@ -51,12 +53,16 @@ use idempotency_core::{Scope, TokenOutcome, TokenStore};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::body::ResponseBody;
+use crate::body::{RequestBody, ResponseBody};
+use crate::collect::{RequestCollectError, collect_request};
 use crate::idempotency::PrincipalFn;
 use crate::refusal::{ProblemJson, Refusal, RefusalKind, RenderRefusal};
 
 /// The default token header, `Idempotency-Token`.
 pub const IDEMPOTENCY_TOKEN: HeaderName = HeaderName::from_static("idempotency-token");
+
+/// How much of a body the layer reads to find a form or JSON token field (default 64 KiB).
+pub const DEFAULT_TOKEN_BODY_BYTES: usize = 64 * 1024;
 
 /// Consumes a one-time token before the handler runs (see the [module docs](self)).
 ///
@@ -67,6 +73,9 @@ pub struct TokenLayer<T> {
     tokens: Arc<T>,
     namespace: Arc<str>,
     header: HeaderName,
+    form_field: Option<Arc<str>>,
+    json_field: Option<Arc<str>>,
+    max_body_bytes: usize,
     methods: Arc<[Method]>,
     principal: Option<Arc<PrincipalFn>>,
     renderer: Arc<dyn RenderRefusal>,
@@ -79,6 +88,9 @@ impl<T> Clone for TokenLayer<T> {
             tokens: Arc::clone(&self.tokens),
             namespace: Arc::clone(&self.namespace),
             header: self.header.clone(),
+            form_field: self.form_field.clone(),
+            json_field: self.json_field.clone(),
+            max_body_bytes: self.max_body_bytes,
             methods: Arc::clone(&self.methods),
             principal: self.principal.clone(),
             renderer: Arc::clone(&self.renderer),
@@ -92,6 +104,8 @@ impl<T> std::fmt::Debug for TokenLayer<T> {
         f.debug_struct("TokenLayer")
             .field("namespace", &self.namespace)
             .field("header", &self.header)
+            .field("form_field", &self.form_field)
+            .field("json_field", &self.json_field)
             .field("methods", &self.methods)
             .finish_non_exhaustive()
     }
@@ -105,6 +119,9 @@ impl<T: TokenStore> TokenLayer<T> {
             tokens: Arc::new(tokens),
             namespace: Arc::from(namespace.into()),
             header: IDEMPOTENCY_TOKEN,
+            form_field: None,
+            json_field: None,
+            max_body_bytes: DEFAULT_TOKEN_BODY_BYTES,
             methods: Arc::from([Method::POST, Method::PUT, Method::PATCH, Method::DELETE]),
             principal: None,
             renderer: Arc::new(ProblemJson::new()),
@@ -115,6 +132,29 @@ impl<T: TokenStore> TokenLayer<T> {
     /// Reads the token from another header (default `Idempotency-Token`).
     pub fn header(mut self, name: HeaderName) -> Self {
         self.header = name;
+        self
+    }
+
+    /// Also accepts the token from this field of an `application/x-www-form-urlencoded` body
+    /// (a hidden `<input>`), when the header is absent. The body is read (up to
+    /// [`max_body_bytes`](Self::max_body_bytes)) and handed on unchanged.
+    pub fn form_field(mut self, name: impl Into<String>) -> Self {
+        self.form_field = Some(Arc::from(name.into()));
+        self
+    }
+
+    /// Also accepts the token from this field of a JSON body, a JSON Pointer such as
+    /// `/idempotency_token`, when the header is absent. The body is read (up to
+    /// [`max_body_bytes`](Self::max_body_bytes)) and handed on unchanged.
+    pub fn json_field(mut self, pointer: impl Into<String>) -> Self {
+        self.json_field = Some(Arc::from(pointer.into()));
+        self
+    }
+
+    /// The most the layer reads of a body to find a token field (default 64 KiB); a larger
+    /// body is refused with 413.
+    pub fn max_body_bytes(mut self, limit: usize) -> Self {
+        self.max_body_bytes = limit;
         self
     }
 
@@ -203,13 +243,23 @@ impl<S, T> TokenService<S, T> {
 pub type TokenFuture<B, E> =
     Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send + 'static>>;
 
+/// Where the token was found, or why not.
+enum Found<B> {
+    Token(String, RequestBody<B>),
+    Missing(RequestBody<B>),
+    Refused(Refusal),
+}
+
 impl<S, T, ReqBody, ResBody> Service<Request<ReqBody>> for TokenService<S, T>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S: Service<Request<RequestBody<ReqBody>>, Response = Response<ResBody>>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     T: TokenStore,
-    ReqBody: Send + 'static,
+    ReqBody: Body + Send + 'static,
     ResBody: Body<Data = Bytes> + Send + 'static,
 {
     type Response = Response<ResponseBody<ResBody>>;
@@ -225,6 +275,7 @@ where
         let fresh = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, fresh);
         if !self.layer.methods.contains(request.method()) {
+            let request = request.map(RequestBody::streaming);
             return Box::pin(
                 async move { Ok(inner.call(request).await?.map(ResponseBody::inner)) },
             );
@@ -232,22 +283,20 @@ where
         let layer = self.layer.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let token = parts
-                .headers
-                .get(&layer.header)
-                .and_then(|value| value.to_str().ok())
-                .map(str::trim)
-                .filter(|value| !value.is_empty())
-                .map(str::to_owned);
-            let Some(token) = token else {
-                let detail = format!(
-                    "the {} header is missing: token missing, unknown, expired or already used",
-                    layer.header
-                );
-                return Ok(refuse(
-                    &layer,
-                    Refusal::new(RefusalKind::TokenRejected, detail),
-                ));
+            let (token, body) = match find_token(&layer, &parts, body).await {
+                Found::Token(token, body) => (token, body),
+                Found::Missing(_) => {
+                    let detail = format!(
+                        "no token in the {} header{}: token missing, unknown, expired or already used",
+                        layer.header,
+                        field_names(&layer)
+                    );
+                    return Ok(refuse(
+                        &layer,
+                        Refusal::new(RefusalKind::TokenRejected, detail),
+                    ));
+                }
+                Found::Refused(refusal) => return Ok(refuse(&layer, refusal)),
             };
             let mut scope = Scope::new(&*layer.namespace);
             if let Some(principal) = layer.principal.as_ref().and_then(|f| f(&parts)) {
@@ -281,9 +330,128 @@ where
     }
 }
 
+/// " or the `x` form field or the `/y` JSON field", for the refusal's detail.
+fn field_names<T>(layer: &TokenLayer<T>) -> String {
+    let mut names = String::new();
+    if let Some(field) = &layer.form_field {
+        names.push_str(&format!(" or the `{field}` form field"));
+    }
+    if let Some(pointer) = &layer.json_field {
+        names.push_str(&format!(" or the `{pointer}` JSON field"));
+    }
+    names
+}
+
+/// The header first; then, if configured and the content type matches, a body field (the body
+/// is collected once and handed on as bytes).
+async fn find_token<T, B: Body>(
+    layer: &TokenLayer<T>,
+    parts: &http::request::Parts,
+    body: B,
+) -> Found<B> {
+    let header = parts
+        .headers
+        .get(&layer.header)
+        .and_then(|value| value.to_str().ok())
+        .map(str::trim)
+        .filter(|value| !value.is_empty());
+    if let Some(token) = header {
+        return Found::Token(token.to_owned(), RequestBody::streaming(body));
+    }
+    let content_type = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let form = layer
+        .form_field
+        .as_deref()
+        .filter(|_| content_type.starts_with("application/x-www-form-urlencoded"));
+    let json = layer.json_field.as_deref().filter(|_| {
+        let essence = content_type.split(';').next().unwrap_or_default().trim();
+        essence == "application/json" || essence.ends_with("+json")
+    });
+    if form.is_none() && json.is_none() {
+        return Found::Missing(RequestBody::streaming(body));
+    }
+    let (data, trailers) = match collect_request(body, layer.max_body_bytes).await {
+        Ok(collected) => collected,
+        Err(RequestCollectError::TooLarge) => {
+            let detail = format!(
+                "the body is larger than the {} bytes read to find the token",
+                layer.max_body_bytes
+            );
+            return Found::Refused(Refusal::new(RefusalKind::BodyTooLarge, detail));
+        }
+        Err(RequestCollectError::Stream) => {
+            let detail = "the request body could not be read";
+            return Found::Refused(Refusal::new(RefusalKind::MalformedBody, detail));
+        }
+    };
+    let token = match (form, json) {
+        (Some(field), _) => form_value(&data, field),
+        (None, Some(pointer)) => serde_json::from_slice::<serde_json::Value>(&data)
+            .ok()
+            .and_then(|value| {
+                value
+                    .pointer(pointer)
+                    .and_then(|v| v.as_str().map(str::to_owned))
+            }),
+        (None, None) => None,
+    };
+    let body = RequestBody::buffered(data, trailers);
+    match token.filter(|token| !token.is_empty()) {
+        Some(token) => Found::Token(token, body),
+        None => Found::Missing(body),
+    }
+}
+
+/// The first value of `field` in an `application/x-www-form-urlencoded` body.
+fn form_value(body: &[u8], field: &str) -> Option<String> {
+    body.split(|&byte| byte == b'&').find_map(|pair| {
+        let mut halves = pair.splitn(2, |&byte| byte == b'=');
+        let name = percent_decode(halves.next()?)?;
+        (name == field).then(|| percent_decode(halves.next().unwrap_or_default()))?
+    })
+}
+
+/// Decodes `+` and `%XX` escapes; `None` for malformed escapes or non-UTF-8 text.
+fn percent_decode(text: &[u8]) -> Option<String> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut bytes = text.iter();
+    while let Some(&byte) = bytes.next() {
+        match byte {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let high = (*bytes.next()? as char).to_digit(16)?;
+                let low = (*bytes.next()? as char).to_digit(16)?;
+                out.push(u8::try_from(high * 16 + low).ok()?);
+            }
+            other => out.push(other),
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 fn refuse<T, B: Body>(layer: &TokenLayer<T>, refusal: Refusal) -> Response<ResponseBody<B>> {
     layer
         .renderer
         .render(&refusal)
         .map(|bytes| ResponseBody::buffered(bytes, None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_form_fields() {
+        let body = b"item=42&note=a+b%21&_token=abc-DEF_1";
+        assert_eq!(form_value(body, "_token").as_deref(), Some("abc-DEF_1"));
+        assert_eq!(form_value(body, "note").as_deref(), Some("a b!"));
+        assert_eq!(form_value(body, "missing"), None);
+        assert_eq!(form_value(b"_token=%zz", "_token"), None);
+        assert_eq!(form_value(b"_token", "_token").as_deref(), Some(""));
+    }
 }

@@ -196,3 +196,91 @@ async fn expired_tokens_are_refused() {
     assert_rejected(app.oneshot(submit("u1", Some(&token.value))).await.unwrap()).await;
     assert_eq!(orders.load(Ordering::SeqCst), 0);
 }
+
+/// Plain HTML forms cannot set headers: the token may come in a hidden form field, or a JSON
+/// field; the handler still receives the body unchanged.
+#[tokio::test]
+async fn tokens_in_form_and_json_fields() {
+    let tokens = Arc::new(MemoryTokenStore::new());
+    let orders = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&orders);
+    let app = Router::new()
+        .route(
+            "/checkout",
+            post(move |body: axum::body::Bytes| {
+                let counter = Arc::clone(&counter);
+                async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    (StatusCode::CREATED, body)
+                }
+            }),
+        )
+        .layer(
+            TokenLayer::new(Arc::clone(&tokens), "checkout")
+                .form_field("_token")
+                .json_field("/meta/token")
+                .max_body_bytes(1024),
+        );
+    let scope = Scope::new("checkout");
+    let post_as = |content_type: &str, body: String| {
+        Request::post("/checkout")
+            .header("content-type", content_type)
+            .body(Body::from(body))
+            .unwrap()
+    };
+
+    let token = tokens.issue(&scope, DEFAULT_TOKEN_TTL).await.unwrap().value;
+    let form = format!("item=42&note=gift+wrap&_token={token}");
+    let response = app
+        .clone()
+        .oneshot(post_as("application/x-www-form-urlencoded", form.clone()))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let echoed = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        echoed,
+        form.as_bytes(),
+        "the handler sees the body unchanged"
+    );
+    assert_rejected(
+        app.clone()
+            .oneshot(post_as("application/x-www-form-urlencoded", form))
+            .await
+            .unwrap(),
+    )
+    .await;
+
+    let token = tokens.issue(&scope, DEFAULT_TOKEN_TTL).await.unwrap().value;
+    let json = format!("{{\"item\":42,\"meta\":{{\"token\":\"{token}\"}}}}");
+    let response = app
+        .clone()
+        .oneshot(post_as("application/json", json.clone()))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    assert_rejected(
+        app.clone()
+            .oneshot(post_as("application/json", json))
+            .await
+            .unwrap(),
+    )
+    .await;
+
+    // A field of another content type is not looked at; an oversized body is refused with 413.
+    let token = tokens.issue(&scope, DEFAULT_TOKEN_TTL).await.unwrap().value;
+    assert_rejected(
+        app.clone()
+            .oneshot(post_as("text/plain", format!("_token={token}")))
+            .await
+            .unwrap(),
+    )
+    .await;
+    let large = format!("_token={token}&pad={}", "x".repeat(2048));
+    let response = app
+        .oneshot(post_as("application/x-www-form-urlencoded", large))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(orders.load(Ordering::SeqCst), 2);
+}
