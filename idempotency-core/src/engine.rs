@@ -347,11 +347,65 @@ impl<S: Store> Execution<S> {
             .await
     }
 
+    /// Runs `work` to its end while renewing the lease every `lease / 3` (up to the keep-alive
+    /// ceiling) from the caller's own task: the inline twin of the background keep-alive, for a
+    /// caller that already runs the work in a task of its own and wants no second task per
+    /// execution (build its engine with `with_keep_alive(false, ceiling)`). Renewal stops, and
+    /// the work goes on, once the ceiling is reached or the lease was lost.
+    pub async fn keep_alive_while<F: Future>(&self, work: F) -> F::Output {
+        let config = &self.engine.config;
+        let period = (config.lease / 3).max(Duration::from_millis(10));
+        let until = Instant::now() + config.keep_alive_ceiling;
+        let mut work = std::pin::pin!(work);
+        loop {
+            if let Either::Left(output) = race(work.as_mut(), tokio::time::sleep(period)).await {
+                return output;
+            }
+            if Instant::now() >= until {
+                tracing::warn!(namespace = %self.namespace, key = %self.key, "keep-alive ceiling reached; the lease may be taken over");
+                return work.await;
+            }
+            let touch = self.engine.timed(
+                "touch",
+                &self.namespace,
+                self.engine
+                    .store
+                    .touch(&self.key, self.lease.token, config.lease),
+            );
+            match race(work.as_mut(), touch).await {
+                Either::Left(output) => return output,
+                Either::Right(Err(StoreError::LeaseLost)) => return work.await,
+                Either::Right(_) => {}
+            }
+        }
+    }
+
     fn stop_keep_alive(&mut self) {
         if let Some(task) = self.keep_alive.take() {
             task.abort();
         }
     }
+}
+
+enum Either<A, B> {
+    Left(A),
+    Right(B),
+}
+
+/// Polls `first` and `second` together; the first to finish wins (`first` is kept, `second`
+/// dropped).
+async fn race<A: Future, B: Future>(
+    mut first: std::pin::Pin<&mut A>,
+    second: B,
+) -> Either<A::Output, B::Output> {
+    let mut second = std::pin::pin!(second);
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(output) = first.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Either::Left(output));
+        }
+        second.as_mut().poll(cx).map(Either::Right)
+    })
+    .await
 }
 
 impl<S: Store> Drop for Execution<S> {
@@ -403,4 +457,34 @@ fn spawn_keep_alive<S: Store>(
             }
         }
     })
+}
+
+#[cfg(all(test, feature = "memory"))]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::{IdempotencyKey, MemoryStore};
+
+    #[tokio::test]
+    async fn inline_keep_alive_holds_the_lease_while_work_runs() {
+        let engine = Idempotency::new(MemoryStore::new())
+            .with_lease(Duration::from_millis(90))
+            .with_keep_alive(false, Duration::from_secs(60));
+        let (scope, key) = (Scope::new("t"), IdempotencyKey::parse("k").unwrap());
+        let fingerprint = Fingerprint::of_bytes(b"x");
+        let Decision::Execute(execution) = engine.begin(&scope, &key, &fingerprint).await.unwrap()
+        else {
+            panic!("a new key runs");
+        };
+        let rival = engine.clone();
+        let (scope2, key2) = (scope.clone(), key.clone());
+        let work = async move {
+            // Three leases later the key is still held: renewed inline.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            rival.begin(&scope2, &key2, &fingerprint).await.unwrap()
+        };
+        let seen = execution.keep_alive_while(work).await;
+        assert!(matches!(seen, Decision::InFlight { .. }), "{seen:?}");
+        execution.complete(Outcome::new(200, "ok")).await.unwrap();
+    }
 }

@@ -90,8 +90,8 @@ pub use grpc::GrpcStatus;
 pub use headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use idempotency::{
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES, DEFAULT_MAX_STORED_HEADER_BYTES,
-    DEFAULT_MAX_STORED_HEADERS, IdempotencyLayer, IdempotencyLayerBuilder,
-    IdempotencyService, PrincipalFn, ResponseFuture,
+    DEFAULT_MAX_STORED_HEADERS, IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyService,
+    PrincipalFn, ResponseFuture,
 };
 pub use key_source::{KeyFn, KeySource, key_from_headers};
 pub use policy::{InFlightPolicy, StoragePolicy, StoreFn};

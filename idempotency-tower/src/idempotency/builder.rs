@@ -32,9 +32,18 @@ impl<S> std::fmt::Debug for IdempotencyLayerBuilder<S> {
 
 impl<S: Store> IdempotencyLayerBuilder<S> {
     pub(crate) fn new(engine: Idempotency<S>) -> Self {
+        // The layer renews leases from the task that already runs the handler
+        // (`Execution::keep_alive_while`), so the engine spawns no keep-alive task of its own.
+        let (keep_alive, ceiling) = (
+            engine.config().keep_alive,
+            engine.config().keep_alive_ceiling,
+        );
         Self {
-            engine,
-            settings: Settings::default(),
+            engine: engine.with_keep_alive(false, ceiling),
+            settings: Settings {
+                keep_alive,
+                ..Settings::default()
+            },
         }
     }
 
@@ -173,7 +182,8 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
 
     /// Lease renewal while the handler runs, and its ceiling (default on, 10 min).
     pub fn keep_alive(mut self, enabled: bool, ceiling: Duration) -> Self {
-        self.engine = self.engine.with_keep_alive(enabled, ceiling);
+        self.settings.keep_alive = enabled;
+        self.engine = self.engine.with_keep_alive(false, ceiling);
         self
     }
 

@@ -1,6 +1,6 @@
 //! Running the handler for a claimed key, to its end, then storing or releasing its response.
 
-use std::future::Future;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -18,18 +18,26 @@ use crate::headers::strip_unstorable;
 use crate::policy::grpc_code;
 use crate::refusal::{Refusal, RefusalKind};
 
-/// Runs `work` in its own task, so that it goes on to its end (claim, handler, complete or
-/// release) even if the client goes away; the caller only awaits the task's result.
-pub(crate) async fn in_task<F, ResB, E>(
-    settings: &Settings,
-    work: F,
-) -> Result<Response<ResponseBody<ResB>>, E>
+/// Runs the handler for a claimed key in its own task, so that it goes on to its end (handler,
+/// complete or release) even if the client goes away; the caller only awaits the task's result.
+pub(crate) async fn spawn<T, S, B, ResB>(
+    settings: &Arc<Settings>,
+    execution: Execution<S>,
+    inner: T,
+    request: Request<RequestBody<B>>,
+) -> Result<Response<ResponseBody<ResB>>, T::Error>
 where
-    F: Future<Output = Result<Response<ResponseBody<ResB>>, E>> + Send + 'static,
-    ResB: Body<Data = Bytes> + Send + 'static,
+    S: Store,
+    T: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
+    T::Future: Send + 'static,
+    T::Error: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
     ResB::Error: Send + 'static,
-    E: Send + 'static,
 {
+    // Boxed: the task cell then holds a pointer, not the whole future moved in and out.
+    let work = Box::pin(run_to_end(Arc::clone(settings), execution, inner, request));
     let task = tokio::spawn(work.instrument(tracing::Span::current()));
     match task.await {
         Ok(result) => result,
@@ -46,8 +54,8 @@ where
 }
 
 /// Runs the handler for a claimed key, collects its response, then stores or releases it.
-pub(crate) async fn run_to_end<T, S, B, ResB>(
-    settings: &Settings,
+async fn run_to_end<T, S, B, ResB>(
+    settings: Arc<Settings>,
     execution: Execution<S>,
     mut inner: T,
     request: Request<RequestBody<B>>,
@@ -57,19 +65,32 @@ where
     T: Service<Request<RequestBody<B>>, Response = Response<ResB>>,
     ResB: Body<Data = Bytes> + Unpin,
 {
-    let response = match inner.call(request).await {
-        Ok(response) => response,
+    // The handler and its body, with the lease renewed meanwhile (no second task).
+    let work = async {
+        let response = inner.call(request).await?;
+        let (parts, body) = response.into_parts();
+        Ok((
+            parts,
+            collect_response(body, settings.max_stored_bytes).await,
+        ))
+    };
+    let finished = if settings.keep_alive {
+        execution.keep_alive_while(work).await
+    } else {
+        work.await
+    };
+    let (parts, collected) = match finished {
+        Ok(finished) => finished,
         Err(error) => {
             tracing::debug!("the service failed; releasing the key");
             let _ = execution.release().await;
             return Err(error);
         }
     };
-    let (parts, body) = response.into_parts();
-    match collect_response(body, settings.max_stored_bytes).await {
+    match collected {
         Collected::Complete(data, trailers) => {
             let status = parts.status;
-            if !headers_within_bounds(settings, &parts.headers, trailers.as_ref()) {
+            if !headers_within_bounds(&settings, &parts.headers, trailers.as_ref()) {
                 tracing::warn!(
                     limit = settings.max_stored_headers,
                     bytes = settings.max_stored_header_bytes,

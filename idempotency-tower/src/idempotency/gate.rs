@@ -5,7 +5,10 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body::Body;
 use idempotency_core::metrics as names;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
 use idempotency_core::{Decision, Fingerprint, IdempotencyKey, Outcome, Store, StoreError};
 use tower_service::Service;
@@ -84,6 +87,73 @@ where
         .call(Request::from_parts(parts, held.into_body()))
         .await?;
     Ok(response.map(ResponseBody::inner))
+}
+
+type BoxedClaim<S> = Pin<Box<dyn Future<Output = Result<Decision<S>, StoreError>> + Send>>;
+
+/// Claims the key for a request: one store call (or, in wait mode, a bounded poll).
+///
+/// If the request is dropped meanwhile (the client went away), the claim still runs to its end
+/// in the background, and a key it took is released at once (by dropping the execution) rather
+/// than left in flight, refusing retries, until its lease ends.
+fn claim<S: Store>(
+    layer: &IdempotencyLayer<S>,
+    parts: &Parts,
+    key: IdempotencyKey,
+    fingerprint: Fingerprint,
+) -> ClaimGuard<S> {
+    let engine = layer.engine.clone();
+    let settings = Arc::clone(&layer.settings);
+    let claim: BoxedClaim<S> = match settings.in_flight {
+        InFlightPolicy::Reject => {
+            let storage_key = settings.scope_for(parts).storage_key(&key);
+            Box::pin(async move {
+                let namespace = settings.scope.namespace();
+                engine
+                    .begin_storage_key(namespace, storage_key, &fingerprint)
+                    .await
+            })
+        }
+        InFlightPolicy::Wait { max } => {
+            let scope = settings.scope_for(parts).into_owned();
+            Box::pin(async move { engine.begin_waiting(&scope, &key, &fingerprint, max).await })
+        }
+    };
+    ClaimGuard { claim: Some(claim) }
+}
+
+/// A claim that is finished in the background if dropped unfinished.
+struct ClaimGuard<S: Store> {
+    claim: Option<BoxedClaim<S>>,
+}
+
+impl<S: Store> Future for ClaimGuard<S> {
+    type Output = Result<Decision<S>, StoreError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(claim) = self.claim.as_mut() else {
+            panic!("ClaimGuard polled after completion");
+        };
+        let decision = ready!(claim.as_mut().poll(cx));
+        self.claim = None;
+        Poll::Ready(decision)
+    }
+}
+
+impl<S: Store> Drop for ClaimGuard<S> {
+    fn drop(&mut self) {
+        if let Some(claim) = self.claim.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            tracing::debug!(
+                "request dropped during its claim; finishing the claim in the background"
+            );
+            runtime.spawn(async move {
+                // An execution won here is dropped unfinished, which releases the key.
+                drop(claim.await);
+            });
+        }
+    }
 }
 
 /// Decides and answers one guarded request.
@@ -165,41 +235,11 @@ where
     };
     drop(json);
 
-    // From the claim on, the work runs in its own task: a client that goes away cannot cancel a
-    // claim half-applied, nor a handler half-done.
-    let settings = Arc::clone(&layer.settings);
-    execute::in_task(
-        &settings,
-        decide(layer, inner, parts, held, key, fingerprint),
-    )
-    .await
-}
-
-/// Claims the key, then runs the handler, replays or refuses.
-async fn decide<T, S, B, ResB>(
-    layer: IdempotencyLayer<S>,
-    inner: T,
-    parts: Parts,
-    held: Held<B>,
-    key: IdempotencyKey,
-    fingerprint: Fingerprint,
-) -> Result<Response<ResponseBody<ResB>>, T::Error>
-where
-    S: Store,
-    T: Service<Request<RequestBody<B>>, Response = Response<ResB>>,
-    ResB: Body<Data = Bytes> + Unpin,
-{
-    let settings = &*layer.settings;
-    let scope = settings.scope_for(&parts);
-    let engine = &layer.engine;
-    let decision = match settings.in_flight {
-        InFlightPolicy::Reject => engine.begin(&scope, &key, &fingerprint).await,
-        InFlightPolicy::Wait { max } => engine.begin_waiting(&scope, &key, &fingerprint, max).await,
-    };
+    let decision = claim(&layer, &parts, key, fingerprint).await;
     let error = match decision {
         Ok(Decision::Execute(execution)) => {
             let request = Request::from_parts(parts, held.into_body());
-            return execute::run_to_end(settings, execution, inner, request).await;
+            return execute::spawn(&layer.settings, execution, inner, request).await;
         }
         Ok(Decision::Replay(outcome)) => match replay(&outcome) {
             Ok(response) => {

@@ -39,6 +39,7 @@ pub(crate) struct Settings {
     pub(crate) max_stored_bytes: usize,
     pub(crate) max_stored_headers: usize,
     pub(crate) max_stored_header_bytes: usize,
+    pub(crate) keep_alive: bool,
     pub(crate) in_flight: InFlightPolicy,
     pub(crate) storage: StoragePolicy,
     pub(crate) fail_open: bool,
@@ -62,6 +63,7 @@ impl Default for Settings {
             max_stored_bytes: DEFAULT_MAX_STORED_BYTES,
             max_stored_headers: DEFAULT_MAX_STORED_HEADERS,
             max_stored_header_bytes: DEFAULT_MAX_STORED_HEADER_BYTES,
+            keep_alive: true,
             in_flight: InFlightPolicy::Reject,
             storage: StoragePolicy::Standard,
             fail_open: false,
@@ -86,6 +88,7 @@ impl std::fmt::Debug for Settings {
             .field("max_stored_bytes", &self.max_stored_bytes)
             .field("max_stored_headers", &self.max_stored_headers)
             .field("max_stored_header_bytes", &self.max_stored_header_bytes)
+            .field("keep_alive", &self.keep_alive)
             .field("in_flight", &self.in_flight)
             .field("storage", &self.storage)
             .field("fail_open", &self.fail_open)
