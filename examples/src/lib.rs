@@ -1,4 +1,11 @@
 //! Runnable examples.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod payments;
+
+/// The README's code blocks, compiled and run as doctests so the README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
