@@ -196,6 +196,9 @@ type PgClaimRow = (
     Option<Vec<u8>>,
 );
 
+/// The row of a hand-written lookup.
+type LookupRow = (String, Vec<u8>, Option<i32>, Option<Vec<u8>>);
+
 /// The row of a MySQL/SQLite claim read.
 type ReadRow = (String, Vec<u8>, i64, i64, i64, Option<i64>, Option<Vec<u8>>);
 
@@ -339,12 +342,11 @@ async fn postgres() {
         op(move |_| {
             let (pool, select) = (pool.clone(), select.clone());
             async move {
-                let row: Option<(String, Vec<u8>, Option<i32>, Option<Vec<u8>>)> =
-                    sqlx::query_as(&select)
-                        .bind(raw_key.0.as_slice())
-                        .fetch_optional(&pool)
-                        .await
-                        .unwrap();
+                let row: Option<LookupRow> = sqlx::query_as(&select)
+                    .bind(raw_key.0.as_slice())
+                    .fetch_optional(&pool)
+                    .await
+                    .unwrap();
                 assert!(row.is_some_and(|row| row.0 == "completed"));
             }
         })
@@ -542,12 +544,11 @@ async fn mysql() {
                     .await
                     .unwrap();
                 assert_eq!(done.rows_affected(), 0, "a duplicate");
-                let row: Option<(String, Vec<u8>, Option<i32>, Option<Vec<u8>>)> =
-                    sqlx::query_as(&select)
-                        .bind(raw_key.0.as_slice())
-                        .fetch_optional(&mut *conn)
-                        .await
-                        .unwrap();
+                let row: Option<LookupRow> = sqlx::query_as(&select)
+                    .bind(raw_key.0.as_slice())
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .unwrap();
                 assert!(row.is_some_and(|row| row.0 == "completed"));
             }
         })

@@ -393,10 +393,10 @@ impl Store for MySqlStore {
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
         // A consistent read first: replays and in-flight answers take no row lock, so a storm
         // of duplicates of one key does not queue on it.
-        if let Some(row) = self.read(&mut conn, request.key, false).await? {
-            if row.remaining_us > 0 {
-                return row.into_claim(request.fingerprint);
-            }
+        if let Some(row) = self.read(&mut conn, request.key, false).await?
+            && row.remaining_us > 0
+        {
+            return row.into_claim(request.fingerprint);
         }
         self.claim_on(&mut conn, request, false).await
     }
