@@ -49,12 +49,30 @@ fn fresh_key() -> String {
     format!("bench-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Runs `n` sequential requests inside a task on the runtime's worker, as a server runs its
-/// connections (spawned tasks from the layer then stay on that worker), and returns the time.
-fn run(runtime: &tokio::runtime::Runtime, app: &Router, new_keys: bool, n: u64) -> Duration {
+/// Nanoseconds the calling thread has spent on a CPU (Linux `schedstat`); steadier than wall
+/// time on a shared machine. `None` where unavailable.
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Runs `n` sequential requests inside a task on the runtime's only worker, as a server runs its
+/// connections (tasks the layer spawns stay on that worker), and returns the wall time and the
+/// worker's CPU time.
+fn run(
+    runtime: &tokio::runtime::Runtime,
+    app: &Router,
+    new_keys: bool,
+    n: u64,
+) -> (Duration, Option<Duration>) {
     let app = app.clone();
     runtime
         .block_on(runtime.spawn(async move {
+            let cpu = thread_cpu_ns();
             let start = Instant::now();
             for _ in 0..n {
                 let key = if new_keys {
@@ -64,9 +82,17 @@ fn run(runtime: &tokio::runtime::Runtime, app: &Router, new_keys: bool, n: u64) 
                 };
                 call(&app, &key).await;
             }
-            start.elapsed()
+            let cpu = cpu
+                .zip(thread_cpu_ns())
+                .map(|(before, after)| Duration::from_nanos(after.saturating_sub(before)));
+            (start.elapsed(), cpu)
         }))
         .unwrap()
+}
+
+fn per_request((wall, cpu): (Duration, Option<Duration>), n: u64) -> (Duration, Duration) {
+    let n = n as u32;
+    (wall / n, cpu.unwrap_or(wall) / n)
 }
 
 fn layer_overhead(c: &mut Criterion) {
@@ -82,24 +108,38 @@ fn layer_overhead(c: &mut Criterion) {
     let n = 20_000;
     run(&runtime, &plain, true, n / 10);
     run(&runtime, &guarded, true, n / 10);
-    let base = run(&runtime, &plain, true, n) / n as u32;
-    let new_keys = run(&runtime, &guarded, true, n) / n as u32;
-    let replays = run(&runtime, &guarded, false, n) / n as u32;
+    let base = per_request(run(&runtime, &plain, true, n), n);
+    let new_keys = per_request(run(&runtime, &guarded, true, n), n);
+    let replays = per_request(run(&runtime, &guarded, false, n), n);
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!(
-        "layer overhead: without {base:?}/req, new keys {new_keys:?}/req ({:.2}x), replays {replays:?}/req ({:.2}x)",
-        new_keys.as_secs_f64() / base.as_secs_f64(),
-        replays.as_secs_f64() / base.as_secs_f64(),
+        "layer overhead (wall): without {:?}/req, new keys {:?}/req ({:.2}x), replays {:?}/req ({:.2}x)",
+        base.0,
+        new_keys.0,
+        ratio(new_keys.0, base.0),
+        replays.0,
+        ratio(replays.0, base.0),
+    );
+    println!(
+        "layer overhead (worker CPU): without {:?}/req, new keys {:?}/req ({:.2}x, +{:?}), replays {:?}/req ({:.2}x, +{:?})",
+        base.1,
+        new_keys.1,
+        ratio(new_keys.1, base.1),
+        new_keys.1.saturating_sub(base.1),
+        replays.1,
+        ratio(replays.1, base.1),
+        replays.1.saturating_sub(base.1),
     );
 
     let mut group = c.benchmark_group("axum_router");
     group.bench_function("without_layer", |b| {
-        b.iter_custom(|iters| run(&runtime, &plain, true, iters))
+        b.iter_custom(|iters| run(&runtime, &plain, true, iters).0)
     });
     group.bench_function("layer_new_keys", |b| {
-        b.iter_custom(|iters| run(&runtime, &guarded, true, iters))
+        b.iter_custom(|iters| run(&runtime, &guarded, true, iters).0)
     });
     group.bench_function("layer_replays", |b| {
-        b.iter_custom(|iters| run(&runtime, &guarded, false, iters))
+        b.iter_custom(|iters| run(&runtime, &guarded, false, iters).0)
     });
     group.finish();
 }
