@@ -50,7 +50,9 @@ impl<S: Store> IdempotencyLayer<S> {
     }
 
     /// Starts configuring a layer over an engine configured elsewhere (shared with other front
-    /// ends, say).
+    /// ends, say). Its lease, TTL, store timeout and keep-alive settings are kept; the layer's
+    /// copy of the engine renews leases inline instead of in a background task, the engine
+    /// passed in is not changed.
     pub fn builder_with_engine(engine: Idempotency<S>) -> IdempotencyLayerBuilder<S> {
         IdempotencyLayerBuilder::new(engine)
     }
@@ -61,7 +63,9 @@ impl<S: Store> IdempotencyLayer<S> {
         Self::builder(store).grpc().build()
     }
 
-    /// The engine.
+    /// The engine. Its background keep-alive is off: the layer renews a running handler's lease
+    /// from the handler's own task ([`Execution::keep_alive_while`](idempotency_core::Execution::keep_alive_while)),
+    /// as configured with [`IdempotencyLayerBuilder::keep_alive`].
     pub fn engine(&self) -> &Idempotency<S> {
         &self.engine
     }
