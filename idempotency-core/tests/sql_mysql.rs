@@ -81,6 +81,13 @@ async fn tx_waiting_duplicate_replays_or_executes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tx_owner_rollback_under_storm() {
+    if let Some((store, pool, coupons)) = fresh(20).await {
+        sql_support::tx_owner_rollback_under_storm(store, pool, coupons).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tx_sees_engine_claims() {
     if let Some((store, pool, _)) = fresh(4).await {
         sql_support::tx_sees_engine_claims(store, pool).await;

@@ -61,7 +61,9 @@ impl TxLease {
 /// Waiting duplicates hold a connection until the first transaction ends: keep these
 /// transactions short, and bound the wait where needed (PostgreSQL `SET LOCAL lock_timeout`,
 /// MySQL `innodb_lock_wait_timeout`, SQLite's busy timeout); a timed-out wait is an error, never
-/// a second execution. Use `READ COMMITTED` (the PostgreSQL default) on PostgreSQL; on MySQL
+/// a second execution. A transient error ([`StoreError::is_transient`]: a deadlock, a lost
+/// connection) means the database aborted the transaction: roll it back and retry it whole.
+/// Use `READ COMMITTED` (the PostgreSQL default) on PostgreSQL; on MySQL
 /// the claim reads with `FOR UPDATE`, so `REPEATABLE READ` (its default) works too.
 ///
 /// ```no_run

@@ -42,7 +42,7 @@ pub async fn callback_in_tx<S>(
     coupons: &str,
     trade_no: &str,
     rollback: bool,
-) -> Seen
+) -> Result<Seen, idempotency_core::StoreError>
 where
     S: TxStore,
     for<'c> &'c mut <S::Database as Database>::Connection: Executor<'c, Database = S::Database>,
@@ -52,11 +52,14 @@ where
     let key = IdempotencyKey::parse(trade_no).unwrap();
     let fingerprint = Fingerprint::of_bytes(trade_no.as_bytes());
     let mut tx = pool.begin().await.unwrap();
-    let seen = match store
-        .claim_in_tx(&mut tx, &scope, &key, &fingerprint)
-        .await
-        .unwrap()
-    {
+    let claim = match store.claim_in_tx(&mut tx, &scope, &key, &fingerprint).await {
+        Ok(claim) => claim,
+        // The database gave up on this transaction (MySQL reports a deadlock among waiters
+        // when the owner rolls back): nothing of it stays; the caller retries it.
+        Err(error) if error.is_transient() => return Err(error),
+        Err(error) => panic!("claim failed: {error}"),
+    };
+    let seen = match claim {
         TxClaim::Execute(lease) => {
             let grant = format!("INSERT INTO {coupons} (trade_no) VALUES ('{trade_no}')");
             sqlx::query(&grant).execute(&mut *tx).await.unwrap();
@@ -75,7 +78,29 @@ where
     } else {
         tx.commit().await.unwrap();
     }
-    seen
+    Ok(seen)
+}
+
+/// A caller that retries its whole transaction when the database aborted it (a transient
+/// error), as every caller of a transactional claim must.
+pub async fn callback_retrying<S>(
+    store: &S,
+    pool: &Pool<S::Database>,
+    coupons: &str,
+    trade_no: &str,
+) -> Seen
+where
+    S: TxStore,
+    for<'c> &'c mut <S::Database as Database>::Connection: Executor<'c, Database = S::Database>,
+    for<'q> <S::Database as Database>::Arguments<'q>: IntoArguments<'q, S::Database>,
+{
+    for _ in 0..20 {
+        match callback_in_tx(store, pool, coupons, trade_no, false).await {
+            Ok(seen) => return seen,
+            Err(error) => eprintln!("retrying an aborted transaction: {error}"),
+        }
+    }
+    panic!("20 aborted transactions in a row");
 }
 
 pub async fn count<DB>(pool: &Pool<DB>, sql: &str) -> i64
@@ -134,7 +159,7 @@ where
             coupons.clone(),
             trade_no.clone(),
         );
-        async move { callback_in_tx(&store, &pool, &coupons, &trade_no, false).await }
+        async move { callback_retrying(&store, &pool, &coupons, &trade_no).await }
     })
     .await;
     let executed = seen.iter().filter(|s| **s == Seen::Executed).count();
@@ -169,7 +194,9 @@ where
     let trade_no = format!("T{}", &unique_key().to_hex()[..16]);
     let sql = format!("SELECT COUNT(*) FROM {coupons} WHERE trade_no = '{trade_no}'");
     assert_eq!(
-        callback_in_tx(&store, &pool, &coupons, &trade_no, true).await,
+        callback_in_tx(&store, &pool, &coupons, &trade_no, true)
+            .await
+            .unwrap(),
         Seen::Executed
     );
     let key = Scope::new("pay.callback").storage_key(&IdempotencyKey::parse(&trade_no).unwrap());
@@ -177,11 +204,11 @@ where
     assert_eq!(count(&pool, &sql).await, 0, "no coupon");
 
     assert_eq!(
-        callback_in_tx(&store, &pool, &coupons, &trade_no, false).await,
+        callback_retrying(&store, &pool, &coupons, &trade_no).await,
         Seen::Executed
     );
     assert_eq!(
-        callback_in_tx(&store, &pool, &coupons, &trade_no, false).await,
+        callback_retrying(&store, &pool, &coupons, &trade_no).await,
         Seen::Replayed(Outcome::new(200, "coupon granted"))
     );
     assert_eq!(count(&pool, &sql).await, 1);
@@ -220,9 +247,7 @@ where
                 coupons.clone(),
                 trade_no.clone(),
             );
-            tokio::spawn(
-                async move { callback_in_tx(&store, &pool, &coupons, &trade_no, false).await },
-            )
+            tokio::spawn(async move { callback_retrying(&store, &pool, &coupons, &trade_no).await })
         };
         // The duplicate is blocked on the owner's uncommitted row while the owner works.
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -423,4 +448,59 @@ pub async fn sweeper_purges<S: Store>(store: S) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The owner fails (rolls back) while 50 duplicates wait on its row: exactly one of them takes
+/// the key and grants, all the others replay that one's outcome. One coupon.
+pub async fn tx_owner_rollback_under_storm<S>(store: S, pool: Pool<S::Database>, coupons: String)
+where
+    S: TxStore + Clone,
+    for<'c> &'c mut <S::Database as Database>::Connection: Executor<'c, Database = S::Database>,
+    for<'q> <S::Database as Database>::Arguments<'q>: IntoArguments<'q, S::Database>,
+    i64: sqlx::Type<S::Database> + for<'r> sqlx::Decode<'r, S::Database>,
+    (i64,): for<'r> sqlx::FromRow<'r, <S::Database as Database>::Row>,
+{
+    const WAITERS: usize = 50;
+    let trade_no = format!("T{}", &unique_key().to_hex()[..16]);
+    let scope = Scope::new("pay.callback");
+    let key = IdempotencyKey::parse(&trade_no).unwrap();
+    let fingerprint = Fingerprint::of_bytes(trade_no.as_bytes());
+    let mut owner = pool.begin().await.unwrap();
+    let TxClaim::Execute(_lease) = store
+        .claim_in_tx(&mut owner, &scope, &key, &fingerprint)
+        .await
+        .unwrap()
+    else {
+        panic!("the first transaction owns the key");
+    };
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|_| {
+            let (store, pool, coupons, trade_no) = (
+                store.clone(),
+                pool.clone(),
+                coupons.clone(),
+                trade_no.clone(),
+            );
+            tokio::spawn(async move { callback_retrying(&store, &pool, &coupons, &trade_no).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    owner.rollback().await.unwrap();
+    let mut seen = Vec::new();
+    for waiter in waiters {
+        seen.push(waiter.await.unwrap());
+    }
+    let executed = seen.iter().filter(|s| **s == Seen::Executed).count();
+    assert_eq!(
+        executed, 1,
+        "one waiter takes the key after the rollback: {seen:?}"
+    );
+    let granted = Outcome::new(200, "coupon granted");
+    assert!(
+        seen.iter()
+            .all(|s| *s == Seen::Executed || *s == Seen::Replayed(granted.clone())),
+        "{seen:?}"
+    );
+    let sql = format!("SELECT COUNT(*) FROM {coupons} WHERE trade_no = '{trade_no}'");
+    assert_eq!(count(&pool, &sql).await, 1);
 }
