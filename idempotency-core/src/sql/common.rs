@@ -52,8 +52,9 @@ impl Default for Settings {
     }
 }
 
-/// Which records [`list`](crate::sql::PostgresStore::list) returns, for reconciliation: by
-/// namespace, state and a range of `updated_at`, oldest first, at most `limit`.
+/// Which records a SQL store's `list` returns, for reconciliation: by namespace, state and a
+/// range of `updated_at`, oldest first, at most `limit` (served by the
+/// `(namespace, state, updated_at)` index).
 ///
 /// ```
 /// use idempotency_core::RecordState;

@@ -1,9 +1,9 @@
 //! SQL stores (sqlx): PostgreSQL, SQLite, MySQL/MariaDB; transactional dedup and state machines.
 //!
-//! - [`PostgresStore`], [`SqliteStore`], [`MySqlStore`] (features `postgres`, `sqlite`,
-//!   `mysql`): [`Store`](crate::Store)s that pass the shared conformance suite, with
-//!   `new(pool)`, `with_table_name(..)`, `migrate()` (DDL issued from code, no compile-time
-//!   database), `purge_expired(limit)` in bounded batches and [`ListFilter`]-based `list` for
+//! - `PostgresStore`, `SqliteStore`, `MySqlStore` (features `postgres`, `sqlite`, `mysql`):
+//!   [`Store`](crate::Store)s that pass the shared conformance suite, with `new(pool)`,
+//!   `with_table_name(..)`, `migrate()` (DDL issued from code, no compile-time database),
+//!   `purge_expired(limit)` in bounded batches and [`ListFilter`]-based `list` for
 //!   reconciliation. Run [`crate::spawn_sweeper`] for background purging.
 //! - [`TxStore`]: the dedup record claimed and completed **inside the caller's transaction**,
 //!   so the record and the business writes commit or roll back together. This only holds when
