@@ -14,9 +14,12 @@ use sql_support::{concurrently, count, unique_table};
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 
-/// A fresh database file in the temporary directory, in WAL mode.
+/// A fresh database file under the temporary directory, in WAL mode.
 async fn pool(max: u32) -> Option<SqlitePool> {
-    let path = std::env::temp_dir().join(format!("{}.db", unique_table("idem_sqlite")));
+    // One directory for every test database, easy to remove: idempotency-sql-tests.
+    let dir = std::env::temp_dir().join("idempotency-sql-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}.db", unique_table("idem_sqlite")));
     let options = SqliteConnectOptions::new()
         .filename(&path)
         .create_if_missing(true)
