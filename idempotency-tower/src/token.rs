@@ -64,7 +64,7 @@ pub const IDEMPOTENCY_TOKEN: HeaderName = HeaderName::from_static("idempotency-t
 /// How much of a body the layer reads to find a form or JSON token field (default 64 KiB).
 pub const DEFAULT_TOKEN_BODY_BYTES: usize = 64 * 1024;
 
-/// Consumes a one-time token before the handler runs (see the [module docs](self)).
+/// Consumes a one-time token before the handler runs (see the [crate docs](crate)).
 ///
 /// Guards POST, PUT, PATCH and DELETE by default ([`methods`](Self::methods)); other methods
 /// pass through untouched. The token's scope is `Scope::new(namespace)`, with the principal of
