@@ -27,10 +27,17 @@ fuzz_target!(|data: &[u8]| {
     let canonical = canonical_json(&value);
     let reparsed: serde_json::Value =
         serde_json::from_str(&canonical).expect("canonical JSON is JSON");
-    assert_eq!(canonical_json(&reparsed), canonical, "canonicalisation is stable");
+    assert_eq!(
+        canonical_json(&reparsed),
+        canonical,
+        "canonicalisation is stable"
+    );
     let a = Fingerprint::of_json_fields(&value, &pointers);
     let b = Fingerprint::of_json_fields(&reparsed, &pointers);
-    assert_eq!(a, b, "field order and whitespace do not change the fingerprint");
+    assert_eq!(
+        a, b,
+        "field order and whitespace do not change the fingerprint"
+    );
 });
 
 fn has_float(value: &serde_json::Value) -> bool {

@@ -36,7 +36,9 @@ fuzz_target!(|data: &[u8]| {
         let service = layer.layer(service_fn(|_: Request<RequestBody<Full<Bytes>>>| async {
             Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
         }));
-        let request = Request::post("/callback").body(Full::new(body)).expect("request");
+        let request = Request::post("/callback")
+            .body(Full::new(body))
+            .expect("request");
         service.oneshot(request).await.expect("infallible").status()
     });
     assert!(
