@@ -42,6 +42,16 @@ async fn store() -> Option<MySqlStore> {
 
 idempotency_core::store_conformance_tests!(store());
 
+/// Drops a test's tables once it passed.
+async fn drop_tables(pool: &MySqlPool, tables: &[String]) {
+    for table in tables {
+        sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+}
+
 /// A store on a fresh table plus a fresh coupons table.
 async fn fresh(max: u32) -> Option<(MySqlStore, MySqlPool, String)> {
     let pool = pool(max).await?;
@@ -62,52 +72,66 @@ async fn fresh(max: u32) -> Option<(MySqlStore, MySqlPool, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tx_storm_200_duplicates_one_coupon() {
     if let Some((store, pool, coupons)) = fresh(20).await {
-        sql_support::tx_storm(store, pool, coupons).await;
+        let tables = [store.table_name().to_owned(), coupons.clone()];
+        sql_support::tx_storm(store, pool.clone(), coupons.clone()).await;
+        drop_tables(&pool, &tables).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tx_rollback_leaves_no_trace() {
     if let Some((store, pool, coupons)) = fresh(4).await {
-        sql_support::tx_rollback_leaves_no_trace(store, pool, coupons).await;
+        let tables = [store.table_name().to_owned(), coupons.clone()];
+        sql_support::tx_rollback_leaves_no_trace(store, pool.clone(), coupons.clone()).await;
+        drop_tables(&pool, &tables).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tx_waiting_duplicate_replays_or_executes() {
     if let Some((store, pool, coupons)) = fresh(4).await {
-        sql_support::tx_waiting_duplicate(store, pool, coupons).await;
+        let tables = [store.table_name().to_owned(), coupons.clone()];
+        sql_support::tx_waiting_duplicate(store, pool.clone(), coupons.clone()).await;
+        drop_tables(&pool, &tables).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tx_owner_rollback_under_storm() {
     if let Some((store, pool, coupons)) = fresh(20).await {
-        sql_support::tx_owner_rollback_under_storm(store, pool, coupons).await;
+        let tables = [store.table_name().to_owned(), coupons.clone()];
+        sql_support::tx_owner_rollback_under_storm(store, pool.clone(), coupons.clone()).await;
+        drop_tables(&pool, &tables).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tx_sees_engine_claims() {
-    if let Some((store, pool, _)) = fresh(4).await {
-        sql_support::tx_sees_engine_claims(store, pool).await;
+    if let Some((store, pool, coupons)) = fresh(4).await {
+        let tables = [store.table_name().to_owned(), coupons.clone()];
+        sql_support::tx_sees_engine_claims(store, pool.clone()).await;
+        drop_tables(&pool, &tables).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn purge_batches_and_list() {
-    if let Some((store, _, _)) = fresh(4).await {
+    if let Some((store, pool, coupons)) = fresh(4).await {
+        let tables = [store.table_name().to_owned(), coupons.clone()];
         sql_support::purge_batches_and_list(store, async |s: &MySqlStore, f| {
             s.list(&f).await.unwrap()
         })
         .await;
+        drop_tables(&pool, &tables).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sweeper_purges_expired_records() {
-    if let Some((store, _, _)) = fresh(2).await {
+    if let Some((store, pool, coupons)) = fresh(2).await {
+        let tables = [store.table_name().to_owned(), coupons.clone()];
         sql_support::sweeper_purges(store).await;
+        drop_tables(&pool, &tables).await;
     }
 }
 
@@ -217,6 +241,7 @@ async fn transition_applied_once_then_already_in_target() {
         reopen.apply_mysql(&mut conn, 43_i64).await.unwrap(),
         TransitionOutcome::Applied
     );
+    drop_tables(&pool, &[orders, coupons]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -239,6 +264,7 @@ async fn transition_200_concurrent_callbacks_one_coupon() {
     );
     let granted = count(&pool, &format!("SELECT COUNT(*) FROM {coupons}")).await;
     assert_eq!(granted, 1, "200 concurrent callbacks, one coupon");
+    drop_tables(&pool, &[orders, coupons]).await;
 }
 
 /// The server kills the store's connections mid-run: calls fail with `Unavailable` (a 503),
