@@ -16,6 +16,7 @@ use crate::refusal::{Refusal, RefusalKind, RenderRefusal};
 /// | in flight | `ABORTED` (10) |
 /// | key reused with another payload | `FAILED_PRECONDITION` (9) |
 /// | store unavailable | `UNAVAILABLE` (14) |
+/// | completed, response too large to replay | `ALREADY_EXISTS` (6) |
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GrpcStatus;
 
@@ -28,6 +29,7 @@ impl GrpcStatus {
             RefusalKind::InFlight => 10,
             RefusalKind::Mismatch | RefusalKind::TokenRejected => 9,
             RefusalKind::StoreUnavailable => 14,
+            RefusalKind::NotReplayable => 6,
         }
     }
 }

@@ -30,6 +30,10 @@ pub enum RefusalKind {
     /// A one-time token is missing, unknown, expired or already used ([`crate::TokenLayer`]):
     /// the form was already submitted (409, gRPC `FAILED_PRECONDITION`).
     TokenRejected,
+    /// The first request with this key completed, but its response could not be stored for
+    /// replay (larger than the stored-response bounds). The key stays taken, so the work never
+    /// runs twice; a retry learns that it was done (409, gRPC `ALREADY_EXISTS`).
+    NotReplayable,
 }
 
 impl RefusalKind {
@@ -38,7 +42,7 @@ impl RefusalKind {
         match self {
             Self::MissingKey | Self::InvalidKey | Self::MalformedBody => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::InFlight | Self::TokenRejected => StatusCode::CONFLICT,
+            Self::InFlight | Self::TokenRejected | Self::NotReplayable => StatusCode::CONFLICT,
             Self::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -55,6 +59,7 @@ impl RefusalKind {
             Self::Mismatch => "Idempotency key reused",
             Self::StoreUnavailable => "Idempotency store unavailable",
             Self::TokenRejected => "One-time token rejected",
+            Self::NotReplayable => "Response not replayable",
         }
     }
 
@@ -69,6 +74,7 @@ impl RefusalKind {
             Self::Mismatch => "key-reused",
             Self::StoreUnavailable => "store-unavailable",
             Self::TokenRejected => "token-rejected",
+            Self::NotReplayable => "not-replayable",
         }
     }
 }

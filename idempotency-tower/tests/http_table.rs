@@ -646,22 +646,33 @@ async fn key_from_a_user_function() {
 }
 
 #[tokio::test]
-async fn responses_over_the_stored_limit_pass_through_and_release() {
-    let (app, _, store) = app(|b| b.max_stored_response_bytes(64));
+async fn responses_over_the_stored_limit_reach_the_client_and_never_run_twice() {
+    let (app, calls, store) = app(|b| b.max_stored_response_bytes(64));
     let key = unique("large");
-    for _ in 0..2 {
-        let (status, headers, body) = read(
-            app.clone()
-                .oneshot(post_with_key("/big", Some(&key), &"y".repeat(100)))
-                .await
-                .unwrap(),
-        )
-        .await;
-        assert_eq!(status, 200);
-        assert!(!headers.contains_key("idempotent-replayed"));
-        assert_eq!(body.len(), 100);
-    }
-    assert!(store.is_empty(), "released, not stored");
+    let (status, headers, body) = read(
+        app.clone()
+            .oneshot(post_with_key("/big", Some(&key), &"y".repeat(100)))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(!headers.contains_key("idempotent-replayed"));
+    assert_eq!(body.len(), 100, "the first client gets the whole response");
+
+    // The work is done: a retry is told so instead of running the handler again.
+    let retry = app
+        .oneshot(post_with_key("/big", Some(&key), &"y".repeat(100)))
+        .await
+        .unwrap();
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    let problem = problem(retry, 409).await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("status 200"),
+        "{problem}"
+    );
+    assert_eq!(calls.big.load(Ordering::SeqCst), 1);
+    assert_eq!(store.len(), 1, "the key stays taken");
 }
 
 #[tokio::test]

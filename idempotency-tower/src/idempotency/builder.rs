@@ -194,7 +194,9 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
     }
 
     /// The largest response body stored (default 1 MiB). A larger response still reaches the
-    /// client, but is not stored: the key is released and a warning logged.
+    /// client in full, but only a marker is stored: the work is not run again, and a retry gets
+    /// 409 "Response not replayable" ([`crate::RefusalKind::NotReplayable`]); a warning is
+    /// logged.
     pub fn max_stored_response_bytes(mut self, limit: usize) -> Self {
         self.settings.max_stored_bytes = limit;
         self
@@ -202,8 +204,8 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
 
     /// The most header and trailer fields a stored response may have (default 100), and the
     /// most bytes their names and values may take together (default 64 KiB). A response past
-    /// either bound still reaches the client, but is not stored: the key is released and a
-    /// warning logged.
+    /// either bound still reaches the client, but only a "not replayable" marker is stored, as
+    /// for [`max_stored_response_bytes`](Self::max_stored_response_bytes).
     pub fn max_stored_headers(mut self, count: usize, bytes: usize) -> Self {
         self.settings.max_stored_headers = count;
         self.settings.max_stored_header_bytes = bytes;

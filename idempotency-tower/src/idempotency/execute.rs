@@ -91,12 +91,11 @@ where
         Collected::Complete(data, trailers) => {
             let status = parts.status;
             if !headers_within_bounds(&settings, &parts.headers, trailers.as_ref()) {
-                tracing::warn!(
-                    limit = settings.max_stored_headers,
-                    bytes = settings.max_stored_header_bytes,
-                    "response headers past the stored-response bounds; not stored, key released"
+                let detail = format!(
+                    "its response headers exceed the stored-response bounds ({} fields, {} bytes)",
+                    settings.max_stored_headers, settings.max_stored_header_bytes
                 );
-                let _ = execution.release().await;
+                settle_unstorable(&settings, execution, &parts, trailers.as_ref(), detail).await;
             } else if settings
                 .storage
                 .should_store(status, &parts.headers, trailers.as_ref())
@@ -142,11 +141,11 @@ where
             ))
         }
         Collected::Overflow(prefix, rest) => {
-            tracing::warn!(
-                limit = settings.max_stored_bytes,
-                "response larger than the stored-response limit; not stored, key released"
+            let detail = format!(
+                "its response body exceeds the stored-response limit of {} bytes",
+                settings.max_stored_bytes
             );
-            let _ = execution.release().await;
+            settle_unstorable(&settings, execution, &parts, None, detail).await;
             Ok(Response::from_parts(
                 parts,
                 ResponseBody::partial(prefix, rest),
@@ -160,6 +159,47 @@ where
                 ResponseBody::failed(data, error),
             ))
         }
+    }
+}
+
+/// Settles a response the store cannot hold. One the storage policy would not store anyway
+/// (5xx, 429, …) releases the key as usual. Otherwise the handler's work is done and must not
+/// run again: the key is completed with a [`RefusalKind::NotReplayable`] answer, which retries
+/// get (with `Idempotent-Replayed`), while the first client still receives the whole response.
+async fn settle_unstorable<S: Store>(
+    settings: &Settings,
+    execution: Execution<S>,
+    parts: &http::response::Parts,
+    trailers: Option<&http::HeaderMap>,
+    why: String,
+) {
+    if !settings
+        .storage
+        .should_store(parts.status, &parts.headers, trailers)
+    {
+        let _ = execution.release().await;
+        return;
+    }
+    tracing::warn!(status = parts.status.as_u16(), %why, "response not storable; retries will be told it was processed");
+    let refusal = Refusal::new(
+        RefusalKind::NotReplayable,
+        format!(
+            "the request with this key was processed (status {}), but {why}, so it cannot be replayed",
+            parts.status.as_u16()
+        ),
+    );
+    let (answer, body) = settings.renderer.render(&refusal).into_parts();
+    let stored = StoredResponse {
+        status: answer.status,
+        headers: answer.headers,
+        body,
+        trailers: None,
+    };
+    if let Err(error) = execution
+        .complete(Outcome::new(parts.status.as_u16(), stored.encode()))
+        .await
+    {
+        tracing::warn!(%error, "the not-replayable marker could not be stored; a retry may run the handler again");
     }
 }
 

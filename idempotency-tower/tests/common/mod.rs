@@ -27,6 +27,7 @@ pub struct Calls {
     pub status: AtomicUsize,
     pub slow: AtomicUsize,
     pub list: AtomicUsize,
+    pub big: AtomicUsize,
     pub slow_started: Notify,
     pub slow_finished: Notify,
     pub slow_done: AtomicBool,
@@ -102,7 +103,8 @@ async fn list(State(calls): State<Arc<Calls>>) -> impl IntoResponse {
     format!("list {n}")
 }
 
-async fn big(body: Bytes) -> impl IntoResponse {
+async fn big(State(calls): State<Arc<Calls>>, body: Bytes) -> impl IntoResponse {
+    calls.big.fetch_add(1, Ordering::SeqCst);
     vec![b'x'; body.len()]
 }
 
