@@ -348,3 +348,93 @@ async fn a_streaming_method_passes_through() {
         "both streams ran: nothing replayed"
     );
 }
+
+/// Redis reached through a TCP proxy that the test can cut: a store that really goes down.
+#[cfg(feature = "redis")]
+mod redis_down {
+    use super::*;
+    use idempotency_core::redis::RedisStore;
+    use std::sync::Mutex;
+    use tokio::task::JoinHandle;
+
+    struct Proxy {
+        addr: SocketAddr,
+        tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    }
+
+    impl Proxy {
+        async fn start(upstream: SocketAddr) -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+            let registry = Arc::clone(&tasks);
+            let accept = tokio::spawn(async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    let connection = tokio::spawn(async move {
+                        if let Ok(mut server) = TcpStream::connect(upstream).await {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    });
+                    registry.lock().unwrap().push(connection);
+                }
+            });
+            tasks.lock().unwrap().push(accept);
+            Self { addr, tasks }
+        }
+
+        /// Closes the listener and every proxied connection.
+        fn cut(&self) {
+            for task in self.tasks.lock().unwrap().drain(..) {
+                task.abort();
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_store_that_goes_down_answers_unavailable_and_runs_nothing() {
+        let url =
+            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+        let host = url
+            .trim_start_matches("redis://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned();
+        let Ok(upstream) = tokio::net::lookup_host(&host)
+            .await
+            .map(|mut a| a.next().unwrap())
+        else {
+            idempotency_core::testing::unavailable::<()>("Redis", "bad REDIS_URL");
+            return;
+        };
+        let proxy = Proxy::start(upstream).await;
+        let store = match RedisStore::connect(&format!("redis://{}", proxy.addr)).await {
+            Ok(store) => store.with_key_prefix(format!("grpc-down-{}", std::process::id())),
+            Err(error) => {
+                idempotency_core::testing::unavailable::<()>("Redis", error);
+                return;
+            }
+        };
+        let service = PaymentsService::new();
+        let addr = start(service.clone(), store).await;
+        let mut client = client(addr).await;
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let key = format!("k-up-{nonce}");
+        client
+            .create_order(with_key(order(100), &key).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(service.executions(), 1);
+
+        proxy.cut();
+        let down = client
+            .create_order(with_key(order(100), "k-while-down").unwrap())
+            .await
+            .unwrap_err();
+        assert_eq!(down.code(), Code::Unavailable, "{down:?}");
+        assert_eq!(service.executions(), 1, "nothing ran unguarded");
+    }
+}
