@@ -66,7 +66,9 @@ pub use function::IdempotentError;
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use record::{FencingToken, Outcome, Record, RecordState};
 pub use scope::{Scope, StorageKey};
-pub use store::{BoxFuture, BoxStore, Claim, ClaimRequest, DynStore, Lease, Store};
+pub use store::{
+    BoxFuture, BoxStore, Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, DynStore, Lease, Store,
+};
 pub use sweeper::{Sweeper, spawn_sweeper};
 pub use token::{DEFAULT_TOKEN_TTL, OneTimeToken, TokenOutcome, TokenStore};
 

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 use crate::time::unix_micros_now;
 use crate::token::{OneTimeToken, TokenOutcome, TokenStore};
 use crate::{
-    Claim, ClaimRequest, FencingToken, Lease, Outcome, Record, RecordState, Scope, StorageKey,
-    Store, StoreError,
+    Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Lease, Outcome, Record,
+    RecordState, Scope, StorageKey, Store, StoreError,
 };
 
 const SHARDS: usize = 64;
@@ -47,8 +47,12 @@ impl<V> Shards<V> {
 /// Records live as long as the process: after a restart every key is new again. Use it for
 /// tests, single-instance services and as the fast tier in front of a durable store.
 ///
-/// Optionally bounded ([`MemoryStore::with_capacity`]): when full, expired records are evicted
-/// first; live records are never evicted (that would let a duplicate run again), so a full
+/// [`Store::purge_expired`] removes completed records past their TTL and abandoned leases once
+/// their end is [`with_abandoned_grace`](MemoryStore::with_abandoned_grace) ago, so the claim
+/// after a crash still reports the takeover.
+///
+/// Optionally bounded ([`MemoryStore::with_capacity`]): when full, expired records (abandoned
+/// leases included, grace or not) are evicted first; live records are never evicted (that would let a duplicate run again), so a full
 /// store refuses new keys with [`StoreError::CapacityExceeded`].
 ///
 /// ```
@@ -60,6 +64,7 @@ pub struct MemoryStore {
     records: Shards<Record>,
     next_token: AtomicU64,
     capacity: Option<usize>,
+    abandoned_grace: Duration,
     len: AtomicUsize,
 }
 
@@ -73,6 +78,7 @@ impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
             .field("capacity", &self.capacity)
+            .field("abandoned_grace", &self.abandoned_grace)
             .finish_non_exhaustive()
     }
 }
@@ -85,8 +91,16 @@ impl MemoryStore {
             // Seeded from the clock so tokens keep growing across restarts of the process.
             next_token: AtomicU64::new(unix_micros_now()),
             capacity: None,
+            abandoned_grace: DEFAULT_ABANDONED_GRACE,
             len: AtomicUsize::new(0),
         }
+    }
+
+    /// How long [`Store::purge_expired`] keeps an in-progress record after its lease ended
+    /// (default [`DEFAULT_ABANDONED_GRACE`], 1 h).
+    pub fn with_abandoned_grace(mut self, grace: Duration) -> Self {
+        self.abandoned_grace = grace;
+        self
     }
 
     /// A store holding at most `max_records` records.
@@ -133,6 +147,15 @@ impl MemoryStore {
             Ok(true)
         } else {
             Err(StoreError::CapacityExceeded(capacity))
+        }
+    }
+
+    /// Whether a purge may delete `record`: a completed one past its TTL, an abandoned lease
+    /// past its end plus the grace.
+    fn purgeable(&self, record: &Record, now: SystemTime) -> bool {
+        match record.state {
+            RecordState::Completed => record.expires_at <= now,
+            RecordState::InProgress => record.expires_at + self.abandoned_grace <= now,
         }
     }
 
@@ -291,7 +314,7 @@ impl Store for MemoryStore {
             }
             let expired: Vec<StorageKey> = shard
                 .iter()
-                .filter(|(_, record)| record.expires_at <= now)
+                .filter(|(_, record)| self.purgeable(record, now))
                 .map(|(key, _)| *key)
                 .take(limit - purged)
                 .collect();

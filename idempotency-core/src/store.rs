@@ -7,6 +7,11 @@ use std::time::Duration;
 
 use crate::{FencingToken, Fingerprint, Outcome, Record, StorageKey, StoreError};
 
+/// How long every store keeps an abandoned in-progress record after its lease ended (default of
+/// each store's `with_abandoned_grace`): long enough that the next claim reports the takeover of
+/// a crashed owner (`took_over`, `attempt + 1`) and operators can list it, not forever.
+pub const DEFAULT_ABANDONED_GRACE: Duration = Duration::from_secs(60 * 60);
+
 /// What [`Store::claim`] is asked to take.
 #[derive(Clone, Copy, Debug)]
 pub struct ClaimRequest<'a> {
@@ -98,7 +103,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
 
     /// Deletes up to `limit` expired records (completed past their TTL, or abandoned leases
-    /// past their end) and returns how many went. Stores with native expiry may return 0.
+    /// whose end is more than the store's abandoned grace ago, [`DEFAULT_ABANDONED_GRACE`] by
+    /// default) and returns how many went. Stores with native expiry may return 0.
     fn purge_expired(&self, limit: usize) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }
 

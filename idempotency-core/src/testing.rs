@@ -290,6 +290,27 @@ pub async fn unknown_key_is_refused<S: Store>(store: &S) {
     assert_eq!(store.get(&key).await.unwrap(), None);
 }
 
+/// A purge keeps an abandoned lease for the store's grace (an hour by default): the next claim
+/// still sees the crashed owner and reports the takeover.
+pub async fn abandoned_lease_outlives_purge<S: Store>(store: &S) {
+    let key = unique_key();
+    let fp = fingerprint("a");
+    let first = acquire(store, &key, &fp, SHORT).await;
+    tokio::time::sleep(PAST_SHORT).await;
+    store.purge_expired(1_000_000).await.unwrap();
+    let record = store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("an abandoned lease is kept for its grace");
+    assert_eq!(record.state, RecordState::InProgress);
+    assert_eq!(record.token, first.token);
+    let second = acquire(store, &key, &fp, LONG).await;
+    assert!(second.took_over, "the crashed owner is still seen");
+    assert_eq!(second.attempt, 2);
+    assert!(second.token > first.token);
+}
+
 /// A completed record past its TTL is gone: the next claim is a fresh first attempt, and a
 /// purge removes it.
 pub async fn completed_expiry_and_purge<S: Store>(store: &S) {
@@ -470,7 +491,7 @@ macro_rules! store_conformance_tests {
         $crate::store_conformance_tests!(@tests $make;
             lifecycle, mismatch, takeover_and_fencing, takeover_with_other_payload,
             touch_extends_lease, release_and_reclaim, unknown_key_is_refused,
-            completed_expiry_and_purge);
+            completed_expiry_and_purge, abandoned_lease_outlives_purge);
         $crate::store_conformance_tests!(@shared $make; keys_are_independent, claim_storm);
     };
     (@tests $make:expr; $($check:ident),*) => {$(

@@ -133,7 +133,7 @@ async fn purge_batches_and_list() {
 async fn sweeper_purges_expired_records() {
     if let Some((store, pool, coupons)) = fresh(2).await {
         let tables = [store.table_name().to_owned(), coupons.clone()];
-        sql_support::sweeper_purges(store).await;
+        sql_support::sweeper_purges(store.with_abandoned_grace(Duration::from_millis(200))).await;
         drop_tables(&pool, &tables).await;
     }
 }

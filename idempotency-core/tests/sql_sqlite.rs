@@ -131,7 +131,7 @@ async fn purge_batches_and_list() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sweeper_purges_expired_records() {
     if let Some((store, _, _)) = fresh(2).await {
-        sql_support::sweeper_purges(store).await;
+        sql_support::sweeper_purges(store.with_abandoned_grace(Duration::from_millis(200))).await;
     }
 }
 

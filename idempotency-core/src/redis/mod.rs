@@ -27,7 +27,7 @@ mod store;
 mod tokens;
 
 pub use connect::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, connect, connect_client, connect_cluster};
-pub use store::{DEFAULT_ABANDONED_GRACE, DEFAULT_CALL_TIMEOUT, DEFAULT_KEY_PREFIX, RedisStore};
+pub use store::{DEFAULT_CALL_TIMEOUT, DEFAULT_KEY_PREFIX, RedisStore};
 pub use tokens::{DEFAULT_TOKEN_PREFIX, RedisTokenStore};
 
 /// The Redis client crate this module is built on, for commands of your own.

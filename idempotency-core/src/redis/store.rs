@@ -10,14 +10,15 @@ use ::redis::{Script, Value};
 use super::codec;
 use super::error::{bounded, millis};
 use super::scripts;
-use crate::{Claim, ClaimRequest, FencingToken, Outcome, Record, StorageKey, Store, StoreError};
+use crate::{
+    Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Outcome, Record, StorageKey, Store,
+    StoreError,
+};
 
 /// Default prefix of every key the store writes.
 pub const DEFAULT_KEY_PREFIX: &str = "idempotency:";
 /// Default bound on each call to Redis.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default time an abandoned in-progress record is kept after its lease ended.
-pub const DEFAULT_ABANDONED_GRACE: Duration = Duration::from_secs(60 * 60);
 
 struct Scripts {
     claim: Script,

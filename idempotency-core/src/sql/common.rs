@@ -40,6 +40,7 @@ pub(crate) struct Settings {
     pub(crate) table: String,
     pub(crate) tx_lease: Duration,
     pub(crate) tx_ttl: Duration,
+    pub(crate) abandoned_grace: Duration,
 }
 
 impl Default for Settings {
@@ -48,6 +49,7 @@ impl Default for Settings {
             table: DEFAULT_TABLE.to_owned(),
             tx_lease: Duration::from_secs(60),
             tx_ttl: Duration::from_secs(24 * 60 * 60),
+            abandoned_grace: crate::DEFAULT_ABANDONED_GRACE,
         }
     }
 }
@@ -127,6 +129,17 @@ pub(crate) fn unix_micros(at: SystemTime) -> i64 {
 }
 
 /// Microseconds of a duration as a SQL parameter (saturating).
+/// The longest abandoned grace a SQL store takes (ten years), so `now - grace` stays a valid
+/// timestamp on every database.
+const MAX_GRACE: Duration = Duration::from_secs(10 * 365 * 24 * 60 * 60);
+
+impl Settings {
+    /// Sets the abandoned grace, bounded by [`MAX_GRACE`].
+    pub(crate) fn set_abandoned_grace(&mut self, grace: Duration) {
+        self.abandoned_grace = grace.min(MAX_GRACE);
+    }
+}
+
 pub(crate) fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }

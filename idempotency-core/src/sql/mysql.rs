@@ -157,7 +157,11 @@ impl Sql {
             ),
             release: format!("DELETE FROM {t} WHERE {owned}"),
             get: format!("SELECT {record_columns} FROM {t} WHERE key_hash = ?"),
-            purge: format!("DELETE FROM {t} WHERE expires_at <= {NOW} ORDER BY expires_at LIMIT ?"),
+            // Completed past the TTL, or an abandoned lease past its end plus the grace.
+            purge: format!(
+                "DELETE FROM {t} WHERE expires_at <= {NOW} AND (state = 'completed' OR \
+                 expires_at <= {NOW} - INTERVAL ? MICROSECOND) ORDER BY expires_at LIMIT ?"
+            ),
             select_records: format!("SELECT {record_columns} FROM {t} WHERE 1 = 1"),
         }
     }
@@ -203,6 +207,14 @@ impl MySqlStore {
     /// How long outcomes completed in a transaction are kept (default 24 h).
     pub fn with_tx_ttl(mut self, ttl: Duration) -> Self {
         self.settings.tx_ttl = ttl;
+        self
+    }
+
+    /// How long [`purge_expired`](Store::purge_expired) keeps an in-progress record after its
+    /// lease ended (default [`DEFAULT_ABANDONED_GRACE`](crate::DEFAULT_ABANDONED_GRACE), 1 h;
+    /// at most ten years), so the claim after a crash reports the takeover.
+    pub fn with_abandoned_grace(mut self, grace: Duration) -> Self {
+        self.settings.set_abandoned_grace(grace);
         self
     }
 
@@ -447,6 +459,7 @@ impl Store for MySqlStore {
 
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         let done = sqlx::query(&self.sql.purge)
+            .bind(micros(self.settings.abandoned_grace))
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .execute(&self.pool)
             .await

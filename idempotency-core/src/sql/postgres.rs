@@ -88,6 +88,11 @@ impl Sql {
         let t = format!("\"{table}\"");
         let seq = format!("\"{table}_token_seq\"");
         let expired = format!("r.expires_at <= {NOW}");
+        // Completed past the TTL, or an abandoned lease past its end plus the grace ($2 µs).
+        let purgeable = format!(
+            "expires_at <= {NOW} AND (state = 'completed' OR \
+             expires_at <= {NOW} - $2 * interval '1 microsecond')"
+        );
         // On conflict: take an expired row over, keep a live one unchanged (the no-op update only
         // happens for a row this statement's snapshot could not see, to return its latest
         // version).
@@ -184,9 +189,9 @@ impl Sql {
             get: format!("SELECT {} FROM {t} WHERE key_hash = $1", record_columns()),
             purge: format!(
                 "DELETE FROM {t} WHERE key_hash IN (\
-                   SELECT key_hash FROM {t} WHERE expires_at <= {NOW} \
+                   SELECT key_hash FROM {t} WHERE {purgeable} \
                    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
-                 AND expires_at <= {NOW}"
+                 AND {purgeable}"
             ),
             select_records: format!("SELECT {} FROM {t} WHERE TRUE", record_columns()),
         }
@@ -224,6 +229,14 @@ impl PostgresStore {
     /// How long outcomes completed in a transaction are kept (default 24 h).
     pub fn with_tx_ttl(mut self, ttl: Duration) -> Self {
         self.settings.tx_ttl = ttl;
+        self
+    }
+
+    /// How long [`purge_expired`](Store::purge_expired) keeps an in-progress record after its
+    /// lease ended (default [`DEFAULT_ABANDONED_GRACE`](crate::DEFAULT_ABANDONED_GRACE), 1 h;
+    /// at most ten years), so the claim after a crash reports the takeover.
+    pub fn with_abandoned_grace(mut self, grace: Duration) -> Self {
+        self.settings.set_abandoned_grace(grace);
         self
     }
 
@@ -411,6 +424,7 @@ impl Store for PostgresStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         let done = sqlx::query(&self.sql.purge)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(micros(self.settings.abandoned_grace))
             .execute(&self.pool)
             .await
             .map_err(map_err)?;

@@ -128,7 +128,9 @@ impl Sql {
             get: format!("SELECT {record_columns} FROM {t} WHERE key_hash = ?1"),
             purge: format!(
                 "DELETE FROM {t} WHERE key_hash IN (\
-                   SELECT key_hash FROM {t} WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)"
+                   SELECT key_hash FROM {t} WHERE expires_at <= ?1 \
+                   AND (state = 'completed' OR expires_at <= ?1 - ?3) \
+                   ORDER BY expires_at LIMIT ?2)"
             ),
             select_records: format!("SELECT {record_columns} FROM {t} WHERE 1 = 1"),
         }
@@ -169,6 +171,14 @@ impl SqliteStore {
     /// How long outcomes completed in a transaction are kept (default 24 h).
     pub fn with_tx_ttl(mut self, ttl: Duration) -> Self {
         self.settings.tx_ttl = ttl;
+        self
+    }
+
+    /// How long [`purge_expired`](Store::purge_expired) keeps an in-progress record after its
+    /// lease ended (default [`DEFAULT_ABANDONED_GRACE`](crate::DEFAULT_ABANDONED_GRACE), 1 h;
+    /// at most ten years), so the claim after a crash reports the takeover.
+    pub fn with_abandoned_grace(mut self, grace: Duration) -> Self {
+        self.settings.set_abandoned_grace(grace);
         self
     }
 
@@ -387,6 +397,7 @@ impl Store for SqliteStore {
         let done = sqlx::query(&self.sql.purge)
             .bind(now_us())
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(micros(self.settings.abandoned_grace))
             .execute(&self.pool)
             .await
             .map_err(map_err)?;

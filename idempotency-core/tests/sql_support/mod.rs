@@ -412,7 +412,8 @@ pub async fn purge_batches_and_list<S: Store>(
     }
 }
 
-/// The generic background sweeper (`spawn_sweeper`) purges an SQL store's expired records.
+/// The generic background sweeper (`spawn_sweeper`) purges an SQL store's expired records and,
+/// once the store's abandoned grace has passed (give it a short one), abandoned leases.
 pub async fn sweeper_purges<S: Store>(store: S) {
     let store = Arc::new(store);
     let key = unique_key();
@@ -438,15 +439,29 @@ pub async fn sweeper_purges<S: Store>(store: S) {
         )
         .await
         .unwrap();
+    // An owner that crashed: its lease ends, and the store's (short) abandoned grace after it.
+    let abandoned = unique_key();
+    let claim = store
+        .claim(ClaimRequest {
+            key: &abandoned,
+            namespace: "sweeper",
+            fingerprint: &fp,
+            lease: Duration::from_millis(100),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(claim, Claim::Acquired(_)));
     let _sweeper =
         idempotency_core::spawn_sweeper(Arc::clone(&store), Duration::from_millis(50), 100);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while store.get(&key).await.unwrap().is_some() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the sweeper purges the expired record"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    for key in [&key, &abandoned] {
+        while store.get(key).await.unwrap().is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sweeper purges expired records and abandoned leases past their grace"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
