@@ -300,6 +300,70 @@ pub(crate) fn owned(rows: u64) -> Result<(), StoreError> {
     }
 }
 
+/// The constructor, settings and accessors every SQL store shares, written once: `new(pool)`,
+/// `with_table_name`, `with_tx_lease`, `with_tx_ttl`, `with_abandoned_grace`, `table_name` and
+/// `pool`. The store has the fields `pool`, `settings: Settings` and `sql: Arc<Sql>`, with
+/// `Sql::new(table)` building its statements.
+macro_rules! sql_store_settings {
+    ($store:ident, $pool:ty) => {
+        impl $store {
+            /// A store on `pool`, table `idempotency_records`. Call [`migrate`](Self::migrate)
+            /// once.
+            pub fn new(pool: $pool) -> Self {
+                let settings = Settings::default();
+                let sql = Arc::new(Sql::new(&settings.table));
+                Self {
+                    pool,
+                    settings,
+                    sql,
+                }
+            }
+
+            /// Uses another table (its indexes, and PostgreSQL's token sequence, are named after
+            /// it). Names that are not plain identifiers are refused with [`StoreError::Config`].
+            pub fn with_table_name(mut self, table: &str) -> Result<Self, StoreError> {
+                validate_identifier(table)?;
+                self.settings.table = table.to_owned();
+                self.sql = Arc::new(Sql::new(table));
+                Ok(self)
+            }
+
+            /// The lease of transactional claims (default 60 s): how long a record committed
+            /// without completion blocks the key before it may be taken over.
+            pub fn with_tx_lease(mut self, lease: Duration) -> Self {
+                self.settings.tx_lease = lease;
+                self
+            }
+
+            /// How long outcomes completed in a transaction are kept (default 24 h).
+            pub fn with_tx_ttl(mut self, ttl: Duration) -> Self {
+                self.settings.tx_ttl = ttl;
+                self
+            }
+
+            /// How long [`purge_expired`](Store::purge_expired) keeps an in-progress record
+            /// after its lease ended (default
+            /// [`DEFAULT_ABANDONED_GRACE`](crate::DEFAULT_ABANDONED_GRACE), 1 h; at most ten
+            /// years), so the claim after a crash reports the takeover.
+            pub fn with_abandoned_grace(mut self, grace: Duration) -> Self {
+                self.settings.set_abandoned_grace(grace);
+                self
+            }
+
+            /// The table name.
+            pub fn table_name(&self) -> &str {
+                &self.settings.table
+            }
+
+            /// The pool.
+            pub fn pool(&self) -> &$pool {
+                &self.pool
+            }
+        }
+    };
+}
+pub(crate) use sql_store_settings;
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -198,48 +198,9 @@ impl Sql {
     }
 }
 
+super::common::sql_store_settings!(PostgresStore, PgPool);
+
 impl PostgresStore {
-    /// A store on `pool`, table `idempotency_records`. Call [`migrate`](Self::migrate) once.
-    pub fn new(pool: PgPool) -> Self {
-        let settings = Settings::default();
-        let sql = Arc::new(Sql::new(&settings.table));
-        Self {
-            pool,
-            settings,
-            sql,
-        }
-    }
-
-    /// Uses another table (and `<table>_token_seq`, `<table>_*_idx`). Names that are not plain
-    /// identifiers are refused with [`StoreError::Config`].
-    pub fn with_table_name(mut self, table: &str) -> Result<Self, StoreError> {
-        validate_identifier(table)?;
-        self.settings.table = table.to_owned();
-        self.sql = Arc::new(Sql::new(table));
-        Ok(self)
-    }
-
-    /// The lease of transactional claims (default 60 s): how long a record committed without
-    /// completion blocks the key before it may be taken over.
-    pub fn with_tx_lease(mut self, lease: Duration) -> Self {
-        self.settings.tx_lease = lease;
-        self
-    }
-
-    /// How long outcomes completed in a transaction are kept (default 24 h).
-    pub fn with_tx_ttl(mut self, ttl: Duration) -> Self {
-        self.settings.tx_ttl = ttl;
-        self
-    }
-
-    /// How long [`purge_expired`](Store::purge_expired) keeps an in-progress record after its
-    /// lease ended (default [`DEFAULT_ABANDONED_GRACE`](crate::DEFAULT_ABANDONED_GRACE), 1 h;
-    /// at most ten years), so the claim after a crash reports the takeover.
-    pub fn with_abandoned_grace(mut self, grace: Duration) -> Self {
-        self.settings.set_abandoned_grace(grace);
-        self
-    }
-
     /// The SQL text of one of the store's statements (claim, complete, get), for benchmarks
     /// that run the identical statements through raw sqlx.
     #[doc(hidden)]
@@ -250,16 +211,6 @@ impl PostgresStore {
             "get" => Some(&self.sql.get),
             _ => None,
         }
-    }
-
-    /// The table name.
-    pub fn table_name(&self) -> &str {
-        &self.settings.table
-    }
-
-    /// The pool.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
     }
 
     /// Creates the table, its indexes (expiry; namespace + state + updated_at) and the token
