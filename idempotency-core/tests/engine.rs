@@ -77,7 +77,8 @@ async fn dropping_an_unfinished_execution_releases_the_key() {
 
 #[tokio::test]
 async fn keep_alive_protects_a_slow_execution_from_takeover() {
-    let engine = Idempotency::new(MemoryStore::new()).with_lease(Duration::from_millis(150));
+    // Renewed every third of the lease: 400 ms of slack for a loaded CI machine.
+    let engine = Idempotency::new(MemoryStore::new()).with_lease(Duration::from_millis(600));
     let scope = Scope::new("engine");
     let fp = Fingerprint::of_bytes(b"a");
     let Decision::Execute(execution) = engine.begin(&scope, &key("slow"), &fp).await.unwrap()
@@ -85,7 +86,7 @@ async fn keep_alive_protects_a_slow_execution_from_takeover() {
         panic!("first call must execute");
     };
     // Four leases long: without renewal it would be taken over.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(2400)).await;
     assert!(matches!(
         engine.begin(&scope, &key("slow"), &fp).await.unwrap(),
         Decision::InFlight { .. }

@@ -679,14 +679,15 @@ async fn responses_over_the_stored_limit_reach_the_client_and_never_run_twice() 
 async fn slow_handler_keeps_its_lease() {
     // The handler runs for several leases; keep-alive renews the lease, so a duplicate arriving
     // long after the first lease would have ended is still refused instead of taking over.
-    let (app, calls, _) = app(|b| b.lease(Duration::from_millis(400)));
+    // A lease of 1 s renewed every third of it leaves 2/3 s of slack for a loaded CI machine.
+    let (app, calls, _) = app(|b| b.lease(Duration::from_millis(1000)));
     let key = unique("lease");
     let first = tokio::spawn(
         app.clone()
             .oneshot(post_with_key("/held", Some(&key), "{}")),
     );
     calls.held_started.notified().await;
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    tokio::time::sleep(Duration::from_millis(3300)).await;
     let duplicate = app
         .clone()
         .oneshot(post_with_key("/held", Some(&key), "{}"))
