@@ -262,3 +262,49 @@ async fn transition_200_concurrent_callbacks_one_coupon() {
     let granted = count(&pool, &format!("SELECT COUNT(*) FROM {coupons}")).await;
     assert_eq!(granted, 1, "200 concurrent callbacks, one coupon");
 }
+
+/// Integer state codes (a `INTEGER` column: 10 = WAIT_PAY, 20 = PAID, 90 = CLOSED), as many order
+/// tables keep them: applied once, then already in the target, an illegal source reported with
+/// its code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transition_with_integer_state_codes() {
+    let Some(pool) = pool(2).await else { return };
+    let orders = unique_table("coded_orders");
+    for ddl in [
+        format!("CREATE TABLE {orders} (id BIGINT PRIMARY KEY, status INTEGER NOT NULL)"),
+        format!("INSERT INTO {orders} (id, status) VALUES (42, 10), (43, 90)"),
+    ] {
+        sqlx::query(&ddl).execute(&pool).await.unwrap();
+    }
+    let mark_paid = Transition::new(&orders, "id", "status")
+        .unwrap()
+        .from(10)
+        .to(20);
+    let pay = async |id: i64| {
+        let mut tx = pool.begin().await.unwrap();
+        let outcome = mark_paid.apply_sqlite(&mut tx, id).await.unwrap();
+        tx.commit().await.unwrap();
+        outcome
+    };
+    assert_eq!(pay(42).await, TransitionOutcome::Applied);
+    assert_eq!(pay(42).await, TransitionOutcome::AlreadyInTarget);
+    assert_eq!(
+        pay(43).await,
+        TransitionOutcome::Illegal {
+            current: "90".to_owned()
+        }
+    );
+    assert_eq!(pay(44).await, TransitionOutcome::NotFound);
+    let status = count(&pool, &format!("SELECT status FROM {orders} WHERE id = 42")).await;
+    assert_eq!(status, 20);
+    let mixed = Transition::new(&orders, "id", "status")
+        .unwrap()
+        .from("WAIT_PAY")
+        .to(20);
+    assert!(matches!(
+        mixed
+            .apply_sqlite(&mut pool.acquire().await.unwrap(), 43_i64)
+            .await,
+        Err(StoreError::Config(_))
+    ));
+}

@@ -3,7 +3,7 @@
 use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
-use syn::{Expr, Ident, LitStr, Token, bracketed, parenthesized};
+use syn::{Expr, Ident, Lit, LitStr, Token, bracketed, parenthesized};
 
 use crate::duration::parse_duration;
 
@@ -49,15 +49,16 @@ pub(crate) enum OnError {
     Keep,
 }
 
-/// `transition(table = "orders", id = order_id, column = "status", from = "WAIT_PAY", to = "PAID")`.
+/// `transition(table = "orders", id = order_id, column = "status", from = "WAIT_PAY", to = "PAID")`;
+/// states are string literals or integer literals (`from = 10, to = 20`).
 pub(crate) struct Transition {
     pub(crate) span: Span,
     pub(crate) table: Option<LitStr>,
     pub(crate) id: Option<Expr>,
     pub(crate) id_column: Option<LitStr>,
     pub(crate) column: Option<LitStr>,
-    pub(crate) from: Option<Vec<LitStr>>,
-    pub(crate) to: Option<LitStr>,
+    pub(crate) from: Option<Vec<Lit>>,
+    pub(crate) to: Option<Lit>,
 }
 
 /// All arguments, each at most once.
@@ -236,7 +237,7 @@ impl Transition {
             } else if look.peek(kw::from) {
                 keyword_value!(&content, from, &mut transition.from, states)?;
             } else if look.peek(kw::to) {
-                keyword_value!(&content, to, &mut transition.to, <LitStr as Parse>::parse)?;
+                keyword_value!(&content, to, &mut transition.to, state)?;
             } else if look.peek(Ident) {
                 let unknown: Ident = content.parse()?;
                 return Err(syn::Error::new(
@@ -260,13 +261,24 @@ impl Transition {
 }
 
 /// `"A"` or `["A", "B"]`.
-fn states(input: ParseStream<'_>) -> syn::Result<Vec<LitStr>> {
+fn states(input: ParseStream<'_>) -> syn::Result<Vec<Lit>> {
     if input.peek(syn::token::Bracket) {
         let content;
         bracketed!(content in input);
-        let list = Punctuated::<LitStr, Token![,]>::parse_terminated(&content)?;
+        let list = Punctuated::<Lit, Token![,]>::parse_terminated_with(&content, state)?;
         Ok(list.into_iter().collect())
     } else {
-        Ok(vec![input.parse()?])
+        Ok(vec![state(input)?])
+    }
+}
+
+/// One state: a string literal (`"PAID"`) or an integer literal (`20`).
+fn state(input: ParseStream<'_>) -> syn::Result<Lit> {
+    match input.parse()? {
+        lit @ (Lit::Str(_) | Lit::Int(_)) => Ok(lit),
+        other => Err(syn::Error::new(
+            other.span(),
+            "a state is a string literal (\"PAID\") or an integer literal (20)",
+        )),
     }
 }

@@ -98,6 +98,8 @@ use proc_macro::TokenStream;
 /// | absent | `Err(E::from(IdempotentError::NotFound))` |
 ///
 /// `column` defaults to `"status"`, `id_column` to `"id"`; `from` is one state or a list.
+/// States are string literals (a text or `ENUM` column) or integer literals (`from = 10,
+/// to = 20` for a `TINYINT`/`INT` status column), not both in one transition.
 ///
 /// ```no_run
 /// use idempotency_core::{IdempotentError, idempotent};

@@ -4,7 +4,7 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{ItemFn, LitStr};
+use syn::{ItemFn, Lit, LitStr};
 
 use crate::attr::{Args, Transition};
 use crate::check::FnInfo;
@@ -67,6 +67,21 @@ pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<Toke
         return Err(missing("from"));
     }
     let to = to.as_ref().ok_or_else(|| missing("to"))?;
+    let coded = matches!(to, Lit::Int(_));
+    if let Some(other) = from
+        .iter()
+        .find(|state| matches!(state, Lit::Int(_)) != coded)
+    {
+        return Err(syn::Error::new(
+            other.span(),
+            "the states are all strings or all integers, not both",
+        ));
+    }
+    let from = from
+        .iter()
+        .map(state_value)
+        .collect::<syn::Result<Vec<_>>>()?;
+    let to = state_value(to)?;
     let already = match &args.already {
         Some(already) => already.to_token_stream(),
         None => quote!(::core::default::Default::default()),
@@ -102,6 +117,17 @@ pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<Toke
             #block
         }
     })
+}
+
+/// A state literal as a `StateValue` expression: `"PAID"` → text, `20` → an `i64` code.
+fn state_value(state: &Lit) -> syn::Result<TokenStream> {
+    match state {
+        Lit::Int(code) => {
+            let code: i64 = code.base10_parse()?;
+            Ok(quote!(::idempotency_core::sql::StateValue::Code(#code)))
+        }
+        other => Ok(quote!(::idempotency_core::sql::StateValue::from(#other))),
+    }
 }
 
 /// A table or column name, checked as the SQL helper checks it (letters, digits, `_`).

@@ -103,6 +103,23 @@ macro_rules! scenarios {
             Ok("granted".to_owned())
         }
 
+        /// State-machine mode on an integer status column: 10 = paid, 20 = shipped.
+        #[idempotent(
+            transition(table = "idem_macro_coded_orders", id = order_id, from = 10, to = 20),
+            executor = tx,
+            already = "already shipped".to_owned()
+        )]
+        async fn mark_shipped(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            order_id: i64,
+        ) -> Result<String, AppError> {
+            let grant = format!(
+                "INSERT INTO {COUPONS} (trade_no, order_id) VALUES ('shipped', {order_id})"
+            );
+            sqlx::query(&grant).execute(&mut **tx).await?;
+            Ok("shipped".to_owned())
+        }
+
         /// Dedup mode over the SQL store as an ordinary engine.
         #[idempotent(key = job, store = engine, scope = "macro.dedup", wait = "60s")]
         async fn dedup_job(
@@ -124,6 +141,7 @@ macro_rules! scenarios {
             for ddl in [
                 format!("CREATE TABLE IF NOT EXISTS {ORDERS} (id BIGINT PRIMARY KEY, status TEXT NOT NULL)"),
                 format!("CREATE TABLE IF NOT EXISTS {COUPONS} (trade_no TEXT NOT NULL, order_id BIGINT NOT NULL)"),
+                "CREATE TABLE IF NOT EXISTS idem_macro_coded_orders (id BIGINT PRIMARY KEY, status INT NOT NULL)".to_owned(),
             ] {
                 sqlx::query(&ddl).execute(&mut *tx).await.unwrap();
             }
@@ -237,6 +255,26 @@ macro_rules! scenarios {
             assert_eq!(mark_paid(&mut tx, closed).await, Err(AppError::Illegal("CLOSED".into())));
             assert_eq!(mark_paid(&mut tx, unique_id()).await, Err(AppError::NotFound));
             tx.commit().await.unwrap();
+            assert_eq!(coupons(&pool, &format!("order_id = {closed}")).await, 0);
+        }
+
+        #[tokio::test]
+        async fn integer_state_codes() {
+            let Some((_, pool)) = shop().await else { return };
+            let (paid, closed) = (unique_id(), unique_id());
+            let insert = format!(
+                "INSERT INTO idem_macro_coded_orders (id, status) VALUES ({paid}, 10), ({closed}, 90)"
+            );
+            sqlx::query(&insert).execute(&pool).await.unwrap();
+            for expected in ["shipped", "already shipped", "already shipped"] {
+                let mut tx = pool.begin().await.unwrap();
+                assert_eq!(mark_shipped(&mut tx, paid).await, Ok(expected.to_owned()));
+                tx.commit().await.unwrap();
+            }
+            let mut tx = pool.begin().await.unwrap();
+            assert_eq!(mark_shipped(&mut tx, closed).await, Err(AppError::Illegal("90".into())));
+            tx.commit().await.unwrap();
+            assert_eq!(coupons(&pool, &format!("order_id = {paid}")).await, 1);
             assert_eq!(coupons(&pool, &format!("order_id = {closed}")).await, 0);
         }
 

@@ -235,18 +235,19 @@ impl TransitionExecutor for sqlx::MySqlConnection {
     }
 }
 
-/// The transition of a `transition(table, id_column, column, from, to)` attribute.
+/// The transition of a `transition(table, id_column, column, from, to)` attribute; states are
+/// text or integer codes ([`StateValue`](crate::sql::StateValue)).
 pub fn transition(
     table: &str,
     id_column: &str,
     column: &str,
-    from: &[&str],
-    to: &str,
+    from: &[crate::sql::StateValue],
+    to: crate::sql::StateValue,
 ) -> Result<Transition, StoreError> {
     let transition = Transition::new(table, id_column, column)?;
     Ok(from
         .iter()
-        .fold(transition, |t, state| t.from(*state))
+        .fold(transition, |t, state| t.from(state.clone()))
         .to(to))
 }
 

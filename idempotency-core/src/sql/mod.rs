@@ -39,7 +39,7 @@ mod postgres;
 mod sqlite;
 
 pub use common::{ListFilter, validate_identifier};
-pub use transition::{Transition, TransitionOutcome};
+pub use transition::{StateValue, Transition, TransitionOutcome};
 pub use tx::{TxClaim, TxLease, TxStore};
 
 #[cfg(feature = "mysql")]

@@ -1,9 +1,59 @@
 //! Conditional state transitions on the application's own table: the state machine as an
 //! idempotency mechanism, no extra table needed.
 
+use std::fmt;
+
 use crate::StoreError;
 
 use super::common::validate_identifier;
+
+/// A value of a state column: text (`"PAID"`, for `TEXT`/`VARCHAR`/`ENUM` columns) or an
+/// integer code (`20`, for `SMALLINT`/`INT`/`TINYINT` columns). One transition uses one kind.
+///
+/// ```
+/// use idempotency_core::sql::StateValue;
+/// assert_eq!(StateValue::from("PAID").to_string(), "PAID");
+/// assert_eq!(StateValue::from(20).to_string(), "20");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum StateValue {
+    /// A text state.
+    Text(String),
+    /// An integer state code.
+    Code(i64),
+}
+
+impl fmt::Display for StateValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Text(text) => f.write_str(text),
+            Self::Code(code) => write!(f, "{code}"),
+        }
+    }
+}
+
+impl From<&str> for StateValue {
+    fn from(text: &str) -> Self {
+        Self::Text(text.to_owned())
+    }
+}
+
+impl From<String> for StateValue {
+    fn from(text: String) -> Self {
+        Self::Text(text)
+    }
+}
+
+macro_rules! state_codes {
+    ($($int:ty),*) => {$(
+        impl From<$int> for StateValue {
+            fn from(code: $int) -> Self {
+                Self::Code(i64::from(code))
+            }
+        }
+    )*};
+}
+state_codes!(i8, i16, i32, i64, u8, u16, u32);
 
 /// What [`Transition`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,7 +65,7 @@ pub enum TransitionOutcome {
     AlreadyInTarget,
     /// The row is in another state: an illegal transition, to be reported (not a duplicate).
     Illegal {
-        /// The state the row is in.
+        /// The state the row is in, as text (an integer code in decimal).
         current: String,
     },
     /// No row has this id.
@@ -34,11 +84,11 @@ impl TransitionOutcome {
         matches!(self, Self::Applied | Self::AlreadyInTarget)
     }
 
-    fn classify(applied: bool, current: Option<String>, target: &str) -> Self {
+    fn classify(applied: bool, current: Option<String>, target: &StateValue) -> Self {
         match (applied, current) {
             (true, _) => Self::Applied,
             (false, None) => Self::NotFound,
-            (false, Some(current)) if current == target => Self::AlreadyInTarget,
+            (false, Some(current)) if current == target.to_string() => Self::AlreadyInTarget,
             (false, Some(current)) => Self::Illegal { current },
         }
     }
@@ -53,8 +103,9 @@ impl TransitionOutcome {
 /// transition inside the transaction that also writes the side effects (or gate them on
 /// `Applied`), so a repeated callback never grants twice.
 ///
-/// The state column (and [`also_set`](Self::also_set) columns) must hold text (`TEXT`,
-/// `VARCHAR`, `CHAR`; MySQL `ENUM` works too).
+/// States are text (`TEXT`, `VARCHAR`, `CHAR`, MySQL `ENUM`) or integer codes (`SMALLINT`,
+/// `INT`, `TINYINT`, …), see [`StateValue`]; one transition uses one kind.
+/// [`also_set`](Self::also_set) columns hold text.
 /// Table and column names are validated identifiers ([`StoreError::Config`] otherwise).
 ///
 /// ```no_run
@@ -80,8 +131,8 @@ pub struct Transition {
     table: String,
     id_column: String,
     state_column: String,
-    from: Vec<String>,
-    to: Option<String>,
+    from: Vec<StateValue>,
+    to: Option<StateValue>,
     also_set: Vec<(String, String)>,
 }
 
@@ -101,14 +152,15 @@ impl Transition {
         })
     }
 
-    /// Adds a state the transition may start from (call again for several).
-    pub fn from(mut self, state: impl Into<String>) -> Self {
+    /// Adds a state the transition may start from (call again for several): `"WAIT_PAY"`, or
+    /// an integer code such as `10`.
+    pub fn from(mut self, state: impl Into<StateValue>) -> Self {
         self.from.push(state.into());
         self
     }
 
     /// The target state.
-    pub fn to(mut self, state: impl Into<String>) -> Self {
+    pub fn to(mut self, state: impl Into<StateValue>) -> Self {
         self.to = Some(state.into());
         self
     }
@@ -121,16 +173,21 @@ impl Transition {
     }
 
     /// The states the transition may start from.
-    pub fn sources(&self) -> &[String] {
+    pub fn sources(&self) -> &[StateValue] {
         &self.from
     }
 
     /// The target state, if set.
-    pub fn target(&self) -> Option<&str> {
-        self.to.as_deref()
+    pub fn target(&self) -> Option<&StateValue> {
+        self.to.as_ref()
     }
 
-    fn checked_target(&self) -> Result<&str, StoreError> {
+    /// Whether the states are integer codes.
+    fn coded(&self) -> bool {
+        matches!(self.to, Some(StateValue::Code(_)))
+    }
+
+    fn checked_target(&self) -> Result<&StateValue, StoreError> {
         for (column, _) in &self.also_set {
             validate_identifier(column)?;
         }
@@ -139,9 +196,45 @@ impl Transition {
                 "a transition needs at least one `from` state".to_owned(),
             ));
         }
-        self.to
-            .as_deref()
-            .ok_or_else(|| StoreError::Config("a transition needs a `to` state".to_owned()))
+        let target = self
+            .to
+            .as_ref()
+            .ok_or_else(|| StoreError::Config("a transition needs a `to` state".to_owned()))?;
+        let coded = self.coded();
+        if self
+            .from
+            .iter()
+            .any(|state| matches!(state, StateValue::Code(_)) != coded)
+        {
+            return Err(StoreError::Config(
+                "a transition's states are all text or all integer codes, not both".to_owned(),
+            ));
+        }
+        Ok(target)
+    }
+
+    /// The integer codes of the `from` states (empty for text states).
+    #[cfg(feature = "postgres")]
+    fn source_codes(&self) -> Vec<i64> {
+        self.from
+            .iter()
+            .filter_map(|state| match state {
+                StateValue::Code(code) => Some(*code),
+                StateValue::Text(_) => None,
+            })
+            .collect()
+    }
+
+    /// The text of the `from` states (empty for integer codes).
+    #[cfg(feature = "postgres")]
+    fn source_texts(&self) -> Vec<&str> {
+        self.from
+            .iter()
+            .filter_map(|state| match state {
+                StateValue::Text(text) => Some(text.as_str()),
+                StateValue::Code(_) => None,
+            })
+            .collect()
     }
 
     /// `UPDATE … WHERE id = ? AND state IN (?, …)` with `?` placeholders (MySQL, SQLite).
@@ -187,15 +280,25 @@ impl Transition {
             .enumerate()
             .map(|(index, (column, _))| format!(", \"{column}\" = ${}", index + 4))
             .collect();
+        // Text states compare as text (an ENUM or VARCHAR column alike); codes as integers.
+        let matches = if self.coded() {
+            format!("\"{state}\" = ANY($3)")
+        } else {
+            format!("\"{state}\"::text = ANY($3)")
+        };
         let sql = format!(
             "WITH upd AS (UPDATE \"{t}\" SET \"{state}\" = $2{extra} \
-               WHERE \"{id_col}\" = $1 AND \"{state}\"::text = ANY($3) RETURNING 1), \
+               WHERE \"{id_col}\" = $1 AND {matches} RETURNING 1), \
              cur AS (SELECT \"{state}\"::text AS state FROM \"{t}\" \
                WHERE \"{id_col}\" = $1 AND NOT EXISTS (SELECT 1 FROM upd) FOR UPDATE) \
              SELECT true AS applied, NULL::text AS state FROM upd \
              UNION ALL SELECT false, state FROM cur"
         );
-        let mut query = sqlx::query_as(&sql).bind(id).bind(target).bind(&self.from);
+        let query = sqlx::query_as(&sql).bind(id);
+        let mut query = match target {
+            StateValue::Text(text) => query.bind(text.as_str()).bind(self.source_texts()),
+            StateValue::Code(code) => query.bind(*code).bind(self.source_codes()),
+        };
         for (_, value) in &self.also_set {
             query = query.bind(value.as_str());
         }
@@ -223,13 +326,13 @@ impl Transition {
     {
         let target = self.checked_target()?;
         let update = self.update_with_markers('`');
-        let mut query = sqlx::query(&update).bind(target);
+        let mut query = bind_state(sqlx::query(&update), target);
         for (_, value) in &self.also_set {
             query = query.bind(value.as_str());
         }
         let mut query = query.bind(id.clone());
         for from in &self.from {
-            query = query.bind(from.as_str());
+            query = bind_state(query, from);
         }
         // The connection reports matched rows (CLIENT_FOUND_ROWS), so from == to counts too.
         let changed = query
@@ -269,13 +372,13 @@ impl Transition {
     {
         let target = self.checked_target()?;
         let update = self.update_with_markers('"');
-        let mut query = sqlx::query(&update).bind(target);
+        let mut query = bind_state(sqlx::query(&update), target);
         for (_, value) in &self.also_set {
             query = query.bind(value.as_str());
         }
         let mut query = query.bind(id.clone());
         for from in &self.from {
-            query = query.bind(from.as_str());
+            query = bind_state(query, from);
         }
         let changed = query
             .execute(&mut *conn)
@@ -302,6 +405,23 @@ impl Transition {
     }
 }
 
+/// Binds a state as text or as an integer (MySQL, SQLite).
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+fn bind_state<'q, DB>(
+    query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
+    state: &'q StateValue,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
+where
+    DB: sqlx::Database,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    match state {
+        StateValue::Text(text) => query.bind(text.as_str()),
+        StateValue::Code(code) => query.bind(*code),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -324,21 +444,31 @@ mod tests {
 
     #[test]
     fn outcomes() {
+        let paid = StateValue::from("PAID");
         assert_eq!(
-            TransitionOutcome::classify(false, Some("PAID".into()), "PAID"),
+            TransitionOutcome::classify(false, Some("PAID".into()), &paid),
             TransitionOutcome::AlreadyInTarget
         );
         assert_eq!(
-            TransitionOutcome::classify(false, Some("CLOSED".into()), "PAID"),
+            TransitionOutcome::classify(false, Some("20".into()), &StateValue::from(20)),
+            TransitionOutcome::AlreadyInTarget
+        );
+        assert_eq!(
+            TransitionOutcome::classify(false, Some("CLOSED".into()), &paid),
             TransitionOutcome::Illegal {
                 current: "CLOSED".into()
             }
         );
         assert_eq!(
-            TransitionOutcome::classify(false, None, "PAID"),
+            TransitionOutcome::classify(false, None, &paid),
             TransitionOutcome::NotFound
         );
-        assert!(TransitionOutcome::classify(true, None, "PAID").is_applied());
+        assert!(TransitionOutcome::classify(true, None, &paid).is_applied());
+        let mixed = Transition::new("orders", "id", "status")
+            .unwrap()
+            .from("WAIT_PAY")
+            .to(20);
+        assert!(matches!(mixed.checked_target(), Err(StoreError::Config(_))));
         let incomplete = Transition::new("orders", "id", "status")
             .unwrap()
             .to("PAID");

@@ -33,4 +33,14 @@ async fn pool_executor(pool: &sqlx::SqlitePool, order_id: i64) -> Result<(), Ide
     Ok(())
 }
 
+#[idempotent(transition(table = "orders", id = order_id, from = ["NEW", 10], to = "PAID"), executor = tx)]
+async fn mixed_states(tx: &mut Transaction<'_, Sqlite>, order_id: i64) -> Result<(), IdempotentError> {
+    Ok(())
+}
+
+#[idempotent(transition(table = "orders", id = order_id, from = "NEW", to = 2.5), executor = tx)]
+async fn float_state(tx: &mut Transaction<'_, Sqlite>, order_id: i64) -> Result<(), IdempotentError> {
+    Ok(())
+}
+
 fn main() {}
