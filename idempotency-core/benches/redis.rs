@@ -1,17 +1,21 @@
 //! Redis store against a raw Redis client doing the same number of round trips, in one run.
 //!
 //! ```text
-//! cargo bench -p idempotency-core --features redis --bench redis
+//! cargo bench -p idempotency-core --features redis,testing --bench redis
 //! ```
 //!
-//! - *claim+complete*: `RedisStore::claim` of a fresh key then `complete` (2 scripts) against
-//!   raw `SET key v NX PX` then `SET key outcome PX` (2 commands).
-//! - *replay*: `RedisStore::claim` of a completed key (1 script, outcome returned) against raw
-//!   `GET` of a key holding the same outcome (1 command).
+//! - *claim+complete*: `RedisStore::claim` of a fresh key (one native `SET k record NX GET PX`)
+//!   then `complete` (one script) against raw `SET k v NX PX` then `SET k outcome PX`.
+//! - *replay*: `RedisStore::claim` of a completed key (the same native `SET`, which returns the
+//!   record, outcome included) against raw `GET` of a key holding the same outcome.
+//! - Two reference rows, not the store: raw `SET k <in-progress record> NX GET PX` of a
+//!   completed key, and raw `EVALSHA` of `return redis.call('GET', KEYS[1])`, each against the
+//!   same `GET`: what the replay's command and what any script cost by themselves.
 //!
 //! Each pair runs at 1 and 64 concurrent tasks for `BENCH_SECONDS` (default 2) per round,
 //! alternating store and raw for `BENCH_ROUNDS` rounds (default 3); the table shows the median
-//! round. `REDIS_URL` defaults to `redis://127.0.0.1:6379`.
+//! round, and the server's CPU time per operation (from `INFO cpu`, so it includes any other
+//! client of the server). `REDIS_URL` defaults to `redis://127.0.0.1:6379`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
@@ -25,6 +29,7 @@ use idempotency_core::{Claim, ClaimRequest, Fingerprint, Outcome, StorageKey, St
 const LEASE: Duration = Duration::from_secs(60);
 const TTL: Duration = Duration::from_secs(120);
 const PREFIX: &str = "bench:redis:";
+const NAMESPACE: &str = "bench";
 
 fn outcome() -> Outcome {
     Outcome::new(200, vec![b'x'; 256])
@@ -37,8 +42,78 @@ fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Runs `op` on `tasks` concurrent tasks for `seconds`; returns operations per second.
-async fn throughput<F, Fut>(tasks: usize, seconds: Duration, op: F) -> f64
+/// One measured run: operations per second, and the server's CPU time per operation.
+#[derive(Clone, Copy)]
+struct Run {
+    ops_per_second: f64,
+    server_micros_per_op: f64,
+}
+
+/// The indexes a run's operations were given: task `t` ran `t * 1e9 .. t * 1e9 + done[t]`.
+struct Indexes(Vec<u64>);
+
+impl Indexes {
+    fn all(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0
+            .iter()
+            .enumerate()
+            .flat_map(|(task, done)| (0..*done).map(move |i| task as u64 * 1_000_000_000 + i))
+    }
+}
+
+/// A fresh key per operation, derived from the run's random salt and the operation's index so
+/// that the keys a run wrote can be deleted after it (outside the measured time): a later run
+/// must not pay for expiring them.
+fn key_of(salt: &[u8; 24], index: u64) -> StorageKey {
+    let mut key = [0u8; 32];
+    key[..24].copy_from_slice(salt);
+    key[24..].copy_from_slice(&index.to_be_bytes());
+    StorageKey(key)
+}
+
+fn salt() -> [u8; 24] {
+    let mut salt = [0u8; 24];
+    salt.copy_from_slice(&unique_key().0[..24]);
+    salt
+}
+
+/// Deletes the keys a run wrote (`UNLINK`, 1000 at a time).
+async fn delete(connection: &ConnectionManager, keys: impl Iterator<Item = String>) {
+    let mut connection = connection.clone();
+    let keys: Vec<String> = keys.collect();
+    for batch in keys.chunks(1000) {
+        let _: i64 = driver::cmd("UNLINK")
+            .arg(batch)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+    }
+}
+
+/// The server's CPU time so far (user + system), in seconds.
+async fn server_cpu(connection: &ConnectionManager) -> f64 {
+    let mut connection = connection.clone();
+    let info: String = driver::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            matches!(name, "used_cpu_user" | "used_cpu_sys").then(|| value.trim().parse::<f64>())
+        })
+        .map(Result::unwrap)
+        .sum()
+}
+
+/// Runs `op` on `tasks` concurrent tasks for `seconds`.
+async fn throughput<F, Fut>(
+    connection: &ConnectionManager,
+    tasks: usize,
+    seconds: Duration,
+    op: F,
+) -> (Run, Indexes)
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,
@@ -46,44 +121,83 @@ where
     let op = Arc::new(op);
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
+    let cpu_before = server_cpu(connection).await;
     let start = Instant::now();
     let handles: Vec<_> = (0..tasks)
         .map(|task| {
             let (op, stop, done) = (Arc::clone(&op), Arc::clone(&stop), Arc::clone(&done));
             tokio::spawn(async move {
-                let mut index = task as u64 * 1_000_000_000;
+                let first = task as u64 * 1_000_000_000;
+                let mut index = first;
                 while !stop.load(Ordering::Relaxed) {
                     op(index).await;
                     index += 1;
                     done.fetch_add(1, Ordering::Relaxed);
                 }
+                index - first
             })
         })
         .collect();
     tokio::time::sleep(seconds).await;
     stop.store(true, Ordering::Relaxed);
+    let mut indexes = Vec::with_capacity(tasks);
     for handle in handles {
-        handle.await.unwrap();
+        indexes.push(handle.await.unwrap());
     }
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = server_cpu(connection).await - cpu_before;
+    let ops = done.load(Ordering::Relaxed) as f64;
+    let run = Run {
+        ops_per_second: ops / elapsed,
+        server_micros_per_op: cpu * 1e6 / ops.max(1.0),
+    };
+    (run, Indexes(indexes))
 }
 
 fn request<'a>(key: &'a StorageKey, fingerprint: &'a Fingerprint) -> ClaimRequest<'a> {
     ClaimRequest {
         key,
-        namespace: "bench",
+        namespace: NAMESPACE,
         fingerprint,
         lease: LEASE,
     }
 }
 
-async fn store_claim_complete(store: Arc<RedisStore>, tasks: usize, seconds: Duration) -> f64 {
+fn raw_key(key: &StorageKey) -> String {
+    format!("{PREFIX}raw:{{{}}}", key.to_hex())
+}
+
+/// 64 raw keys holding the outcome's body.
+async fn raw_completed_keys(connection: &ConnectionManager) -> Arc<Vec<String>> {
+    let keys: Vec<String> = (0..64).map(|_| raw_key(&unique_key())).collect();
+    let mut setup = connection.clone();
+    for key in &keys {
+        let () = driver::cmd("SET")
+            .arg(key)
+            .arg(&outcome().body[..])
+            .arg("PX")
+            .arg(TTL.as_millis() as u64)
+            .query_async(&mut setup)
+            .await
+            .unwrap();
+    }
+    Arc::new(keys)
+}
+
+async fn store_claim_complete(
+    store: Arc<RedisStore>,
+    connection: &ConnectionManager,
+    tasks: usize,
+    seconds: Duration,
+) -> Run {
     let fingerprint = Fingerprint::of_bytes(b"bench");
     let outcome = outcome();
-    throughput(tasks, seconds, move |_| {
+    let salt = salt();
+    let cleanup = Arc::clone(&store);
+    let (run, indexes) = throughput(connection, tasks, seconds, move |index| {
         let (store, outcome) = (Arc::clone(&store), outcome.clone());
         async move {
-            let key = unique_key();
+            let key = key_of(&salt, index);
             let Claim::Acquired(lease) = store.claim(request(&key, &fingerprint)).await.unwrap()
             else {
                 panic!("fresh key");
@@ -94,15 +208,22 @@ async fn store_claim_complete(store: Arc<RedisStore>, tasks: usize, seconds: Dur
                 .unwrap();
         }
     })
-    .await
+    .await;
+    let keys = indexes
+        .all()
+        .map(|index| cleanup.record_key(&key_of(&salt, index)));
+    delete(connection, keys).await;
+    run
 }
 
-async fn raw_set_set(connection: ConnectionManager, tasks: usize, seconds: Duration) -> f64 {
+async fn raw_set_set(connection: &ConnectionManager, tasks: usize, seconds: Duration) -> Run {
     let body = outcome().body;
-    throughput(tasks, seconds, move |_| {
-        let (mut connection, body) = (connection.clone(), body.clone());
+    let shared = connection.clone();
+    let salt = salt();
+    let (run, indexes) = throughput(connection, tasks, seconds, move |index| {
+        let (mut connection, body) = (shared.clone(), body.clone());
         async move {
-            let key = format!("{PREFIX}raw:{{{}}}", unique_key().to_hex());
+            let key = raw_key(&key_of(&salt, index));
             let taken: Option<String> = driver::cmd("SET")
                 .arg(&key)
                 .arg("in-progress")
@@ -123,10 +244,18 @@ async fn raw_set_set(connection: ConnectionManager, tasks: usize, seconds: Durat
                 .unwrap();
         }
     })
-    .await
+    .await;
+    let keys = indexes.all().map(|index| raw_key(&key_of(&salt, index)));
+    delete(connection, keys).await;
+    run
 }
 
-async fn store_replay(store: Arc<RedisStore>, tasks: usize, seconds: Duration) -> f64 {
+async fn store_replay(
+    store: Arc<RedisStore>,
+    connection: &ConnectionManager,
+    tasks: usize,
+    seconds: Duration,
+) -> Run {
     let fingerprint = Fingerprint::of_bytes(b"bench");
     let outcome = outcome();
     let keys: Arc<Vec<StorageKey>> = Arc::new((0..64).map(|_| unique_key()).collect());
@@ -139,7 +268,7 @@ async fn store_replay(store: Arc<RedisStore>, tasks: usize, seconds: Duration) -
             .await
             .unwrap();
     }
-    throughput(tasks, seconds, move |index| {
+    throughput(connection, tasks, seconds, move |index| {
         let (store, keys) = (Arc::clone(&store), Arc::clone(&keys));
         async move {
             let key = keys[(index % 64) as usize];
@@ -148,27 +277,14 @@ async fn store_replay(store: Arc<RedisStore>, tasks: usize, seconds: Duration) -
         }
     })
     .await
+    .0
 }
 
-async fn raw_get(connection: ConnectionManager, tasks: usize, seconds: Duration) -> f64 {
-    let keys: Arc<Vec<String>> = Arc::new(
-        (0..64)
-            .map(|_| format!("{PREFIX}raw:{{{}}}", unique_key().to_hex()))
-            .collect(),
-    );
-    let mut setup = connection.clone();
-    for key in keys.iter() {
-        let () = driver::cmd("SET")
-            .arg(key)
-            .arg(&outcome().body[..])
-            .arg("PX")
-            .arg(TTL.as_millis() as u64)
-            .query_async(&mut setup)
-            .await
-            .unwrap();
-    }
-    throughput(tasks, seconds, move |index| {
-        let (mut connection, keys) = (connection.clone(), Arc::clone(&keys));
+async fn raw_get(connection: &ConnectionManager, tasks: usize, seconds: Duration) -> Run {
+    let keys = raw_completed_keys(connection).await;
+    let shared = connection.clone();
+    throughput(connection, tasks, seconds, move |index| {
+        let (mut connection, keys) = (shared.clone(), Arc::clone(&keys));
         async move {
             let body: Option<Vec<u8>> = driver::cmd("GET")
                 .arg(&keys[(index % 64) as usize])
@@ -179,27 +295,48 @@ async fn raw_get(connection: ConnectionManager, tasks: usize, seconds: Duration)
         }
     })
     .await
+    .0
+}
+
+/// The replay's command by itself: `SET k <in-progress record> NX GET PX` of a completed key
+/// (a record of the size the store sends), no store code around it.
+async fn raw_set_nx_get(connection: &ConnectionManager, tasks: usize, seconds: Duration) -> Run {
+    let keys = raw_completed_keys(connection).await;
+    let record: Arc<Vec<u8>> = Arc::new(vec![b'p'; 81 + NAMESPACE.len()]);
+    let shared = connection.clone();
+    throughput(connection, tasks, seconds, move |index| {
+        let (mut connection, keys, record) =
+            (shared.clone(), Arc::clone(&keys), Arc::clone(&record));
+        async move {
+            let body: Option<Vec<u8>> = driver::cmd("SET")
+                .arg(&keys[(index % 64) as usize])
+                .arg(&record[..])
+                .arg("NX")
+                .arg("GET")
+                .arg("PX")
+                .arg((LEASE + Duration::from_secs(3600)).as_millis() as u64)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            assert!(body.is_some());
+        }
+    })
+    .await
+    .0
 }
 
 /// The floor scripting itself sets: `EVALSHA` of a script that only returns its one key's
 /// value (`GET` inside Lua), one round trip like `GET`.
-async fn raw_script_get(connection: ConnectionManager, tasks: usize, seconds: Duration) -> f64 {
-    let key = format!("{PREFIX}raw:{{{}}}", unique_key().to_hex());
-    let mut setup = connection.clone();
-    let () = driver::cmd("SET")
-        .arg(&key)
-        .arg(&outcome().body[..])
-        .arg("PX")
-        .arg(TTL.as_millis() as u64)
-        .query_async(&mut setup)
-        .await
-        .unwrap();
+async fn raw_script_get(connection: &ConnectionManager, tasks: usize, seconds: Duration) -> Run {
+    let keys = raw_completed_keys(connection).await;
     let script = Arc::new(driver::Script::new("return redis.call('GET', KEYS[1])"));
-    throughput(tasks, seconds, move |_| {
-        let (mut connection, script, key) = (connection.clone(), Arc::clone(&script), key.clone());
+    let shared = connection.clone();
+    throughput(connection, tasks, seconds, move |index| {
+        let (mut connection, script, keys) =
+            (shared.clone(), Arc::clone(&script), Arc::clone(&keys));
         async move {
             let body: Option<Vec<u8>> = script
-                .key(&key)
+                .key(&keys[(index % 64) as usize])
                 .invoke_async(&mut connection)
                 .await
                 .unwrap();
@@ -207,11 +344,23 @@ async fn raw_script_get(connection: ConnectionManager, tasks: usize, seconds: Du
         }
     })
     .await
+    .0
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+fn median(mut runs: Vec<Run>) -> Run {
+    runs.sort_by(|a, b| a.ops_per_second.total_cmp(&b.ops_per_second));
+    runs[runs.len() / 2]
+}
+
+fn row(operation: &str, tasks: usize, ours: Run, raw: Run) {
+    println!(
+        "| {operation} | {tasks} | {:.0} | {:.0} | {:.2} | {:.1} / {:.1} |",
+        ours.ops_per_second,
+        raw.ops_per_second,
+        ours.ops_per_second / raw.ops_per_second,
+        ours.server_micros_per_op,
+        raw.server_micros_per_op,
+    );
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -235,34 +384,46 @@ async fn main() {
     } else {
         (Duration::from_millis(50), 1)
     };
+    let c = &connection;
 
-    println!("| operation | tasks | RedisStore ops/s | raw redis ops/s | ratio |");
-    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| operation | tasks | RedisStore ops/s | raw redis ops/s | ratio | server CPU µs/op (store / raw) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
     for tasks in [1usize, 64] {
         let (mut store_runs, mut raw_runs) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
-            store_runs.push(store_claim_complete(Arc::clone(&store), tasks, seconds).await);
-            raw_runs.push(raw_set_set(connection.clone(), tasks, seconds).await);
+            store_runs.push(store_claim_complete(Arc::clone(&store), c, tasks, seconds).await);
+            raw_runs.push(raw_set_set(c, tasks, seconds).await);
         }
-        let (ours, raw) = (median(store_runs), median(raw_runs));
-        println!(
-            "| claim+complete (2 round trips) | {tasks} | {ours:.0} | {raw:.0} | {:.2} |",
-            ours / raw
-        );
-        let (mut store_runs, mut raw_runs, mut script_runs) = (Vec::new(), Vec::new(), Vec::new());
+        let claim_complete = (median(store_runs), median(raw_runs));
+        let (mut store_runs, mut raw_runs) = (Vec::new(), Vec::new());
+        let (mut native_runs, mut script_runs) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
-            store_runs.push(store_replay(Arc::clone(&store), tasks, seconds).await);
-            raw_runs.push(raw_get(connection.clone(), tasks, seconds).await);
-            script_runs.push(raw_script_get(connection.clone(), tasks, seconds).await);
+            store_runs.push(store_replay(Arc::clone(&store), c, tasks, seconds).await);
+            raw_runs.push(raw_get(c, tasks, seconds).await);
+            native_runs.push(raw_set_nx_get(c, tasks, seconds).await);
+            script_runs.push(raw_script_get(c, tasks, seconds).await);
         }
-        let (ours, raw, script) = (median(store_runs), median(raw_runs), median(script_runs));
-        println!(
-            "| replay (1 round trip) | {tasks} | {ours:.0} | {raw:.0} | {:.2} |",
-            ours / raw
+        let get = median(raw_runs);
+        row(
+            "claim+complete (2 round trips)",
+            tasks,
+            claim_complete.0,
+            claim_complete.1,
         );
-        println!(
-            "| *floor: raw `EVALSHA` of `return GET` vs raw `GET`* | {tasks} | {script:.0} | {raw:.0} | {:.2} |",
-            script / raw
+        row("replay (1 round trip)", tasks, median(store_runs), get);
+        row(
+            "*reference: raw `SET NX GET` of a completed key vs raw `GET`*",
+            tasks,
+            median(native_runs),
+            get,
+        );
+        row(
+            "*reference: raw `EVALSHA` of `return GET` vs raw `GET`*",
+            tasks,
+            median(script_runs),
+            get,
         );
     }
 }

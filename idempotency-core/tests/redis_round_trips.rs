@@ -1,5 +1,6 @@
-//! Each store step costs exactly one round trip to Redis, counted by a proxy between the store
-//! and the real server (`REDIS_URL`) that parses every command the client sends.
+//! Each store step costs exactly one round trip to Redis (two for the takeover of an ended
+//! lease), counted by a proxy between the store and the real server (`REDIS_URL`) that parses
+//! every command the client sends.
 #![cfg(feature = "redis")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,7 +10,8 @@ use std::time::Duration;
 use idempotency_core::redis::{RedisStore, RedisTokenStore, connect};
 use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{
-    Claim, ClaimRequest, Fingerprint, Outcome, Scope, StorageKey, Store, TokenOutcome, TokenStore,
+    Claim, ClaimRequest, Fingerprint, Lease, Outcome, Scope, StorageKey, Store, TokenOutcome,
+    TokenStore,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -117,11 +119,19 @@ async fn commands_of<T>(log: &Log, step: impl std::future::Future<Output = T>) -
 }
 
 fn request<'a>(key: &'a StorageKey, fingerprint: &'a Fingerprint) -> ClaimRequest<'a> {
+    leased(key, fingerprint, Duration::from_secs(30))
+}
+
+fn leased<'a>(
+    key: &'a StorageKey,
+    fingerprint: &'a Fingerprint,
+    lease: Duration,
+) -> ClaimRequest<'a> {
     ClaimRequest {
         key,
         namespace: "round-trips",
         fingerprint,
-        lease: Duration::from_secs(30),
+        lease,
     }
 }
 
@@ -144,7 +154,15 @@ async fn every_step_is_one_round_trip() {
     let outcome = Outcome::new(200, "done");
     let ttl = Duration::from_secs(30);
 
-    // Warm up: load every script once (the first EVALSHA of each answers NOSCRIPT).
+    // Warm up: load every script once (the first EVALSHA of each answers NOSCRIPT). A claim
+    // of a lease that ends within the clock margin runs the claim script.
+    let short = Duration::from_millis(100);
+    let ending = unique_key();
+    store
+        .claim(leased(&ending, &fingerprint, short))
+        .await
+        .unwrap();
+    store.claim(request(&ending, &fingerprint)).await.unwrap();
     let warm = unique_key();
     let Claim::Acquired(lease) = store.claim(request(&warm, &fingerprint)).await.unwrap() else {
         panic!("warm-up claim");
@@ -167,7 +185,7 @@ async fn every_step_is_one_round_trip() {
     let Claim::Acquired(lease) = claim.unwrap() else {
         panic!("claim of a fresh key acquires it");
     };
-    assert_eq!(sent, ["EVALSHA"], "claim");
+    assert_eq!(sent, ["SET"], "claim of a new key: one native SET NX GET");
 
     let (touched, sent) = commands_of(&log, store.touch(&key, lease.token, ttl)).await;
     touched.unwrap();
@@ -175,7 +193,7 @@ async fn every_step_is_one_round_trip() {
 
     let (in_progress, sent) = commands_of(&log, store.claim(request(&key, &fingerprint))).await;
     assert!(matches!(in_progress.unwrap(), Claim::InProgress { .. }));
-    assert_eq!(sent, ["EVALSHA"], "claim while in progress");
+    assert_eq!(sent, ["SET"], "claim of a live lease");
 
     let (completed, sent) =
         commands_of(&log, store.complete(&key, lease.token, &outcome, ttl)).await;
@@ -184,7 +202,7 @@ async fn every_step_is_one_round_trip() {
 
     let (replay, sent) = commands_of(&log, store.claim(request(&key, &fingerprint))).await;
     assert_eq!(replay.unwrap(), Claim::Completed(outcome.clone()));
-    assert_eq!(sent, ["EVALSHA"], "replay, outcome included");
+    assert_eq!(sent, ["SET"], "replay, outcome included");
 
     let (record, sent) = commands_of(&log, store.get(&key)).await;
     assert_eq!(record.unwrap().unwrap().outcome, Some(outcome));
@@ -197,6 +215,46 @@ async fn every_step_is_one_round_trip() {
     let (released, sent) = commands_of(&log, store.release(&other, lease.token)).await;
     released.unwrap();
     assert_eq!(sent, ["EVALSHA"], "release");
+
+    // A crashed owner: its lease ends, and the claim that finds it asks the script, which
+    // takes over with a greater token (the only step with a second round trip).
+    let crashed = unique_key();
+    let Claim::Acquired(first) = store
+        .claim(leased(&crashed, &fingerprint, short))
+        .await
+        .unwrap()
+    else {
+        panic!("claim of a fresh key acquires it");
+    };
+    tokio::time::sleep(short * 3).await;
+    let (takeover, sent) = commands_of(&log, store.claim(request(&crashed, &fingerprint))).await;
+    let Claim::Acquired(second) = takeover.unwrap() else {
+        panic!("an ended lease is taken over");
+    };
+    assert!(second.took_over && second.token > first.token);
+    assert_eq!(sent, ["SET", "EVALSHA"], "takeover of an ended lease");
+
+    // The taken-over record, written by the script, is read by the native claim: one trip.
+    let (in_progress, sent) = commands_of(&log, store.claim(request(&crashed, &fingerprint))).await;
+    assert!(matches!(in_progress.unwrap(), Claim::InProgress { .. }));
+    assert_eq!(sent, ["SET"], "claim of a lease the script wrote");
+
+    // A live lease ending within the clock margin: the script answers, by the server's TTL.
+    let ending = unique_key();
+    store
+        .claim(leased(&ending, &fingerprint, Duration::from_millis(800)))
+        .await
+        .unwrap();
+    let (in_progress, sent) = commands_of(&log, store.claim(request(&ending, &fingerprint))).await;
+    match in_progress.unwrap() {
+        // Unless this machine stalled for the whole lease, which would make it a takeover.
+        Claim::InProgress { .. }
+        | Claim::Acquired(Lease {
+            took_over: true, ..
+        }) => {}
+        other => panic!("a lease near its end: {other:?}"),
+    }
+    assert_eq!(sent, ["SET", "EVALSHA"], "claim of a lease near its end");
 
     let (token, sent) = commands_of(&log, tokens.issue(&scope, ttl)).await;
     let token = token.unwrap();

@@ -1,4 +1,4 @@
-//! The packed record and the decoding of script replies.
+//! The packed record and the decoding of replies.
 //!
 //! A record is one string (offsets from 0; integers big-endian):
 //!
@@ -11,23 +11,30 @@
 //! | 45..53 | created, Unix ms |
 //! | 53..61 | updated, Unix ms |
 //! | 61..69 | in progress: lease end; completed: expiry (Unix ms) |
-//! | 69..77 | completed at, Unix ms (0 while in progress) |
-//! | 77..79 | outcome status |
+//! | 69..77 | in progress: abandoned grace (ms); completed: completed at (Unix ms) |
+//! | 77..79 | outcome status (0 while in progress) |
 //! | 79..81 | namespace length `n` |
 //! | 81..81+n | namespace (UTF-8) |
-//! | 81+n.. | outcome body, raw bytes |
+//! | 81+n.. | outcome body, raw bytes (completed records only) |
+//!
+//! Times are written by the client that made the step (its clock), for reconciliation and as a
+//! hint. Nothing is decided by them on the server: a completed record lives while its key
+//! exists, and an in-progress record's lease ends `grace` before its key expires.
 
 use std::time::Duration;
 
 use ::redis::Value;
 use bytes::Bytes;
 
+use super::fencing;
 use crate::time::from_unix_millis;
 use crate::{
     Claim, FencingToken, Fingerprint, Lease, Outcome, Record, RecordState, StorageKey, StoreError,
 };
 
 const HEADER: usize = 81;
+/// Where the fields a step rewrites start: updated, lease end / expiry, grace / completed at.
+const UPDATED: usize = 53;
 
 fn codec(what: &str) -> StoreError {
     StoreError::Codec(format!("redis: unexpected {what}"))
@@ -80,18 +87,23 @@ fn outcome(record: Vec<u8>) -> Result<Outcome, StoreError> {
     })
 }
 
-/// Decodes the claim script's reply (see `scripts::CLAIM`).
+/// Decodes the claim script's reply (see `scripts::CLAIM`); a token it chose (a takeover's
+/// `max(old + 1, candidate)`) pushes this process's token clock past it.
 pub(super) fn claim_reply(reply: Value) -> Result<Claim, StoreError> {
     let Value::Array(mut items) = reply else {
         return Err(codec("claim reply"));
     };
     let tag = items.first().map(int).transpose()?;
     match (tag, items.len()) {
-        (Some(1), 4) => Ok(Claim::Acquired(Lease {
-            token: FencingToken(unsigned(&items[1])?),
-            attempt: unsigned(&items[2])?,
-            took_over: int(&items[3])? == 1,
-        })),
+        (Some(1), 4) => {
+            let token = unsigned(&items[1])?;
+            fencing::observe(token);
+            Ok(Claim::Acquired(Lease {
+                token: FencingToken(token),
+                attempt: unsigned(&items[2])?,
+                took_over: int(&items[3])? == 1,
+            }))
+        }
         (Some(2), 2) => Ok(Claim::InProgress {
             lease_remaining: Duration::from_millis(unsigned(&items[1])?),
         }),
@@ -101,6 +113,111 @@ pub(super) fn claim_reply(reply: Value) -> Result<Claim, StoreError> {
         },
         (Some(4), 1) => Ok(Claim::Mismatch),
         _ => Err(codec("claim reply")),
+    }
+}
+
+/// A new in-progress record, first attempt, as the native claim writes it.
+pub(super) fn in_progress(
+    fingerprint: &Fingerprint,
+    token: u64,
+    now_ms: u64,
+    lease_ms: u64,
+    grace_ms: u64,
+    namespace: &str,
+) -> Vec<u8> {
+    let mut record = Vec::with_capacity(HEADER + namespace.len());
+    record.push(b'p');
+    record.extend_from_slice(&fingerprint.0);
+    record.extend_from_slice(&token.to_be_bytes());
+    record.extend_from_slice(&1u32.to_be_bytes());
+    record.extend_from_slice(&now_ms.to_be_bytes());
+    append_tail(&mut record, now_ms, lease_ms, grace_ms, namespace);
+    record
+}
+
+/// The bytes of a new in-progress record from offset 53 on (the claim script adds the state,
+/// fingerprint, token, attempts and created time).
+pub(super) fn in_progress_tail(
+    now_ms: u64,
+    lease_ms: u64,
+    grace_ms: u64,
+    namespace: &str,
+) -> Vec<u8> {
+    let mut tail = Vec::with_capacity(HEADER - UPDATED + namespace.len());
+    append_tail(&mut tail, now_ms, lease_ms, grace_ms, namespace);
+    tail
+}
+
+fn append_tail(record: &mut Vec<u8>, now_ms: u64, lease_ms: u64, grace_ms: u64, namespace: &str) {
+    record.extend_from_slice(&lease_fields(now_ms, lease_ms, grace_ms));
+    record.extend_from_slice(&0u16.to_be_bytes());
+    // The store refuses longer namespaces before encoding.
+    let length = u16::try_from(namespace.len()).unwrap_or(u16::MAX);
+    record.extend_from_slice(&length.to_be_bytes());
+    record.extend_from_slice(namespace.as_bytes());
+}
+
+/// Bytes 53..77 of an in-progress record: updated, lease end, grace (the touch script writes
+/// them as they are).
+pub(super) fn lease_fields(now_ms: u64, lease_ms: u64, grace_ms: u64) -> [u8; 24] {
+    let mut fields = [0u8; 24];
+    fields[..8].copy_from_slice(&now_ms.to_be_bytes());
+    fields[8..16].copy_from_slice(&now_ms.saturating_add(lease_ms).to_be_bytes());
+    fields[16..].copy_from_slice(&grace_ms.to_be_bytes());
+    fields
+}
+
+/// Bytes 53..79 of a completed record: updated, expiry, completed at, status.
+pub(super) fn completed_fields(now_ms: u64, ttl_ms: u64, status: u16) -> [u8; 26] {
+    let mut fields = [0u8; 26];
+    fields[..8].copy_from_slice(&now_ms.to_be_bytes());
+    fields[8..16].copy_from_slice(&now_ms.saturating_add(ttl_ms).to_be_bytes());
+    fields[16..24].copy_from_slice(&now_ms.to_be_bytes());
+    fields[24..].copy_from_slice(&status.to_be_bytes());
+    fields
+}
+
+/// What the native claim found in an existing record.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Existing {
+    /// The answer, from the record alone.
+    Settled(Claim),
+    /// An in-progress record whose lease is at or near its end by the client's clock: the
+    /// claim script, which goes by the server's TTL, decides.
+    LeaseEnding,
+}
+
+/// Decides a claim from the record the native `SET ... NX GET` returned, without a clock for a
+/// completed record (it lives while its key exists) and with the client's clock, `margin` on
+/// the safe side, for an in-progress one. Pushes this process's token clock past the record's
+/// token.
+pub(super) fn existing(
+    stored: Vec<u8>,
+    fingerprint: &Fingerprint,
+    now_ms: u64,
+    margin_ms: u64,
+) -> Result<Existing, StoreError> {
+    body_start(&stored)?;
+    fencing::observe(u64_at(&stored, 33));
+    let same = stored[1..33] == fingerprint.0;
+    match stored[0] {
+        b'c' if same => Ok(Existing::Settled(Claim::Completed(outcome(stored)?))),
+        b'c' => Ok(Existing::Settled(Claim::Mismatch)),
+        b'p' => {
+            let lease_end = u64_at(&stored, 61);
+            if lease_end > now_ms.saturating_add(margin_ms) {
+                Ok(Existing::Settled(if same {
+                    Claim::InProgress {
+                        lease_remaining: Duration::from_millis(lease_end - now_ms),
+                    }
+                } else {
+                    Claim::Mismatch
+                }))
+            } else {
+                Ok(Existing::LeaseEnding)
+            }
+        }
+        _ => Err(codec("record state")),
     }
 }
 
@@ -230,5 +347,88 @@ mod tests {
             record(&key, Some(vec![b'c'; 10])),
             Err(StoreError::Codec(_))
         ));
+    }
+
+    #[test]
+    fn the_native_claim_writes_what_the_decoder_reads() {
+        let key = StorageKey([1; 32]);
+        let fp = Fingerprint([9; 32]);
+        let written = in_progress(&fp, 77, 5_000, 300, 60_000, "orders");
+        assert_eq!(written.len(), HEADER + "orders".len());
+        assert_eq!(
+            written[UPDATED..],
+            in_progress_tail(5_000, 300, 60_000, "orders")[..]
+        );
+        let record = record(&key, Some(written)).unwrap().unwrap();
+        assert_eq!(record.state, RecordState::InProgress);
+        assert_eq!(record.fingerprint, fp);
+        assert_eq!(record.token, FencingToken(77));
+        assert_eq!(record.attempts, 1);
+        assert_eq!(record.created_at, from_unix_millis(5_000));
+        assert_eq!(record.updated_at, from_unix_millis(5_000));
+        assert_eq!(record.expires_at, from_unix_millis(5_300));
+        assert_eq!(record.completed_at, None);
+        assert_eq!(record.namespace, "orders");
+    }
+
+    #[test]
+    fn an_existing_record_is_answered_from_its_bytes_or_sent_to_the_script() {
+        let (fp, other) = (Fingerprint([7; 32]), Fingerprint([8; 32]));
+        let completed = packed(b'c', "ns", b"body");
+        assert_eq!(
+            existing(completed.clone(), &fp, u64::MAX / 2, 1_000).unwrap(),
+            Existing::Settled(Claim::Completed(Outcome::new(201, "body"))),
+            "a completed record needs no clock"
+        );
+        assert_eq!(
+            existing(completed, &other, 0, 1_000).unwrap(),
+            Existing::Settled(Claim::Mismatch)
+        );
+        // In progress, lease end (offset 61) at 3_000 ms.
+        let live = packed(b'p', "ns", b"");
+        assert_eq!(
+            existing(live.clone(), &fp, 1_000, 1_000).unwrap(),
+            Existing::Settled(Claim::InProgress {
+                lease_remaining: Duration::from_millis(2_000)
+            })
+        );
+        assert_eq!(
+            existing(live.clone(), &other, 1_000, 1_000).unwrap(),
+            Existing::Settled(Claim::Mismatch)
+        );
+        for now in [2_000, 2_500, 3_000, 9_000] {
+            assert_eq!(
+                existing(live.clone(), &fp, now, 1_000).unwrap(),
+                Existing::LeaseEnding,
+                "within the margin of its end or past it, the server decides ({now})"
+            );
+            assert_eq!(
+                existing(live.clone(), &other, now, 1_000).unwrap(),
+                Existing::LeaseEnding,
+                "an ended lease is taken over whatever its fingerprint ({now})"
+            );
+        }
+        assert!(matches!(
+            existing(packed(b'x', "", b""), &fp, 0, 0),
+            Err(StoreError::Codec(_))
+        ));
+        assert!(matches!(
+            existing(vec![b'p'; 40], &fp, 0, 0),
+            Err(StoreError::Codec(_))
+        ));
+    }
+
+    #[test]
+    fn step_fields_are_packed_big_endian() {
+        let fields = completed_fields(1_000, 500, 201);
+        assert_eq!(u64_at(&fields, 0), 1_000);
+        assert_eq!(u64_at(&fields, 8), 1_500);
+        assert_eq!(u64_at(&fields, 16), 1_000);
+        assert_eq!(u16_at(&fields, 24), 201);
+        let fields = lease_fields(1_000, 300, 60_000);
+        assert_eq!(
+            (u64_at(&fields, 0), u64_at(&fields, 8), u64_at(&fields, 16)),
+            (1_000, 1_300, 60_000)
+        );
     }
 }

@@ -1,14 +1,16 @@
 //! Redis store and one-time tokens (single node and Cluster).
 //!
-//! - [`RedisStore`]: the fenced record lifecycle, one round trip per step (Lua scripts run by
-//!   `EVALSHA`), records expiring natively.
+//! - [`RedisStore`]: the fenced record lifecycle, one round trip per step (a native
+//!   `SET ... NX GET` claims or replays; Lua scripts run by `EVALSHA` complete, touch and
+//!   release; only the takeover of an ended lease costs a second round trip), records expiring
+//!   natively.
 //! - [`RedisTokenStore`]: one-time tokens against double submits, consumed by one atomic
 //!   script.
 //! - [`connect`] / [`connect_cluster`]: connections with bounded time-outs that reconnect by
 //!   themselves; one connection may serve both stores.
 //!
-//! Every key a script touches carries the record's hash tag (`{<key hex>}`), so both stores
-//! run unchanged on Redis Cluster.
+//! Every command and script touches one key, which carries the record's hash tag
+//! (`{<key hex>}`), so both stores run unchanged on Redis Cluster.
 //!
 //! ```no_run
 //! use idempotency_core::redis::{RedisStore, RedisTokenStore, connect};
@@ -22,12 +24,13 @@
 mod codec;
 mod connect;
 mod error;
+mod fencing;
 mod scripts;
 mod store;
 mod tokens;
 
 pub use connect::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, connect, connect_client, connect_cluster};
-pub use store::{DEFAULT_CALL_TIMEOUT, DEFAULT_KEY_PREFIX, RedisStore};
+pub use store::{DEFAULT_CALL_TIMEOUT, DEFAULT_CLOCK_MARGIN, DEFAULT_KEY_PREFIX, RedisStore};
 pub use tokens::{DEFAULT_TOKEN_PREFIX, RedisTokenStore};
 
 /// The Redis client crate this module is built on, for commands of your own.

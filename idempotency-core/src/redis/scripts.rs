@@ -1,26 +1,21 @@
-//! The Lua scripts: one per store step, each one round trip (`EVALSHA`, loaded once).
+//! The Lua scripts: the steps a native command cannot do atomically on Redis 7.0, each one
+//! round trip (`EVALSHA`, loaded once).
 //!
-//! Every script touches only keys that share the record's hash tag, so it runs on one Cluster
-//! node. Times come from the server (`TIME`), never from the caller's clock. Redis 7 replicates
-//! script effects, so `TIME` inside a writing script is allowed.
+//! A fresh claim, a replay and a claim of a live lease are one native `SET ... NX GET` (see
+//! [`super::store`]); Redis 7.0 has no compare-and-set, so complete, release, touch and the
+//! authoritative claim (a lease at or near its end) are scripts. Every script touches only its
+//! record key, so it runs on one Cluster node, and each is kept to one `GET` and at most one
+//! write: no `TIME` (the client sends the informational timestamps, the key's TTL is the only
+//! clock that decides anything), no `struct.pack` of fields the client can pack itself.
 //!
 //! A record is one packed string (see [`super::codec`] for the layout): an 81-byte header of
 //! big-endian integers and the raw fingerprint, then the namespace, then the outcome body as raw
-//! bytes. A replay is a `GET` and a 33-byte comparison inside the script; the client decodes
-//! the record. Lua numbers are doubles: integers are exact up to 2^53, so fencing tokens (server
-//! microseconds, about 1.8e15 today) stay exact until the year 2255.
-
-/// Shared prologue: server time in microseconds and milliseconds.
-macro_rules! now {
-    () => {
-        "local now_t = redis.call('TIME')\n\
-         local now_us = tonumber(now_t[1]) * 1000000 + tonumber(now_t[2])\n\
-         local now_ms = math.floor(now_us / 1000)\n"
-    };
-}
+//! bytes. An in-progress record ends with its namespace, so `string.sub(v, 80)` is its
+//! namespace length and namespace. Lua numbers are doubles: integers are exact up to 2^53, so
+//! fencing tokens (microseconds, about 1.8e15 today) stay exact until the year 2255.
 
 /// The owner check shared by complete, release and touch: the record is in progress and its
-/// token (8 raw bytes at offset 34) is `ARGV[1]`.
+/// token (8 raw bytes at offset 33) is `ARGV[1]`.
 macro_rules! owned {
     () => {
         "local v = redis.call('GET', KEYS[1])\n\
@@ -30,95 +25,66 @@ macro_rules! owned {
     };
 }
 
-/// `KEYS[1]` record, `KEYS[2]` fence (last token of a deleted record, kept only while it is
-/// ahead of the clock). `ARGV`: fingerprint, namespace, lease ms, abandoned-record grace ms.
+/// The authoritative claim, run when the native `SET ... NX GET` found an in-progress record
+/// whose lease is at or near its end by the client's clock.
+///
+/// `KEYS[1]` record. `ARGV`: fingerprint (32 bytes), candidate token (decimal, the client's next
+/// token), the new record's bytes from offset 53 on (updated, lease end, grace, status 0,
+/// namespace length, namespace), PX ms (lease + grace).
+///
+/// The lease of an in-progress record ends `grace` before its key expires, so the time left is
+/// `PTTL - grace` (grace at offset 69): the server's own TTL decides, never a client clock. An
+/// ended lease is taken over with token `max(old + 1, candidate)`, strictly greater than the
+/// crashed owner's. The record may have changed since the `SET` (completed, released, taken
+/// over), so every state is handled again here.
 ///
 /// Returns `{1, token, attempt, took_over}` (acquired), `{2, lease_remaining_ms}` (in progress),
 /// `{3, record}` (completed: replay the record's outcome), or `{4}` (mismatch).
-pub(super) const CLAIM: &str = concat!(
-    r#"
-local fp = ARGV[1]
+pub(super) const CLAIM: &str = r#"
 local v = redis.call('GET', KEYS[1])
--- A completed record is live while its key exists (native TTL): a replay needs no clock.
-if v and string.byte(v, 1) == 99 then -- 'c'
-  if string.sub(v, 2, 33) ~= fp then return {4} end
-  return {3, v}
-end
-"#,
-    now!(),
-    r#"
-local lease_ms, grace_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
-local floor, attempt, took_over, created = 0, 1, 0, now_ms
+local fp = ARGV[1]
+local token, attempt, took_over, created = tonumber(ARGV[2]), 1, 0, string.sub(ARGV[3], 1, 8)
 if v then
-  local token, attempts, created_ms, updated_ms, ends = struct.unpack('>I8I4I8I8I8', v, 34)
-  if ends > now_ms then
-    if string.sub(v, 2, 33) ~= fp then return {4} end
-    return {2, ends - now_ms}
+  local same = string.sub(v, 2, 33) == fp
+  if string.byte(v, 1) == 99 then -- 'c': live while its key exists (native TTL)
+    if not same then return {4} end
+    return {3, v}
   end
-  floor, attempt, took_over, created = token, attempts + 1, 1, created_ms
-else
-  local last = redis.call('GET', KEYS[2])
-  if last then floor = tonumber(last) end
+  local left = redis.call('PTTL', KEYS[1]) - struct.unpack('>I8', v, 70)
+  if left > 0 then
+    if not same then return {4} end
+    return {2, left}
+  end
+  local old, attempts = struct.unpack('>I8I4', v, 34)
+  token, attempt, took_over, created = math.max(old + 1, token), attempts + 1, 1, string.sub(v, 46, 53)
 end
-local token = math.max(floor + 1, now_us)
-local ns = ARGV[2]
-redis.call('SET', KEYS[1],
-  struct.pack('>c1c32I8I4I8I8I8I8I2I2', 'p', fp, token, attempt, created, now_ms,
-    now_ms + lease_ms, 0, 0, #ns) .. ns,
-  'PX', lease_ms + grace_ms)
+redis.call('SET', KEYS[1], 'p' .. fp .. struct.pack('>I8I4', token, attempt) .. created .. ARGV[3],
+  'PX', ARGV[4])
 return {1, token, attempt, took_over}
-"#
-);
+"#;
 
-/// `KEYS[1]` record. `ARGV`: token (8 bytes), status, body, ttl ms. Returns 1, or 0 if the
-/// token is stale.
+/// `KEYS[1]` record. `ARGV`: token (8 bytes), the completed fields (updated, expires, completed
+/// at, status: 26 bytes), body, ttl ms. Returns 1, or 0 if the token is stale.
 pub(super) const COMPLETE: &str = concat!(
     owned!(),
-    now!(),
-    r#"
-local ttl_ms = tonumber(ARGV[4])
-local ns_len = struct.unpack('>I2', v, 80)
-redis.call('SET', KEYS[1],
-  'c' .. string.sub(v, 2, 53)
-    .. struct.pack('>I8I8I8I2', now_ms, now_ms + ttl_ms, now_ms, tonumber(ARGV[2]))
-    .. string.sub(v, 80, 81 + ns_len) .. ARGV[3],
-  'PX', ttl_ms)
-return 1
-"#
+    "redis.call('SET', KEYS[1], 'c' .. string.sub(v, 2, 53) .. ARGV[2] .. string.sub(v, 80) .. ARGV[3],\n\
+       'PX', ARGV[4])\n\
+     return 1\n"
 );
 
-/// `KEYS[1]` record, `KEYS[2]` fence. `ARGV`: token (8 bytes). Returns 1, or 0 if the token is
-/// stale.
+/// `KEYS[1]` record. `ARGV`: token (8 bytes). Returns 1, or 0 if the token is stale.
 ///
-/// Fencing tokens are `max(previous + 1, server µs)`. A deleted record forgets its token, so
-/// when that token is still ahead of the clock (several owners within one microsecond) it is
-/// kept in the fence key until the clock has passed it.
-pub(super) const RELEASE: &str = concat!(
-    owned!(),
-    now!(),
-    r#"
-redis.call('DEL', KEYS[1])
-local token = struct.unpack('>I8', v, 34)
-if token >= now_us then
-  redis.call('SET', KEYS[2], string.format('%.0f', token),
-    'PX', math.floor((token - now_us) / 1000) + 2)
-end
-return 1
-"#
-);
+/// The record is simply deleted: no fence key is left behind. The releasing process pushes its
+/// token clock past the released token (see [`super::fencing`]), so its own later tokens are
+/// greater; other processes order theirs by their clocks.
+pub(super) const RELEASE: &str = concat!(owned!(), "redis.call('DEL', KEYS[1])\nreturn 1\n");
 
-/// `KEYS[1]` record. `ARGV`: token (8 bytes), lease ms, grace ms. Returns 1, or 0 if the token
-/// is stale.
+/// `KEYS[1]` record. `ARGV`: token (8 bytes), updated, lease end and grace (24 bytes), PX ms
+/// (lease + grace). Returns 1, or 0 if the token is stale.
 pub(super) const TOUCH: &str = concat!(
     owned!(),
-    now!(),
-    r#"
-local lease_ms = tonumber(ARGV[2])
-redis.call('SET', KEYS[1],
-  string.sub(v, 1, 53) .. struct.pack('>I8I8', now_ms, now_ms + lease_ms) .. string.sub(v, 70),
-  'PX', lease_ms + tonumber(ARGV[3]))
-return 1
-"#
+    "redis.call('SET', KEYS[1], string.sub(v, 1, 53) .. ARGV[2] .. string.sub(v, 78), 'PX', ARGV[3])\n\
+     return 1\n"
 );
 
 /// `KEYS[1]` token key. Deletes the token and returns 1 if it was there, else 0: one atomic

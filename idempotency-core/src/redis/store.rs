@@ -1,24 +1,29 @@
-//! [`RedisStore`]: the fenced record lifecycle as four Lua scripts.
+//! [`RedisStore`]: the fenced record lifecycle, a native `SET ... NX GET` for the claim and Lua
+//! scripts for the compare-and-set steps.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Script, Value};
 
-use super::codec;
+use super::codec::{self, Existing};
 use super::error::{bounded, millis};
-use super::scripts;
+use super::{fencing, scripts};
+use crate::time::{unix_micros_now, unix_millis};
 use crate::{
-    Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Outcome, Record, StorageKey, Store,
-    StoreError,
+    Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Lease, Outcome, Record, StorageKey,
+    Store, StoreError,
 };
 
 /// Default prefix of every key the store writes.
 pub const DEFAULT_KEY_PREFIX: &str = "idempotency:";
 /// Default bound on each call to Redis.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default bound on how far the clocks of the processes sharing a store may disagree (see
+/// [`RedisStore::with_clock_margin`]).
+pub const DEFAULT_CLOCK_MARGIN: Duration = Duration::from_secs(1);
 
 struct Scripts {
     claim: Script,
@@ -27,27 +32,58 @@ struct Scripts {
     touch: Script,
 }
 
-/// A [`Store`] on Redis or Redis Cluster. Every step is one round trip: a Lua script run by
-/// `EVALSHA` (loaded once per server, reloaded on `NOSCRIPT`); `get` is one `GET`.
+/// A [`Store`] on Redis (7.0 or later) or Redis Cluster. Every step is one round trip, except
+/// the takeover of a crashed owner's lease (two); `get` is one `GET`.
+///
+/// | step | command | round trips |
+/// |---|---|---|
+/// | claim of a new key | `SET k v NX GET PX lease+grace` | 1 |
+/// | claim of a completed key (replay, or mismatch) | the same `SET`: it returns the record, outcome included | 1 |
+/// | claim of a live lease (in progress, or mismatch) | the same `SET`: it returns the record | 1 |
+/// | claim of a lease at or near its end | the same `SET`, then the claim script (`EVALSHA`): takeover, or in progress | 2 |
+/// | complete, touch, release | one Lua script each (`EVALSHA`, loaded once, reloaded on `NOSCRIPT`) | 1 |
 ///
 /// - **Records** are one packed string each (an 81-byte binary header, the namespace, the
-///   outcome body as raw bytes) under `<prefix>{<key hex>}`. The hash tag keeps every key a script touches in
-///   one Cluster slot.
-/// - **Expiry is native**: a completed record carries its TTL (`PEXPIRE`), so
+///   outcome body as raw bytes) under `<prefix>{<key hex>}`. Every command and script touches
+///   that one key, so the store runs unchanged on Redis Cluster.
+/// - **Expiry is native**: a completed record carries its TTL, so
 ///   [`purge_expired`](Store::purge_expired) has nothing to do and returns 0. An in-progress
-///   record stores its lease end and lives `lease + grace`
-///   ([`with_abandoned_grace`](Self::with_abandoned_grace)), so a claim after the lease ended
-///   still sees the crashed owner and reports a takeover (`attempt + 1`); after the grace the key
-///   is simply gone and the next claim is a first attempt.
-/// - **Time** is the Redis server's (`TIME` in the scripts): callers' clocks do not matter.
-/// - **Fencing tokens** are `max(previous token + 1, server time in µs)`, so they keep growing
-///   across releases, expiry and even a Redis restart that lost every record, assuming the
-///   server clock does not jump back (on a Cluster: that the nodes' clocks agree, since a slot
-///   may move to another node after a fail-over).
+///   record lives `lease + grace` ([`with_abandoned_grace`](Self::with_abandoned_grace),
+///   [`DEFAULT_ABANDONED_GRACE`] by default), so a claim after the lease ended still sees the
+///   crashed owner and reports a takeover (`attempt + 1`); after the grace the key is simply
+///   gone and the next claim is a first attempt.
+/// - **Time**: the server's TTLs decide everything. A completed record is live while its key
+///   exists; a lease ends `grace` before its key expires, and only the claim script, reading
+///   `PTTL`, takes a lease over. The record also stores the lease end by the clock of the
+///   process that wrote it: a claim that finds a live lease answers in progress from that alone
+///   (one round trip) while the stored end is more than the clock margin
+///   ([`with_clock_margin`](Self::with_clock_margin), 1 s by default) ahead of its own clock, and
+///   asks the script otherwise. Clocks further apart than the margin can only make a claim
+///   answer "in progress" (or "mismatch") for a lease that has just ended, so the takeover
+///   waits up to the excess skew; they never let a live lease be taken over. Created/updated/completed times in a [`Record`] come
+///   from the clocks of the processes that made the steps.
+/// - **Fencing tokens** come from the claiming process: its clock in microseconds, strictly
+///   increasing within the process (`max(last + 1, now)`, and past every token the process saw:
+///   its own, a released one, one read from a record, one the script chose). So:
+///   - within one process, a later claim of any key never gets a smaller token, across
+///     releases, expiry and a Redis restart that lost every record, even if the clock is set back;
+///   - a takeover's token is `max(taken-over token + 1, claimant's next token)`, chosen by the
+///     script atomically: always strictly greater than the token of the owner it replaces, on
+///     any clocks;
+///   - across processes, tokens of successive owners of a key are ordered by the processes'
+///     clocks: after a release or an expiry, a process whose clock is behind the previous
+///     owner's by more than the time in between may get a smaller token. This is no hole in the
+///     fencing: a step needs the record's current token exactly, and an owner that released or
+///     completed its key has finished with it (an abandoned lease is only forgotten `grace`
+///     after its end, an hour by default, far beyond any clock skew).
 /// - **Faults**: each call is bounded by [`with_call_timeout`](Self::with_call_timeout); an
 ///   unreachable server yields [`StoreError::Unavailable`] or [`StoreError::Timeout`], and the
 ///   connection ([`ConnectionManager`] or [`ClusterConnection`]) reconnects by itself. A call
 ///   that timed out may still have been applied; leases make that safe.
+///
+/// Redis 7.0 is required (`SET` with both `NX` and `GET`); Valkey works too. Redis 7 has no
+/// compare-and-set command, so complete, touch and release are scripts; on servers with
+/// `SET ... IFEQ` (Redis 8.4, Valkey 8.1) complete could become native too, not done yet.
 ///
 /// ```no_run
 /// use idempotency_core::{Idempotency, redis::RedisStore};
@@ -61,6 +97,7 @@ pub struct RedisStore<C = ConnectionManager> {
     prefix: Arc<str>,
     call_timeout: Duration,
     grace: Duration,
+    clock_margin: Duration,
     scripts: Arc<Scripts>,
 }
 
@@ -71,6 +108,7 @@ impl<C: Clone> Clone for RedisStore<C> {
             prefix: Arc::clone(&self.prefix),
             call_timeout: self.call_timeout,
             grace: self.grace,
+            clock_margin: self.clock_margin,
             scripts: Arc::clone(&self.scripts),
         }
     }
@@ -82,6 +120,7 @@ impl<C> std::fmt::Debug for RedisStore<C> {
             .field("prefix", &self.prefix)
             .field("call_timeout", &self.call_timeout)
             .field("abandoned_grace", &self.grace)
+            .field("clock_margin", &self.clock_margin)
             .finish_non_exhaustive()
     }
 }
@@ -122,6 +161,7 @@ where
             prefix: Arc::from(DEFAULT_KEY_PREFIX),
             call_timeout: DEFAULT_CALL_TIMEOUT,
             grace: DEFAULT_ABANDONED_GRACE,
+            clock_margin: DEFAULT_CLOCK_MARGIN,
             scripts: Arc::new(Scripts {
                 claim: Script::new(scripts::CLAIM),
                 complete: Script::new(scripts::COMPLETE),
@@ -150,18 +190,36 @@ where
         self
     }
 
+    /// How far apart the clocks of the processes sharing this store may be (default 1 s).
+    ///
+    /// A claim that finds a live lease answers "in progress" from the record alone (one round
+    /// trip) while the lease end the owner stored, by the owner's clock, is more than this
+    /// ahead of the local clock; nearer its end, the claim script decides by the server's TTL
+    /// (a second round trip). A larger margin costs the second round trip earlier in a lease;
+    /// clocks further apart than the margin delay the takeover of an ended lease by at most
+    /// the excess. The margin never lets a live lease be taken over.
+    pub fn with_clock_margin(mut self, margin: Duration) -> Self {
+        self.clock_margin = margin;
+        self
+    }
+
     /// The connection, to share it (for example with a [`super::RedisTokenStore`]).
     pub fn connection(&self) -> &C {
         &self.connection
     }
 
-    /// The Redis key of a record.
+    /// The Redis key of a record: `<prefix>{<key hex>}`.
     pub fn record_key(&self, key: &StorageKey) -> String {
-        format!("{}{{{}}}", self.prefix, key.to_hex())
-    }
-
-    fn fence_key(&self, key: &StorageKey) -> String {
-        format!("{}{{{}}}:fence", self.prefix, key.to_hex())
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut record_key = String::with_capacity(self.prefix.len() + 2 + 2 * key.0.len());
+        record_key.push_str(&self.prefix);
+        record_key.push('{');
+        for byte in key.0 {
+            record_key.push(char::from(HEX[usize::from(byte >> 4)]));
+            record_key.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        }
+        record_key.push('}');
+        record_key
     }
 
     /// Runs an owner-only step; a 0 reply means the token is stale.
@@ -190,18 +248,65 @@ where
                 "redis: namespaces are limited to 65535 bytes".to_owned(),
             ));
         }
-        let mut invocation = self.scripts.claim.prepare_invoke();
-        invocation
-            .key(self.record_key(request.key))
-            .key(self.fence_key(request.key))
-            .arg(&request.fingerprint.0[..])
-            .arg(request.namespace)
-            .arg(millis(request.lease))
-            .arg(millis(self.grace));
+        let record_key = self.record_key(request.key);
+        let (lease_ms, grace_ms) = (millis(request.lease), millis(self.grace));
+        let now_us = unix_micros_now();
+        let now_ms = now_us / 1000;
+        let token = fencing::next_at(now_us);
+        let record = codec::in_progress(
+            request.fingerprint,
+            token,
+            now_ms,
+            lease_ms,
+            grace_ms,
+            request.namespace,
+        );
+        let mut command = ::redis::Cmd::with_capacity(7, 32 + record_key.len() + record.len());
+        command
+            .arg("SET")
+            .arg(&record_key)
+            .arg(record)
+            .arg("NX")
+            .arg("GET")
+            .arg("PX")
+            .arg(lease_ms.saturating_add(grace_ms));
         let mut connection = self.connection.clone();
-        let reply: Value =
-            bounded(self.call_timeout, invocation.invoke_async(&mut connection)).await?;
-        codec::claim_reply(reply)
+        let found: Option<Vec<u8>> =
+            bounded(self.call_timeout, command.query_async(&mut connection)).await?;
+        let Some(found) = found else {
+            return Ok(Claim::Acquired(Lease {
+                token: FencingToken(token),
+                attempt: 1,
+                took_over: false,
+            }));
+        };
+        match codec::existing(
+            found,
+            request.fingerprint,
+            now_ms,
+            millis(self.clock_margin),
+        )? {
+            Existing::Settled(claim) => Ok(claim),
+            Existing::LeaseEnding => {
+                // The server's TTL decides; a takeover token exceeds the old one and this
+                // process's `token`, which the failed `SET` never stored.
+                let mut invocation = self.scripts.claim.prepare_invoke();
+                invocation
+                    .key(record_key)
+                    .arg(&request.fingerprint.0[..])
+                    .arg(token)
+                    .arg(codec::in_progress_tail(
+                        now_ms,
+                        lease_ms,
+                        grace_ms,
+                        request.namespace,
+                    ))
+                    .arg(lease_ms.saturating_add(grace_ms));
+                let reply: Value =
+                    bounded(self.call_timeout, invocation.invoke_async(&mut connection)).await?;
+                codec::claim_reply(reply)
+            }
+        }
     }
 
     async fn complete(
@@ -211,13 +316,15 @@ where
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
+        let ttl_ms = millis(ttl);
+        let now_ms = unix_millis(SystemTime::now());
         let mut invocation = self.scripts.complete.prepare_invoke();
         invocation
             .key(self.record_key(key))
             .arg(&codec::token_bytes(token)[..])
-            .arg(outcome.status)
+            .arg(&codec::completed_fields(now_ms, ttl_ms, outcome.status)[..])
             .arg(&outcome.body[..])
-            .arg(millis(ttl));
+            .arg(ttl_ms);
         self.owned_step(invocation).await
     }
 
@@ -225,8 +332,10 @@ where
         let mut invocation = self.scripts.release.prepare_invoke();
         invocation
             .key(self.record_key(key))
-            .key(self.fence_key(key))
             .arg(&codec::token_bytes(token)[..]);
+        // The record and its token go (no fence key is kept): this process's later tokens still
+        // exceed it, even if the token was not issued here.
+        fencing::observe(token.0);
         self.owned_step(invocation).await
     }
 
@@ -236,12 +345,14 @@ where
         token: FencingToken,
         lease: Duration,
     ) -> Result<(), StoreError> {
+        let (lease_ms, grace_ms) = (millis(lease), millis(self.grace));
+        let now_ms = unix_millis(SystemTime::now());
         let mut invocation = self.scripts.touch.prepare_invoke();
         invocation
             .key(self.record_key(key))
             .arg(&codec::token_bytes(token)[..])
-            .arg(millis(lease))
-            .arg(millis(self.grace));
+            .arg(&codec::lease_fields(now_ms, lease_ms, grace_ms)[..])
+            .arg(lease_ms.saturating_add(grace_ms));
         self.owned_step(invocation).await
     }
 
