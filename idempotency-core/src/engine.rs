@@ -1,12 +1,14 @@
 //! The engine: claim a key, keep its lease alive while work runs, store or release the outcome.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
-use crate::metrics as names;
+use crate::metrics::{DecisionLabel, NamespaceCounters, StoreOp, adhoc};
 use crate::{
     Claim, ClaimRequest, FencingToken, Fingerprint, IdempotencyKey, Lease, Outcome, Scope,
     StorageKey, Store, StoreError,
@@ -53,6 +55,116 @@ pub enum Decision<S: Store> {
     },
     /// The key was used with another payload.
     Mismatch,
+}
+
+/// A namespace prepared once for the engine: its name and its metric keys, built when it is
+/// created rather than on every request. Cheap to clone (one reference count).
+///
+/// A front end that serves one namespace (an HTTP layer, a consumer) keeps one and claims with
+/// [`Idempotency::begin_in`]; [`Idempotency::begin`] and [`Idempotency::begin_storage_key`] take
+/// the namespace as text and count the same metrics.
+#[derive(Clone)]
+pub struct Namespace(NamespaceRepr);
+
+#[derive(Clone)]
+enum NamespaceRepr {
+    /// Built by [`Namespace::new`]: counters ready.
+    Prepared(Arc<PreparedNamespace>),
+    /// Taken from a `&str` for one execution: counters built per event.
+    Adhoc(Arc<str>),
+}
+
+struct PreparedNamespace {
+    name: Box<str>,
+    counters: NamespaceCounters,
+}
+
+impl Namespace {
+    /// Prepares `name`.
+    pub fn new(name: &str) -> Self {
+        Self(NamespaceRepr::Prepared(Arc::new(PreparedNamespace {
+            name: name.into(),
+            counters: NamespaceCounters::new(name),
+        })))
+    }
+
+    /// The namespace's name.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            NamespaceRepr::Prepared(prepared) => &prepared.name,
+            NamespaceRepr::Adhoc(name) => name,
+        }
+    }
+
+    fn by_ref(&self) -> NamespaceRef<'_> {
+        match &self.0 {
+            NamespaceRepr::Prepared(prepared) => NamespaceRef::Prepared(self, prepared),
+            NamespaceRepr::Adhoc(name) => NamespaceRef::Name(name),
+        }
+    }
+}
+
+impl std::fmt::Debug for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Namespace").field(&self.as_str()).finish()
+    }
+}
+
+impl std::fmt::Display for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A namespace as one call sees it: prepared, or a name only.
+#[derive(Clone, Copy)]
+enum NamespaceRef<'a> {
+    Prepared(&'a Namespace, &'a PreparedNamespace),
+    Name(&'a str),
+}
+
+impl<'a> NamespaceRef<'a> {
+    fn as_str(self) -> &'a str {
+        match self {
+            Self::Prepared(_, prepared) => &prepared.name,
+            Self::Name(name) => name,
+        }
+    }
+
+    fn to_owned(self) -> Namespace {
+        match self {
+            Self::Prepared(namespace, _) => namespace.clone(),
+            Self::Name(name) => Namespace(NamespaceRepr::Adhoc(Arc::from(name))),
+        }
+    }
+
+    fn count_decision(self, decision: DecisionLabel) {
+        match self {
+            Self::Prepared(_, prepared) => prepared.counters.decision(decision),
+            Self::Name(name) => adhoc::decision(name, decision),
+        }
+    }
+
+    fn count_released(self) {
+        match self {
+            Self::Prepared(_, prepared) => prepared.counters.released(),
+            Self::Name(name) => adhoc::released(name),
+        }
+    }
+
+    fn count_store_error(self, op: StoreOp) {
+        match self {
+            Self::Prepared(_, prepared) => prepared.counters.store_error(op),
+            Self::Name(name) => adhoc::store_error(name, op),
+        }
+    }
+
+    fn count_stale_owner(self, op: StoreOp) {
+        match self {
+            Self::Prepared(_, prepared) => prepared.counters.stale_owner(op),
+            Self::Name(name) => adhoc::stale_owner(name, op),
+        }
+    }
 }
 
 /// The idempotency engine over a store. Cheap to clone.
@@ -157,22 +269,9 @@ impl<S: Store> Idempotency<S> {
         fingerprint: &Fingerprint,
         max_wait: Duration,
     ) -> Result<Decision<S>, StoreError> {
-        let deadline = Instant::now() + max_wait;
-        let storage_key = scope.storage_key(key);
-        let mut pause = Duration::from_millis(5);
-        loop {
-            let decision = self
-                .begin_storage_key(scope.namespace(), storage_key, fingerprint)
-                .await?;
-            let now = Instant::now();
-            match decision {
-                Decision::InFlight { .. } if now < deadline => {
-                    tokio::time::sleep(pause.min(deadline - now)).await;
-                    pause = (pause * 2).min(Duration::from_millis(250));
-                }
-                other => return Ok(other),
-            }
-        }
+        let namespace = NamespaceRef::Name(scope.namespace());
+        self.claim_waiting(namespace, scope.storage_key(key), fingerprint, max_wait)
+            .await
     }
 
     /// Claims an already hashed key (see [`Scope::storage_key`]).
@@ -182,81 +281,152 @@ impl<S: Store> Idempotency<S> {
         key: StorageKey,
         fingerprint: &Fingerprint,
     ) -> Result<Decision<S>, StoreError> {
+        self.claim(NamespaceRef::Name(namespace), key, fingerprint)
+            .await
+    }
+
+    /// Claims an already hashed key in a prepared [`Namespace`]: the same as
+    /// [`begin_storage_key`](Self::begin_storage_key), without building metric labels or
+    /// copying the namespace per call.
+    pub async fn begin_in(
+        &self,
+        namespace: &Namespace,
+        key: StorageKey,
+        fingerprint: &Fingerprint,
+    ) -> Result<Decision<S>, StoreError> {
+        self.claim(namespace.by_ref(), key, fingerprint).await
+    }
+
+    /// [`begin_in`](Self::begin_in) that, while another owner is in flight, polls (with backoff)
+    /// for up to `max_wait` for it to finish, then answers with its outcome (as
+    /// [`begin_waiting`](Self::begin_waiting)).
+    pub async fn begin_waiting_in(
+        &self,
+        namespace: &Namespace,
+        key: StorageKey,
+        fingerprint: &Fingerprint,
+        max_wait: Duration,
+    ) -> Result<Decision<S>, StoreError> {
+        self.claim_waiting(namespace.by_ref(), key, fingerprint, max_wait)
+            .await
+    }
+
+    async fn claim_waiting(
+        &self,
+        namespace: NamespaceRef<'_>,
+        key: StorageKey,
+        fingerprint: &Fingerprint,
+        max_wait: Duration,
+    ) -> Result<Decision<S>, StoreError> {
+        let deadline = Instant::now() + max_wait;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let decision = self.claim(namespace, key, fingerprint).await?;
+            if !matches!(decision, Decision::InFlight { .. }) {
+                return Ok(decision);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(decision);
+            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 2).min(Duration::from_millis(250));
+        }
+    }
+
+    async fn claim(
+        &self,
+        namespace: NamespaceRef<'_>,
+        key: StorageKey,
+        fingerprint: &Fingerprint,
+    ) -> Result<Decision<S>, StoreError> {
         let config = &self.config;
+        let name = namespace.as_str();
         let request = ClaimRequest {
             key: &key,
-            namespace,
+            namespace: name,
             fingerprint,
             lease: config.lease,
         };
-        let claim = self
-            .timed("claim", namespace, self.store.claim(request))
-            .await?;
+        let call = std::pin::pin!(self.store.claim(request));
+        let claim = self.timed(StoreOp::Claim, namespace, call).await?;
         let decision = match claim {
             Claim::Acquired(lease) => {
-                let label = if lease.took_over {
-                    "takeover"
-                } else {
-                    "execute"
-                };
                 if lease.took_over {
-                    tracing::warn!(namespace, key = %key, attempt = lease.attempt, "took over an expired lease");
+                    tracing::warn!(namespace = name, key = %key, attempt = lease.attempt, "took over an expired lease");
+                    namespace.count_decision(DecisionLabel::Takeover);
                 } else {
-                    tracing::debug!(namespace, key = %key, "claimed");
+                    tracing::debug!(namespace = name, key = %key, "claimed");
+                    namespace.count_decision(DecisionLabel::Execute);
                 }
-                count_decision(namespace, label);
-                Decision::Execute(Execution::start(self.clone(), namespace, key, lease))
+                Decision::Execute(Execution::start(
+                    self.clone(),
+                    namespace.to_owned(),
+                    key,
+                    lease,
+                ))
             }
             Claim::Completed(outcome) => {
-                tracing::debug!(namespace, key = %key, status = outcome.status, "replaying");
-                count_decision(namespace, "replay");
+                tracing::debug!(namespace = name, key = %key, status = outcome.status, "replaying");
+                namespace.count_decision(DecisionLabel::Replay);
                 Decision::Replay(outcome)
             }
             Claim::InProgress { lease_remaining } => {
-                tracing::debug!(namespace, key = %key, "in flight");
-                count_decision(namespace, "in_flight");
+                tracing::debug!(namespace = name, key = %key, "in flight");
+                namespace.count_decision(DecisionLabel::InFlight);
                 let retry_after =
                     lease_remaining.clamp(Duration::from_secs(1), Duration::from_secs(5));
                 Decision::InFlight { retry_after }
             }
             Claim::Mismatch => {
-                tracing::info!(namespace, key = %key, "key reused with another payload");
-                count_decision(namespace, "mismatch");
+                tracing::info!(namespace = name, key = %key, "key reused with another payload");
+                namespace.count_decision(DecisionLabel::Mismatch);
                 Decision::Mismatch
             }
         };
         Ok(decision)
     }
 
-    async fn timed<T>(
+    /// Awaits a store call (pinned by the caller: a future passed by value into an `async fn`
+    /// takes its room twice), or [`StoreError::Timeout`] once it has taken the store timeout;
+    /// failures are logged and counted.
+    ///
+    /// Like `tokio::time::timeout`, except that a call done at its first poll (the memory
+    /// store's, say) sets up no timer at all, and that the timer of one that is not starts after
+    /// that first poll (which runs synchronously: no timer could interrupt it anyway). The timer
+    /// is boxed, so that a call's future is no larger for it.
+    async fn timed<T, F: Future<Output = Result<T, StoreError>>>(
         &self,
-        op: &'static str,
-        namespace: &str,
-        call: impl Future<Output = Result<T, StoreError>>,
+        op: StoreOp,
+        namespace: NamespaceRef<'_>,
+        mut call: Pin<&mut F>,
     ) -> Result<T, StoreError> {
-        let timeout = self.config.store_timeout;
-        let result = match tokio::time::timeout(timeout, call).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(timeout)),
+        let result = match poll_once(call.as_mut()).await {
+            Poll::Ready(result) => result,
+            Poll::Pending => {
+                let timeout = self.config.store_timeout;
+                match Box::pin(tokio::time::timeout(timeout, call)).await {
+                    Ok(result) => result,
+                    Err(_) => Err(StoreError::Timeout(timeout)),
+                }
+            }
         };
         if let Err(error) = &result {
+            let (name, op_name) = (namespace.as_str(), op.as_str());
             if matches!(error, StoreError::LeaseLost) {
-                metrics::counter!(names::STALE_OWNERS, "namespace" => namespace.to_owned(), "op" => op)
-                    .increment(1);
-                tracing::warn!(namespace, op, "stale owner refused by fencing token");
+                namespace.count_stale_owner(op);
+                tracing::warn!(
+                    namespace = name,
+                    op = op_name,
+                    "stale owner refused by fencing token"
+                );
             } else {
-                metrics::counter!(names::STORE_ERRORS, "namespace" => namespace.to_owned(), "op" => op)
-                    .increment(1);
-                tracing::error!(namespace, op, %error, "idempotency store call failed");
+                namespace.count_store_error(op);
+                tracing::error!(namespace = name, op = op_name, %error, "idempotency store call failed");
             }
         }
         result
     }
-}
-
-fn count_decision(namespace: &str, decision: &'static str) {
-    metrics::counter!(names::DECISIONS, "namespace" => namespace.to_owned(), "decision" => decision)
-        .increment(1);
 }
 
 /// The right to run the work for a claimed key, with its lease renewed in the background.
@@ -266,7 +436,7 @@ fn count_decision(namespace: &str, decision: &'static str) {
 /// in the background.
 pub struct Execution<S: Store> {
     engine: Idempotency<S>,
-    namespace: String,
+    namespace: Namespace,
     key: StorageKey,
     lease: Lease,
     keep_alive: Option<JoinHandle<()>>,
@@ -284,14 +454,14 @@ impl<S: Store> std::fmt::Debug for Execution<S> {
 }
 
 impl<S: Store> Execution<S> {
-    fn start(engine: Idempotency<S>, namespace: &str, key: StorageKey, lease: Lease) -> Self {
+    fn start(engine: Idempotency<S>, namespace: Namespace, key: StorageKey, lease: Lease) -> Self {
         let keep_alive = engine
             .config
             .keep_alive
-            .then(|| spawn_keep_alive(engine.clone(), namespace.to_owned(), key, lease.token));
+            .then(|| spawn_keep_alive(engine.clone(), namespace.clone(), key, lease.token));
         Self {
             engine,
-            namespace: namespace.to_owned(),
+            namespace,
             key,
             lease,
             keep_alive,
@@ -314,49 +484,70 @@ impl<S: Store> Execution<S> {
         &self.key
     }
 
+    /// The namespace the key was claimed in.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
     /// Stores `outcome` for replay. Fails with [`StoreError::LeaseLost`] if another owner took
     /// the key over meanwhile (the outcome is then not stored).
-    pub async fn complete(mut self, outcome: Outcome) -> Result<(), StoreError> {
-        self.stop_keep_alive();
-        self.finished = true;
-        let engine = self.engine.clone();
-        let ttl = engine.config.ttl;
-        engine
-            .timed(
-                "complete",
-                &self.namespace,
-                engine
-                    .store
-                    .complete(&self.key, self.lease.token, &outcome, ttl),
-            )
-            .await
+    ///
+    /// (An `async` block rather than an `async fn`: the execution and the outcome are then kept
+    /// once in the future, not twice.)
+    #[allow(clippy::manual_async_fn)] // an `async fn` would keep `self` and `outcome` twice
+    pub fn complete(mut self, outcome: Outcome) -> impl Future<Output = Result<(), StoreError>> {
+        async move {
+            self.stop_keep_alive();
+            self.finished = true;
+            let engine = &self.engine;
+            let ttl = engine.config.ttl;
+            let call = std::pin::pin!(engine.store.complete(
+                &self.key,
+                self.lease.token,
+                &outcome,
+                ttl
+            ));
+            engine
+                .timed(StoreOp::Complete, self.namespace.by_ref(), call)
+                .await
+        }
     }
 
     /// Deletes the claim so that a retry runs the work again.
-    pub async fn release(mut self) -> Result<(), StoreError> {
-        self.stop_keep_alive();
-        self.finished = true;
-        metrics::counter!(names::RELEASED, "namespace" => self.namespace.clone()).increment(1);
-        let engine = self.engine.clone();
-        engine
-            .timed(
-                "release",
-                &self.namespace,
-                engine.store.release(&self.key, self.lease.token),
-            )
-            .await
+    #[allow(clippy::manual_async_fn)] // an `async fn` would keep `self` twice
+    pub fn release(mut self) -> impl Future<Output = Result<(), StoreError>> {
+        async move {
+            self.stop_keep_alive();
+            self.finished = true;
+            self.namespace.by_ref().count_released();
+            let engine = &self.engine;
+            let call = std::pin::pin!(engine.store.release(&self.key, self.lease.token));
+            engine
+                .timed(StoreOp::Release, self.namespace.by_ref(), call)
+                .await
+        }
     }
 
     /// Runs `work` to its end while renewing the lease every `lease / 3` (up to the keep-alive
     /// ceiling) from the caller's own task: the inline twin of the background keep-alive, for a
-    /// caller that already runs the work in a task of its own and wants no second task per
-    /// execution (build its engine with `with_keep_alive(false, ceiling)`). Renewal stops, and
-    /// the work goes on, once the ceiling is reached or the lease was lost.
+    /// caller that already drives the work and wants no second task per execution (build its
+    /// engine with `with_keep_alive(false, ceiling)`). Renewal stops, and the work goes on, once
+    /// the ceiling is reached or the lease was lost. Work that is done at its first poll sets up
+    /// no timer. Pass a pinned reference (`work.as_mut()`) to keep a large future in place.
     pub async fn keep_alive_while<F: Future>(&self, work: F) -> F::Output {
+        let mut work = std::pin::pin!(work);
+        // Work done at its first poll needs no renewal, and no timer; the renewal loop (timers,
+        // touch calls) is boxed so that it costs neither space nor time to work that is.
+        if let Poll::Ready(output) = poll_once(work.as_mut()).await {
+            return output;
+        }
+        Box::pin(self.renew_while(work)).await
+    }
+
+    async fn renew_while<F: Future>(&self, mut work: Pin<&mut F>) -> F::Output {
         let config = &self.engine.config;
         let period = (config.lease / 3).max(Duration::from_millis(10));
         let until = Instant::now() + config.keep_alive_ceiling;
-        let mut work = std::pin::pin!(work);
         loop {
             if let Either::Left(output) = race(work.as_mut(), tokio::time::sleep(period)).await {
                 return output;
@@ -365,13 +556,14 @@ impl<S: Store> Execution<S> {
                 tracing::warn!(namespace = %self.namespace, key = %self.key, "keep-alive ceiling reached; the lease may be taken over");
                 return work.await;
             }
-            let touch = self.engine.timed(
-                "touch",
-                &self.namespace,
-                self.engine
-                    .store
-                    .touch(&self.key, self.lease.token, config.lease),
-            );
+            let call = std::pin::pin!(self.engine.store.touch(
+                &self.key,
+                self.lease.token,
+                config.lease
+            ));
+            let touch = self
+                .engine
+                .timed(StoreOp::Touch, self.namespace.by_ref(), call);
             match race(work.as_mut(), touch).await {
                 Either::Left(output) => return output,
                 Either::Right(Err(StoreError::LeaseLost)) => return work.await,
@@ -385,6 +577,12 @@ impl<S: Store> Execution<S> {
             task.abort();
         }
     }
+}
+
+/// Polls `future` once: its output, or `Pending` (its waker registered).
+async fn poll_once<F: Future>(future: Pin<&mut F>) -> Poll<F::Output> {
+    let mut future = future;
+    std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
 }
 
 enum Either<A, B> {
@@ -417,12 +615,13 @@ impl<S: Store> Drop for Execution<S> {
         tracing::warn!(namespace = %self.namespace, key = %self.key, "execution dropped unfinished; releasing the key");
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let engine = self.engine.clone();
-            let namespace = std::mem::take(&mut self.namespace);
+            let namespace = self.namespace.clone();
             let key = self.key;
             let token = self.lease.token;
             runtime.spawn(async move {
+                let call = std::pin::pin!(engine.store.release(&key, token));
                 let _ = engine
-                    .timed("release", &namespace, engine.store.release(&key, token))
+                    .timed(StoreOp::Release, namespace.by_ref(), call)
                     .await;
             });
         }
@@ -431,7 +630,7 @@ impl<S: Store> Drop for Execution<S> {
 
 fn spawn_keep_alive<S: Store>(
     engine: Idempotency<S>,
-    namespace: String,
+    namespace: Namespace,
     key: StorageKey,
     token: FencingToken,
 ) -> JoinHandle<()> {
@@ -442,16 +641,11 @@ fn spawn_keep_alive<S: Store>(
         loop {
             tokio::time::sleep(period).await;
             if Instant::now() >= until {
-                tracing::warn!(namespace, key = %key, "keep-alive ceiling reached; the lease may be taken over");
+                tracing::warn!(namespace = %namespace, key = %key, "keep-alive ceiling reached; the lease may be taken over");
                 return;
             }
-            let touched = engine
-                .timed(
-                    "touch",
-                    &namespace,
-                    engine.store.touch(&key, token, config.lease),
-                )
-                .await;
+            let call = std::pin::pin!(engine.store.touch(&key, token, config.lease));
+            let touched = engine.timed(StoreOp::Touch, namespace.by_ref(), call).await;
             if let Err(StoreError::LeaseLost) = touched {
                 return;
             }

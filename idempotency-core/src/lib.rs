@@ -59,7 +59,7 @@ pub mod sql;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use engine::{Config, Decision, Execution, Idempotency};
+pub use engine::{Config, Decision, Execution, Idempotency, Namespace};
 pub use error::StoreError;
 pub use fingerprint::{Fingerprint, FingerprintBuilder, canonical_json};
 pub use function::IdempotentError;

@@ -31,3 +31,165 @@ pub fn describe() {
     metrics::describe_counter!(RELEASED, "Executions released for retry instead of stored");
     metrics::describe_counter!(REFUSALS, "Requests refused by a front end, by reason");
 }
+
+/// The counters of one namespace, with their label sets built once.
+///
+/// `metrics::counter!` builds its key (name, label vector, owned label values, hash) on every
+/// call; a front end that serves one namespace builds these keys once (with its
+/// [`Namespace`](crate::Namespace)) and only looks the counter up in the installed recorder per
+/// event. The recorder is asked at every event, so a recorder installed later (or a thread-local
+/// one) still sees every count.
+#[derive(Debug)]
+pub(crate) struct NamespaceCounters {
+    decisions: [metrics::Key; DecisionLabel::ALL.len()],
+    released: metrics::Key,
+    store_errors: [metrics::Key; StoreOp::ALL.len()],
+    stale_owners: [metrics::Key; StoreOp::ALL.len()],
+}
+
+/// The `decision` label of [`DECISIONS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DecisionLabel {
+    Execute,
+    Takeover,
+    Replay,
+    InFlight,
+    Mismatch,
+}
+
+impl DecisionLabel {
+    const ALL: [Self; 5] = [
+        Self::Execute,
+        Self::Takeover,
+        Self::Replay,
+        Self::InFlight,
+        Self::Mismatch,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Execute => "execute",
+            Self::Takeover => "takeover",
+            Self::Replay => "replay",
+            Self::InFlight => "in_flight",
+            Self::Mismatch => "mismatch",
+        }
+    }
+}
+
+/// The `op` label of [`STORE_ERRORS`] and [`STALE_OWNERS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StoreOp {
+    Claim,
+    Complete,
+    Release,
+    Touch,
+}
+
+impl StoreOp {
+    const ALL: [Self; 4] = [Self::Claim, Self::Complete, Self::Release, Self::Touch];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Claim => "claim",
+            Self::Complete => "complete",
+            Self::Release => "release",
+            Self::Touch => "touch",
+        }
+    }
+}
+
+/// Where the engine's counters come from (the module that used to call `counter!`).
+static ENGINE_METADATA: metrics::Metadata<'static> = metrics::Metadata::new(
+    "idempotency_core::engine",
+    metrics::Level::INFO,
+    Some("idempotency_core::engine"),
+);
+
+/// Increments the counter `key` by one in the current recorder (thread-local or global, as
+/// `counter!` does), without building the key.
+pub(crate) fn increment(key: &metrics::Key, metadata: &metrics::Metadata<'_>) {
+    metrics::with_recorder(|recorder| recorder.register_counter(key, metadata)).increment(1);
+}
+
+fn key(
+    name: &'static str,
+    namespace: &str,
+    label: &'static str,
+    value: &'static str,
+) -> metrics::Key {
+    metrics::Key::from_parts(
+        name,
+        vec![
+            metrics::Label::new("namespace", namespace.to_owned()),
+            metrics::Label::new(label, value),
+        ],
+    )
+}
+
+impl NamespaceCounters {
+    pub(crate) fn new(namespace: &str) -> Self {
+        Self {
+            decisions: DecisionLabel::ALL
+                .map(|decision| key(DECISIONS, namespace, "decision", decision.as_str())),
+            released: metrics::Key::from_parts(
+                RELEASED,
+                vec![metrics::Label::new("namespace", namespace.to_owned())],
+            ),
+            store_errors: StoreOp::ALL.map(|op| key(STORE_ERRORS, namespace, "op", op.as_str())),
+            stale_owners: StoreOp::ALL.map(|op| key(STALE_OWNERS, namespace, "op", op.as_str())),
+        }
+    }
+
+    pub(crate) fn decision(&self, decision: DecisionLabel) {
+        increment(&self.decisions[decision as usize], &ENGINE_METADATA);
+    }
+
+    pub(crate) fn released(&self) {
+        increment(&self.released, &ENGINE_METADATA);
+    }
+
+    pub(crate) fn store_error(&self, op: StoreOp) {
+        increment(&self.store_errors[op as usize], &ENGINE_METADATA);
+    }
+
+    pub(crate) fn stale_owner(&self, op: StoreOp) {
+        increment(&self.stale_owners[op as usize], &ENGINE_METADATA);
+    }
+}
+
+/// The same counts for a namespace without prebuilt keys (built per event, as `counter!` does).
+pub(crate) mod adhoc {
+    use super::*;
+
+    pub(crate) fn decision(namespace: &str, decision: DecisionLabel) {
+        increment(
+            &key(DECISIONS, namespace, "decision", decision.as_str()),
+            &ENGINE_METADATA,
+        );
+    }
+
+    pub(crate) fn released(namespace: &str) {
+        increment(
+            &metrics::Key::from_parts(
+                RELEASED,
+                vec![metrics::Label::new("namespace", namespace.to_owned())],
+            ),
+            &ENGINE_METADATA,
+        );
+    }
+
+    pub(crate) fn store_error(namespace: &str, op: StoreOp) {
+        increment(
+            &key(STORE_ERRORS, namespace, "op", op.as_str()),
+            &ENGINE_METADATA,
+        );
+    }
+
+    pub(crate) fn stale_owner(namespace: &str, op: StoreOp) {
+        increment(
+            &key(STALE_OWNERS, namespace, "op", op.as_str()),
+            &ENGINE_METADATA,
+        );
+    }
+}
