@@ -1,32 +1,100 @@
 //! The in-process store: sharded maps with expiry, the embedded default.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use crate::time::unix_micros_now;
 use crate::token::{OneTimeToken, TokenOutcome, TokenStore};
 use crate::{
-    Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Lease, Outcome, Record,
-    RecordState, Scope, StorageKey, Store, StoreError,
+    Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Fingerprint, Lease, Outcome,
+    Record, RecordState, Scope, StorageKey, Store, StoreError,
 };
 
 const SHARDS: usize = 64;
 
+/// A map key: a storage key, hashed (by the map's keyed SipHash) over 8 of its bytes only.
+/// Keys are SHA-256 digests, so 8 bytes are as uniform as 32, and the map's random hash key
+/// still keeps the bucket of a key unpredictable; equality compares all 32 bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct MapKey(StorageKey);
+
+impl Hash for MapKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Bytes 8..16: the first byte already picks the shard.
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&self.0.0[8..16]);
+        state.write_u64(u64::from_le_bytes(word));
+    }
+}
+
+/// One shard: its map, and the namespace of its latest new record, which the next records of
+/// the same namespace share instead of copying it.
+struct Shard<V> {
+    map: HashMap<MapKey, V>,
+    namespace: Option<Arc<str>>,
+}
+
+impl<V> Shard<V> {
+    fn get(&self, key: &StorageKey) -> Option<&V> {
+        self.map.get(&MapKey(*key))
+    }
+
+    fn get_mut(&mut self, key: &StorageKey) -> Option<&mut V> {
+        self.map.get_mut(&MapKey(*key))
+    }
+
+    fn contains_key(&self, key: &StorageKey) -> bool {
+        self.map.contains_key(&MapKey(*key))
+    }
+
+    fn insert(&mut self, key: StorageKey, value: V) {
+        self.map.insert(MapKey(key), value);
+    }
+
+    fn remove(&mut self, key: &StorageKey) -> Option<V> {
+        self.map.remove(&MapKey(*key))
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
+        self.map.retain(|_, value| keep(value));
+    }
+
+    /// `namespace`, shared with the shard's other records of that namespace.
+    fn namespace(&mut self, namespace: &str) -> Arc<str> {
+        match &self.namespace {
+            Some(shared) if **shared == *namespace => Arc::clone(shared),
+            _ => Arc::clone(self.namespace.insert(Arc::from(namespace))),
+        }
+    }
+}
+
 /// Maps split by key hash so concurrent keys rarely share a lock.
 struct Shards<V> {
-    shards: Box<[Mutex<HashMap<StorageKey, V>>]>,
+    shards: Box<[Mutex<Shard<V>>]>,
 }
 
 impl<V> Shards<V> {
     fn new() -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        map: HashMap::new(),
+                        namespace: None,
+                    })
+                })
+                .collect(),
         }
     }
 
-    fn lock(&self, key: &StorageKey) -> MutexGuard<'_, HashMap<StorageKey, V>> {
+    fn lock(&self, key: &StorageKey) -> MutexGuard<'_, Shard<V>> {
         // Keys are SHA-256 digests: their first byte is uniform.
         let index = usize::from(key.0[0]) % SHARDS;
         self.shards[index]
@@ -34,10 +102,45 @@ impl<V> Shards<V> {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn iter(&self) -> impl Iterator<Item = MutexGuard<'_, HashMap<StorageKey, V>>> {
+    fn iter(&self) -> impl Iterator<Item = MutexGuard<'_, Shard<V>>> {
         self.shards
             .iter()
             .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// What the store keeps per key: a [`Record`] without its key (the map's) and with a shared
+/// namespace. Boxed in the map, so that growing a map moves a pointer per record, not the
+/// record.
+#[derive(Clone)]
+struct Entry {
+    namespace: Arc<str>,
+    fingerprint: Fingerprint,
+    state: RecordState,
+    token: FencingToken,
+    attempts: u32,
+    created_at: SystemTime,
+    updated_at: SystemTime,
+    completed_at: Option<SystemTime>,
+    expires_at: SystemTime,
+    outcome: Option<Outcome>,
+}
+
+impl Entry {
+    fn to_record(&self, key: StorageKey) -> Record {
+        Record {
+            key,
+            namespace: self.namespace.as_ref().to_owned(),
+            fingerprint: self.fingerprint,
+            state: self.state,
+            token: self.token,
+            attempts: self.attempts,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            completed_at: self.completed_at,
+            expires_at: self.expires_at,
+            outcome: self.outcome.clone(),
+        }
     }
 }
 
@@ -61,7 +164,7 @@ impl<V> Shards<V> {
 /// # let _ = store;
 /// ```
 pub struct MemoryStore {
-    records: Shards<Record>,
+    records: Shards<Box<Entry>>,
     next_token: AtomicU64,
     capacity: Option<usize>,
     abandoned_grace: Duration,
@@ -140,7 +243,7 @@ impl MemoryStore {
         let now = SystemTime::now();
         for mut shard in self.records.iter() {
             let before = shard.len();
-            shard.retain(|_, record| record.expires_at > now);
+            shard.retain(|record| record.expires_at > now);
             self.len.fetch_sub(before - shard.len(), Ordering::Relaxed);
         }
         if self.try_reserve(capacity) {
@@ -152,7 +255,7 @@ impl MemoryStore {
 
     /// Whether a purge may delete `record`: a completed one past its TTL, an abandoned lease
     /// past its end plus the grace.
-    fn purgeable(&self, record: &Record, now: SystemTime) -> bool {
+    fn purgeable(&self, record: &Entry, now: SystemTime) -> bool {
         match record.state {
             RecordState::Completed => record.expires_at <= now,
             RecordState::InProgress => record.expires_at + self.abandoned_grace <= now,
@@ -186,7 +289,12 @@ impl MemoryStore {
                 took_over,
             };
             let created_at = if took_over { record.created_at } else { now };
-            *record = new_record(request, lease, created_at, now);
+            let namespace = if *record.namespace == *request.namespace {
+                Arc::clone(&record.namespace)
+            } else {
+                Arc::from(request.namespace)
+            };
+            **record = new_entry(namespace, request, lease, created_at, now);
             return Ok(Claim::Acquired(lease));
         }
         let lease = Lease {
@@ -194,7 +302,11 @@ impl MemoryStore {
             attempt: 1,
             took_over: false,
         };
-        shard.insert(*request.key, new_record(request, lease, now, now));
+        let namespace = shard.namespace(request.namespace);
+        shard.insert(
+            *request.key,
+            Box::new(new_entry(namespace, request, lease, now, now)),
+        );
         if !reserved {
             self.len.fetch_add(1, Ordering::Relaxed);
         }
@@ -206,7 +318,7 @@ impl MemoryStore {
         &self,
         key: &StorageKey,
         token: FencingToken,
-        change: impl FnOnce(&mut HashMap<StorageKey, Record>, SystemTime),
+        change: impl FnOnce(&mut Shard<Box<Entry>>, SystemTime),
     ) -> Result<(), StoreError> {
         let now = SystemTime::now();
         let mut shard = self.records.lock(key);
@@ -220,7 +332,7 @@ impl MemoryStore {
     }
 }
 
-fn live_claim(record: &Record, request: ClaimRequest<'_>, now: SystemTime) -> Claim {
+fn live_claim(record: &Entry, request: ClaimRequest<'_>, now: SystemTime) -> Claim {
     if record.fingerprint != *request.fingerprint {
         return Claim::Mismatch;
     }
@@ -235,15 +347,15 @@ fn live_claim(record: &Record, request: ClaimRequest<'_>, now: SystemTime) -> Cl
     }
 }
 
-fn new_record(
+fn new_entry(
+    namespace: Arc<str>,
     request: ClaimRequest<'_>,
     lease: Lease,
     created_at: SystemTime,
     now: SystemTime,
-) -> Record {
-    Record {
-        key: *request.key,
-        namespace: request.namespace.to_owned(),
+) -> Entry {
+    Entry {
+        namespace,
         fingerprint: *request.fingerprint,
         state: RecordState::InProgress,
         token: lease.token,
@@ -302,7 +414,11 @@ impl Store for MemoryStore {
     }
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
-        Ok(self.records.lock(key).get(key).cloned())
+        Ok(self
+            .records
+            .lock(key)
+            .get(key)
+            .map(|entry| entry.to_record(*key)))
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
@@ -312,14 +428,15 @@ impl Store for MemoryStore {
             if purged >= limit {
                 break;
             }
-            let expired: Vec<StorageKey> = shard
+            let expired: Vec<MapKey> = shard
+                .map
                 .iter()
                 .filter(|(_, record)| self.purgeable(record, now))
                 .map(|(key, _)| *key)
                 .take(limit - purged)
                 .collect();
             for key in &expired {
-                shard.remove(key);
+                shard.map.remove(key);
             }
             self.len.fetch_sub(expired.len(), Ordering::Relaxed);
             purged += expired.len();
@@ -372,7 +489,7 @@ impl MemoryTokenStore {
             .iter()
             .map(|mut shard| {
                 let before = shard.len();
-                shard.retain(|_, expires_at| *expires_at > now);
+                shard.retain(|expires_at| *expires_at > now);
                 before - shard.len()
             })
             .sum()
@@ -394,5 +511,67 @@ impl TokenStore for MemoryTokenStore {
             Some(expires_at) if expires_at > SystemTime::now() => TokenOutcome::Consumed,
             _ => TokenOutcome::Invalid,
         })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn request<'a>(
+        key: &'a StorageKey,
+        namespace: &'a str,
+        fingerprint: &'a Fingerprint,
+        lease: Duration,
+    ) -> ClaimRequest<'a> {
+        ClaimRequest {
+            key,
+            namespace,
+            fingerprint,
+            lease,
+        }
+    }
+
+    #[tokio::test]
+    async fn records_of_one_shard_keep_their_own_namespace() {
+        let store = MemoryStore::new();
+        let fingerprint = Fingerprint::of_bytes(b"x");
+        // Same first byte: the same shard, whose shared namespace changes between claims.
+        let keys: Vec<StorageKey> = (0..6u8)
+            .map(|n| {
+                let mut key = [n; 32];
+                key[0] = 7;
+                StorageKey(key)
+            })
+            .collect();
+        let names = ["a", "b", "a", "a", "c", "b"];
+        for (key, name) in keys.iter().zip(names) {
+            let claim = store
+                .claim(request(key, name, &fingerprint, Duration::from_secs(60)))
+                .await
+                .unwrap();
+            assert!(matches!(claim, Claim::Acquired(_)));
+        }
+        for (key, name) in keys.iter().zip(names) {
+            let record = store.get(key).await.unwrap().unwrap();
+            assert_eq!(record.namespace, name);
+            assert_eq!(record.key, *key);
+        }
+        // A record taken over after its lease ended takes the claimer's namespace.
+        let short = StorageKey([9; 32]);
+        store
+            .claim(request(&short, "a", &fingerprint, Duration::ZERO))
+            .await
+            .unwrap();
+        let Claim::Acquired(lease) = store
+            .claim(request(&short, "z", &fingerprint, Duration::from_secs(60)))
+            .await
+            .unwrap()
+        else {
+            panic!("an ended lease is taken over");
+        };
+        assert!(lease.took_over);
+        assert_eq!(store.get(&short).await.unwrap().unwrap().namespace, "z");
     }
 }
