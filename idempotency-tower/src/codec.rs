@@ -45,31 +45,23 @@ impl std::error::Error for DecodeError {}
 impl StoredResponse {
     /// Encodes the response into one buffer.
     pub fn encode(&self) -> Bytes {
-        let mut size = 1 + 2 + 10 + 10 + self.body.len() + 1;
-        for map in std::iter::once(&self.headers).chain(self.trailers.as_ref()) {
-            size += 10
-                + map
-                    .iter()
-                    .map(|(n, v)| n.as_str().len() + v.len() + 4)
-                    .sum::<usize>();
-        }
-        let mut out = BytesMut::with_capacity(size);
-        out.put_u8(VERSION);
-        out.put_u16(self.status.as_u16());
-        put_map(&mut out, &self.headers);
-        put_bytes(&mut out, &self.body);
-        match &self.trailers {
-            Some(trailers) => {
-                out.put_u8(1);
-                put_map(&mut out, trailers);
-            }
-            None => out.put_u8(0),
-        }
-        out.freeze()
+        let all = |_: &HeaderName| true;
+        encode_parts(
+            self.status,
+            (&self.headers, all),
+            &self.body,
+            self.trailers.as_ref().map(|trailers| (trailers, all)),
+        )
     }
 
     /// Decodes what [`encode`](Self::encode) wrote.
     pub fn decode(encoded: &Bytes) -> Result<Self, DecodeError> {
+        Self::decode_with_room(encoded, 0)
+    }
+
+    /// [`decode`](Self::decode), with room in the header map for `extra` more fields (a replay
+    /// adds `Idempotent-Replayed`), so that adding them does not grow the map.
+    pub(crate) fn decode_with_room(encoded: &Bytes, extra: usize) -> Result<Self, DecodeError> {
         let mut reader = Reader {
             buf: encoded,
             pos: 0,
@@ -79,11 +71,11 @@ impl StoredResponse {
         }
         let status = u16::from_be_bytes([reader.u8()?, reader.u8()?]);
         let status = StatusCode::from_u16(status).map_err(|_| DecodeError("bad status"))?;
-        let headers = reader.map()?;
+        let headers = reader.map(extra)?;
         let body = reader.bytes()?;
         let trailers = match reader.u8()? {
             0 => None,
-            1 => Some(reader.map()?),
+            1 => Some(reader.map(0)?),
             _ => return Err(DecodeError("bad trailer flag")),
         };
         if reader.pos != encoded.len() {
@@ -96,6 +88,57 @@ impl StoredResponse {
             trailers,
         })
     }
+}
+
+/// Encodes a response as [`StoredResponse::encode`] does, with only the header (and trailer)
+/// fields that `keep` accepts, straight from the borrowed maps: no map is copied.
+pub(crate) fn encode_parts<H, T>(
+    status: StatusCode,
+    (headers, keep_header): (&HeaderMap, H),
+    body: &[u8],
+    trailers: Option<(&HeaderMap, T)>,
+) -> Bytes
+where
+    H: Fn(&HeaderName) -> bool,
+    T: Fn(&HeaderName) -> bool,
+{
+    let (header_count, header_bytes) = measure_map(headers, &keep_header);
+    let mut size = 1 + 2 + varint_len(header_count) + header_bytes;
+    size += varint_len(body.len()) + body.len() + 1;
+    let trailers = trailers.map(|(map, keep)| {
+        let (count, bytes) = measure_map(map, &keep);
+        size += varint_len(count) + bytes;
+        (map, keep, count)
+    });
+    let mut out = BytesMut::with_capacity(size);
+    out.put_u8(VERSION);
+    out.put_u16(status.as_u16());
+    put_map(&mut out, headers, header_count, &keep_header);
+    put_bytes(&mut out, body);
+    match &trailers {
+        Some((map, keep, count)) => {
+            out.put_u8(1);
+            put_map(&mut out, map, *count, keep);
+        }
+        None => out.put_u8(0),
+    }
+    debug_assert_eq!(out.len(), size);
+    out.freeze()
+}
+
+/// How many fields of `map` are kept, and their encoded size.
+fn measure_map(map: &HeaderMap, keep: &impl Fn(&HeaderName) -> bool) -> (usize, usize) {
+    map.iter()
+        .filter(|(name, _)| keep(name))
+        .fold((0, 0), |(count, bytes), (name, value)| {
+            let (n, v) = (name.as_str().len(), value.len());
+            (count + 1, bytes + varint_len(n) + n + varint_len(v) + v)
+        })
+}
+
+fn varint_len(value: usize) -> usize {
+    let bits = usize::BITS - (value | 1).leading_zeros();
+    bits.div_ceil(7) as usize
 }
 
 fn put_varint(out: &mut BytesMut, mut value: usize) {
@@ -111,9 +154,9 @@ fn put_bytes(out: &mut BytesMut, bytes: &[u8]) {
     out.put_slice(bytes);
 }
 
-fn put_map(out: &mut BytesMut, map: &HeaderMap) {
-    put_varint(out, map.len());
-    for (name, value) in map {
+fn put_map(out: &mut BytesMut, map: &HeaderMap, count: usize, keep: &impl Fn(&HeaderName) -> bool) {
+    put_varint(out, count);
+    for (name, value) in map.iter().filter(|(name, _)| keep(name)) {
         put_bytes(out, name.as_str().as_bytes());
         put_bytes(out, value.as_bytes());
     }
@@ -157,13 +200,13 @@ impl Reader<'_> {
         Ok(slice)
     }
 
-    fn map(&mut self) -> Result<HeaderMap, DecodeError> {
+    fn map(&mut self, extra: usize) -> Result<HeaderMap, DecodeError> {
         let count = self.varint()?;
         // Every entry takes at least two bytes: refuse absurd counts before allocating.
         if count > self.buf.len() {
             return Err(DecodeError("bad header count"));
         }
-        let mut map = HeaderMap::with_capacity(count);
+        let mut map = HeaderMap::with_capacity(count + extra);
         for _ in 0..count {
             let name = self.bytes()?;
             let name = HeaderName::from_bytes(&name).map_err(|_| DecodeError("bad header name"))?;
@@ -218,6 +261,46 @@ mod tests {
         let encoded = empty.encode();
         assert_eq!(encoded.len(), 6);
         assert_eq!(StoredResponse::decode(&encoded).unwrap(), empty);
+    }
+
+    #[test]
+    fn varint_lengths_match_the_encoder() {
+        for value in [
+            0,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            2_097_151,
+            2_097_152,
+            usize::MAX,
+        ] {
+            let mut out = BytesMut::new();
+            put_varint(&mut out, value);
+            assert_eq!(varint_len(value), out.len(), "{value}");
+        }
+    }
+
+    #[test]
+    fn filtered_encoding_equals_encoding_the_filtered_maps() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        trailers.insert("x-drop", HeaderValue::from_static("1"));
+        let mut full = sample(Some(trailers));
+        full.headers.insert("x-drop", HeaderValue::from_static("2"));
+        let keep = |name: &HeaderName| name != "x-drop";
+        let filtered = encode_parts(
+            full.status,
+            (&full.headers, keep),
+            &full.body,
+            full.trailers.as_ref().map(|t| (t, keep)),
+        );
+        let mut expected = full.clone();
+        expected.headers.remove("x-drop");
+        expected.trailers.as_mut().unwrap().remove("x-drop");
+        assert_eq!(filtered, expected.encode());
+        assert_eq!(StoredResponse::decode(&filtered).unwrap(), expected);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::HeaderName;
 use http::request::Parts;
-use idempotency_core::Fingerprint;
+use idempotency_core::{Fingerprint, canonical_json};
 
 use crate::json::LazyJson;
 
@@ -50,6 +50,15 @@ fn target(parts: &Parts) -> &str {
 }
 
 impl FingerprintSource {
+    /// The JSON Pointers this fingerprint reads from the body.
+    pub(crate) fn json_pointers(&self) -> impl Iterator<Item = &str> {
+        let fields = match self {
+            Self::JsonFields(fields) => &fields[..],
+            _ => &[],
+        };
+        fields.iter().map(String::as_str)
+    }
+
     /// Whether the body must be collected.
     pub(crate) fn needs_body(&self) -> bool {
         !matches!(self, Self::Headers(_))
@@ -69,9 +78,17 @@ impl FingerprintSource {
                 body,
             )),
             Self::JsonFields(fields) => {
-                let value = json.get()?;
-                let pointers: Vec<&str> = fields.iter().map(String::as_str).collect();
-                let selected = Fingerprint::of_json_fields(value, &pointers);
+                // As `Fingerprint::of_json_fields` over the parsed body, from the fields alone.
+                let mut selected = Fingerprint::builder();
+                for pointer in fields.iter() {
+                    selected = match json.field(pointer)? {
+                        Some(field) => {
+                            selected.field(pointer.as_bytes(), canonical_json(field).as_bytes())
+                        }
+                        None => selected.field(pointer.as_bytes(), b"\0absent"),
+                    };
+                }
+                let selected = selected.finish();
                 Ok(Fingerprint::builder()
                     .field(b"method", parts.method.as_str().as_bytes())
                     .field(b"path", parts.uri.path().as_bytes())
@@ -113,7 +130,8 @@ mod tests {
         }
         let parts = request.body(()).unwrap().into_parts().0;
         let body = Bytes::copy_from_slice(body.as_bytes());
-        let mut json = LazyJson::new(&body);
+        let plan = crate::json::JsonPlan::new(source.json_pointers());
+        let mut json = LazyJson::new(&plan, &body);
         source.compute(&parts, &body, &mut json)
     }
 
@@ -135,6 +153,43 @@ mod tests {
         assert_ne!(a, fp(&s, "/refund", None, r#"{"amount":1}"#).unwrap());
         assert_eq!(a, fp(&s, "/pay?sig=2", None, r#"{"amount":1}"#).unwrap());
         assert!(fp(&s, "/pay", None, "not json").is_err());
+    }
+
+    #[test]
+    fn json_fields_equal_the_core_fingerprint_of_the_parsed_body() {
+        // The layer reads only the selected fields; the fingerprint must stay what
+        // `Fingerprint::of_json_fields` makes of the whole parsed body (stored records keep it).
+        let pointers = [
+            "/trade_no",
+            "/order_id",
+            "/items/0/sku",
+            "/missing",
+            "/a~1b",
+            "",
+        ];
+        let s = FingerprintSource::JsonFields(Arc::from(
+            pointers.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        ));
+        for body in [
+            r#"{"trade_no":"T1","order_id":42,"items":[{"sku":"a","qty":2}],"a/b":null}"#,
+            r#"{"order_id":42.50,"trade_no":"T1","items":[],"extra":{"deep":[1,2,3]}}"#,
+            r#"{"trade_no":"T1","trade_no":"T2","order_id":1e3,"items":{"0":{"sku":1}}}"#,
+            r#"{"items":[{"sku":{"z":1,"a":[true,null]}}],"order_id":-0,"trade_no":"\u00e9"}"#,
+            "[]",
+        ] {
+            let value: serde_json::Value = serde_json::from_str(body).unwrap();
+            let selected = Fingerprint::of_json_fields(&value, &pointers);
+            let expected = Fingerprint::builder()
+                .field(b"method", b"POST")
+                .field(b"path", b"/pay")
+                .field(b"json-fields", &selected.0)
+                .finish();
+            assert_eq!(
+                fp(&s, "/pay?sig=1", None, body).unwrap(),
+                expected,
+                "{body}"
+            );
+        }
     }
 
     #[test]

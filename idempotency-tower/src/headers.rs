@@ -32,27 +32,62 @@ fn is_sensitive(name: &HeaderName) -> bool {
         || name == header::WWW_AUTHENTICATE
 }
 
-/// Removes, in place, what must not be stored: hop-by-hop headers (including those the
-/// `Connection` header names), `Date`, and, unless `keep_sensitive`, credentials (`Set-Cookie`,
-/// `Authorization`, `Cookie`, `WWW-Authenticate` and any value marked sensitive).
-pub(crate) fn strip_unstorable(headers: &mut HeaderMap, keep_sensitive: bool) {
-    let named_by_connection: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|list| list.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named_by_connection {
-        headers.remove(name);
+/// Which header (or trailer) fields of one map are stored: not hop-by-hop ones (including those
+/// its `Connection` header names), not `Date`, and, unless `keep_sensitive`, no credentials
+/// (`Set-Cookie`, `Authorization`, `Cookie`, `WWW-Authenticate`, and every value of a name one
+/// of whose values is marked sensitive). Decides field by field, so the map itself is neither
+/// copied nor changed.
+pub(crate) struct Storable {
+    named_by_connection: Vec<HeaderName>,
+    /// Names with a value marked sensitive (dropped whole unless `keep_sensitive`).
+    sensitive_values: Vec<HeaderName>,
+    keep_sensitive: bool,
+}
+
+impl Storable {
+    /// The rule for `headers`. Allocates nothing unless `headers` has a `Connection` header or
+    /// (with `keep_sensitive` off) a value marked sensitive.
+    pub(crate) fn new(headers: &HeaderMap, keep_sensitive: bool) -> Self {
+        let named_by_connection = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|list| list.split(','))
+            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .collect();
+        let sensitive_values = if keep_sensitive {
+            Vec::new()
+        } else {
+            headers
+                .iter()
+                .filter(|(_, value)| value.is_sensitive())
+                .map(|(name, _)| name.clone())
+                .collect()
+        };
+        Self {
+            named_by_connection,
+            sensitive_values,
+            keep_sensitive,
+        }
     }
+
+    /// Whether the field `name` is stored.
+    pub(crate) fn keeps(&self, name: &HeaderName) -> bool {
+        !(is_hop_by_hop_or_date(name)
+            || self.named_by_connection.contains(name)
+            || (!self.keep_sensitive
+                && (is_sensitive(name) || self.sensitive_values.contains(name))))
+    }
+}
+
+/// Removes, in place, what [`Storable`] does not keep.
+#[cfg(test)]
+pub(crate) fn strip_unstorable(headers: &mut HeaderMap, keep_sensitive: bool) {
+    let rule = Storable::new(headers, keep_sensitive);
     let doomed: Vec<HeaderName> = headers
-        .iter()
-        .filter(|(name, value)| {
-            is_hop_by_hop_or_date(name)
-                || (!keep_sensitive && (is_sensitive(name) || value.is_sensitive()))
-        })
-        .map(|(name, _)| name.clone())
+        .keys()
+        .filter(|name| !rule.keeps(name))
+        .cloned()
         .collect();
     for name in doomed {
         headers.remove(name);
@@ -98,5 +133,19 @@ mod tests {
         assert!(with_cookies.contains_key("set-cookie"));
         assert!(with_cookies.contains_key("x-token"));
         assert!(!with_cookies.contains_key("date"));
+    }
+
+    #[test]
+    fn one_sensitive_value_drops_the_whole_name() {
+        let mut headers = HeaderMap::new();
+        headers.append("x-token", HeaderValue::from_static("public"));
+        let mut secret = HeaderValue::from_static("s");
+        secret.set_sensitive(true);
+        headers.append("x-token", secret);
+        headers.append("x-other", HeaderValue::from_static("1"));
+        let rule = Storable::new(&headers, false);
+        assert!(!rule.keeps(&HeaderName::from_static("x-token")));
+        assert!(rule.keeps(&HeaderName::from_static("x-other")));
+        assert!(Storable::new(&headers, true).keeps(&HeaderName::from_static("x-token")));
     }
 }

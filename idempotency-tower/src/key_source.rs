@@ -43,6 +43,14 @@ impl std::fmt::Debug for KeySource {
 }
 
 impl KeySource {
+    /// The JSON Pointer this key is read from, if any.
+    pub(crate) fn json_pointer(&self) -> Option<&str> {
+        match self {
+            Self::JsonPointer(pointer) => Some(pointer),
+            _ => None,
+        }
+    }
+
     /// Whether the body must be collected to find the key.
     pub(crate) fn needs_body(&self) -> bool {
         !matches!(self, Self::Header(_))
@@ -57,19 +65,14 @@ impl KeySource {
     ) -> Result<Option<IdempotencyKey>, KeyError> {
         match self {
             Self::Header(name) => key_from_headers(&parts.headers, name),
-            Self::JsonPointer(pointer) => {
-                let value = json.get().map_err(KeyError::Body)?;
-                match value.pointer(pointer) {
-                    None | Some(Value::Null) => Ok(None),
-                    Some(Value::String(text)) => IdempotencyKey::parse(text).map(Some),
-                    Some(Value::Number(number)) => {
-                        IdempotencyKey::parse(&number.to_string()).map(Some)
-                    }
-                    Some(_) => Err(KeyError::Body(format!(
-                        "the field {pointer} must be a string or a number"
-                    ))),
-                }
-            }
+            Self::JsonPointer(pointer) => match json.field(pointer).map_err(KeyError::Body)? {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(text)) => IdempotencyKey::parse(text).map(Some),
+                Some(Value::Number(number)) => IdempotencyKey::parse(&number.to_string()).map(Some),
+                Some(_) => Err(KeyError::Body(format!(
+                    "the field {pointer} must be a string or a number"
+                ))),
+            },
             Self::Custom(read) => read(parts, body),
         }
     }
@@ -118,7 +121,8 @@ mod tests {
 
     fn from_json(pointer: &str, body: &'static str) -> Result<Option<IdempotencyKey>, KeyError> {
         let body = Bytes::from_static(body.as_bytes());
-        let mut json = LazyJson::new(&body);
+        let plan = crate::json::JsonPlan::new([pointer]);
+        let mut json = LazyJson::new(&plan, &body);
         KeySource::JsonPointer(pointer.to_owned()).read(&parts(), &body, &mut json)
     }
 

@@ -18,8 +18,10 @@
 //! [`RenderRefusal`]) and never stored. 2xx, 3xx and 4xx except 408/409/425/429 are stored;
 //! 5xx and service errors release the key so the retry runs again ([`StoragePolicy`]).
 //! Hop-by-hop headers and `Date` are never stored, `Set-Cookie` and credentials only when
-//! enabled. The handler runs in its own task: a client that disconnects does not abandon it,
-//! and its response is recorded for the retry. Keys are scoped by namespace and, optionally,
+//! enabled. The handler runs in the request's own future (no task per request); a client that
+//! disconnects does not abandon it: the still-running handler moves to a task of its own, goes
+//! on to its end with its lease renewed, and its response is recorded for the retry. Keys are
+//! scoped by namespace and, optionally,
 //! principal (tenant), and hashed before they reach the store.
 //!
 //! The claim, lease keep-alive and complete/release are the engine's

@@ -139,6 +139,53 @@ async fn client_disconnect_mid_handler_still_completes_and_replays() {
 }
 
 #[tokio::test]
+async fn client_disconnect_keeps_the_lease_renewed_until_the_handler_ends() {
+    // The handler outlives its client and several leases: once the request's future is
+    // dropped the handler goes on in the background, and its lease is still renewed there, so a
+    // duplicate long after the first lease would have ended is refused instead of taking over.
+    // A lease of 1 s renewed every third of it leaves 2/3 s of slack for a loaded CI machine.
+    let server = serve(|b| b.lease(Duration::from_millis(1000))).await;
+    let key = unique("hangup-lease");
+    let mut socket = TcpStream::connect(server.addr).await.unwrap();
+    let request = format!(
+        "POST /held HTTP/1.1\r\nhost: test\r\nidempotency-key: {key}\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{{}}"
+    );
+    socket.write_all(request.as_bytes()).await.unwrap();
+    server.calls.held_started.notified().await;
+    drop(socket);
+    tokio::time::sleep(Duration::from_millis(3300)).await;
+
+    // A takeover would run the held handler again and never answer: bound the wait.
+    let (status, headers, _) = tokio::time::timeout(
+        Duration::from_secs(10),
+        server.post("/held", Some(&key), "{}"),
+    )
+    .await
+    .expect("the duplicate was answered (a takeover would hang in the held handler)");
+    assert_eq!(status, 409);
+    assert!(headers.contains_key("retry-after"));
+    assert_eq!(server.calls.held.load(Ordering::SeqCst), 1);
+
+    server.calls.held_release.notify_one();
+    // The handler finishes in the background and its response is stored for the retry.
+    let replay = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let (status, headers, body) = server.post("/held", Some(&key), "{}").await;
+            if status != 409 {
+                return (status, headers, body);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the handler finished and its response was stored");
+    assert_eq!(replay.0, 200);
+    assert_eq!(replay.1["idempotent-replayed"], "true");
+    assert_eq!(replay.2, "held 1");
+    assert_eq!(server.calls.held.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn chunked_body_over_the_limit_is_413() {
     let server = serve(|b| b.max_body_bytes(10)).await;
     let mut socket = TcpStream::connect(server.addr).await.unwrap();

@@ -48,7 +48,8 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
     }
 
     /// The finished layer.
-    pub fn build(self) -> IdempotencyLayer<S> {
+    pub fn build(mut self) -> IdempotencyLayer<S> {
+        self.settings.prepare();
         IdempotencyLayer {
             engine: self.engine,
             settings: Arc::new(self.settings),

@@ -1,31 +1,37 @@
 //! Running the handler for a claimed key, to its end, then storing or releasing its response.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{HeaderName, Request, Response};
 use http_body::Body;
 use idempotency_core::{Execution, Outcome, Store};
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::gate::refuse;
 use super::settings::Settings;
 use crate::body::{RequestBody, ResponseBody};
-use crate::codec::StoredResponse;
+use crate::codec::{StoredResponse, encode_parts};
 use crate::collect::{Collected, collect_response};
-use crate::headers::strip_unstorable;
+use crate::headers::Storable;
 use crate::policy::grpc_code;
 use crate::refusal::{Refusal, RefusalKind};
 
-/// Runs the handler for a claimed key in its own task, so that it goes on to its end (handler,
-/// complete or release) even if the client goes away; the caller only awaits the task's result.
-pub(crate) async fn spawn<T, S, B, ResB>(
+/// Runs the handler for a claimed key to its end (handler, lease renewal, complete or release).
+///
+/// The work runs inline, in the request's own future: no task is spawned per request. It is
+/// boxed so that it can be moved while running: if the request's future is dropped before the
+/// work finished (the client went away), [`Detachable`] moves the still-running work into a task
+/// on the runtime captured here, where it goes on to its end, lease renewal included.
+pub(crate) fn run<T, S, B, ResB>(
     settings: &Arc<Settings>,
     execution: Execution<S>,
     inner: T,
     request: Request<RequestBody<B>>,
-) -> Result<Response<ResponseBody<ResB>>, T::Error>
+) -> impl Future<Output = Result<Response<ResponseBody<ResB>>, T::Error>> + Send + 'static
 where
     S: Store,
     T: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
@@ -36,130 +42,269 @@ where
     ResB: Body<Data = Bytes> + Send + Unpin + 'static,
     ResB::Error: Send + 'static,
 {
-    // Boxed: the task cell then holds a pointer, not the whole future moved in and out.
-    let work = Box::pin(run_to_end(Arc::clone(settings), execution, inner, request));
-    let task = tokio::spawn(work.instrument(tracing::Span::current()));
-    match task.await {
-        Ok(result) => result,
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        Err(_) => {
-            let refusal = Refusal::new(
-                RefusalKind::StoreUnavailable,
-                "the request was cancelled while being processed; retry later",
-            )
-            .with_retry_after(settings.unavailable_retry_after);
-            Ok(refuse(settings, refusal))
+    let mut inner = inner;
+    // The handler's future, boxed apart: moved into the work's future (by value, as futures
+    // are passed) it would take its room there twice. Each box stays small enough for the
+    // allocator's per-thread cache (about 1 KiB with glibc): larger blocks take the shared
+    // arena's lock, which the two sides of a loopback benchmark then contend for.
+    let handler = Box::pin(inner.call(request));
+    let work = Box::pin(run_to_end(Arc::clone(settings), execution, handler));
+    Detachable {
+        work: Some(work),
+        runtime: tokio::runtime::Handle::try_current().ok(),
+        span: tracing::Span::current(),
+    }
+}
+
+/// Work that finishes in the background if its awaiting future is dropped unfinished.
+pub(crate) struct Detachable<F: Future + Send + 'static>
+where
+    F::Output: Send + 'static,
+{
+    /// `None` once finished, and while being polled (a panicking poll drops it, never detaches
+    /// it).
+    work: Option<Pin<Box<F>>>,
+    runtime: Option<tokio::runtime::Handle>,
+    span: tracing::Span,
+}
+
+impl<F: Future + Send + 'static> Future for Detachable<F>
+where
+    F::Output: Send + 'static,
+{
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let Some(mut work) = self.work.take() else {
+            panic!("Detachable polled after completion");
+        };
+        match work.as_mut().poll(cx) {
+            Poll::Ready(output) => Poll::Ready(output),
+            Poll::Pending => {
+                self.work = Some(work);
+                Poll::Pending
+            }
         }
     }
 }
 
+impl<F: Future + Send + 'static> Drop for Detachable<F>
+where
+    F::Output: Send + 'static,
+{
+    fn drop(&mut self) {
+        let Some(work) = self.work.take() else {
+            return;
+        };
+        match &self.runtime {
+            Some(runtime) => {
+                tracing::debug!(
+                    parent: &self.span,
+                    "request dropped while its handler runs; finishing it in the background"
+                );
+                let span = std::mem::replace(&mut self.span, tracing::Span::none());
+                drop(runtime.spawn(work.instrument(span)));
+            }
+            None => {
+                tracing::warn!(
+                    parent: &self.span,
+                    "request dropped while its handler runs, outside a tokio runtime: the handler is abandoned"
+                );
+            }
+        }
+    }
+}
+
+/// What the handler answered, as settling the record needs it (borrowed, and shareable across
+/// threads, unlike the response body and the errors).
+enum Answer<'a> {
+    /// The service returned an error.
+    ServiceError,
+    /// A response collected whole.
+    Complete {
+        parts: &'a http::response::Parts,
+        data: &'a Bytes,
+        trailers: &'a Option<http::HeaderMap>,
+    },
+    /// A response whose body exceeds the stored-response limit.
+    Oversized { parts: &'a http::response::Parts },
+    /// A response whose body failed.
+    BodyFailed,
+}
+
 /// Runs the handler for a claimed key, collects its response, then stores or releases it.
-async fn run_to_end<T, S, B, ResB>(
+///
+/// Written for a small future (it is boxed per new key): the handler's own future is boxed
+/// apart, the handler's work is pinned in a scope of its own, and settling the record only
+/// borrows the handler's answer, which is moved into the response once every store call is done.
+#[allow(clippy::manual_async_fn)] // an `async fn` would keep its arguments twice
+fn run_to_end<F, S, ResB, E>(
     settings: Arc<Settings>,
     execution: Execution<S>,
-    mut inner: T,
-    request: Request<RequestBody<B>>,
-) -> Result<Response<ResponseBody<ResB>>, T::Error>
+    handler: Pin<Box<F>>,
+) -> impl Future<Output = Result<Response<ResponseBody<ResB>>, E>>
 where
     S: Store,
-    T: Service<Request<RequestBody<B>>, Response = Response<ResB>>,
+    F: Future<Output = Result<Response<ResB>, E>>,
     ResB: Body<Data = Bytes> + Unpin,
 {
-    // The handler and its body, with the lease renewed meanwhile (no second task).
-    let work = async {
-        let response = inner.call(request).await?;
-        let (parts, body) = response.into_parts();
-        Ok((
-            parts,
-            collect_response(body, settings.max_stored_bytes).await,
-        ))
+    async move {
+        let handled = {
+            // The handler and its body, with the lease renewed meanwhile (no second task).
+            // Pinned here and renewed through a pinned reference (a future passed by value
+            // would take its room twice).
+            // One await point: a local awaited at two would be kept apart from every other.
+            let work = std::pin::pin!(handle(handler, settings.max_stored_bytes));
+            renewing(&execution, settings.keep_alive, work).await
+        };
+        let answer = match &handled {
+            Err(_) => Answer::ServiceError,
+            Ok((parts, Collected::Complete(data, trailers))) => Answer::Complete {
+                parts,
+                data,
+                trailers,
+            },
+            Ok((parts, Collected::Overflow(..))) => Answer::Oversized { parts },
+            Ok((_, Collected::Failed(..))) => Answer::BodyFailed,
+        };
+        settle(&settings, execution, answer).await;
+        let (parts, collected) = handled?;
+        Ok(match collected {
+            Collected::Complete(data, trailers) => {
+                Response::from_parts(parts, ResponseBody::buffered(data, trailers))
+            }
+            Collected::Overflow(prefix, rest) => {
+                Response::from_parts(parts, ResponseBody::partial(prefix, rest))
+            }
+            Collected::Failed(data, error) => {
+                Response::from_parts(parts, ResponseBody::failed(data, error))
+            }
+        })
+    }
+}
+
+/// Stores the handler's answer for replay, or releases the key, as the settings say.
+#[allow(clippy::manual_async_fn)] // an `async fn` would keep its arguments twice
+fn settle<'a, S: Store + 'a>(
+    settings: &'a Settings,
+    execution: Execution<S>,
+    answer: Answer<'a>,
+) -> impl Future<Output = ()> + 'a {
+    async move {
+        match answer {
+            Answer::ServiceError => {
+                tracing::debug!("the service failed; releasing the key");
+                let _ = execution.release().await;
+            }
+            Answer::Complete {
+                parts,
+                data,
+                trailers,
+            } => {
+                let status = parts.status;
+                if !headers_within_bounds(settings, &parts.headers, trailers.as_ref()) {
+                    let detail = format!(
+                        "its response headers exceed the stored-response bounds ({} fields, {} bytes)",
+                        settings.max_stored_headers, settings.max_stored_header_bytes
+                    );
+                    // Boxed: a rare path, whose future would enlarge every new key's.
+                    Box::pin(settle_unstorable(
+                        settings,
+                        execution,
+                        parts,
+                        trailers.as_ref(),
+                        detail,
+                    ))
+                    .await;
+                } else if settings
+                    .storage
+                    .should_store(status, &parts.headers, trailers.as_ref())
+                {
+                    let (record_status, encoded) = encode_storable(settings, parts, data, trailers);
+                    match execution
+                        .complete(Outcome::new(record_status, encoded))
+                        .await
+                    {
+                        Ok(()) => tracing::debug!(status = status.as_u16(), "response stored"),
+                        Err(error) => tracing::warn!(
+                            %error,
+                            "the response could not be stored; a retry may run the handler again"
+                        ),
+                    }
+                } else {
+                    tracing::debug!(
+                        status = status.as_u16(),
+                        "response not stored; releasing the key"
+                    );
+                    let _ = execution.release().await;
+                }
+            }
+            Answer::Oversized { parts } => {
+                let detail = format!(
+                    "its response body exceeds the stored-response limit of {} bytes",
+                    settings.max_stored_bytes
+                );
+                Box::pin(settle_unstorable(settings, execution, parts, None, detail)).await;
+            }
+            Answer::BodyFailed => {
+                tracing::warn!("the response body failed; key released");
+                let _ = execution.release().await;
+            }
+        }
+    }
+}
+
+/// The record's status and the stored encoding of a response, without the fields that are not
+/// stored (encoded straight from the response's own maps: nothing is copied first).
+fn encode_storable(
+    settings: &Settings,
+    parts: &http::response::Parts,
+    data: &Bytes,
+    trailers: &Option<http::HeaderMap>,
+) -> (u16, Bytes) {
+    let keep = settings.store_sensitive_headers;
+    let header_rule = Storable::new(&parts.headers, keep);
+    let trailer_rule = trailers.as_ref().map(|t| (t, Storable::new(t, keep)));
+    let record_status = if settings.grpc {
+        grpc_code(&parts.headers, trailers.as_ref()).unwrap_or(parts.status.as_u16())
+    } else {
+        parts.status.as_u16()
     };
-    let finished = if settings.keep_alive {
+    let encoded = encode_parts(
+        parts.status,
+        (&parts.headers, |name: &HeaderName| header_rule.keeps(name)),
+        data,
+        trailer_rule
+            .as_ref()
+            .map(|(map, rule)| (*map, |name: &HeaderName| rule.keeps(name))),
+    );
+    (record_status, encoded)
+}
+
+/// Awaits `work`, renewing the execution's lease meanwhile if `renew`.
+async fn renewing<S: Store, W: Future>(
+    execution: &Execution<S>,
+    renew: bool,
+    work: Pin<&mut W>,
+) -> W::Output {
+    if renew {
         execution.keep_alive_while(work).await
     } else {
         work.await
-    };
-    let (parts, collected) = match finished {
-        Ok(finished) => finished,
-        Err(error) => {
-            tracing::debug!("the service failed; releasing the key");
-            let _ = execution.release().await;
-            return Err(error);
-        }
-    };
-    match collected {
-        Collected::Complete(data, trailers) => {
-            let status = parts.status;
-            if !headers_within_bounds(&settings, &parts.headers, trailers.as_ref()) {
-                let detail = format!(
-                    "its response headers exceed the stored-response bounds ({} fields, {} bytes)",
-                    settings.max_stored_headers, settings.max_stored_header_bytes
-                );
-                settle_unstorable(&settings, execution, &parts, trailers.as_ref(), detail).await;
-            } else if settings
-                .storage
-                .should_store(status, &parts.headers, trailers.as_ref())
-            {
-                let keep = settings.store_sensitive_headers;
-                let mut headers = parts.headers.clone();
-                strip_unstorable(&mut headers, keep);
-                let stored_trailers = trailers.clone().map(|mut t| {
-                    strip_unstorable(&mut t, keep);
-                    t
-                });
-                let record_status = if settings.grpc {
-                    grpc_code(&parts.headers, trailers.as_ref()).unwrap_or(status.as_u16())
-                } else {
-                    status.as_u16()
-                };
-                let stored = StoredResponse {
-                    status,
-                    headers,
-                    body: data.clone(),
-                    trailers: stored_trailers,
-                };
-                match execution
-                    .complete(Outcome::new(record_status, stored.encode()))
-                    .await
-                {
-                    Ok(()) => tracing::debug!(status = status.as_u16(), "response stored"),
-                    Err(error) => tracing::warn!(
-                        %error,
-                        "the response could not be stored; a retry may run the handler again"
-                    ),
-                }
-            } else {
-                tracing::debug!(
-                    status = status.as_u16(),
-                    "response not stored; releasing the key"
-                );
-                let _ = execution.release().await;
-            }
-            Ok(Response::from_parts(
-                parts,
-                ResponseBody::buffered(data, trailers),
-            ))
-        }
-        Collected::Overflow(prefix, rest) => {
-            let detail = format!(
-                "its response body exceeds the stored-response limit of {} bytes",
-                settings.max_stored_bytes
-            );
-            settle_unstorable(&settings, execution, &parts, None, detail).await;
-            Ok(Response::from_parts(
-                parts,
-                ResponseBody::partial(prefix, rest),
-            ))
-        }
-        Collected::Failed(data, error) => {
-            tracing::warn!("the response body failed; key released");
-            let _ = execution.release().await;
-            Ok(Response::from_parts(
-                parts,
-                ResponseBody::failed(data, error),
-            ))
-        }
     }
+}
+
+/// The handler's response, its body collected for storage.
+async fn handle<F, ResB, E>(
+    handler: Pin<Box<F>>,
+    limit: usize,
+) -> Result<(http::response::Parts, Collected<ResB>), E>
+where
+    F: Future<Output = Result<Response<ResB>, E>>,
+    ResB: Body<Data = Bytes> + Unpin,
+{
+    let (parts, body) = handler.await?.into_parts();
+    Ok((parts, collect_response(body, limit).await))
 }
 
 /// Settles a response the store cannot hold. One the storage policy would not store anyway

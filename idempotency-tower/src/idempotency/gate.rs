@@ -4,7 +4,6 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body::Body;
-use idempotency_core::metrics as names;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -29,8 +28,7 @@ use crate::refusal::{Refusal, RefusalKind};
 pub(crate) fn refuse<B: Body>(settings: &Settings, refusal: Refusal) -> Response<ResponseBody<B>> {
     let namespace = settings.scope.namespace();
     tracing::info!(namespace, reason = refusal.kind.slug(), detail = %refusal.detail, "idempotency refusal");
-    metrics::counter!(names::REFUSALS, "namespace" => namespace.to_owned(), "reason" => refusal.kind.slug())
-        .increment(1);
+    settings.counters.refused(namespace, refusal.kind);
     settings
         .renderer
         .render(&refusal)
@@ -64,7 +62,7 @@ impl<B> Held<B> {
 
 /// The replayed response for a stored outcome.
 pub(crate) fn replay<B: Body>(outcome: &Outcome) -> Result<Response<ResponseBody<B>>, DecodeError> {
-    let stored = StoredResponse::decode(&outcome.body)?;
+    let stored = StoredResponse::decode_with_room(&outcome.body, 1)?;
     let mut response = Response::new(ResponseBody::buffered(stored.body, stored.trailers));
     *response.status_mut() = stored.status;
     *response.headers_mut() = stored.headers;
@@ -74,19 +72,20 @@ pub(crate) fn replay<B: Body>(outcome: &Outcome) -> Result<Response<ResponseBody
     Ok(response)
 }
 
-async fn pass_through<T, B, ResB>(
+/// The request, passed to the inner service unguarded.
+fn pass_through<T, B, ResB>(
     mut inner: T,
     parts: Parts,
     held: Held<B>,
-) -> Result<Response<ResponseBody<ResB>>, T::Error>
+) -> impl Future<Output = Result<Response<ResponseBody<ResB>>, T::Error>>
 where
     T: Service<Request<RequestBody<B>>, Response = Response<ResB>>,
     ResB: Body,
 {
-    let response = inner
-        .call(Request::from_parts(parts, held.into_body()))
-        .await?;
-    Ok(response.map(ResponseBody::inner))
+    // Boxed: the inner service's future would otherwise take its room in every guarded
+    // request's future, which passes through only in rare cases.
+    let response = Box::pin(inner.call(Request::from_parts(parts, held.into_body())));
+    async move { Ok(response.await?.map(ResponseBody::inner)) }
 }
 
 type BoxedClaim<S> = Pin<Box<dyn Future<Output = Result<Decision<S>, StoreError>> + Send>>;
@@ -104,20 +103,18 @@ fn claim<S: Store>(
 ) -> ClaimGuard<S> {
     let engine = layer.engine.clone();
     let settings = Arc::clone(&layer.settings);
+    let storage_key = settings.scope_for(parts).storage_key(&key);
     let claim: BoxedClaim<S> = match settings.in_flight {
-        InFlightPolicy::Reject => {
-            let storage_key = settings.scope_for(parts).storage_key(&key);
-            Box::pin(async move {
-                let namespace = settings.scope.namespace();
-                engine
-                    .begin_storage_key(namespace, storage_key, &fingerprint)
-                    .await
-            })
-        }
-        InFlightPolicy::Wait { max } => {
-            let scope = settings.scope_for(parts).into_owned();
-            Box::pin(async move { engine.begin_waiting(&scope, &key, &fingerprint, max).await })
-        }
+        InFlightPolicy::Reject => Box::pin(async move {
+            engine
+                .begin_in(&settings.namespace, storage_key, &fingerprint)
+                .await
+        }),
+        InFlightPolicy::Wait { max } => Box::pin(async move {
+            engine
+                .begin_waiting_in(&settings.namespace, storage_key, &fingerprint, max)
+                .await
+        }),
     };
     ClaimGuard { claim: Some(claim) }
 }
@@ -157,13 +154,14 @@ impl<S: Store> Drop for ClaimGuard<S> {
 }
 
 /// Decides and answers one guarded request.
-pub(crate) async fn run<T, S, B, ResB>(
+#[allow(clippy::manual_async_fn)] // an `async fn` would keep its arguments twice
+pub(crate) fn run<T, S, B, ResB>(
     layer: IdempotencyLayer<S>,
     inner: T,
     parts: Parts,
     body: B,
     header_key: Option<IdempotencyKey>,
-) -> Result<Response<ResponseBody<ResB>>, T::Error>
+) -> impl Future<Output = Result<Response<ResponseBody<ResB>>, T::Error>> + Send + 'static
 where
     S: Store,
     T: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
@@ -174,111 +172,114 @@ where
     ResB: Body<Data = Bytes> + Send + Unpin + 'static,
     ResB::Error: Send + 'static,
 {
-    let settings = &*layer.settings;
-    let held = if settings.needs_body() {
-        match collect_request(body, settings.max_body_bytes).await {
-            Ok((data, trailers)) => Held::Buffered(data, trailers),
-            Err(RequestCollectError::TooLarge) => return Ok(refuse(settings, too_large(settings))),
-            Err(RequestCollectError::Stream) => {
+    async move {
+        let settings = &*layer.settings;
+        let held = if settings.needs_body() {
+            match collect_request(body, settings.max_body_bytes).await {
+                Ok((data, trailers)) => Held::Buffered(data, trailers),
+                Err(RequestCollectError::TooLarge) => {
+                    return Ok(refuse(settings, too_large(settings)));
+                }
+                Err(RequestCollectError::Stream) => {
+                    let refusal = Refusal::new(
+                        RefusalKind::MalformedBody,
+                        "the request body could not be read",
+                    );
+                    return Ok(refuse(settings, refusal));
+                }
+            }
+        } else {
+            Held::Streaming(body)
+        };
+
+        #[cfg(feature = "grpc")]
+        if let Held::Buffered(data, _) = &held
+            && settings.grpc
+            && !crate::grpc::is_single_message(data)
+        {
+            tracing::debug!("not a single gRPC message (a streaming call?); passing through");
+            return pass_through(inner, parts, held).await;
+        }
+
+        let empty = Bytes::new();
+        let bytes = match &held {
+            Held::Buffered(data, _) => data,
+            Held::Streaming(_) => &empty,
+        };
+        let mut json = LazyJson::new(&settings.json, bytes);
+        let key = match header_key {
+            Some(key) => key,
+            None => match settings.key.read(&parts, bytes, &mut json) {
+                Ok(Some(key)) => key,
+                Ok(None) if !settings.require_key => {
+                    tracing::trace!("no idempotency key; passing through");
+                    return pass_through(inner, parts, held).await;
+                }
+                Ok(None) => {
+                    let refusal = Refusal::new(
+                        RefusalKind::MissingKey,
+                        "this endpoint requires an idempotency key",
+                    );
+                    return Ok(refuse(settings, refusal));
+                }
+                Err(error) => return Ok(refuse(settings, key_refusal(error))),
+            },
+        };
+        let fingerprint = match settings.fingerprint.compute(&parts, bytes, &mut json) {
+            Ok(fingerprint) => fingerprint,
+            Err(detail) => {
+                return Ok(refuse(
+                    settings,
+                    Refusal::new(RefusalKind::MalformedBody, detail),
+                ));
+            }
+        };
+        drop(json);
+
+        let decision = claim(&layer, &parts, key, fingerprint).await;
+        let error = match decision {
+            Ok(Decision::Execute(execution)) => {
+                let request = Request::from_parts(parts, held.into_body());
+                return execute::run(&layer.settings, execution, inner, request).await;
+            }
+            Ok(Decision::Replay(outcome)) => match replay(&outcome) {
+                Ok(response) => {
+                    tracing::debug!(status = response.status().as_u16(), "replayed");
+                    return Ok(response);
+                }
+                Err(error) => {
+                    tracing::error!(%error, "stored response could not be decoded");
+                    StoreError::Codec(error.to_string())
+                }
+            },
+            Ok(Decision::InFlight { retry_after }) => {
                 let refusal = Refusal::new(
-                    RefusalKind::MalformedBody,
-                    "the request body could not be read",
+                    RefusalKind::InFlight,
+                    "a request with this idempotency key is still being processed",
+                )
+                .with_retry_after(retry_after);
+                return Ok(refuse(settings, refusal));
+            }
+            Ok(Decision::Mismatch) => {
+                let refusal = Refusal::new(
+                    RefusalKind::Mismatch,
+                    "this idempotency key was already used with a different request",
                 );
                 return Ok(refuse(settings, refusal));
             }
-        }
-    } else {
-        Held::Streaming(body)
-    };
+            Err(error) => error,
+        };
 
-    #[cfg(feature = "grpc")]
-    if let Held::Buffered(data, _) = &held
-        && settings.grpc
-        && !crate::grpc::is_single_message(data)
-    {
-        tracing::debug!("not a single gRPC message (a streaming call?); passing through");
-        return pass_through(inner, parts, held).await;
+        if settings.fail_open {
+            tracing::warn!(%error, "idempotency store failed; failing open, the request runs unguarded");
+            settings.counters.failed_open();
+            return pass_through(inner, parts, held).await;
+        }
+        let refusal = Refusal::new(
+            RefusalKind::StoreUnavailable,
+            "the idempotency store is unavailable; retry later",
+        )
+        .with_retry_after(settings.unavailable_retry_after);
+        Ok(refuse(settings, refusal))
     }
-
-    let empty = Bytes::new();
-    let bytes = match &held {
-        Held::Buffered(data, _) => data,
-        Held::Streaming(_) => &empty,
-    };
-    let mut json = LazyJson::new(bytes);
-    let key = match header_key {
-        Some(key) => key,
-        None => match settings.key.read(&parts, bytes, &mut json) {
-            Ok(Some(key)) => key,
-            Ok(None) if !settings.require_key => {
-                tracing::trace!("no idempotency key; passing through");
-                return pass_through(inner, parts, held).await;
-            }
-            Ok(None) => {
-                let refusal = Refusal::new(
-                    RefusalKind::MissingKey,
-                    "this endpoint requires an idempotency key",
-                );
-                return Ok(refuse(settings, refusal));
-            }
-            Err(error) => return Ok(refuse(settings, key_refusal(error))),
-        },
-    };
-    let fingerprint = match settings.fingerprint.compute(&parts, bytes, &mut json) {
-        Ok(fingerprint) => fingerprint,
-        Err(detail) => {
-            return Ok(refuse(
-                settings,
-                Refusal::new(RefusalKind::MalformedBody, detail),
-            ));
-        }
-    };
-    drop(json);
-
-    let decision = claim(&layer, &parts, key, fingerprint).await;
-    let error = match decision {
-        Ok(Decision::Execute(execution)) => {
-            let request = Request::from_parts(parts, held.into_body());
-            return execute::spawn(&layer.settings, execution, inner, request).await;
-        }
-        Ok(Decision::Replay(outcome)) => match replay(&outcome) {
-            Ok(response) => {
-                tracing::debug!(status = response.status().as_u16(), "replayed");
-                return Ok(response);
-            }
-            Err(error) => {
-                tracing::error!(%error, "stored response could not be decoded");
-                StoreError::Codec(error.to_string())
-            }
-        },
-        Ok(Decision::InFlight { retry_after }) => {
-            let refusal = Refusal::new(
-                RefusalKind::InFlight,
-                "a request with this idempotency key is still being processed",
-            )
-            .with_retry_after(retry_after);
-            return Ok(refuse(settings, refusal));
-        }
-        Ok(Decision::Mismatch) => {
-            let refusal = Refusal::new(
-                RefusalKind::Mismatch,
-                "this idempotency key was already used with a different request",
-            );
-            return Ok(refuse(settings, refusal));
-        }
-        Err(error) => error,
-    };
-
-    if settings.fail_open {
-        tracing::warn!(%error, "idempotency store failed; failing open, the request runs unguarded");
-        metrics::counter!(names::FAIL_OPEN, "namespace" => settings.scope.namespace().to_owned())
-            .increment(1);
-        return pass_through(inner, parts, held).await;
-    }
-    let refusal = Refusal::new(
-        RefusalKind::StoreUnavailable,
-        "the idempotency store is unavailable; retry later",
-    )
-    .with_retry_after(settings.unavailable_retry_after);
-    Ok(refuse(settings, refusal))
 }

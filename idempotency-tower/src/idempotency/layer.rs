@@ -64,7 +64,7 @@ impl<S: Store> IdempotencyLayer<S> {
     }
 
     /// The engine. Its background keep-alive is off: the layer renews a running handler's lease
-    /// from the handler's own task ([`Execution::keep_alive_while`](idempotency_core::Execution::keep_alive_while)),
+    /// while the handler runs ([`Execution::keep_alive_while`](idempotency_core::Execution::keep_alive_while)),
     /// as configured with [`IdempotencyLayerBuilder::keep_alive`].
     pub fn engine(&self) -> &Idempotency<S> {
         &self.engine

@@ -2,7 +2,8 @@
 //!
 //! A guarded request goes through `gate` (read what the key and fingerprint need, claim the
 //! key through the engine, then replay, refuse or run) and, when it runs, through `execute`
-//! (the handler in its own task, to its end, then complete or release).
+//! (the handler inline, to its end, then complete or release; moved to a task of its own if the
+//! request is dropped before that end).
 
 mod builder;
 mod execute;

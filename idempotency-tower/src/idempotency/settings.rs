@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use http::request::Parts;
 use http::{HeaderMap, Method};
-use idempotency_core::Scope;
+use idempotency_core::metrics as names;
+use idempotency_core::{Namespace, Scope};
 
 use crate::fingerprint::FingerprintSource;
 use crate::headers::IDEMPOTENCY_KEY;
+use crate::json::JsonPlan;
 use crate::key_source::KeySource;
 use crate::policy::{InFlightPolicy, StoragePolicy};
-use crate::refusal::{ProblemJson, RenderRefusal};
+use crate::refusal::{ProblemJson, RefusalKind, RenderRefusal};
 
 /// A user function naming the principal (tenant, user, API client) a request acts for.
 pub type PrincipalFn = dyn Fn(&Parts) -> Option<String> + Send + Sync + 'static;
@@ -29,6 +31,11 @@ pub const DEFAULT_MAX_STORED_HEADER_BYTES: usize = 64 * 1024;
 #[derive(Clone)]
 pub(crate) struct Settings {
     pub(crate) scope: Scope,
+    /// The scope's namespace, prepared for the engine (see [`Settings::prepare`]).
+    pub(crate) namespace: Namespace,
+    pub(crate) counters: Arc<LayerCounters>,
+    /// The JSON fields the key and the fingerprint read (see [`Settings::prepare`]).
+    pub(crate) json: Arc<JsonPlan>,
     pub(crate) key: KeySource,
     pub(crate) methods: Vec<Method>,
     pub(crate) paths: Option<Arc<[String]>>,
@@ -53,6 +60,9 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             scope: Scope::new("http"),
+            namespace: Namespace::new("http"),
+            counters: Arc::new(LayerCounters::new("http")),
+            json: Arc::default(),
             key: KeySource::Header(IDEMPOTENCY_KEY),
             methods: vec![Method::POST, Method::PATCH],
             paths: None,
@@ -97,7 +107,91 @@ impl std::fmt::Debug for Settings {
     }
 }
 
+/// Where the layer's counters come from (the module that used to call `counter!`).
+static METADATA: metrics::Metadata<'static> = metrics::Metadata::new(
+    "idempotency_tower::idempotency::gate",
+    metrics::Level::INFO,
+    Some("idempotency_tower::idempotency::gate"),
+);
+
+/// The layer's own counters (refusals by reason, fail-open passes), their keys built once per
+/// layer instead of per event. The recorder is asked at every event, as `counter!` does.
+pub(crate) struct LayerCounters {
+    refusals: Vec<(RefusalKind, metrics::Key)>,
+    fail_open: metrics::Key,
+}
+
+impl LayerCounters {
+    fn new(namespace: &str) -> Self {
+        use RefusalKind::*;
+        let refusals = [
+            MissingKey,
+            InvalidKey,
+            MalformedBody,
+            BodyTooLarge,
+            InFlight,
+            Mismatch,
+            StoreUnavailable,
+            TokenRejected,
+            NotReplayable,
+        ]
+        .into_iter()
+        .map(|kind| (kind, Self::refusal_key(namespace, kind)))
+        .collect();
+        Self {
+            refusals,
+            fail_open: metrics::Key::from_parts(
+                names::FAIL_OPEN,
+                vec![metrics::Label::new("namespace", namespace.to_owned())],
+            ),
+        }
+    }
+
+    fn refusal_key(namespace: &str, kind: RefusalKind) -> metrics::Key {
+        metrics::Key::from_parts(
+            names::REFUSALS,
+            vec![
+                metrics::Label::new("namespace", namespace.to_owned()),
+                metrics::Label::new("reason", kind.slug()),
+            ],
+        )
+    }
+
+    fn increment(key: &metrics::Key) {
+        metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
+    }
+
+    /// Counts a refusal of `kind`.
+    pub(crate) fn refused(&self, namespace: &str, kind: RefusalKind) {
+        match self.refusals.iter().find(|(k, _)| *k == kind) {
+            Some((_, key)) => Self::increment(key),
+            None => Self::increment(&Self::refusal_key(namespace, kind)),
+        }
+    }
+
+    /// Counts a request let through unguarded because the store failed.
+    pub(crate) fn failed_open(&self) {
+        Self::increment(&self.fail_open);
+    }
+}
+
 impl Settings {
+    /// Prepares what is derived from the settings (the engine's namespace, the counters' keys);
+    /// called once when the layer is built.
+    pub(crate) fn prepare(&mut self) {
+        self.json = Arc::new(JsonPlan::new(
+            self.key
+                .json_pointer()
+                .into_iter()
+                .chain(self.fingerprint.json_pointers()),
+        ));
+        let namespace = self.scope.namespace();
+        if self.namespace.as_str() != namespace {
+            self.namespace = Namespace::new(namespace);
+            self.counters = Arc::new(LayerCounters::new(namespace));
+        }
+    }
+
     /// Whether a request is guarded at all (method, path, and in gRPC mode the content type).
     pub(crate) fn applies(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
         if !self.methods.contains(method) {
