@@ -171,15 +171,29 @@ impl<'a> NamespaceRef<'a> {
 ///
 /// See the crate docs for a complete example.
 pub struct Idempotency<S> {
+    /// One allocation, so that a clone (one per claim and per execution) is one reference
+    /// count, not two.
+    inner: Arc<Engine<S>>,
+}
+
+struct Engine<S> {
     store: Arc<S>,
-    config: Arc<Config>,
+    config: Config,
+}
+
+impl<S> Clone for Engine<S> {
+    fn clone(&self) -> Self {
+        Self {
+            store: Arc::clone(&self.store),
+            config: self.config.clone(),
+        }
+    }
 }
 
 impl<S> Clone for Idempotency<S> {
     fn clone(&self) -> Self {
         Self {
-            store: Arc::clone(&self.store),
-            config: Arc::clone(&self.config),
+            inner: Arc::clone(&self.inner),
         }
     }
 }
@@ -187,7 +201,7 @@ impl<S> Clone for Idempotency<S> {
 impl<S> std::fmt::Debug for Idempotency<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Idempotency")
-            .field("config", &self.config)
+            .field("config", &self.inner.config)
             .finish_non_exhaustive()
     }
 }
@@ -201,13 +215,15 @@ impl<S: Store> Idempotency<S> {
     /// An engine with the given settings.
     pub fn with_config(store: S, config: Config) -> Self {
         Self {
-            store: Arc::new(store),
-            config: Arc::new(config),
+            inner: Arc::new(Engine {
+                store: Arc::new(store),
+                config,
+            }),
         }
     }
 
     fn map_config(mut self, change: impl FnOnce(&mut Config)) -> Self {
-        change(Arc::make_mut(&mut self.config));
+        change(&mut Arc::make_mut(&mut self.inner).config);
         self
     }
 
@@ -236,17 +252,17 @@ impl<S: Store> Idempotency<S> {
 
     /// The settings in force.
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.inner.config
     }
 
     /// The store.
     pub fn store(&self) -> &S {
-        &self.store
+        &self.inner.store
     }
 
     /// The store, shared.
     pub fn shared_store(&self) -> Arc<S> {
-        Arc::clone(&self.store)
+        Arc::clone(&self.inner.store)
     }
 
     /// Claims `key` in `scope` for a request with `fingerprint`.
@@ -340,7 +356,7 @@ impl<S: Store> Idempotency<S> {
         key: StorageKey,
         fingerprint: &Fingerprint,
     ) -> Result<Decision<S>, StoreError> {
-        let config = &self.config;
+        let config = &self.inner.config;
         let name = namespace.as_str();
         let request = ClaimRequest {
             key: &key,
@@ -348,7 +364,7 @@ impl<S: Store> Idempotency<S> {
             fingerprint,
             lease: config.lease,
         };
-        let call = std::pin::pin!(self.store.claim(request));
+        let call = std::pin::pin!(self.inner.store.claim(request));
         let claim = self.timed(StoreOp::Claim, namespace, call).await?;
         let decision = match claim {
             Claim::Acquired(lease) => {
@@ -404,7 +420,7 @@ impl<S: Store> Idempotency<S> {
         let result = match poll_once(call.as_mut()).await {
             Poll::Ready(result) => result,
             Poll::Pending => {
-                let timeout = self.config.store_timeout;
+                let timeout = self.inner.config.store_timeout;
                 match Box::pin(tokio::time::timeout(timeout, call)).await {
                     Ok(result) => result,
                     Err(_) => Err(StoreError::Timeout(timeout)),
@@ -456,6 +472,7 @@ impl<S: Store> std::fmt::Debug for Execution<S> {
 impl<S: Store> Execution<S> {
     fn start(engine: Idempotency<S>, namespace: Namespace, key: StorageKey, lease: Lease) -> Self {
         let keep_alive = engine
+            .inner
             .config
             .keep_alive
             .then(|| spawn_keep_alive(engine.clone(), namespace.clone(), key, lease.token));
@@ -500,8 +517,8 @@ impl<S: Store> Execution<S> {
             self.stop_keep_alive();
             self.finished = true;
             let engine = &self.engine;
-            let ttl = engine.config.ttl;
-            let call = std::pin::pin!(engine.store.complete(
+            let ttl = engine.inner.config.ttl;
+            let call = std::pin::pin!(engine.inner.store.complete(
                 &self.key,
                 self.lease.token,
                 &outcome,
@@ -521,7 +538,7 @@ impl<S: Store> Execution<S> {
             self.finished = true;
             self.namespace.by_ref().count_released();
             let engine = &self.engine;
-            let call = std::pin::pin!(engine.store.release(&self.key, self.lease.token));
+            let call = std::pin::pin!(engine.inner.store.release(&self.key, self.lease.token));
             engine
                 .timed(StoreOp::Release, self.namespace.by_ref(), call)
                 .await
@@ -545,7 +562,7 @@ impl<S: Store> Execution<S> {
     }
 
     async fn renew_while<F: Future>(&self, mut work: Pin<&mut F>) -> F::Output {
-        let config = &self.engine.config;
+        let config = &self.engine.inner.config;
         let period = (config.lease / 3).max(Duration::from_millis(10));
         let until = Instant::now() + config.keep_alive_ceiling;
         loop {
@@ -556,7 +573,7 @@ impl<S: Store> Execution<S> {
                 tracing::warn!(namespace = %self.namespace, key = %self.key, "keep-alive ceiling reached; the lease may be taken over");
                 return work.await;
             }
-            let call = std::pin::pin!(self.engine.store.touch(
+            let call = std::pin::pin!(self.engine.inner.store.touch(
                 &self.key,
                 self.lease.token,
                 config.lease
@@ -619,7 +636,7 @@ impl<S: Store> Drop for Execution<S> {
             let key = self.key;
             let token = self.lease.token;
             runtime.spawn(async move {
-                let call = std::pin::pin!(engine.store.release(&key, token));
+                let call = std::pin::pin!(engine.inner.store.release(&key, token));
                 let _ = engine
                     .timed(StoreOp::Release, namespace.by_ref(), call)
                     .await;
@@ -635,7 +652,7 @@ fn spawn_keep_alive<S: Store>(
     token: FencingToken,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let config = &engine.config;
+        let config = &engine.inner.config;
         let period = (config.lease / 3).max(Duration::from_millis(10));
         let until = Instant::now() + config.keep_alive_ceiling;
         loop {
@@ -644,7 +661,7 @@ fn spawn_keep_alive<S: Store>(
                 tracing::warn!(namespace = %namespace, key = %key, "keep-alive ceiling reached; the lease may be taken over");
                 return;
             }
-            let call = std::pin::pin!(engine.store.touch(&key, token, config.lease));
+            let call = std::pin::pin!(engine.inner.store.touch(&key, token, config.lease));
             let touched = engine.timed(StoreOp::Touch, namespace.by_ref(), call).await;
             if let Err(StoreError::LeaseLost) = touched {
                 return;
