@@ -49,9 +49,11 @@ impl StoredResponse {
         encode_parts(
             self.status,
             (&self.headers, all),
+            None,
             &self.body,
             self.trailers.as_ref().map(|trailers| (trailers, all)),
         )
+        .0
     }
 
     /// Decodes what [`encode`](Self::encode) wrote.
@@ -91,18 +93,24 @@ impl StoredResponse {
 }
 
 /// Encodes a response as [`StoredResponse::encode`] does, with only the header (and trailer)
-/// fields that `keep` accepts, straight from the borrowed maps: no map is copied.
+/// fields that `keep` accepts, straight from the borrowed maps (no map is copied), and the
+/// `extra` field after them. Returns where the extra field's value is in the encoding.
 pub(crate) fn encode_parts<H, T>(
     status: StatusCode,
     (headers, keep_header): (&HeaderMap, H),
+    extra: Option<(&HeaderName, &[u8])>,
     body: &[u8],
     trailers: Option<(&HeaderMap, T)>,
-) -> Bytes
+) -> (Bytes, Option<std::ops::Range<usize>>)
 where
     H: Fn(&HeaderName) -> bool,
     T: Fn(&HeaderName) -> bool,
 {
-    let (header_count, header_bytes) = measure_map(headers, &keep_header);
+    let (mut header_count, mut header_bytes) = measure_map(headers, &keep_header);
+    if let Some((name, value)) = extra {
+        header_count += 1;
+        header_bytes += field_len(name.as_str().len(), value.len());
+    }
     let mut size = 1 + 2 + varint_len(header_count) + header_bytes;
     size += varint_len(body.len()) + body.len() + 1;
     let trailers = trailers.map(|(map, keep)| {
@@ -113,7 +121,16 @@ where
     let mut out = BytesMut::with_capacity(size);
     out.put_u8(VERSION);
     out.put_u16(status.as_u16());
-    put_map(&mut out, headers, header_count, &keep_header);
+    put_varint(&mut out, header_count);
+    for (name, value) in headers.iter().filter(|(name, _)| keep_header(name)) {
+        put_bytes(&mut out, name.as_str().as_bytes());
+        put_bytes(&mut out, value.as_bytes());
+    }
+    let extra_at = extra.map(|(name, value)| {
+        put_bytes(&mut out, name.as_str().as_bytes());
+        put_bytes(&mut out, value);
+        out.len() - value.len()..out.len()
+    });
     put_bytes(&mut out, body);
     match &trailers {
         Some((map, keep, count)) => {
@@ -123,7 +140,7 @@ where
         None => out.put_u8(0),
     }
     debug_assert_eq!(out.len(), size);
-    out.freeze()
+    (out.freeze(), extra_at)
 }
 
 /// How many fields of `map` are kept, and their encoded size.
@@ -131,9 +148,16 @@ fn measure_map(map: &HeaderMap, keep: &impl Fn(&HeaderName) -> bool) -> (usize, 
     map.iter()
         .filter(|(name, _)| keep(name))
         .fold((0, 0), |(count, bytes), (name, value)| {
-            let (n, v) = (name.as_str().len(), value.len());
-            (count + 1, bytes + varint_len(n) + n + varint_len(v) + v)
+            (
+                count + 1,
+                bytes + field_len(name.as_str().len(), value.len()),
+            )
         })
+}
+
+/// The encoded size of one field.
+fn field_len(name: usize, value: usize) -> usize {
+    varint_len(name) + name + varint_len(value) + value
 }
 
 fn varint_len(value: usize) -> usize {
@@ -290,16 +314,21 @@ mod tests {
         let mut full = sample(Some(trailers));
         full.headers.insert("x-drop", HeaderValue::from_static("2"));
         let keep = |name: &HeaderName| name != "x-drop";
-        let filtered = encode_parts(
+        let (filtered, length) = encode_parts(
             full.status,
             (&full.headers, keep),
+            Some((&http::header::CONTENT_LENGTH, b"300")),
             &full.body,
             full.trailers.as_ref().map(|t| (t, keep)),
         );
         let mut expected = full.clone();
         expected.headers.remove("x-drop");
+        expected
+            .headers
+            .append("content-length", HeaderValue::from_static("300"));
         expected.trailers.as_mut().unwrap().remove("x-drop");
         assert_eq!(filtered, expected.encode());
+        assert_eq!(&filtered[length.unwrap()], b"300");
         assert_eq!(StoredResponse::decode(&filtered).unwrap(), expected);
     }
 

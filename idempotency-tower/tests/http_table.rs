@@ -69,6 +69,35 @@ async fn first_request_then_identical_replay() {
 }
 
 #[tokio::test]
+async fn replays_carry_the_content_length_of_the_first_answer_once() {
+    // The layer stores the Content-Length the server adds (a replay then needs no new one);
+    // the replay's must be the first answer's, never a second value, and none where none goes.
+    let (app, _, _) = app(|b| b);
+    for code in [200, 201, 204, 404, 422] {
+        let key = unique("length");
+        let uri = format!("/status?code={code}");
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let response = app
+                .clone()
+                .oneshot(post_with_key(&uri, Some(&key), "{}"))
+                .await
+                .unwrap();
+            let (status, headers, body) = read(response).await;
+            assert_eq!(status, code);
+            let lengths: Vec<_> = headers.get_all("content-length").iter().cloned().collect();
+            if code != 204 {
+                assert_eq!(lengths, [body.len().to_string()], "{code}");
+            }
+            seen.push((lengths, body, headers.contains_key("idempotent-replayed")));
+        }
+        assert_eq!(seen[0].0, seen[1].0, "{code}");
+        assert_eq!(seen[0].1, seen[1].1, "{code}");
+        assert_eq!((seen[0].2, seen[1].2), (false, true), "{code}");
+    }
+}
+
+#[tokio::test]
 async fn quoted_and_bare_keys_are_the_same_key() {
     let (app, calls, _) = app(|b| b);
     let key = unique("q");

@@ -50,10 +50,7 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
     /// The finished layer.
     pub fn build(mut self) -> IdempotencyLayer<S> {
         self.settings.prepare();
-        IdempotencyLayer {
-            engine: self.engine,
-            settings: Arc::new(self.settings),
-        }
+        IdempotencyLayer::new_shared(self.engine, self.settings)
     }
 
     /// The namespace keys live in (default `"http"`; the gRPC preset uses `"grpc"`). Give each

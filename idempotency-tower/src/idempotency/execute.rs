@@ -2,16 +2,16 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderName, Request, Response};
+use http::{HeaderName, Request, Response, header};
 use http_body::Body;
 use idempotency_core::{Execution, Outcome, Store};
 use tower_service::Service;
 use tracing::Instrument;
 
+use super::layer::IdempotencyLayer;
 use super::settings::Settings;
 use crate::body::{RequestBody, ResponseBody};
 use crate::codec::{StoredResponse, encode_parts};
@@ -27,7 +27,7 @@ use crate::refusal::{Refusal, RefusalKind};
 /// work finished (the client went away), [`Detachable`] moves the still-running work into a task
 /// on the runtime captured here, where it goes on to its end, lease renewal included.
 pub(crate) fn run<T, S, B, ResB>(
-    settings: &Arc<Settings>,
+    layer: &IdempotencyLayer<S>,
     execution: Execution<S>,
     inner: T,
     request: Request<RequestBody<B>>,
@@ -48,7 +48,7 @@ where
     // allocator's per-thread cache (about 1 KiB with glibc): larger blocks take the shared
     // arena's lock, which the two sides of a loopback benchmark then contend for.
     let handler = Box::pin(inner.call(request));
-    let work = Box::pin(run_to_end(Arc::clone(settings), execution, handler));
+    let work = Box::pin(run_to_end(layer.clone(), execution, handler));
     Detachable {
         work: Some(work),
         runtime: tokio::runtime::Handle::try_current().ok(),
@@ -139,7 +139,7 @@ enum Answer<'a> {
 /// borrows the handler's answer, which is moved into the response once every store call is done.
 #[allow(clippy::manual_async_fn)] // an `async fn` would keep its arguments twice
 fn run_to_end<F, S, ResB, E>(
-    settings: Arc<Settings>,
+    layer: IdempotencyLayer<S>,
     execution: Execution<S>,
     handler: Pin<Box<F>>,
 ) -> impl Future<Output = Result<Response<ResponseBody<ResB>>, E>>
@@ -149,6 +149,7 @@ where
     ResB: Body<Data = Bytes> + Unpin,
 {
     async move {
+        let settings = layer.settings();
         let handled = {
             // The handler and its body, with the lease renewed meanwhile (no second task).
             // Pinned here and renewed through a pinned reference (a future passed by value
@@ -167,10 +168,14 @@ where
             Ok((parts, Collected::Overflow(..))) => Answer::Oversized { parts },
             Ok((_, Collected::Failed(..))) => Answer::BodyFailed,
         };
-        settle(&settings, execution, answer).await;
-        let (parts, collected) = handled?;
+        let content_length = settle(settings, execution, answer).await;
+        let (mut parts, collected) = handled?;
         Ok(match collected {
             Collected::Complete(data, trailers) => {
+                if let Some(length) = content_length {
+                    // The stored field, shared: the server then adds none of its own.
+                    parts.headers.insert(header::CONTENT_LENGTH, length);
+                }
                 Response::from_parts(parts, ResponseBody::buffered(data, trailers))
             }
             Collected::Overflow(prefix, rest) => {
@@ -183,14 +188,16 @@ where
     }
 }
 
-/// Stores the handler's answer for replay, or releases the key, as the settings say.
+/// Stores the handler's answer for replay, or releases the key, as the settings say. Returns
+/// the `Content-Length` stored with the answer, if one was added (see [`encode_storable`]).
 #[allow(clippy::manual_async_fn)] // an `async fn` would keep its arguments twice
 fn settle<'a, S: Store + 'a>(
     settings: &'a Settings,
     execution: Execution<S>,
     answer: Answer<'a>,
-) -> impl Future<Output = ()> + 'a {
+) -> impl Future<Output = Option<http::HeaderValue>> + 'a {
     async move {
+        let mut content_length = None;
         match answer {
             Answer::ServiceError => {
                 tracing::debug!("the service failed; releasing the key");
@@ -220,7 +227,12 @@ fn settle<'a, S: Store + 'a>(
                     .storage
                     .should_store(status, &parts.headers, trailers.as_ref())
                 {
-                    let (record_status, encoded) = encode_storable(settings, parts, data, trailers);
+                    let (record_status, encoded, length) =
+                        encode_storable(settings, parts, data, trailers);
+                    // A slice of the stored bytes (shared, not copied).
+                    content_length = length.and_then(|range| {
+                        http::HeaderValue::from_maybe_shared(encoded.slice(range)).ok()
+                    });
                     match execution
                         .complete(Outcome::new(record_status, encoded))
                         .await
@@ -251,17 +263,23 @@ fn settle<'a, S: Store + 'a>(
                 let _ = execution.release().await;
             }
         }
+        content_length
     }
 }
 
 /// The record's status and the stored encoding of a response, without the fields that are not
-/// stored (encoded straight from the response's own maps: nothing is copied first).
+/// stored (encoded straight from the response's own maps: nothing is copied first), and where
+/// in it the `Content-Length` value is, if one was added.
+///
+/// A plain HTTP answer with a body and no `Content-Length` of its own is stored with the one
+/// the server would add (the body's length): a replay then carries it, as the first answer
+/// does, without building it again.
 fn encode_storable(
     settings: &Settings,
     parts: &http::response::Parts,
     data: &Bytes,
     trailers: &Option<http::HeaderMap>,
-) -> (u16, Bytes) {
+) -> (u16, Bytes, Option<std::ops::Range<usize>>) {
     let keep = settings.store_sensitive_headers;
     let header_rule = Storable::new(&parts.headers, keep);
     let trailer_rule = trailers.as_ref().map(|t| (t, Storable::new(t, keep)));
@@ -270,15 +288,49 @@ fn encode_storable(
     } else {
         parts.status.as_u16()
     };
-    let encoded = encode_parts(
+    let mut digits = [0u8; 20];
+    let length = format_len(&mut digits, data.len());
+    let header_bytes: usize = parts
+        .headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    let content_length = (!settings.grpc
+        && trailers.is_none()
+        && !data.is_empty()
+        && !parts.status.is_informational()
+        && parts.status != http::StatusCode::NO_CONTENT
+        && parts.status != http::StatusCode::NOT_MODIFIED
+        && !parts.headers.contains_key(header::CONTENT_LENGTH)
+        && !parts.headers.contains_key(header::TRANSFER_ENCODING)
+        // Within the stored-response bounds with the field added.
+        && parts.headers.len() < settings.max_stored_headers
+        && header_bytes + header::CONTENT_LENGTH.as_str().len() + length.len()
+            <= settings.max_stored_header_bytes)
+        .then_some((&header::CONTENT_LENGTH, length));
+    let (encoded, length) = encode_parts(
         parts.status,
         (&parts.headers, |name: &HeaderName| header_rule.keeps(name)),
+        content_length,
         data,
         trailer_rule
             .as_ref()
             .map(|(map, rule)| (*map, |name: &HeaderName| rule.keeps(name))),
     );
-    (record_status, encoded)
+    (record_status, encoded, length)
+}
+
+/// `len` in decimal, written into `buffer`.
+fn format_len(buffer: &mut [u8; 20], mut len: usize) -> &[u8] {
+    let mut at = buffer.len();
+    loop {
+        at -= 1;
+        buffer[at] = b'0' + (len % 10) as u8;
+        len /= 10;
+        if len == 0 {
+            return &buffer[at..];
+        }
+    }
 }
 
 /// Awaits `work`, renewing the execution's lease meanwhile if `renew`.

@@ -60,9 +60,10 @@ impl<B> Held<B> {
     }
 }
 
-/// The replayed response for a stored outcome.
+/// The replayed response for a stored outcome. Its header map has room for
+/// `Idempotent-Replayed` and the `Content-Length` the server adds, so that neither grows it.
 pub(crate) fn replay<B: Body>(outcome: &Outcome) -> Result<Response<ResponseBody<B>>, DecodeError> {
-    let stored = StoredResponse::decode_with_room(&outcome.body, 1)?;
+    let stored = StoredResponse::decode_with_room(&outcome.body, 2)?;
     let mut response = Response::new(ResponseBody::buffered(stored.body, stored.trailers));
     *response.status_mut() = stored.status;
     *response.headers_mut() = stored.headers;
@@ -101,18 +102,21 @@ fn claim<S: Store>(
     key: IdempotencyKey,
     fingerprint: Fingerprint,
 ) -> ClaimGuard<S> {
-    let engine = layer.engine.clone();
-    let settings = Arc::clone(&layer.settings);
-    let storage_key = settings.scope_for(parts).storage_key(&key);
-    let claim: BoxedClaim<S> = match settings.in_flight {
+    let storage_key = layer.settings().scope_for(parts).storage_key(&key);
+    let shared = Arc::clone(&layer.shared);
+    let claim: BoxedClaim<S> = match layer.settings().in_flight {
         InFlightPolicy::Reject => Box::pin(async move {
-            engine
-                .begin_in(&settings.namespace, storage_key, &fingerprint)
+            let namespace = &shared.settings.namespace;
+            shared
+                .engine
+                .begin_in(namespace, storage_key, &fingerprint)
                 .await
         }),
         InFlightPolicy::Wait { max } => Box::pin(async move {
-            engine
-                .begin_waiting_in(&settings.namespace, storage_key, &fingerprint, max)
+            let namespace = &shared.settings.namespace;
+            shared
+                .engine
+                .begin_waiting_in(namespace, storage_key, &fingerprint, max)
                 .await
         }),
     };
@@ -173,7 +177,7 @@ where
     ResB::Error: Send + 'static,
 {
     async move {
-        let settings = &*layer.settings;
+        let settings = layer.settings();
         let held = if settings.needs_body() {
             match collect_request(body, settings.max_body_bytes).await {
                 Ok((data, trailers)) => Held::Buffered(data, trailers),
@@ -240,7 +244,7 @@ where
         let error = match decision {
             Ok(Decision::Execute(execution)) => {
                 let request = Request::from_parts(parts, held.into_body());
-                return execute::run(&layer.settings, execution, inner, request).await;
+                return execute::run(&layer, execution, inner, request).await;
             }
             Ok(Decision::Replay(outcome)) => match replay(&outcome) {
                 Ok(response) => {

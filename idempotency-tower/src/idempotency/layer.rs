@@ -14,24 +14,41 @@ use super::settings::Settings;
 /// Cheap to clone; every service it makes shares one engine (store, lease, TTL) and one set of
 /// settings.
 pub struct IdempotencyLayer<S> {
+    /// One allocation, so that a clone (a few per guarded request) is one reference count.
+    pub(crate) shared: Arc<Shared<S>>,
+}
+
+/// What every service of a layer shares.
+pub(crate) struct Shared<S> {
     pub(crate) engine: Idempotency<S>,
-    pub(crate) settings: Arc<Settings>,
+    pub(crate) settings: Settings,
 }
 
 impl<S> Clone for IdempotencyLayer<S> {
     fn clone(&self) -> Self {
         Self {
-            engine: self.engine.clone(),
-            settings: Arc::clone(&self.settings),
+            shared: Arc::clone(&self.shared),
         }
+    }
+}
+
+impl<S> IdempotencyLayer<S> {
+    pub(crate) fn new_shared(engine: Idempotency<S>, settings: Settings) -> Self {
+        Self {
+            shared: Arc::new(Shared { engine, settings }),
+        }
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.shared.settings
     }
 }
 
 impl<S> std::fmt::Debug for IdempotencyLayer<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IdempotencyLayer")
-            .field("engine", &self.engine)
-            .field("settings", &self.settings)
+            .field("engine", &self.shared.engine)
+            .field("settings", &self.shared.settings)
             .finish()
     }
 }
@@ -67,7 +84,7 @@ impl<S: Store> IdempotencyLayer<S> {
     /// while the handler runs ([`Execution::keep_alive_while`](idempotency_core::Execution::keep_alive_while)),
     /// as configured with [`IdempotencyLayerBuilder::keep_alive`].
     pub fn engine(&self) -> &Idempotency<S> {
-        &self.engine
+        &self.shared.engine
     }
 }
 

@@ -105,7 +105,7 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let settings = &*self.layer.settings;
+        let settings = self.layer.settings();
         if !settings.applies(request.method(), request.uri().path(), request.headers()) {
             return ResponseFuture::passthrough(
                 self.inner.call(request.map(RequestBody::streaming)),
