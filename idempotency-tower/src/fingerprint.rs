@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::HeaderName;
 use http::request::Parts;
 use idempotency_core::{Fingerprint, canonical_json};
+use serde_json::Value;
 
 use crate::json::LazyJson;
 
@@ -78,12 +79,19 @@ impl FingerprintSource {
                 body,
             )),
             Self::JsonFields(fields) => {
-                // As `Fingerprint::of_json_fields` over the parsed body, from the fields alone.
+                // As `Fingerprint::of_json_fields` over the parsed body, from the fields alone,
+                // their canonical forms written into one buffer.
                 let mut selected = Fingerprint::builder();
+                let mut canonical = Vec::new();
                 for pointer in fields.iter() {
                     selected = match json.field(pointer)? {
                         Some(field) => {
-                            selected.field(pointer.as_bytes(), canonical_json(field).as_bytes())
+                            canonical.clear();
+                            if write_canonical(field, &mut canonical).is_err() {
+                                canonical.clear();
+                                canonical.extend_from_slice(canonical_json(field).as_bytes());
+                            }
+                            selected.field(pointer.as_bytes(), &canonical)
                         }
                         None => selected.field(pointer.as_bytes(), b"\0absent"),
                     };
@@ -110,6 +118,39 @@ impl FingerprintSource {
             Self::Custom(compute) => Ok(compute(parts, body)),
         }
     }
+}
+
+/// Appends [`canonical_json`]`(value)` to `out` (object keys sorted, compact; keys and scalars
+/// as `serde_json` writes them), without the intermediate strings.
+pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (index, (key, field)) in entries.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut *out, key)?;
+                out.push(b':');
+                write_canonical(field, out)?;
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out)?;
+            }
+            out.push(b']');
+        }
+        scalar => serde_json::to_writer(&mut *out, scalar)?,
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -189,6 +230,15 @@ mod tests {
                 expected,
                 "{body}"
             );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn canonical_writing_equals_the_core_canonical_form(value in crate::json::tests::json()) {
+            let mut out = Vec::new();
+            write_canonical(&value, &mut out).unwrap();
+            proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), canonical_json(&value));
         }
     }
 

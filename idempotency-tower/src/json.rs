@@ -204,6 +204,11 @@ impl<'de> DeserializeSeed<'de> for Walk<'_, '_> {
         }
         // A pointer ends here: build the value, and find the pointers below in it.
         let value = <Value as de::Deserialize>::deserialize(deserializer)?;
+        if let [id] = self.node.below[..] {
+            // Only this one: the value itself, not a copy.
+            self.found[id] = Some(value);
+            return Ok(());
+        }
         for &id in &self.node.below {
             let tokens = self.plan.pointers[id].tokens.as_deref().unwrap_or_default();
             self.found[id] = lookup(&value, &tokens[self.depth..]).cloned();
@@ -422,7 +427,7 @@ impl<'a> LazyJson<'a> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -517,7 +522,8 @@ mod tests {
         check_bytes(b"{\"\xff\":1,\"a\":1}").unwrap();
     }
 
-    fn json() -> impl Strategy<Value = Value> {
+    /// Arbitrary JSON documents: nested objects and arrays, escapes, non-ASCII, floats.
+    pub(crate) fn json() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),

@@ -118,6 +118,20 @@ fn process_cpu() -> Option<Duration> {
     Some(Duration::from_millis((utime + stime) * 10))
 }
 
+/// The machine's 1, 5 and 15 minute load averages (`/proc/loadavg`; `?` elsewhere): numbers
+/// from a shared machine mean little without them.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|| "?".to_owned())
+}
+
 /// Where requests go: a keep-alive connection, or the router itself.
 enum Sender {
     Tcp(Connection),
@@ -377,7 +391,7 @@ async fn main() -> ExitCode {
         }
     };
     println!(
-        "loadgen: {} {}, {} s per run, {} rounds, memory store, {} build",
+        "loadgen: {} {}, {} s per run, {} rounds, memory store, {} build, load average {}",
         options.connections,
         if options.in_process {
             "concurrent callers of the router in-process (no TCP)"
@@ -390,7 +404,8 @@ async fn main() -> ExitCode {
             "DEBUG (numbers meaningless: use --release)"
         } else {
             "release"
-        }
+        },
+        load_average()
     );
     let mut summary = Vec::new();
     let mut run = 0u64;
@@ -452,7 +467,8 @@ async fn main() -> ExitCode {
         summary.push((scenario, throughput, cpu));
     }
     println!(
-        "\nsummary (median of rounds; CPU ratio = baseline CPU per request / layer CPU per request)"
+        "\nsummary (median of rounds; CPU ratio = baseline CPU per request / layer CPU per request; load average {})",
+        load_average()
     );
     println!(
         "  {:<16} {:>10} {:>10} {:>6} {:>9} {:>9} {:>6} {:>6}",
