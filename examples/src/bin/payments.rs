@@ -2,10 +2,12 @@
 //!
 //! Listens on `ADDR` (default 127.0.0.1:3000). `IDEMPOTENCY_STORE=memory|redis|sqlite|postgres|mysql`
 //! picks the backend (URLs from `REDIS_URL`, `SQLITE_URL`, `DATABASE_URL`, `MYSQL_URL`).
+//! `IDEMPOTENCY_LAYER=off` serves the same handlers without the layer: the baseline that
+//! `bench/http-wrk.sh` measures the layer against.
 
 use std::process::ExitCode;
 
-use idempotency_examples::payments::{AppState, app, config, init_logging};
+use idempotency_examples::payments::{AppState, app, bare, config, init_logging};
 use tokio::net::TcpListener;
 
 #[tokio::main]
@@ -26,8 +28,14 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let router = app(AppState::new(backend.repo), backend.store);
-    tracing::info!(%addr, store = backend.kind.as_str(), "payments service listening");
+    let layer_off = std::env::var("IDEMPOTENCY_LAYER").is_ok_and(|value| value == "off");
+    let state = AppState::new(backend.repo);
+    let router = if layer_off {
+        bare(state)
+    } else {
+        app(state, backend.store)
+    };
+    tracing::info!(%addr, store = backend.kind.as_str(), layer = !layer_off, "payments service listening");
     let served = axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
