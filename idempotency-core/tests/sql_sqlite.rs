@@ -8,9 +8,9 @@ mod sql_support;
 use std::time::Duration;
 
 use idempotency_core::StoreError;
-use idempotency_core::sql::{SqliteStore, Transition, TransitionOutcome};
+use idempotency_core::sql::{SqliteStore, Transition};
 use idempotency_core::testing::unavailable;
-use sql_support::{concurrently, count, unique_table};
+use sql_support::{Dialect, unique_table};
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 
@@ -154,157 +154,11 @@ async fn table_names_that_are_not_identifiers_are_refused() {
     }
 }
 
-/// Orders table with one order in WAIT_PAY, plus a coupons table.
-async fn orders(pool: &SqlitePool) -> (String, String) {
-    let (orders, coupons) = (unique_table("orders"), unique_table("coupons"));
-    for ddl in [
-        format!(
-            "CREATE TABLE {orders} (id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, \
-             trade_no VARCHAR(64))"
-        ),
-        format!("CREATE TABLE {coupons} (id INTEGER PRIMARY KEY, order_id BIGINT NOT NULL)"),
-        format!("INSERT INTO {orders} (id, status) VALUES (42, 'WAIT_PAY'), (43, 'CLOSED')"),
-    ] {
-        sqlx::query(&ddl).execute(pool).await.unwrap();
-    }
-    (orders, coupons)
+/// SQLite: `?` placeholders, `INTEGER PRIMARY KEY` rowid keys, `INTEGER` state codes.
+impl Dialect for sqlx::Sqlite {
+    const SERIAL_KEY: &'static str = "INTEGER PRIMARY KEY";
+    const PLACEHOLDER: &'static str = "?";
+    const CODE_COLUMN: &'static str = "INTEGER";
 }
 
-/// The seed's fix: the callback moves the order WAIT_PAY → PAID and grants the coupon only
-/// when the transition applied, in the same transaction.
-async fn paid_callback(
-    pool: &SqlitePool,
-    orders: &str,
-    coupons: &str,
-    id: i64,
-) -> TransitionOutcome {
-    let mark_paid = Transition::new(orders, "id", "status")
-        .unwrap()
-        .from("WAIT_PAY")
-        .to("PAID")
-        .also_set("trade_no", format!("T{id}"));
-    let mut tx = pool.begin().await.unwrap();
-    let outcome = mark_paid.apply_sqlite(&mut tx, id).await.unwrap();
-    if outcome.is_applied() {
-        sqlx::query(&format!("INSERT INTO {coupons} (order_id) VALUES (?)"))
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-    }
-    tx.commit().await.unwrap();
-    outcome
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn transition_applied_once_then_already_in_target() {
-    let Some(pool) = pool(4).await else { return };
-    let (orders, coupons) = orders(&pool).await;
-    assert_eq!(
-        paid_callback(&pool, &orders, &coupons, 42).await,
-        TransitionOutcome::Applied
-    );
-    for _ in 0..5 {
-        assert_eq!(
-            paid_callback(&pool, &orders, &coupons, 42).await,
-            TransitionOutcome::AlreadyInTarget
-        );
-    }
-    assert_eq!(
-        paid_callback(&pool, &orders, &coupons, 43).await,
-        TransitionOutcome::Illegal {
-            current: "CLOSED".to_owned()
-        }
-    );
-    assert_eq!(
-        paid_callback(&pool, &orders, &coupons, 44).await,
-        TransitionOutcome::NotFound
-    );
-    let granted = count(&pool, &format!("SELECT COUNT(*) FROM {coupons}")).await;
-    assert_eq!(granted, 1, "six callbacks, one coupon");
-    let (trade_no,): (Option<String>,) =
-        sqlx::query_as(&format!("SELECT trade_no FROM {orders} WHERE id = 42"))
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert_eq!(trade_no.as_deref(), Some("T42"), "set with the transition");
-    // Usable on a plain connection too.
-    let reopen = Transition::new(&orders, "id", "status")
-        .unwrap()
-        .from("PAID")
-        .from("CLOSED")
-        .to("REFUNDED");
-    let mut conn = pool.acquire().await.unwrap();
-    assert_eq!(
-        reopen.apply_sqlite(&mut conn, 43_i64).await.unwrap(),
-        TransitionOutcome::Applied
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn transition_200_concurrent_callbacks_one_coupon() {
-    let Some(pool) = pool(20).await else { return };
-    let (orders, coupons) = orders(&pool).await;
-    let outcomes = concurrently(200, |_| {
-        let (pool, orders, coupons) = (pool.clone(), orders.clone(), coupons.clone());
-        async move { paid_callback(&pool, &orders, &coupons, 42).await }
-    })
-    .await;
-    let applied = outcomes.iter().filter(|o| o.is_applied()).count();
-    assert_eq!(applied, 1);
-    assert!(
-        outcomes.iter().all(|o| matches!(
-            o,
-            TransitionOutcome::Applied | TransitionOutcome::AlreadyInTarget
-        )),
-        "{outcomes:?}"
-    );
-    let granted = count(&pool, &format!("SELECT COUNT(*) FROM {coupons}")).await;
-    assert_eq!(granted, 1, "200 concurrent callbacks, one coupon");
-}
-
-/// Integer state codes (a `INTEGER` column: 10 = WAIT_PAY, 20 = PAID, 90 = CLOSED), as many order
-/// tables keep them: applied once, then already in the target, an illegal source reported with
-/// its code.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transition_with_integer_state_codes() {
-    let Some(pool) = pool(2).await else { return };
-    let orders = unique_table("coded_orders");
-    for ddl in [
-        format!("CREATE TABLE {orders} (id BIGINT PRIMARY KEY, status INTEGER NOT NULL)"),
-        format!("INSERT INTO {orders} (id, status) VALUES (42, 10), (43, 90)"),
-    ] {
-        sqlx::query(&ddl).execute(&pool).await.unwrap();
-    }
-    let mark_paid = Transition::new(&orders, "id", "status")
-        .unwrap()
-        .from(10)
-        .to(20);
-    let pay = async |id: i64| {
-        let mut tx = pool.begin().await.unwrap();
-        let outcome = mark_paid.apply_sqlite(&mut tx, id).await.unwrap();
-        tx.commit().await.unwrap();
-        outcome
-    };
-    assert_eq!(pay(42).await, TransitionOutcome::Applied);
-    assert_eq!(pay(42).await, TransitionOutcome::AlreadyInTarget);
-    assert_eq!(
-        pay(43).await,
-        TransitionOutcome::Illegal {
-            current: "90".to_owned()
-        }
-    );
-    assert_eq!(pay(44).await, TransitionOutcome::NotFound);
-    let status = count(&pool, &format!("SELECT status FROM {orders} WHERE id = 42")).await;
-    assert_eq!(status, 20);
-    let mixed = Transition::new(&orders, "id", "status")
-        .unwrap()
-        .from("WAIT_PAY")
-        .to(20);
-    assert!(matches!(
-        mixed
-            .apply_sqlite(&mut pool.acquire().await.unwrap(), 43_i64)
-            .await,
-        Err(StoreError::Config(_))
-    ));
-}
+sql_support::transition_tests!(pool);
