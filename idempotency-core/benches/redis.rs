@@ -17,7 +17,8 @@
 //! best round (on a shared machine, interference only ever slows a round down: at 1 task a
 //! round now and then drops to a fraction of its speed, whichever side it is), and the server's
 //! CPU time per operation in that round (from `INFO cpu`, so it includes any other client of the
-//! server). `REDIS_URL` defaults to `redis://127.0.0.1:6379`.
+//! server) and this process's (the client side: the store or the raw client, the tokio runtime
+//! and the bench's own loop; from `/proc/self/stat`, 10-ms ticks). `REDIS_URL` defaults to `redis://127.0.0.1:6379`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
@@ -44,11 +45,31 @@ fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// One measured run: operations per second, and the server's CPU time per operation.
+/// One measured run: operations per second, and the server's and this process's CPU time
+/// per operation.
 #[derive(Clone, Copy)]
 struct Run {
     ops_per_second: f64,
     server_micros_per_op: f64,
+    client_micros_per_op: f64,
+}
+
+/// This process's CPU time so far (user + system), in seconds, from `/proc/self/stat` (clock
+/// ticks of 1/100 s); 0 where that file does not exist.
+fn client_cpu() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    let Some(end_of_name) = stat.rfind(')') else {
+        return 0.0;
+    };
+    stat[end_of_name + 1..]
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|ticks| ticks.parse::<f64>().ok())
+        .sum::<f64>()
+        / 100.0
 }
 
 /// The indexes a run's operations were given: task `t` ran `t * 1e9 .. t * 1e9 + done[t]`.
@@ -124,6 +145,7 @@ where
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let cpu_before = server_cpu(connection).await;
+    let client_before = client_cpu();
     let start = Instant::now();
     let handles: Vec<_> = (0..tasks)
         .map(|task| {
@@ -147,11 +169,13 @@ where
         indexes.push(handle.await.unwrap());
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let client = client_cpu() - client_before;
     let cpu = server_cpu(connection).await - cpu_before;
     let ops = done.load(Ordering::Relaxed) as f64;
     let run = Run {
         ops_per_second: ops / elapsed,
         server_micros_per_op: cpu * 1e6 / ops.max(1.0),
+        client_micros_per_op: client * 1e6 / ops.max(1.0),
     };
     (run, Indexes(indexes))
 }
@@ -357,12 +381,14 @@ fn best(runs: Vec<Run>) -> Run {
 
 fn row(operation: &str, tasks: usize, ours: Run, raw: Run) {
     println!(
-        "| {operation} | {tasks} | {:.0} | {:.0} | {:.2} | {:.1} / {:.1} |",
+        "| {operation} | {tasks} | {:.0} | {:.0} | {:.2} | {:.1} / {:.1} | {:.1} / {:.1} |",
         ours.ops_per_second,
         raw.ops_per_second,
         ours.ops_per_second / raw.ops_per_second,
         ours.server_micros_per_op,
         raw.server_micros_per_op,
+        ours.client_micros_per_op,
+        raw.client_micros_per_op,
     );
 }
 
@@ -390,9 +416,9 @@ async fn main() {
     let c = &connection;
 
     println!(
-        "| operation | tasks | RedisStore ops/s | raw redis ops/s | ratio | server CPU µs/op (store / raw) |"
+        "| operation | tasks | RedisStore ops/s | raw redis ops/s | ratio | server CPU µs/op (store / raw) | client CPU µs/op (store / raw) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for tasks in [1usize, 64] {
         let (mut store_runs, mut raw_runs) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
