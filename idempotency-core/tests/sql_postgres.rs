@@ -72,71 +72,7 @@ async fn fresh(max: u32) -> Option<(PostgresStore, PgPool, String)> {
     Some((store, pool, coupons))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tx_storm_200_duplicates_one_coupon() {
-    if let Some((store, pool, coupons)) = fresh(20).await {
-        let tables = [store.table_name().to_owned(), coupons.clone()];
-        sql_support::tx_storm(store, pool.clone(), coupons.clone()).await;
-        drop_tables(&pool, &tables).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tx_rollback_leaves_no_trace() {
-    if let Some((store, pool, coupons)) = fresh(4).await {
-        let tables = [store.table_name().to_owned(), coupons.clone()];
-        sql_support::tx_rollback_leaves_no_trace(store, pool.clone(), coupons.clone()).await;
-        drop_tables(&pool, &tables).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tx_waiting_duplicate_replays_or_executes() {
-    if let Some((store, pool, coupons)) = fresh(4).await {
-        let tables = [store.table_name().to_owned(), coupons.clone()];
-        sql_support::tx_waiting_duplicate(store, pool.clone(), coupons.clone()).await;
-        drop_tables(&pool, &tables).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tx_owner_rollback_under_storm() {
-    if let Some((store, pool, coupons)) = fresh(20).await {
-        let tables = [store.table_name().to_owned(), coupons.clone()];
-        sql_support::tx_owner_rollback_under_storm(store, pool.clone(), coupons.clone()).await;
-        drop_tables(&pool, &tables).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tx_sees_engine_claims() {
-    if let Some((store, pool, coupons)) = fresh(4).await {
-        let tables = [store.table_name().to_owned(), coupons.clone()];
-        sql_support::tx_sees_engine_claims(store, pool.clone()).await;
-        drop_tables(&pool, &tables).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn purge_batches_and_list() {
-    if let Some((store, pool, coupons)) = fresh(4).await {
-        let tables = [store.table_name().to_owned(), coupons.clone()];
-        sql_support::purge_batches_and_list(store, async |s: &PostgresStore, f| {
-            s.list(&f).await.unwrap()
-        })
-        .await;
-        drop_tables(&pool, &tables).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sweeper_purges_expired_records() {
-    if let Some((store, pool, coupons)) = fresh(2).await {
-        let tables = [store.table_name().to_owned(), coupons.clone()];
-        sql_support::sweeper_purges(store.with_abandoned_grace(Duration::from_millis(200))).await;
-        drop_tables(&pool, &tables).await;
-    }
-}
+sql_support::store_scenario_tests!(PostgresStore);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn table_names_that_are_not_identifiers_are_refused() {

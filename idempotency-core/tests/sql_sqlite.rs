@@ -66,6 +66,16 @@ mod in_memory {
     idempotency_core::store_conformance_tests!(store());
 }
 
+/// Drops a test's tables once it passed (its database file stays in the temporary directory).
+async fn drop_tables(pool: &SqlitePool, tables: &[String]) {
+    for table in tables {
+        sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+}
+
 /// A store on a fresh table plus a fresh coupons table.
 async fn fresh(max: u32) -> Option<(SqliteStore, SqlitePool, String)> {
     let pool = pool(max).await?;
@@ -83,57 +93,7 @@ async fn fresh(max: u32) -> Option<(SqliteStore, SqlitePool, String)> {
     Some((store, pool, coupons))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tx_storm_200_duplicates_one_coupon() {
-    if let Some((store, pool, coupons)) = fresh(20).await {
-        sql_support::tx_storm(store, pool, coupons).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tx_rollback_leaves_no_trace() {
-    if let Some((store, pool, coupons)) = fresh(4).await {
-        sql_support::tx_rollback_leaves_no_trace(store, pool, coupons).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tx_waiting_duplicate_replays_or_executes() {
-    if let Some((store, pool, coupons)) = fresh(4).await {
-        sql_support::tx_waiting_duplicate(store, pool, coupons).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tx_owner_rollback_under_storm() {
-    if let Some((store, pool, coupons)) = fresh(20).await {
-        sql_support::tx_owner_rollback_under_storm(store, pool, coupons).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tx_sees_engine_claims() {
-    if let Some((store, pool, _)) = fresh(4).await {
-        sql_support::tx_sees_engine_claims(store, pool).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn purge_batches_and_list() {
-    if let Some((store, _, _)) = fresh(4).await {
-        sql_support::purge_batches_and_list(store, async |s: &SqliteStore, f| {
-            s.list(&f).await.unwrap()
-        })
-        .await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sweeper_purges_expired_records() {
-    if let Some((store, _, _)) = fresh(2).await {
-        sql_support::sweeper_purges(store.with_abandoned_grace(Duration::from_millis(200))).await;
-    }
-}
+sql_support::store_scenario_tests!(SqliteStore);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn table_names_that_are_not_identifiers_are_refused() {

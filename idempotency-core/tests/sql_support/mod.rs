@@ -796,3 +796,42 @@ macro_rules! transition_tests {
     };
 }
 pub(crate) use transition_tests;
+
+/// The transactional, purge and sweeper scenarios above as `#[tokio::test]`s, for a test file
+/// with `fresh(max_connections) -> Option<(store, pool, coupons table)>` and
+/// `drop_tables(&pool, &[table])`, which runs once a scenario passed. `$store` is the store type.
+macro_rules! store_scenario_tests {
+    ($store:ty) => {
+        $crate::sql_support::store_scenario_tests!(@test tx_storm_200_duplicates_one_coupon, 20,
+            |store, pool, coupons| $crate::sql_support::tx_storm(store, pool, coupons));
+        $crate::sql_support::store_scenario_tests!(@test tx_rollback_leaves_no_trace, 4,
+            |store, pool, coupons| $crate::sql_support::tx_rollback_leaves_no_trace(store, pool, coupons));
+        $crate::sql_support::store_scenario_tests!(@test tx_waiting_duplicate_replays_or_executes, 4,
+            |store, pool, coupons| $crate::sql_support::tx_waiting_duplicate(store, pool, coupons));
+        $crate::sql_support::store_scenario_tests!(@test tx_owner_rollback_under_storm, 20,
+            |store, pool, coupons| $crate::sql_support::tx_owner_rollback_under_storm(store, pool, coupons));
+        $crate::sql_support::store_scenario_tests!(@test tx_sees_engine_claims, 4,
+            |store, pool, _coupons| $crate::sql_support::tx_sees_engine_claims(store, pool));
+        $crate::sql_support::store_scenario_tests!(@test purge_batches_and_list, 4,
+            |store, _pool, _coupons| $crate::sql_support::purge_batches_and_list(
+                store,
+                async |s: &$store, filter| s.list(&filter).await.unwrap(),
+            ));
+        $crate::sql_support::store_scenario_tests!(@test sweeper_purges_expired_records, 2,
+            |store, _pool, _coupons| $crate::sql_support::sweeper_purges(
+                store.with_abandoned_grace(std::time::Duration::from_millis(200)),
+            ));
+    };
+    (@test $name:ident, $connections:expr, |$store:ident, $pool:ident, $coupons:ident| $scenario:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            if let Some(($store, $pool, $coupons)) = fresh($connections).await {
+                let tables = [$store.table_name().to_owned(), $coupons.clone()];
+                let cleanup = $pool.clone();
+                $scenario.await;
+                drop_tables(&cleanup, &tables).await;
+            }
+        }
+    };
+}
+pub(crate) use store_scenario_tests;
