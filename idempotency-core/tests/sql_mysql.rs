@@ -11,7 +11,7 @@ use std::time::Duration;
 use idempotency_core::sql::{MySqlStore, Transition};
 use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{Claim, ClaimRequest, Fingerprint, Store, StoreError};
-use sql_support::{Dialect, unique_table};
+use sql_support::{Dialect, drop_tables, unique_table};
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 
@@ -41,16 +41,6 @@ async fn store() -> Option<MySqlStore> {
 }
 
 idempotency_core::store_conformance_tests!(store());
-
-/// Drops a test's tables once it passed.
-async fn drop_tables(pool: &MySqlPool, tables: &[String]) {
-    for table in tables {
-        sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
-            .execute(pool)
-            .await
-            .unwrap();
-    }
-}
 
 /// A store on a fresh table plus a fresh coupons table.
 async fn fresh(max: u32) -> Option<(MySqlStore, MySqlPool, String)> {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use idempotency_core::StoreError;
 use idempotency_core::sql::{SqliteStore, Transition};
 use idempotency_core::testing::unavailable;
-use sql_support::{Dialect, unique_table};
+use sql_support::{Dialect, drop_tables, unique_table};
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 
@@ -64,16 +64,6 @@ mod in_memory {
     }
 
     idempotency_core::store_conformance_tests!(store());
-}
-
-/// Drops a test's tables once it passed (its database file stays in the temporary directory).
-async fn drop_tables(pool: &SqlitePool, tables: &[String]) {
-    for table in tables {
-        sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
-            .execute(pool)
-            .await
-            .unwrap();
-    }
 }
 
 /// A store on a fresh table plus a fresh coupons table.

@@ -680,7 +680,7 @@ async fn walk_outcomes(pay: impl AsyncFn(i64) -> TransitionOutcome, repeats: usi
 }
 
 /// Drops a scenario's tables once it passed.
-async fn drop_tables<DB: TransitionDb>(pool: &Pool<DB>, tables: &[String]) {
+pub async fn drop_tables<DB: TransitionDb>(pool: &Pool<DB>, tables: &[String]) {
     for table in tables {
         DB::run(pool, &format!("DROP TABLE IF EXISTS {table}")).await;
     }
