@@ -364,6 +364,182 @@ macro_rules! sql_store_settings {
 }
 pub(crate) use sql_store_settings;
 
+/// The trait plumbing every SQL store shares, written once: its `Debug`, `list`, the
+/// [`Store`](crate::Store) and [`TxStore`](super::TxStore) impls, `connection` and `release_on`.
+///
+/// Arguments: the store, its `sqlx::Database`, its connection type and the text `list` puts
+/// around a bound Unix-microseconds parameter to compare it with `updated_at` (before, after).
+/// The store brings the per-database steps: `claim_on(conn, request, in_tx)`,
+/// `complete_on(conn, key, token, outcome, ttl)`, `touch_lease(key, token, lease)` and
+/// `purge(limit)`, and the statements `sql.release`, `sql.get` and `sql.select_records`.
+macro_rules! sql_store_impls {
+    ($store:ident, $db:ty, $conn:ty, list_time: $at:expr) => {
+        impl std::fmt::Debug for $store {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($store))
+                    .field("settings", &self.settings)
+                    .finish_non_exhaustive()
+            }
+        }
+
+        impl $store {
+            /// Records for reconciliation, oldest `updated_at` first.
+            pub async fn list(
+                &self,
+                filter: &$crate::sql::ListFilter,
+            ) -> Result<Vec<$crate::Record>, StoreError> {
+                use $crate::sql::common::{RecordRow, unix_micros};
+                let (prefix, suffix): (&str, &str) = $at;
+                let mut query = sqlx::QueryBuilder::<$db>::new(&self.sql.select_records);
+                if let Some(namespace) = &filter.namespace {
+                    query.push(" AND namespace = ").push_bind(namespace.clone());
+                }
+                if let Some(state) = filter.state {
+                    query.push(" AND state = ").push_bind(state.as_str());
+                }
+                if let Some(from) = filter.updated_from {
+                    query
+                        .push(" AND updated_at >= ")
+                        .push(prefix)
+                        .push_bind(unix_micros(from))
+                        .push(suffix);
+                }
+                if let Some(before) = filter.updated_before {
+                    query
+                        .push(" AND updated_at < ")
+                        .push(prefix)
+                        .push_bind(unix_micros(before))
+                        .push(suffix);
+                }
+                query
+                    .push(" ORDER BY updated_at LIMIT ")
+                    .push_bind(filter.limit_param());
+                let rows: Vec<RecordRow> = query
+                    .build_query_as()
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                rows.into_iter().map(RecordRow::into_record).collect()
+            }
+
+            async fn connection(&self) -> Result<sqlx::pool::PoolConnection<$db>, StoreError> {
+                self.pool.acquire().await.map_err(map_err)
+            }
+
+            async fn release_on(
+                &self,
+                conn: &mut $conn,
+                key: &StorageKey,
+                token: FencingToken,
+            ) -> Result<(), StoreError> {
+                let done = sqlx::query(&self.sql.release)
+                    .bind(key.0.as_slice())
+                    .bind(token_param(token)?)
+                    .execute(conn)
+                    .await
+                    .map_err(map_err)?;
+                owned(done.rows_affected())
+            }
+        }
+
+        impl Store for $store {
+            async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+                let mut conn = self.connection().await?;
+                self.claim_on(&mut conn, request, false).await
+            }
+
+            async fn complete(
+                &self,
+                key: &StorageKey,
+                token: FencingToken,
+                outcome: &Outcome,
+                ttl: Duration,
+            ) -> Result<(), StoreError> {
+                let mut conn = self.connection().await?;
+                self.complete_on(&mut conn, key, token, outcome, ttl).await
+            }
+
+            async fn release(
+                &self,
+                key: &StorageKey,
+                token: FencingToken,
+            ) -> Result<(), StoreError> {
+                let mut conn = self.connection().await?;
+                self.release_on(&mut conn, key, token).await
+            }
+
+            async fn touch(
+                &self,
+                key: &StorageKey,
+                token: FencingToken,
+                lease: Duration,
+            ) -> Result<(), StoreError> {
+                self.touch_lease(key, token, lease).await
+            }
+
+            async fn get(&self, key: &StorageKey) -> Result<Option<$crate::Record>, StoreError> {
+                use $crate::sql::common::RecordRow;
+                let row: Option<RecordRow> = sqlx::query_as(&self.sql.get)
+                    .bind(key.0.as_slice())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                row.map(RecordRow::into_record).transpose()
+            }
+
+            async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+                self.purge(limit).await
+            }
+        }
+
+        impl TxStore for $store {
+            type Database = $db;
+
+            async fn claim_storage_key_in_tx(
+                &self,
+                tx: &mut sqlx::Transaction<'_, $db>,
+                namespace: &str,
+                key: StorageKey,
+                fingerprint: &$crate::Fingerprint,
+            ) -> Result<$crate::sql::TxClaim, StoreError> {
+                let request = ClaimRequest {
+                    key: &key,
+                    namespace,
+                    fingerprint,
+                    lease: self.settings.tx_lease,
+                };
+                let claim = self.claim_on(tx, request, true).await?;
+                Ok($crate::sql::tx::tx_claim(claim, key))
+            }
+
+            async fn complete_in_tx(
+                &self,
+                tx: &mut sqlx::Transaction<'_, $db>,
+                lease: $crate::sql::TxLease,
+                outcome: &Outcome,
+            ) -> Result<(), StoreError> {
+                self.complete_on(
+                    tx,
+                    &lease.key,
+                    lease.lease.token,
+                    outcome,
+                    self.settings.tx_ttl,
+                )
+                .await
+            }
+
+            async fn release_in_tx(
+                &self,
+                tx: &mut sqlx::Transaction<'_, $db>,
+                lease: $crate::sql::TxLease,
+            ) -> Result<(), StoreError> {
+                self.release_on(tx, &lease.key, lease.lease.token).await
+            }
+        }
+    };
+}
+pub(crate) use sql_store_impls;
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -3,17 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
+use sqlx::{MySql, MySqlConnection, MySqlPool};
 
-use super::common::{
-    ClaimRow, ListFilter, RecordRow, Settings, map_err, micros, owned, token_param, unix_micros,
-    validate_identifier,
-};
-use super::tx::{TxClaim, TxLease, TxStore, tx_claim};
-use crate::{
-    Claim, ClaimRequest, FencingToken, Fingerprint, Lease, Outcome, Record, StorageKey, Store,
-    StoreError,
-};
+use super::common::{ClaimRow, Settings, map_err, micros, owned, token_param, validate_identifier};
+use super::tx::TxStore;
+use crate::{Claim, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError};
 
 /// How often a claim tries again after losing a race (a row that changed between statements).
 const CLAIM_ROUNDS: usize = 8;
@@ -57,14 +51,6 @@ pub struct MySqlStore {
     pool: MySqlPool,
     settings: Settings,
     sql: Arc<Sql>,
-}
-
-impl std::fmt::Debug for MySqlStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlStore")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
 }
 
 struct Sql {
@@ -202,39 +188,6 @@ impl MySqlStore {
         Ok(())
     }
 
-    /// Records for reconciliation, oldest `updated_at` first.
-    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Record>, StoreError> {
-        let mut query = QueryBuilder::<MySql>::new(&self.sql.select_records);
-        if let Some(namespace) = &filter.namespace {
-            query.push(" AND namespace = ").push_bind(namespace.clone());
-        }
-        if let Some(state) = filter.state {
-            query.push(" AND state = ").push_bind(state.as_str());
-        }
-        let at = ", '1970-01-01 00:00:00')";
-        if let Some(from) = filter.updated_from {
-            query
-                .push(" AND updated_at >= TIMESTAMPADD(MICROSECOND, ")
-                .push_bind(unix_micros(from))
-                .push(at);
-        }
-        if let Some(before) = filter.updated_before {
-            query
-                .push(" AND updated_at < TIMESTAMPADD(MICROSECOND, ")
-                .push_bind(unix_micros(before))
-                .push(at);
-        }
-        query
-            .push(" ORDER BY updated_at LIMIT ")
-            .push_bind(filter.limit_param());
-        let rows: Vec<RecordRow> = query
-            .build_query_as()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        rows.into_iter().map(RecordRow::into_record).collect()
-    }
-
     async fn upsert(
         &self,
         conn: &mut MySqlConnection,
@@ -279,12 +232,21 @@ impl MySqlStore {
             .map_err(map_err)
     }
 
+    /// Claims the key (`locked` inside a transaction: the upsert first, then locking reads).
     async fn claim_on(
         &self,
         conn: &mut MySqlConnection,
         request: ClaimRequest<'_>,
         locked: bool,
     ) -> Result<Claim, StoreError> {
+        // Outside a transaction, a consistent read first: replays and in-flight answers take no
+        // row lock, so a storm of duplicates of one key does not queue on it.
+        if !locked
+            && let Some(row) = self.read(conn, request.key, false).await?
+            && row.remaining_us > 0
+        {
+            return row.into_claim(request.fingerprint);
+        }
         for _ in 0..CLAIM_ROUNDS {
             match self.upsert(conn, request).await? {
                 Upsert::Inserted(token) => {
@@ -339,52 +301,8 @@ impl MySqlStore {
         owned(done.rows_affected())
     }
 
-    async fn release_on(
-        &self,
-        conn: &mut MySqlConnection,
-        key: &StorageKey,
-        token: FencingToken,
-    ) -> Result<(), StoreError> {
-        let done = sqlx::query(&self.sql.release)
-            .bind(key.0.as_slice())
-            .bind(token_param(token)?)
-            .execute(conn)
-            .await
-            .map_err(map_err)?;
-        owned(done.rows_affected())
-    }
-}
-
-impl Store for MySqlStore {
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        // A consistent read first: replays and in-flight answers take no row lock, so a storm
-        // of duplicates of one key does not queue on it.
-        if let Some(row) = self.read(&mut conn, request.key, false).await?
-            && row.remaining_us > 0
-        {
-            return row.into_claim(request.fingerprint);
-        }
-        self.claim_on(&mut conn, request, false).await
-    }
-
-    async fn complete(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        self.complete_on(&mut conn, key, token, outcome, ttl).await
-    }
-
-    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        self.release_on(&mut conn, key, token).await
-    }
-
-    async fn touch(
+    /// [`Store::touch`]: renews the lease of an owned record.
+    async fn touch_lease(
         &self,
         key: &StorageKey,
         token: FencingToken,
@@ -400,16 +318,8 @@ impl Store for MySqlStore {
         owned(done.rows_affected())
     }
 
-    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
-        let row: Option<RecordRow> = sqlx::query_as(&self.sql.get)
-            .bind(key.0.as_slice())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
-        row.map(RecordRow::into_record).transpose()
-    }
-
-    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+    /// [`Store::purge_expired`]: one bounded delete.
+    async fn purge(&self, limit: usize) -> Result<u64, StoreError> {
         let done = sqlx::query(&self.sql.purge)
             .bind(micros(self.settings.abandoned_grace))
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -420,47 +330,9 @@ impl Store for MySqlStore {
     }
 }
 
-impl TxStore for MySqlStore {
-    type Database = MySql;
-
-    async fn claim_storage_key_in_tx(
-        &self,
-        tx: &mut sqlx::Transaction<'_, MySql>,
-        namespace: &str,
-        key: StorageKey,
-        fingerprint: &Fingerprint,
-    ) -> Result<TxClaim, StoreError> {
-        let request = ClaimRequest {
-            key: &key,
-            namespace,
-            fingerprint,
-            lease: self.settings.tx_lease,
-        };
-        let claim = self.claim_on(tx, request, true).await?;
-        Ok(tx_claim(claim, key))
-    }
-
-    async fn complete_in_tx(
-        &self,
-        tx: &mut sqlx::Transaction<'_, MySql>,
-        lease: TxLease,
-        outcome: &Outcome,
-    ) -> Result<(), StoreError> {
-        self.complete_on(
-            tx,
-            &lease.key,
-            lease.lease.token,
-            outcome,
-            self.settings.tx_ttl,
-        )
-        .await
-    }
-
-    async fn release_in_tx(
-        &self,
-        tx: &mut sqlx::Transaction<'_, MySql>,
-        lease: TxLease,
-    ) -> Result<(), StoreError> {
-        self.release_on(tx, &lease.key, lease.lease.token).await
-    }
-}
+super::common::sql_store_impls!(
+    MySqlStore,
+    MySql,
+    MySqlConnection,
+    list_time: ("TIMESTAMPADD(MICROSECOND, ", ", '1970-01-01 00:00:00')")
+);

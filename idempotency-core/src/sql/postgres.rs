@@ -3,16 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder};
+use sqlx::{PgConnection, PgPool, Postgres};
 
-use super::common::{
-    ClaimRow, ListFilter, RecordRow, Settings, map_err, micros, owned, token_param, unix_micros,
-    validate_identifier,
-};
-use super::tx::{TxClaim, TxLease, TxStore, tx_claim};
-use crate::{
-    Claim, ClaimRequest, FencingToken, Fingerprint, Outcome, Record, StorageKey, Store, StoreError,
-};
+use super::common::{ClaimRow, Settings, map_err, micros, owned, token_param, validate_identifier};
+use super::tx::TxStore;
+use crate::{Claim, ClaimRequest, FencingToken, Outcome, StorageKey, Store, StoreError};
 
 /// A [`Store`] on PostgreSQL (sqlx), also usable inside the caller's transactions
 /// ([`TxStore`]).
@@ -46,14 +41,6 @@ pub struct PostgresStore {
     pool: PgPool,
     settings: Settings,
     sql: Arc<Sql>,
-}
-
-impl std::fmt::Debug for PostgresStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresStore")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
 }
 
 /// The statements, built once per table name.
@@ -231,43 +218,12 @@ impl PostgresStore {
         tx.commit().await.map_err(map_err)
     }
 
-    /// Records for reconciliation, oldest `updated_at` first.
-    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Record>, StoreError> {
-        let mut query = QueryBuilder::<Postgres>::new(&self.sql.select_records);
-        if let Some(namespace) = &filter.namespace {
-            query.push(" AND namespace = ").push_bind(namespace.clone());
-        }
-        if let Some(state) = filter.state {
-            query.push(" AND state = ").push_bind(state.as_str());
-        }
-        let at = " * interval '1 microsecond' + TIMESTAMPTZ 'epoch'";
-        if let Some(from) = filter.updated_from {
-            query
-                .push(" AND updated_at >= ")
-                .push_bind(unix_micros(from))
-                .push(at);
-        }
-        if let Some(before) = filter.updated_before {
-            query
-                .push(" AND updated_at < ")
-                .push_bind(unix_micros(before))
-                .push(at);
-        }
-        query
-            .push(" ORDER BY updated_at LIMIT ")
-            .push_bind(filter.limit_param());
-        let rows: Vec<RecordRow> = query
-            .build_query_as()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        rows.into_iter().map(RecordRow::into_record).collect()
-    }
-
+    /// Claims with the one statement, the same inside a transaction (`_in_tx`).
     async fn claim_on(
         &self,
         conn: &mut PgConnection,
         request: ClaimRequest<'_>,
+        _in_tx: bool,
     ) -> Result<Claim, StoreError> {
         let row: Option<ClaimRow> = sqlx::query_as(&self.sql.claim)
             .bind(request.key.0.as_slice())
@@ -305,49 +261,8 @@ impl PostgresStore {
         owned(done.rows_affected())
     }
 
-    async fn release_on(
-        &self,
-        conn: &mut PgConnection,
-        key: &StorageKey,
-        token: FencingToken,
-    ) -> Result<(), StoreError> {
-        let done = sqlx::query(&self.sql.release)
-            .bind(key.0.as_slice())
-            .bind(token_param(token)?)
-            .execute(conn)
-            .await
-            .map_err(map_err)?;
-        owned(done.rows_affected())
-    }
-
-    async fn connection(&self) -> Result<sqlx::pool::PoolConnection<Postgres>, StoreError> {
-        self.pool.acquire().await.map_err(map_err)
-    }
-}
-
-impl Store for PostgresStore {
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let mut conn = self.connection().await?;
-        self.claim_on(&mut conn, request).await
-    }
-
-    async fn complete(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let mut conn = self.connection().await?;
-        self.complete_on(&mut conn, key, token, outcome, ttl).await
-    }
-
-    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
-        let mut conn = self.connection().await?;
-        self.release_on(&mut conn, key, token).await
-    }
-
-    async fn touch(
+    /// [`Store::touch`]: renews the lease of an owned record.
+    async fn touch_lease(
         &self,
         key: &StorageKey,
         token: FencingToken,
@@ -363,16 +278,8 @@ impl Store for PostgresStore {
         owned(done.rows_affected())
     }
 
-    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
-        let row: Option<RecordRow> = sqlx::query_as(&self.sql.get)
-            .bind(key.0.as_slice())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
-        row.map(RecordRow::into_record).transpose()
-    }
-
-    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+    /// [`Store::purge_expired`]: one bounded delete.
+    async fn purge(&self, limit: usize) -> Result<u64, StoreError> {
         let done = sqlx::query(&self.sql.purge)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .bind(micros(self.settings.abandoned_grace))
@@ -383,47 +290,9 @@ impl Store for PostgresStore {
     }
 }
 
-impl TxStore for PostgresStore {
-    type Database = Postgres;
-
-    async fn claim_storage_key_in_tx(
-        &self,
-        tx: &mut sqlx::Transaction<'_, Postgres>,
-        namespace: &str,
-        key: StorageKey,
-        fingerprint: &Fingerprint,
-    ) -> Result<TxClaim, StoreError> {
-        let request = ClaimRequest {
-            key: &key,
-            namespace,
-            fingerprint,
-            lease: self.settings.tx_lease,
-        };
-        let claim = self.claim_on(tx, request).await?;
-        Ok(tx_claim(claim, key))
-    }
-
-    async fn complete_in_tx(
-        &self,
-        tx: &mut sqlx::Transaction<'_, Postgres>,
-        lease: TxLease,
-        outcome: &Outcome,
-    ) -> Result<(), StoreError> {
-        self.complete_on(
-            tx,
-            &lease.key,
-            lease.lease.token,
-            outcome,
-            self.settings.tx_ttl,
-        )
-        .await
-    }
-
-    async fn release_in_tx(
-        &self,
-        tx: &mut sqlx::Transaction<'_, Postgres>,
-        lease: TxLease,
-    ) -> Result<(), StoreError> {
-        self.release_on(tx, &lease.key, lease.lease.token).await
-    }
-}
+super::common::sql_store_impls!(
+    PostgresStore,
+    Postgres,
+    PgConnection,
+    list_time: ("", " * interval '1 microsecond' + TIMESTAMPTZ 'epoch'")
+);

@@ -3,17 +3,13 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
+use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
 use super::common::{
-    ClaimRow, ListFilter, RecordRow, Settings, map_err, micros, owned, token_param, unix_micros,
-    validate_identifier,
+    ClaimRow, Settings, map_err, micros, owned, token_param, unix_micros, validate_identifier,
 };
-use super::tx::{TxClaim, TxLease, TxStore, tx_claim};
-use crate::{
-    Claim, ClaimRequest, FencingToken, Fingerprint, Lease, Outcome, Record, StorageKey, Store,
-    StoreError,
-};
+use super::tx::TxStore;
+use crate::{Claim, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError};
 
 /// How often a claim re-reads after losing a race (a row that changed between two statements).
 const CLAIM_ROUNDS: usize = 8;
@@ -46,14 +42,6 @@ pub struct SqliteStore {
     pool: SqlitePool,
     settings: Settings,
     sql: Arc<Sql>,
-}
-
-impl std::fmt::Debug for SqliteStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
 }
 
 struct Sql {
@@ -169,36 +157,6 @@ impl SqliteStore {
         tx.commit().await.map_err(map_err)
     }
 
-    /// Records for reconciliation, oldest `updated_at` first.
-    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Record>, StoreError> {
-        let mut query = QueryBuilder::<Sqlite>::new(&self.sql.select_records);
-        if let Some(namespace) = &filter.namespace {
-            query.push(" AND namespace = ").push_bind(namespace.clone());
-        }
-        if let Some(state) = filter.state {
-            query.push(" AND state = ").push_bind(state.as_str());
-        }
-        if let Some(from) = filter.updated_from {
-            query
-                .push(" AND updated_at >= ")
-                .push_bind(unix_micros(from));
-        }
-        if let Some(before) = filter.updated_before {
-            query
-                .push(" AND updated_at < ")
-                .push_bind(unix_micros(before));
-        }
-        query
-            .push(" ORDER BY updated_at LIMIT ")
-            .push_bind(filter.limit_param());
-        let rows: Vec<RecordRow> = query
-            .build_query_as()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        rows.into_iter().map(RecordRow::into_record).collect()
-    }
-
     /// The live record's answer, if the key holds one.
     async fn read_live(
         &self,
@@ -267,59 +225,33 @@ impl SqliteStore {
         owned(done.rows_affected())
     }
 
-    async fn release_on(
+    /// Claims the key: a read first, then the upsert; inside a transaction (`in_tx`) the upsert
+    /// first, since it takes the database's write lock (waiting for a concurrent claimer's
+    /// transaction to end), so the read after it sees the latest state.
+    async fn claim_on(
         &self,
         conn: &mut SqliteConnection,
-        key: &StorageKey,
-        token: FencingToken,
-    ) -> Result<(), StoreError> {
-        let done = sqlx::query(&self.sql.release)
-            .bind(key.0.as_slice())
-            .bind(token_param(token)?)
-            .execute(conn)
-            .await
-            .map_err(map_err)?;
-        owned(done.rows_affected())
-    }
-}
-
-fn lost_races() -> StoreError {
-    StoreError::Backend(format!(
-        "claim lost {CLAIM_ROUNDS} races in a row on one key"
-    ))
-}
-
-impl Store for SqliteStore {
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        request: ClaimRequest<'_>,
+        in_tx: bool,
+    ) -> Result<Claim, StoreError> {
         for _ in 0..CLAIM_ROUNDS {
-            if let Some(claim) = self.read_live(&mut conn, request).await? {
+            if !in_tx && let Some(claim) = self.read_live(conn, request).await? {
                 return Ok(claim);
             }
-            if let Some(claim) = self.upsert(&mut conn, request).await? {
+            if let Some(claim) = self.upsert(conn, request).await? {
+                return Ok(claim);
+            }
+            if in_tx && let Some(claim) = self.read_live(conn, request).await? {
                 return Ok(claim);
             }
         }
-        Err(lost_races())
+        Err(StoreError::Backend(format!(
+            "claim lost {CLAIM_ROUNDS} races in a row on one key"
+        )))
     }
 
-    async fn complete(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        self.complete_on(&mut conn, key, token, outcome, ttl).await
-    }
-
-    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        self.release_on(&mut conn, key, token).await
-    }
-
-    async fn touch(
+    /// [`Store::touch`]: renews the lease of an owned record.
+    async fn touch_lease(
         &self,
         key: &StorageKey,
         token: FencingToken,
@@ -336,16 +268,8 @@ impl Store for SqliteStore {
         owned(done.rows_affected())
     }
 
-    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
-        let row: Option<RecordRow> = sqlx::query_as(&self.sql.get)
-            .bind(key.0.as_slice())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
-        row.map(RecordRow::into_record).transpose()
-    }
-
-    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+    /// [`Store::purge_expired`]: one bounded delete.
+    async fn purge(&self, limit: usize) -> Result<u64, StoreError> {
         let done = sqlx::query(&self.sql.purge)
             .bind(now_us())
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -357,56 +281,4 @@ impl Store for SqliteStore {
     }
 }
 
-impl TxStore for SqliteStore {
-    type Database = Sqlite;
-
-    async fn claim_storage_key_in_tx(
-        &self,
-        tx: &mut sqlx::Transaction<'_, Sqlite>,
-        namespace: &str,
-        key: StorageKey,
-        fingerprint: &Fingerprint,
-    ) -> Result<TxClaim, StoreError> {
-        let request = ClaimRequest {
-            key: &key,
-            namespace,
-            fingerprint,
-            lease: self.settings.tx_lease,
-        };
-        // Write first: the upsert takes the database's write lock (waiting for a concurrent
-        // claimer's transaction to end), so the read after it sees the latest state.
-        for _ in 0..CLAIM_ROUNDS {
-            if let Some(claim) = self.upsert(tx, request).await? {
-                return Ok(tx_claim(claim, key));
-            }
-            if let Some(claim) = self.read_live(tx, request).await? {
-                return Ok(tx_claim(claim, key));
-            }
-        }
-        Err(lost_races())
-    }
-
-    async fn complete_in_tx(
-        &self,
-        tx: &mut sqlx::Transaction<'_, Sqlite>,
-        lease: TxLease,
-        outcome: &Outcome,
-    ) -> Result<(), StoreError> {
-        self.complete_on(
-            tx,
-            &lease.key,
-            lease.lease.token,
-            outcome,
-            self.settings.tx_ttl,
-        )
-        .await
-    }
-
-    async fn release_in_tx(
-        &self,
-        tx: &mut sqlx::Transaction<'_, Sqlite>,
-        lease: TxLease,
-    ) -> Result<(), StoreError> {
-        self.release_on(tx, &lease.key, lease.lease.token).await
-    }
-}
+super::common::sql_store_impls!(SqliteStore, Sqlite, SqliteConnection, list_time: ("", ""));
