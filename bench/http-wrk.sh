@@ -5,6 +5,9 @@
 #   bench/http-wrk.sh [seconds=5] [rounds=3] [connections=64] [threads=2]
 #   PIN=1 bench/http-wrk.sh ...   server on CPU 1, wrk on CPU 0 (one thread): the server alone
 #                                  on its core, so the ratio is that of server CPU per request
+#   STORE=redis|postgres|mysql|sqlite bench/http-wrk.sh ...   the service on that backend (see
+#                                  examples/src/payments/config.rs: Redis keeps the records and
+#                                  orders stay in memory; the SQL backends keep both)
 #
 # Scenarios: new-keys (POST /orders, new key each request), replay (POST /orders over 64 keys
 # created first), callback-replay (the duplicate callback of an order already PAID). Each round
@@ -19,7 +22,10 @@ port=${PORT:-3917}
 addr=127.0.0.1:$port
 url=http://$addr
 command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)" >&2; exit 2; }
-cargo build --release -q -p idempotency-examples --bin payments
+store=${STORE:-memory}
+features=()
+[ "$store" != memory ] && features=(--features "$store")
+cargo build --release -q -p idempotency-examples --bin payments "${features[@]}"
 binary=${CARGO_TARGET_DIR:-target}/release/payments
 
 server=
@@ -27,7 +33,7 @@ stop() { [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev
 trap stop EXIT
 
 start() { # $1 = on|off
-  ADDR=$addr IDEMPOTENCY_STORE=memory IDEMPOTENCY_LAYER=$1 RUST_LOG=warn "${server_cpu[@]}" "$binary" &
+  ADDR=$addr IDEMPOTENCY_STORE=$store IDEMPOTENCY_LAYER=$1 RUST_LOG=warn "${server_cpu[@]}" "$binary" &
   server=$!
   for _ in $(seq 100); do curl -s -o /dev/null "$url/orders/0" && return; sleep 0.05; done
   echo "payments did not start" >&2; exit 1
@@ -61,7 +67,7 @@ run() { # scenario layer(on|off) -> requests/s
 
 median() { tr ' ' '\n' | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
-echo "wrk -t$threads -c$connections, ${seconds}s x $rounds rounds${server_cpu:+, pinned (server CPU 1, wrk CPU 0)}, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "store $store, wrk -t$threads -c$connections, ${seconds}s x $rounds rounds${server_cpu:+, pinned (server CPU 1, wrk CPU 0)}, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 for scenario in new-keys replay callback-replay; do
   bare=() layer=()
   for _ in $(seq "$rounds"); do
