@@ -368,6 +368,56 @@ async fn store_unavailable_is_503_with_retry_after() {
     assert!(!ok.headers().contains_key("idempotent-replayed"));
 }
 
+#[tokio::test]
+async fn a_request_dropped_during_its_claim_leaves_the_key_free() {
+    // The client leaves while the claim is on its way to the store: the claim still lands
+    // (in the background), and the key it took is given back at once, so the client's retry
+    // runs the handler instead of meeting a 60-s lease that no handler renews.
+    let store = Arc::new(Partitionable::default());
+    store.claim_delay_ms.store(300, Ordering::SeqCst);
+    let calls = Arc::new(Calls::default());
+    let layer = IdempotencyLayer::builder(BoxStore::new(Arc::clone(&store)))
+        .lease(Duration::from_secs(60))
+        .build();
+    let app = routes(Arc::clone(&calls)).layer(layer);
+    let key = unique("left-mid-claim");
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(50),
+        app.clone()
+            .oneshot(post_with_key("/orders", Some(&key), "{}")),
+    )
+    .await;
+    assert!(
+        dropped.is_err(),
+        "the request must still be claiming at 50 ms"
+    );
+    // The background claim lands at ~300 ms and takes the key: it must give it back.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    store.claim_delay_ms.store(0, Ordering::SeqCst);
+    let retried = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let response = app
+                .clone()
+                .oneshot(post_with_key("/orders", Some(&key), "{}"))
+                .await
+                .unwrap();
+            if response.status() != 409 {
+                return response;
+            }
+        }
+    })
+    .await
+    .expect("the key was released, not left in flight until its lease ended");
+    assert_eq!(retried.status(), 201);
+    assert!(!retried.headers().contains_key("idempotent-replayed"));
+    assert_eq!(
+        calls.orders.load(Ordering::SeqCst),
+        1,
+        "the first request never ran"
+    );
+}
+
 #[test]
 fn store_unavailable_fails_open_when_configured_logged_and_counted() {
     let recorder = metrics_util::debugging::DebuggingRecorder::new();

@@ -150,8 +150,15 @@ impl<S: Store> Drop for ClaimGuard<S> {
                 "request dropped during its claim; finishing the claim in the background"
             );
             runtime.spawn(async move {
-                // An execution won here is dropped unfinished, which releases the key.
-                drop(claim.await);
+                // A key won here has no handler to run: give it back at once, so that the
+                // client's retry runs rather than meeting a lease nobody renews.
+                if let Ok(Decision::Execute(execution)) = claim.await {
+                    let released = execution.release().await;
+                    tracing::debug!(
+                        ?released,
+                        "the request left before its handler started; key released"
+                    );
+                }
             });
         }
     }

@@ -2,7 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, unreachable_pub)]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -164,10 +164,12 @@ pub async fn problem(response: Response, status: u16) -> serde_json::Value {
 
 /// A real memory store whose "network" can be cut: while down, every call hangs forever, the
 /// way a store behind a dead link or a full connection pool does, so the engine's timeout fires.
+/// `claim_delay_ms` makes every claim that long (a slow link).
 #[derive(Default)]
 pub struct Partitionable {
     pub inner: MemoryStore,
     pub down: AtomicBool,
+    pub claim_delay_ms: AtomicU64,
 }
 
 impl Partitionable {
@@ -181,6 +183,10 @@ impl Partitionable {
 impl Store for Partitionable {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.gate().await;
+        let delay = self.claim_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
         self.inner.claim(request).await
     }
     async fn complete(
