@@ -327,7 +327,11 @@ mod sqlite {
 
     /// A fresh database file in the temporary directory, in WAL mode.
     async fn pool() -> Option<sqlx::SqlitePool> {
-        let path = std::env::temp_dir().join(format!("{}.db", super::unique("idem-macros")));
+        // One directory for every test database, easy to remove: idempotency-macros-tests
+        // (`.ci/run` empties it before each run).
+        let dir = std::env::temp_dir().join("idempotency-macros-tests");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{}.db", super::unique("idem-macros")));
         let options = SqliteConnectOptions::new()
             .filename(&path)
             .create_if_missing(true)

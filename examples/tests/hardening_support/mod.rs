@@ -66,7 +66,11 @@ pub fn unique(prefix: &str) -> String {
 
 /// A fresh path in the temporary directory.
 pub fn temp_path(prefix: &str, ext: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("{}.{ext}", unique(prefix)))
+    // One directory for every file these tests leave behind, easy to remove:
+    // idempotency-example-tests (`.ci/run` empties it before each run).
+    let dir = std::env::temp_dir().join("idempotency-example-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(format!("{}.{ext}", unique(prefix)))
 }
 
 /// `POST path` with an `Idempotency-Key` on a new connection.
