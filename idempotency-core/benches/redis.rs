@@ -8,9 +8,13 @@
 //!   then `complete` (one script) against raw `SET k v NX PX` then `SET k outcome PX`.
 //! - *replay*: `RedisStore::claim` of a completed key (the same native `SET`, which returns the
 //!   record, outcome included) against raw `GET` of a key holding the same outcome.
-//! - Two reference rows, not the store: raw `SET k <in-progress record> NX GET PX` of a
-//!   completed key, and raw `EVALSHA` of `return redis.call('GET', KEYS[1])`, each against the
-//!   same `GET`: what the replay's command and what any script cost by themselves.
+//! - Reference rows, not the store:
+//!   - raw `SET NX` then a minimal compare-and-set script, against raw `SET NX` then `SET`: the
+//!     least a fenced completion costs on Redis 7, which has no native compare-and-set; and
+//!     the store's claim+complete against that fenced pair;
+//!   - raw `SET k <in-progress record> NX GET PX` of a completed key, and raw `EVALSHA` of
+//!     `return redis.call('GET', KEYS[1])`, each against the same `GET`: what the replay's
+//!     command and what any script cost by themselves.
 //!
 //! Each pair runs at 1 and 64 concurrent tasks for `BENCH_SECONDS` (default 2) per round,
 //! alternating store and raw for `BENCH_ROUNDS` rounds (default 5); the table shows each side's
@@ -242,17 +246,32 @@ async fn store_claim_complete(
     run
 }
 
-async fn raw_set_set(connection: &ConnectionManager, tasks: usize, seconds: Duration) -> Run {
+/// Raw `SET k token NX PX` then the completion: a plain `SET k outcome PX`, or, `fenced`, the
+/// least any fenced completion costs on a server without a native compare-and-set (Redis 7:
+/// `SET … IFEQ` came in 8.4): `EVALSHA` of a script that sets the outcome only if the key still
+/// holds the token.
+async fn raw_claim_complete(
+    connection: &ConnectionManager,
+    tasks: usize,
+    seconds: Duration,
+    fenced: bool,
+) -> Run {
     let body = outcome().body;
     let shared = connection.clone();
     let salt = salt();
+    let compare_and_set = Arc::new(driver::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+         return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end return false",
+    ));
     let (run, indexes) = throughput(connection, tasks, seconds, move |index| {
         let (mut connection, body) = (shared.clone(), body.clone());
+        let compare_and_set = Arc::clone(&compare_and_set);
         async move {
             let key = raw_key(&key_of(&salt, index));
+            let token = index.to_be_bytes();
             let taken: Option<String> = driver::cmd("SET")
                 .arg(&key)
-                .arg("in-progress")
+                .arg(&token[..])
                 .arg("NX")
                 .arg("PX")
                 .arg(LEASE.as_millis() as u64)
@@ -260,14 +279,27 @@ async fn raw_set_set(connection: &ConnectionManager, tasks: usize, seconds: Dura
                 .await
                 .unwrap();
             assert!(taken.is_some());
-            let () = driver::cmd("SET")
-                .arg(&key)
-                .arg(&body[..])
-                .arg("PX")
-                .arg(TTL.as_millis() as u64)
-                .query_async(&mut connection)
-                .await
-                .unwrap();
+            let ttl = TTL.as_millis() as u64;
+            let set: Option<String> = if fenced {
+                compare_and_set
+                    .key(&key)
+                    .arg(&token[..])
+                    .arg(&body[..])
+                    .arg(ttl)
+                    .invoke_async(&mut connection)
+                    .await
+                    .unwrap()
+            } else {
+                driver::cmd("SET")
+                    .arg(&key)
+                    .arg(&body[..])
+                    .arg("PX")
+                    .arg(ttl)
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap()
+            };
+            assert!(set.is_some());
         }
     })
     .await;
@@ -420,12 +452,13 @@ async fn main() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for tasks in [1usize, 64] {
-        let (mut store_runs, mut raw_runs) = (Vec::new(), Vec::new());
+        let (mut store_runs, mut raw_runs, mut fenced_runs) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             store_runs.push(store_claim_complete(Arc::clone(&store), c, tasks, seconds).await);
-            raw_runs.push(raw_set_set(c, tasks, seconds).await);
+            raw_runs.push(raw_claim_complete(c, tasks, seconds, false).await);
+            fenced_runs.push(raw_claim_complete(c, tasks, seconds, true).await);
         }
-        let claim_complete = (best(store_runs), best(raw_runs));
+        let claim_complete = (best(store_runs), best(raw_runs), best(fenced_runs));
         let (mut store_runs, mut raw_runs) = (Vec::new(), Vec::new());
         let (mut native_runs, mut script_runs) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
@@ -440,6 +473,18 @@ async fn main() {
             tasks,
             claim_complete.0,
             claim_complete.1,
+        );
+        row(
+            "*reference: raw `SET NX` + compare-and-set script vs raw `SET NX` + `SET`*",
+            tasks,
+            claim_complete.2,
+            claim_complete.1,
+        );
+        row(
+            "*claim+complete vs raw `SET NX` + compare-and-set script*",
+            tasks,
+            claim_complete.0,
+            claim_complete.2,
         );
         row("replay (1 round trip)", tasks, best(store_runs), get);
         row(

@@ -43,14 +43,7 @@ impl Fingerprint {
     /// A fingerprint of selected JSON fields (JSON Pointers), canonicalised so that field order
     /// and whitespace do not matter. A missing field hashes differently from `null`.
     pub fn of_json_fields(value: &Value, pointers: &[&str]) -> Self {
-        let mut builder = Self::builder();
-        for pointer in pointers {
-            builder = match value.pointer(pointer) {
-                Some(field) => builder.field(pointer.as_bytes(), canonical_json(field).as_bytes()),
-                None => builder.field(pointer.as_bytes(), b"\0absent"),
-            };
-        }
-        builder.finish()
+        Self::builder().json_fields(value, pointers).finish()
     }
 
     /// Starts a fingerprint of named fields.
@@ -78,17 +71,45 @@ pub struct FingerprintBuilder(Sha256);
 impl FingerprintBuilder {
     /// Adds a named field.
     pub fn field(mut self, name: &[u8], value: &[u8]) -> Self {
-        self.0.update((name.len() as u64).to_be_bytes());
-        self.0.update(name);
-        self.0.update((value.len() as u64).to_be_bytes());
-        self.0.update(value);
+        update_framed(&mut self.0, name);
+        update_framed(&mut self.0, value);
         self
+    }
+
+    /// Adds the selected fields of a JSON document (JSON Pointers), each named by its pointer
+    /// and written in its [`canonical_json`] form; a missing field differs from `null`.
+    pub fn json_fields(self, value: &Value, pointers: &[&str]) -> Self {
+        pointers.iter().fold(self, |builder, pointer| {
+            let canonical = value.pointer(pointer).map(canonical_json);
+            builder.json_field(pointer, canonical.as_ref().map(String::as_bytes))
+        })
+    }
+
+    /// Adds one selected JSON field: its pointer and its [`canonical_json`] text, or `None`
+    /// where the document does not have it (which differs from `null`).
+    pub fn json_field(self, pointer: &str, canonical: Option<&[u8]>) -> Self {
+        self.field(pointer.as_bytes(), canonical.unwrap_or(b"\0absent"))
     }
 
     /// The finished fingerprint.
     pub fn finish(self) -> Fingerprint {
         Fingerprint(self.0.finalize().into())
     }
+}
+
+/// Feeds `part` to `hasher` after its length (an unsigned LEB128 varint: one byte below 128),
+/// so that no two lists of parts hash the same bytes. Short framing keeps a typical key or
+/// fingerprint within one or two SHA-256 blocks.
+pub(crate) fn update_framed(hasher: &mut Sha256, part: &[u8]) {
+    let (mut length, mut buffer, mut at) = (part.len() as u64, [0u8; 10], 0);
+    while length >= 0x80 {
+        buffer[at] = (length as u8 & 0x7f) | 0x80;
+        length >>= 7;
+        at += 1;
+    }
+    buffer[at] = length as u8;
+    hasher.update(&buffer[..=at]);
+    hasher.update(part);
 }
 
 /// Canonical JSON text: object keys sorted, no insignificant whitespace.
@@ -145,6 +166,21 @@ mod tests {
             Fingerprint::of_request("POST", "/ab", b"c"),
             Fingerprint::of_request("POST", "/a", b"bc")
         );
+    }
+
+    #[test]
+    fn framing_is_leb128() {
+        let framed = |part: &[u8]| {
+            let mut hasher = Sha256::new();
+            update_framed(&mut hasher, part);
+            hasher.finalize()
+        };
+        let raw = |bytes: &[u8]| Sha256::digest(bytes);
+        assert_eq!(framed(b"ab"), raw(b"\x02ab"));
+        let long = [7u8; 300];
+        let mut expected = vec![0xac, 0x02];
+        expected.extend_from_slice(&long);
+        assert_eq!(framed(&long), raw(&expected));
     }
 
     #[test]

@@ -35,13 +35,11 @@ use serde::de::DeserializeOwned;
 #[cfg(feature = "sqlx")]
 pub mod sql;
 
+use crate::scope::RECORD_TAG;
 use crate::{
     Decision, Execution, Fingerprint, FingerprintBuilder, Idempotency, KeyError, Outcome, Scope,
     StorageKey, Store, StoreError,
 };
-
-/// The domain tag of [`Scope::storage_key`] (checked by a test below).
-const RECORD_TAG: &[u8] = b"idempotency-record/v1";
 
 /// [`Outcome::status`] of a stored `Ok(T)`.
 pub const STATUS_OK: u16 = 0;

@@ -4,6 +4,11 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 
 use crate::IdempotencyKey;
+use crate::fingerprint::update_framed;
+
+/// The domain tag of [`Scope::storage_key`]: short, so that a namespace and a UUID key hash
+/// in one SHA-256 block.
+pub(crate) const RECORD_TAG: &[u8] = b"record";
 
 /// Where a key is valid: a namespace (an endpoint, a consumer, a function) and an optional
 /// principal (tenant, user, API client).
@@ -53,7 +58,7 @@ impl Scope {
 
     /// The hashed key under which a store keeps the record for `key` in this scope.
     pub fn storage_key(&self, key: &IdempotencyKey) -> StorageKey {
-        self.hash(b"idempotency-record/v1", key.as_str().as_bytes())
+        self.hash(RECORD_TAG, key.as_str().as_bytes())
     }
 
     /// The hashed key for an arbitrary byte string in this scope, under a distinct domain `tag`
@@ -70,8 +75,7 @@ impl Scope {
             self.principal.as_deref().unwrap_or("").as_bytes(),
             value,
         ] {
-            hasher.update((part.len() as u64).to_be_bytes());
-            hasher.update(part);
+            update_framed(&mut hasher, part);
         }
         // A principal of "" and no principal must differ.
         hasher.update([u8::from(self.principal.is_some())]);

@@ -38,7 +38,7 @@ impl OneTimeToken {
 
     /// The hashed key a store keeps this token under (the raw token is never stored).
     pub fn storage_key(scope: &Scope, token: &str) -> StorageKey {
-        scope.derive(b"one-time-token/v1", token.as_bytes())
+        scope.derive(b"token", token.as_bytes())
     }
 }
 

@@ -79,29 +79,25 @@ impl FingerprintSource {
                 body,
             )),
             Self::JsonFields(fields) => {
-                // As `Fingerprint::of_json_fields` over the parsed body, from the fields alone,
-                // their canonical forms written into one buffer.
-                let mut selected = Fingerprint::builder();
+                // Method and path, then the fields as `FingerprintBuilder::json_fields` adds
+                // them from the parsed body, from the selected fields alone, each canonical
+                // form written into one reused buffer.
+                let mut builder = Fingerprint::builder()
+                    .field(b"method", parts.method.as_str().as_bytes())
+                    .field(b"path", parts.uri.path().as_bytes());
                 let mut canonical = Vec::new();
                 for pointer in fields.iter() {
-                    selected = match json.field(pointer)? {
-                        Some(field) => {
+                    let field = json.field(pointer)?;
+                    if let Some(field) = field {
+                        canonical.clear();
+                        if write_canonical(field, &mut canonical).is_err() {
                             canonical.clear();
-                            if write_canonical(field, &mut canonical).is_err() {
-                                canonical.clear();
-                                canonical.extend_from_slice(canonical_json(field).as_bytes());
-                            }
-                            selected.field(pointer.as_bytes(), &canonical)
+                            canonical.extend_from_slice(canonical_json(field).as_bytes());
                         }
-                        None => selected.field(pointer.as_bytes(), b"\0absent"),
-                    };
+                    }
+                    builder = builder.json_field(pointer, field.map(|_| &canonical[..]));
                 }
-                let selected = selected.finish();
-                Ok(Fingerprint::builder()
-                    .field(b"method", parts.method.as_str().as_bytes())
-                    .field(b"path", parts.uri.path().as_bytes())
-                    .field(b"json-fields", &selected.0)
-                    .finish())
+                Ok(builder.finish())
             }
             Self::Headers(names) => {
                 let mut builder = Fingerprint::builder()
@@ -199,7 +195,8 @@ mod tests {
     #[test]
     fn json_fields_equal_the_core_fingerprint_of_the_parsed_body() {
         // The layer reads only the selected fields; the fingerprint must stay what
-        // `Fingerprint::of_json_fields` makes of the whole parsed body (stored records keep it).
+        // `FingerprintBuilder::json_fields` makes of the whole parsed body (stored records keep
+        // it).
         let pointers = [
             "/trade_no",
             "/order_id",
@@ -219,11 +216,10 @@ mod tests {
             "[]",
         ] {
             let value: serde_json::Value = serde_json::from_str(body).unwrap();
-            let selected = Fingerprint::of_json_fields(&value, &pointers);
             let expected = Fingerprint::builder()
                 .field(b"method", b"POST")
                 .field(b"path", b"/pay")
-                .field(b"json-fields", &selected.0)
+                .json_fields(&value, &pointers)
                 .finish();
             assert_eq!(
                 fp(&s, "/pay?sig=1", None, body).unwrap(),
