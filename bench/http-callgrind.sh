@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Instructions per request of the `payments` service, bare and with the layer, counted by
+# callgrind: repeatable on a noisy VM, where wall-clock ratios drift by 10-30 % (see
+# BENCHMARKS.md). The server runs under valgrind; wrk (one thread, 8 connections) drives it.
+#
+#   bench/http-callgrind.sh [seconds=20] [scenario...]   scenarios: new-keys replay callback-replay
+#   TOP=25 bench/http-callgrind.sh ...                    also the functions whose self cost the
+#                                                         layer changes most, per request
+#
+# Valgrind's CPU has no SHA extensions, so SHA-256 runs in software here (~3 500 instructions
+# per 64-byte block, against ~65 ns with SHA-NI): the `sha256` column shows that part apart.
+# Counters are zeroed after a 10-s warm-up and dumped after the measured window; requests are
+# those wrk completed in it (at most 8 more were in flight at either edge).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-20}
+shift || true
+scenarios=("$@")
+[ ${#scenarios[@]} -eq 0 ] && scenarios=(new-keys replay callback-replay)
+for tool in valgrind callgrind_control wrk python3; do
+  command -v "$tool" >/dev/null || { echo "$tool is not installed" >&2; exit 2; }
+done
+# Line tables, so that inlined code is named after its function.
+export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
+cargo build --release -q -p idempotency-examples --bin payments
+binary=${CARGO_TARGET_DIR:-target}/release/payments
+work=$(mktemp -d /tmp/idempotency-callgrind.XXXXXX)
+port=${PORT:-3931} url=http://127.0.0.1:${PORT:-3931}
+server=
+stop() {
+  if [ -n "$server" ]; then kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true; fi
+  server=
+}
+trap 'stop; rm -rf "$work"' EXIT
+
+post() { curl -sf -X POST "$url$1" -H 'Content-Type: application/json' ${2:+-H "Idempotency-Key: $2"} -d "$3"; }
+
+measure() { # scenario on|off -> "requests instructions sha256-instructions"
+  ADDR=127.0.0.1:$port IDEMPOTENCY_LAYER=$2 RUST_LOG=warn valgrind --tool=callgrind \
+    --callgrind-out-file="$work/$1.$2" "$binary" >"$work/server.log" 2>"$work/valgrind.log" &
+  server=$!
+  for _ in $(seq 600); do curl -s -o /dev/null "$url/orders/0" && break; sleep 0.1; done
+  local script args warm
+  case $1 in
+    new-keys) script=new_keys args=2 warm=1 ;;
+    replay) script=replay args=64 warm=64
+      for k in $(seq 64); do post /orders "wrk-replay-$k" '{"user_id": 7, "amount_cents": 1299}' >/dev/null; done ;;
+    callback-replay) script=callback
+      args=$(post /orders wrk-order '{"user_id": 7, "amount_cents": 1299}' | sed -E 's/.*"order_id": ?([0-9]+).*/\1/')
+      post /payments/callback "" "{\"trade_no\": \"T-$args\", \"order_id\": $args}" >/dev/null
+      warm=$args ;;
+  esac
+  wrk -t1 -c8 -d10s -s "bench/wrk/$script.lua" "$url" -- "$warm" >/dev/null
+  callgrind_control -z "$server" >/dev/null 2>&1
+  wrk -t1 -c8 -d"${seconds}s" -s "bench/wrk/$script.lua" "$url" -- "$args" >"$work/wrk.txt"
+  callgrind_control -d "$server" >/dev/null 2>&1
+  stop
+  if grep -q "Non-2xx" "$work/wrk.txt"; then cat "$work/wrk.txt" >&2; exit 1; fi
+  local requests
+  requests=$(awk '/requests in/ {print $1}' "$work/wrk.txt")
+  # Part 1 is the dump `-d` took: the measured window.
+  python3 bench/callgrind_self.py "$work/$1.$2.1" "$requests" "$work/$1.$2.self"
+}
+
+printf '%-16s %8s %14s %14s %9s\n' scenario mode "Ir/request" "w/o sha256" sha256
+for scenario in "${scenarios[@]}"; do
+  for mode in off on; do
+    read -r requests total sha < <(measure "$scenario" "$mode")
+    printf '%-16s %8s %14d %14d %9d   (%d requests)\n' "$scenario" "$([ "$mode" = on ] && echo layer || echo bare)" \
+      "$total" "$((total - sha))" "$sha" "$requests"
+  done
+  if [ -n "${TOP:-}" ]; then
+    python3 bench/callgrind_self.py --diff "$work/$scenario.on.self" "$work/$scenario.off.self" "$TOP"
+  fi
+done
