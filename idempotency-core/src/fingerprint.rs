@@ -101,6 +101,14 @@ impl FingerprintBuilder {
 /// so that no two lists of parts hash the same bytes. Short framing keeps a typical key or
 /// fingerprint within one or two SHA-256 blocks.
 pub(crate) fn update_framed(hasher: &mut Sha256, part: &[u8]) {
+    let mut short = [0u8; 64];
+    if part.len() < short.len() {
+        // One length byte and the part, in one update (each update has a fixed cost).
+        short[0] = part.len() as u8;
+        short[1..=part.len()].copy_from_slice(part);
+        hasher.update(&short[..=part.len()]);
+        return;
+    }
     let (mut length, mut buffer, mut at) = (part.len() as u64, [0u8; 10], 0);
     while length >= 0x80 {
         buffer[at] = (length as u8 & 0x7f) | 0x80;
@@ -177,6 +185,12 @@ mod tests {
         };
         let raw = |bytes: &[u8]| Sha256::digest(bytes);
         assert_eq!(framed(b"ab"), raw(b"\x02ab"));
+        let edge = [9u8; 64];
+        assert_eq!(
+            framed(&edge[..63]),
+            raw(&[&[63u8][..], &edge[..63]].concat())
+        );
+        assert_eq!(framed(&edge), raw(&[&[64u8][..], &edge[..]].concat()));
         let long = [7u8; 300];
         let mut expected = vec![0xac, 0x02];
         expected.extend_from_slice(&long);
