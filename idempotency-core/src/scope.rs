@@ -6,8 +6,8 @@ use std::fmt;
 use crate::IdempotencyKey;
 use crate::fingerprint::update_framed;
 
-/// The domain tag of [`Scope::storage_key`]: short, so that a namespace and a UUID key hash
-/// in one SHA-256 block.
+/// The domain tag of [`Scope::storage_key`]: short, so that a short namespace and a UUID key
+/// hash in one SHA-256 block (55 bytes with their length bytes).
 pub(crate) const RECORD_TAG: &[u8] = b"record";
 
 /// Where a key is valid: a namespace (an endpoint, a consumer, a function) and an optional
