@@ -151,7 +151,9 @@ async fn redis_store() {
 /// Connects the SQL backend `kind`, or reports it unreachable (a failure under `CI=true`).
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 async fn sql_backend(kind: StoreKind, service: &str) -> Option<Backend> {
-    let dir = std::env::temp_dir();
+    // Beside the other example tests' files (`.ci/run` empties the directory before each run).
+    let dir = std::env::temp_dir().join("idempotency-example-tests");
+    std::fs::create_dir_all(&dir).expect("the test directory can be created");
     let sqlite = format!(
         "sqlite://{}/payments-test-{}.db?mode=rwc",
         dir.display(),
