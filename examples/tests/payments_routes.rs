@@ -1,16 +1,38 @@
-//! The payments router, built for real and called in-process (tower `oneshot`).
+//! The payments service, built for real and called in-process (tower `oneshot`), in both
+//! compositions: the layers around the whole router (`app`, as served) and on their routes
+//! (`app_per_route`). Every test runs against each.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use axum::Router;
 use axum::body::{Body, to_bytes};
 use http::{Request, StatusCode, header};
 use idempotency_core::{BoxStore, MemoryStore};
-use idempotency_examples::payments::{AppState, CouponCount, Order, OrderStatus, app};
+use idempotency_examples::payments::{
+    AppState, CouponCount, HttpService, Order, OrderStatus, app, app_per_route,
+};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-fn service() -> Router {
-    app(AppState::in_memory(), BoxStore::new(MemoryStore::new()))
+fn store() -> BoxStore {
+    BoxStore::new(MemoryStore::new())
+}
+
+/// Runs each named test against both compositions of the service.
+macro_rules! in_both_compositions {
+    ($($test:ident),+ $(,)?) => {
+        mod around_the_router {
+            $(#[tokio::test]
+            async fn $test() {
+                super::$test(super::app(super::AppState::in_memory(), super::store())).await;
+            })+
+        }
+        mod per_route {
+            $(#[tokio::test]
+            async fn $test() {
+                super::$test(super::app_per_route(super::AppState::in_memory(), super::store()))
+                    .await;
+            })+
+        }
+    };
 }
 
 struct Answer {
@@ -33,7 +55,7 @@ impl Answer {
     }
 }
 
-async fn call(router: &Router, request: Request<Body>) -> Answer {
+async fn call<S: HttpService>(router: &S, request: Request<Body>) -> Answer {
     let response = router.clone().oneshot(request).await.unwrap();
     let (parts, body) = response.into_parts();
     let bytes = to_bytes(body, 1 << 20).await.unwrap();
@@ -50,6 +72,19 @@ async fn call(router: &Router, request: Request<Body>) -> Answer {
     }
 }
 
+in_both_compositions!(
+    the_four_routes,
+    a_duplicate_callback_is_replayed_and_grants_nothing,
+    a_second_trade_for_a_paid_order_is_an_idempotent_success_without_a_grant,
+    paying_a_cancelled_order_is_an_illegal_transition,
+    unknown_orders_are_404,
+    creating_an_order_twice_with_one_key_replays_the_same_order,
+    creating_an_order_without_a_key_is_400_problem_json,
+    the_same_key_with_another_body_is_422,
+    a_callback_with_malformed_json_is_400,
+    order_bodies_are_validated_as_problem_json,
+);
+
 fn post(path: &str, key: Option<&str>, body: impl Into<Body>) -> Request<Body> {
     let mut builder = Request::post(path).header(header::CONTENT_TYPE, "application/json");
     if let Some(key) = key {
@@ -62,19 +97,19 @@ fn get(path: &str) -> Request<Body> {
     Request::get(path).body(Body::empty()).unwrap()
 }
 
-async fn create(router: &Router, key: &str, user_id: u64) -> Order {
+async fn create<S: HttpService>(router: &S, key: &str, user_id: u64) -> Order {
     let body = json!({"user_id": user_id, "amount_cents": 1299}).to_string();
     let answer = call(router, post("/orders", Some(key), body)).await;
     assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
     serde_json::from_value(answer.body).unwrap()
 }
 
-async fn callback(router: &Router, trade_no: &str, order_id: u64) -> Answer {
+async fn callback<S: HttpService>(router: &S, trade_no: &str, order_id: u64) -> Answer {
     let body = json!({"trade_no": trade_no, "order_id": order_id}).to_string();
     call(router, post("/payments/callback", None, body)).await
 }
 
-async fn coupons(router: &Router, user_id: u64) -> u64 {
+async fn coupons<S: HttpService>(router: &S, user_id: u64) -> u64 {
     let answer = call(router, get(&format!("/users/{user_id}/coupons"))).await;
     assert_eq!(answer.status, StatusCode::OK);
     let count: CouponCount = serde_json::from_value(answer.body).unwrap();
@@ -82,9 +117,7 @@ async fn coupons(router: &Router, user_id: u64) -> u64 {
     count.count
 }
 
-#[tokio::test]
-async fn the_four_routes() {
-    let router = service();
+async fn the_four_routes<S: HttpService>(router: S) {
     let order = create(&router, "k-routes", 7).await;
     assert_eq!(order.user_id, 7);
     assert_eq!(order.amount_cents, 1299);
@@ -107,9 +140,7 @@ async fn the_four_routes() {
     assert_eq!(coupons(&router, 7).await, 1);
 }
 
-#[tokio::test]
-async fn a_duplicate_callback_is_replayed_and_grants_nothing() {
-    let router = service();
+async fn a_duplicate_callback_is_replayed_and_grants_nothing<S: HttpService>(router: S) {
     let order = create(&router, "k-dup", 7).await;
     let first = callback(&router, "T-dup", order.order_id).await;
     let second = callback(&router, "T-dup", order.order_id).await;
@@ -119,9 +150,11 @@ async fn a_duplicate_callback_is_replayed_and_grants_nothing() {
     assert_eq!(coupons(&router, 7).await, 1);
 }
 
-#[tokio::test]
-async fn a_second_trade_for_a_paid_order_is_an_idempotent_success_without_a_grant() {
-    let router = service();
+async fn a_second_trade_for_a_paid_order_is_an_idempotent_success_without_a_grant<
+    S: HttpService,
+>(
+    router: S,
+) {
     let order = create(&router, "k-second-trade", 7).await;
     assert_eq!(
         callback(&router, "T-a", order.order_id).await.status,
@@ -136,9 +169,7 @@ async fn a_second_trade_for_a_paid_order_is_an_idempotent_success_without_a_gran
     assert_eq!(coupons(&router, 7).await, 1);
 }
 
-#[tokio::test]
-async fn paying_a_cancelled_order_is_an_illegal_transition() {
-    let router = service();
+async fn paying_a_cancelled_order_is_an_illegal_transition<S: HttpService>(router: S) {
     let order = create(&router, "k-cancel", 9).await;
     let cancelled = call(
         &router,
@@ -158,9 +189,7 @@ async fn paying_a_cancelled_order_is_an_illegal_transition() {
     assert_eq!(coupons(&router, 9).await, 0);
 }
 
-#[tokio::test]
-async fn unknown_orders_are_404() {
-    let router = service();
+async fn unknown_orders_are_404<S: HttpService>(router: S) {
     let missing = callback(&router, "T-missing", 4242).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     assert!(missing.is_problem());
@@ -169,9 +198,7 @@ async fn unknown_orders_are_404() {
     assert!(missing.is_problem());
 }
 
-#[tokio::test]
-async fn creating_an_order_twice_with_one_key_replays_the_same_order() {
-    let router = service();
+async fn creating_an_order_twice_with_one_key_replays_the_same_order<S: HttpService>(router: S) {
     let body = json!({"user_id": 7, "amount_cents": 1299}).to_string();
     let first = call(&router, post("/orders", Some("k-replay"), body.clone())).await;
     let second = call(&router, post("/orders", Some("k-replay"), body.clone())).await;
@@ -185,9 +212,7 @@ async fn creating_an_order_twice_with_one_key_replays_the_same_order() {
     assert_ne!(third.body["order_id"], first.body["order_id"]);
 }
 
-#[tokio::test]
-async fn creating_an_order_without_a_key_is_400_problem_json() {
-    let router = service();
+async fn creating_an_order_without_a_key_is_400_problem_json<S: HttpService>(router: S) {
     let body = json!({"user_id": 7, "amount_cents": 1299}).to_string();
     let answer = call(&router, post("/orders", None, body)).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
@@ -196,9 +221,7 @@ async fn creating_an_order_without_a_key_is_400_problem_json() {
     assert_eq!(create(&router, "k-after", 7).await.order_id, 1);
 }
 
-#[tokio::test]
-async fn the_same_key_with_another_body_is_422() {
-    let router = service();
+async fn the_same_key_with_another_body_is_422<S: HttpService>(router: S) {
     create(&router, "k-mismatch", 7).await;
     let other = json!({"user_id": 7, "amount_cents": 1}).to_string();
     let answer = call(&router, post("/orders", Some("k-mismatch"), other)).await;
@@ -210,9 +233,7 @@ async fn the_same_key_with_another_body_is_422() {
     assert!(again.replayed());
 }
 
-#[tokio::test]
-async fn a_callback_with_malformed_json_is_400() {
-    let router = service();
+async fn a_callback_with_malformed_json_is_400<S: HttpService>(router: S) {
     let answer = call(
         &router,
         post(
@@ -226,9 +247,7 @@ async fn a_callback_with_malformed_json_is_400() {
     assert!(answer.is_problem());
 }
 
-#[tokio::test]
-async fn order_bodies_are_validated_as_problem_json() {
-    let router = service();
+async fn order_bodies_are_validated_as_problem_json<S: HttpService>(router: S) {
     let malformed = call(&router, post("/orders", Some("k-bad-1"), "{not json")).await;
     assert_eq!(malformed.status, StatusCode::BAD_REQUEST);
     assert!(malformed.is_problem());

@@ -8,11 +8,10 @@
 
 use std::process::ExitCode;
 
-use axum::Router;
 use idempotency_core::{BoxStore, MemoryStore};
 use idempotency_examples::payments::client::{ClientError, Reply};
 use idempotency_examples::payments::{
-    AppState, PaymentCallback, Server, UserId, app, bare, gateway, incident,
+    AppState, HttpService, PaymentCallback, Server, UserId, app, bare, gateway, incident,
 };
 
 /// How often the gateway sends the same callback (the seed's count).
@@ -24,8 +23,8 @@ struct Granted {
     concurrent: u64,
 }
 
-async fn play(router: Router, first_user: UserId) -> Result<Granted, ClientError> {
-    let server = Server::spawn(router).await?;
+async fn play(service: impl HttpService, first_user: UserId) -> Result<Granted, ClientError> {
+    let server = Server::spawn(service).await?;
     let addr = server.addr();
     let mut granted = [0u64; 2];
     for (index, concurrent) in [false, true].into_iter().enumerate() {

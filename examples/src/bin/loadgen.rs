@@ -24,15 +24,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use idempotency_core::{BoxStore, MemoryStore};
 use idempotency_examples::payments::client::{Connection, post_json};
-use idempotency_examples::payments::{AppState, Server, app, bare, gateway};
+use idempotency_examples::payments::{AppState, HttpService, Server, app, bare, gateway};
 use serde_json::json;
-use tower_service::Service;
+use tower::ServiceExt;
 
 struct Options {
     seconds: f64,
@@ -132,10 +131,10 @@ fn load_average() -> String {
         .unwrap_or_else(|| "?".to_owned())
 }
 
-/// Where requests go: a keep-alive connection, or the router itself.
-enum Sender {
+/// Where requests go: a keep-alive connection, or the service itself.
+enum Sender<S> {
     Tcp(Connection),
-    InProcess(Router),
+    InProcess(S),
 }
 
 /// What a caller needs from an answer.
@@ -144,7 +143,7 @@ struct Answer {
     replayed: bool,
 }
 
-impl Sender {
+impl<S: HttpService> Sender<S> {
     async fn send(&mut self, request: Request<Full<Bytes>>) -> Result<Answer, String> {
         match self {
             Self::Tcp(connection) => {
@@ -154,8 +153,11 @@ impl Sender {
                     replayed: reply.is_replay(),
                 })
             }
-            Self::InProcess(router) => {
-                let response = router
+            Self::InProcess(service) => {
+                let ready = ServiceExt::<axum::extract::Request>::ready(service)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let response = ready
                     .call(request.map(axum::body::Body::new))
                     .await
                     .map_err(|e| e.to_string())?;
@@ -173,16 +175,16 @@ impl Sender {
 type MakeRequest = dyn Fn(usize, u64) -> Result<Request<Full<Bytes>>, http::Error> + Send + Sync;
 
 /// Drives `addr` over `connections` keep-alive connections until the time or count bound.
-async fn drive(
+async fn drive<S: HttpService>(
     server: &Server,
-    router: &Router,
+    service: &S,
     options: &Options,
     make_request: Arc<MakeRequest>,
 ) -> Result<RunResult, String> {
     let mut connections = Vec::with_capacity(options.connections);
     for _ in 0..options.connections {
         connections.push(if options.in_process {
-            Sender::InProcess(router.clone())
+            Sender::InProcess(service.clone())
         } else {
             Sender::Tcp(
                 Connection::open(server.addr())
@@ -246,14 +248,6 @@ async fn drive(
     Ok(total)
 }
 
-fn protected() -> Router {
-    app(AppState::in_memory(), BoxStore::new(MemoryStore::new()))
-}
-
-fn unprotected() -> Router {
-    bare(AppState::in_memory())
-}
-
 /// `POST /orders` with a new key on every request.
 fn new_keys(run: u64) -> Arc<MakeRequest> {
     let body = json!({"user_id": 7, "amount_cents": 1299});
@@ -278,9 +272,9 @@ fn callback(order_id: u64) -> Arc<MakeRequest> {
     Arc::new(move |_, _| post_json("/payments/callback", None, &body))
 }
 
-/// A server for `router`, with one paid order (id 1) when `paid_order` is set.
-async fn serve(router: Router, paid_order: bool) -> Result<Server, String> {
-    let server = Server::spawn(router).await.map_err(|e| e.to_string())?;
+/// A server for `service`, with one paid order (id 1) when `paid_order` is set.
+async fn serve(service: impl HttpService, paid_order: bool) -> Result<Server, String> {
+    let server = Server::spawn(service).await.map_err(|e| e.to_string())?;
     if paid_order {
         let order = gateway::create_order(server.addr(), 7, 1299, "lg-order")
             .await
@@ -340,14 +334,27 @@ async fn measure(
     run: u64,
     options: &Options,
 ) -> Result<RunResult, String> {
-    let router = if layer { protected() } else { unprotected() };
-    // The served router and `router` share the same state (and store).
+    if layer {
+        let store = BoxStore::new(MemoryStore::new());
+        measure_service(app(AppState::in_memory(), store), scenario, run, options).await
+    } else {
+        measure_service(bare(AppState::in_memory()), scenario, run, options).await
+    }
+}
+
+async fn measure_service<S: HttpService>(
+    service: S,
+    scenario: &Scenario,
+    run: u64,
+    options: &Options,
+) -> Result<RunResult, String> {
+    // The served service and `service` share the same state (and store).
     let (server, requests) = match scenario.name {
-        "new-keys" => (serve(router.clone(), false).await?, new_keys(run)),
-        "replay" => (serve(router.clone(), false).await?, same_key(run)),
-        _ => (serve(router.clone(), true).await?, callback(1)),
+        "new-keys" => (serve(service.clone(), false).await?, new_keys(run)),
+        "replay" => (serve(service.clone(), false).await?, same_key(run)),
+        _ => (serve(service.clone(), true).await?, callback(1)),
     };
-    let result = drive(&server, &router, options, requests).await;
+    let result = drive(&server, &service, options, requests).await;
     server.shutdown().await.map_err(|e| e.to_string())?;
     result
 }

@@ -7,7 +7,9 @@
 
 use std::process::ExitCode;
 
-use idempotency_examples::payments::{AppState, app, bare, config, init_logging};
+use axum::ServiceExt;
+use axum::extract::Request;
+use idempotency_examples::payments::{AppState, HttpService, app, bare, config, init_logging};
 use tokio::net::TcpListener;
 
 #[tokio::main]
@@ -30,17 +32,12 @@ async fn main() -> ExitCode {
     };
     let layer_off = std::env::var("IDEMPOTENCY_LAYER").is_ok_and(|value| value == "off");
     let state = AppState::new(backend.repo);
-    let router = if layer_off {
-        bare(state)
-    } else {
-        app(state, backend.store)
-    };
     tracing::info!(%addr, store = backend.kind.as_str(), layer = !layer_off, "payments service listening");
-    let served = axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await;
+    let served = if layer_off {
+        serve(listener, bare(state)).await
+    } else {
+        serve(listener, app(state, backend.store)).await
+    };
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -48,4 +45,14 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Serves `service` until Ctrl-C, then lets open requests finish.
+async fn serve(listener: TcpListener, service: impl HttpService) -> std::io::Result<()> {
+    let service = ServiceExt::<Request>::into_make_service(service);
+    axum::serve(listener, service)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
 }

@@ -10,7 +10,7 @@
 //!   coupon is granted by that transition, so only an applied transition grants. 200.
 //! - `GET /orders/{order_id}`, `GET /users/{user_id}/coupons`, `POST /orders/{order_id}/cancel`.
 //!
-//! [`app`] is the service; [`bare`] the same handlers without the idempotency layer;
+//! [`app`] is the service ([`app_per_route`] the same, with axum's per-route layers); [`bare`] the same handlers without the idempotency layer;
 //! [`incident`] the seed's original callback, which grants on every call. The business state
 //! lives behind [`PaymentsRepo`] ([`MemoryRepo`] here; SQL repositories keep orders, coupons and
 //! the dedup record in one database). [`config::backend_from_env`] picks the store and
@@ -48,7 +48,7 @@ pub use model::{CouponCount, NewOrder, Order, OrderId, OrderStatus, PaymentCallb
 pub use naive::naive_payment_callback;
 pub use problem::Problem;
 pub use repo::{PaymentsRepo, RepoError, Transition};
-pub use routes::{app, bare, incident};
+pub use routes::{App, HttpService, app, app_per_route, bare, incident};
 pub use server::Server;
 pub use state::AppState;
 pub use telemetry::init_logging;

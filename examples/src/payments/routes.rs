@@ -1,14 +1,53 @@
-//! The routers: the protected service, the same service bare, and the incident.
+//! The routers: the protected service (two compositions), the same service bare, and the
+//! incident.
+
+use std::convert::Infallible;
 
 use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::Response;
 use axum::routing::{MethodRouter, get, post};
-
 use idempotency_core::Store;
+use idempotency_tower::{IdempotencyService, ResponseBody};
+use tower::Layer;
+use tower::util::MapResponse;
+use tower_service::Service;
 
 use super::handlers::{cancel_order, create_order, get_order, payment_callback, user_coupons};
 use super::layers::{callback_layer, orders_layer};
 use super::naive::naive_payment_callback;
 use super::state::AppState;
+
+/// An HTTP service that [`Server`](super::Server) and `axum::serve` can serve: a [`Router`],
+/// an [`App`].
+pub trait HttpService:
+    Service<Request, Response = Response, Error = Infallible, Future: Send + 'static>
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<T> HttpService for T where
+    T: Service<Request, Response = Response, Error = Infallible, Future: Send + 'static>
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The response of [`bare`]'s router after the two idempotency layers.
+type GuardedResponse = Response<ResponseBody<ResponseBody<Body>>>;
+
+/// The payments service as [`app`] builds it: [`bare`]'s router inside [`orders_layer`] and
+/// [`callback_layer`], each guarding its own route.
+pub type App<S> = MapResponse<
+    IdempotencyService<IdempotencyService<Router, S>, S>,
+    fn(GuardedResponse) -> Response,
+>;
 
 /// The service's routes with the given `POST /orders` and `POST /payments/callback` routes.
 fn routes(
@@ -28,9 +67,33 @@ fn routes(
 /// The payments service: [`bare`]'s handlers, with [`orders_layer`] in front of `POST /orders`
 /// and [`callback_layer`] in front of `POST /payments/callback`, both over `store`.
 ///
+/// The two layers wrap the whole router, and each guards only its own route
+/// (`only_paths`): every request crosses both, and the router sees one request body type. It
+/// answers as [`app_per_route`] does, with fewer allocations per request (axum boxes a
+/// per-route layer's bodies and clones its route on every call; see `BENCHMARKS.md`).
+///
 /// Pass a [`BoxStore`](idempotency_core::BoxStore) for a store chosen at run time, or any
 /// `Store + Clone` (an `Arc<MemoryStore>`, say).
-pub fn app<S: Store + Clone>(state: AppState, store: S) -> Router {
+///
+/// ```
+/// use std::sync::Arc;
+/// use idempotency_core::MemoryStore;
+/// use idempotency_examples::payments::{App, AppState, app};
+/// let service: App<Arc<MemoryStore>> = app(AppState::in_memory(), Arc::new(MemoryStore::new()));
+/// # let _ = service;
+/// ```
+pub fn app<S: Store + Clone>(state: AppState, store: S) -> App<S> {
+    let guarded = orders_layer(store.clone()).layer(callback_layer(store).layer(bare(state)));
+    MapResponse::new(guarded, into_response as fn(GuardedResponse) -> Response)
+}
+
+fn into_response(response: GuardedResponse) -> Response {
+    response.map(Body::new)
+}
+
+/// The same service as [`app`], with each layer on its route (`post(handler).layer(…)`), the
+/// usual axum composition: a [`Router`] that more routes can be merged into.
+pub fn app_per_route<S: Store + Clone>(state: AppState, store: S) -> Router {
     routes(
         state,
         post(create_order).layer(orders_layer(store.clone())),

@@ -1,15 +1,18 @@
-//! Serving a router on a loopback port, in-process (tests, the demo, the load generator).
+//! Serving a router (or any [`HttpService`]) on a loopback port, in-process (tests, the demo, the load generator).
 
 use std::io;
 use std::net::SocketAddr;
 
-use axum::Router;
+use axum::ServiceExt;
+use axum::extract::Request;
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-/// A router served in the background until [`shutdown`](Self::shutdown) (or drop).
+use super::routes::HttpService;
+
+/// A service served in the background until [`shutdown`](Self::shutdown) (or drop).
 #[derive(Debug)]
 pub struct Server {
     addr: SocketAddr,
@@ -18,14 +21,14 @@ pub struct Server {
 }
 
 impl Server {
-    /// Serves `router` on an ephemeral port of 127.0.0.1.
-    pub async fn spawn(router: Router) -> io::Result<Self> {
+    /// Serves `service` on an ephemeral port of 127.0.0.1.
+    pub async fn spawn(service: impl HttpService) -> io::Result<Self> {
         let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
-        Self::spawn_on(listener, router)
+        Self::spawn_on(listener, service)
     }
 
-    /// Serves `router` on a bound listener (`TCP_NODELAY` on every connection).
-    pub fn spawn_on(listener: TcpListener, router: Router) -> io::Result<Self> {
+    /// Serves `service` on a bound listener (`TCP_NODELAY` on every connection).
+    pub fn spawn_on(listener: TcpListener, service: impl HttpService) -> io::Result<Self> {
         let addr = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();
         let listener = listener.tap_io(|tcp| {
@@ -34,7 +37,8 @@ impl Server {
             }
         });
         let task = tokio::spawn(async move {
-            axum::serve(listener, router)
+            let service = ServiceExt::<Request>::into_make_service(service);
+            axum::serve(listener, service)
                 .with_graceful_shutdown(async move {
                     let _ = stopped.await;
                 })
