@@ -1,6 +1,7 @@
 //! The in-process store: sharded maps with expiry, the embedded default.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry as Slot;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -64,14 +65,6 @@ impl<V> Shard<V> {
 
     fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
         self.map.retain(|_, value| keep(value));
-    }
-
-    /// `namespace`, shared with the shard's other records of that namespace.
-    fn namespace(&mut self, namespace: &str) -> Arc<str> {
-        match &self.namespace {
-            Some(shared) if **shared == *namespace => Arc::clone(shared),
-            _ => Arc::clone(self.namespace.insert(Arc::from(namespace))),
-        }
     }
 }
 
@@ -274,61 +267,75 @@ impl MemoryStore {
         let reserved = self.reserve_if_new(request.key)?;
         let now = SystemTime::now();
         let mut shard = self.records.lock(request.key);
-        if let Some(record) = shard.get_mut(request.key) {
-            if reserved {
-                // Another caller inserted the key meanwhile: give the slot back.
-                self.len.fetch_sub(1, Ordering::Relaxed);
+        let Shard { map, namespace } = &mut *shard;
+        // One lookup: the key's slot, taken or free.
+        let record = match map.entry(MapKey(*request.key)) {
+            Slot::Occupied(slot) => slot.into_mut(),
+            Slot::Vacant(slot) => {
+                let lease = Lease {
+                    token: self.next_token(),
+                    attempt: 1,
+                    took_over: false,
+                };
+                let namespace = shared_namespace(namespace, request.namespace);
+                slot.insert(Box::new(new_entry(namespace, request, lease, now, now)));
+                if !reserved {
+                    self.len.fetch_add(1, Ordering::Relaxed);
+                }
+                return Ok(Claim::Acquired(lease));
             }
-            if record.expires_at > now {
-                return Ok(live_claim(record, request, now));
-            }
-            let took_over = record.state == RecordState::InProgress;
-            let lease = Lease {
-                token: self.next_token(),
-                attempt: if took_over { record.attempts + 1 } else { 1 },
-                took_over,
-            };
-            let created_at = if took_over { record.created_at } else { now };
-            let namespace = if *record.namespace == *request.namespace {
-                Arc::clone(&record.namespace)
-            } else {
-                Arc::from(request.namespace)
-            };
-            **record = new_entry(namespace, request, lease, created_at, now);
-            return Ok(Claim::Acquired(lease));
+        };
+        if reserved {
+            // Another caller inserted the key meanwhile: give the slot back.
+            self.len.fetch_sub(1, Ordering::Relaxed);
         }
+        if record.expires_at > now {
+            return Ok(live_claim(record, request, now));
+        }
+        let took_over = record.state == RecordState::InProgress;
         let lease = Lease {
             token: self.next_token(),
-            attempt: 1,
-            took_over: false,
+            attempt: if took_over { record.attempts + 1 } else { 1 },
+            took_over,
         };
-        let namespace = shard.namespace(request.namespace);
-        shard.insert(
-            *request.key,
-            Box::new(new_entry(namespace, request, lease, now, now)),
-        );
-        if !reserved {
-            self.len.fetch_add(1, Ordering::Relaxed);
-        }
+        let created_at = if took_over { record.created_at } else { now };
+        let namespace = if *record.namespace == *request.namespace {
+            Arc::clone(&record.namespace)
+        } else {
+            Arc::from(request.namespace)
+        };
+        **record = new_entry(namespace, request, lease, created_at, now);
         Ok(Claim::Acquired(lease))
     }
 
     /// Applies `change` to the in-progress record of `key` if `token` is current.
-    fn with_owned(
+    fn update_owned(
         &self,
         key: &StorageKey,
         token: FencingToken,
-        change: impl FnOnce(&mut Shard<Box<Entry>>, SystemTime),
+        change: impl FnOnce(&mut Entry, SystemTime),
     ) -> Result<(), StoreError> {
         let now = SystemTime::now();
-        let mut shard = self.records.lock(key);
-        match shard.get(key) {
-            Some(record) if record.token == token && record.state == RecordState::InProgress => {
-                change(&mut shard, now);
+        match self.records.lock(key).get_mut(key) {
+            Some(record) if owns(record, token) => {
+                change(record, now);
                 Ok(())
             }
             _ => Err(StoreError::LeaseLost),
         }
+    }
+}
+
+/// Whether `token` holds the in-progress lease of `record`.
+fn owns(record: &Entry, token: FencingToken) -> bool {
+    record.token == token && record.state == RecordState::InProgress
+}
+
+/// `name`, shared with a shard's other records of that namespace (its latest new record's).
+fn shared_namespace(shared: &mut Option<Arc<str>>, name: &str) -> Arc<str> {
+    match shared {
+        Some(namespace) if **namespace == *name => Arc::clone(namespace),
+        _ => Arc::clone(shared.insert(Arc::from(name))),
     }
 }
 
@@ -380,23 +387,25 @@ impl Store for MemoryStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.with_owned(key, token, |shard, now| {
-            if let Some(record) = shard.get_mut(key) {
-                record.state = RecordState::Completed;
-                record.outcome = Some(outcome.clone());
-                record.completed_at = Some(now);
-                record.updated_at = now;
-                record.expires_at = now + ttl;
-            }
+        self.update_owned(key, token, |record, now| {
+            record.state = RecordState::Completed;
+            record.outcome = Some(outcome.clone());
+            record.completed_at = Some(now);
+            record.updated_at = now;
+            record.expires_at = now + ttl;
         })
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
-        self.with_owned(key, token, |shard, _| {
-            if shard.remove(key).is_some() {
+        let mut shard = self.records.lock(key);
+        match shard.get(key) {
+            Some(record) if owns(record, token) => {
+                shard.remove(key);
                 self.len.fetch_sub(1, Ordering::Relaxed);
+                Ok(())
             }
-        })
+            _ => Err(StoreError::LeaseLost),
+        }
     }
 
     async fn touch(
@@ -405,11 +414,9 @@ impl Store for MemoryStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<(), StoreError> {
-        self.with_owned(key, token, |shard, now| {
-            if let Some(record) = shard.get_mut(key) {
-                record.expires_at = now + lease;
-                record.updated_at = now;
-            }
+        self.update_owned(key, token, |record, now| {
+            record.expires_at = now + lease;
+            record.updated_at = now;
         })
     }
 
