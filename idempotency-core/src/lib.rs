@@ -37,6 +37,7 @@
 mod engine;
 mod error;
 mod fingerprint;
+mod framing;
 pub mod function;
 mod key;
 pub mod metrics;
