@@ -6,6 +6,8 @@
 #   bench/http-callgrind.sh [seconds=20] [scenario...]   scenarios: new-keys replay callback-replay
 #   TOP=25 bench/http-callgrind.sh ...                    also the functions whose self cost the
 #                                                         layer changes most, per request
+#   KEEP=dir bench/http-callgrind.sh ...                  keeps the callgrind files in dir (for
+#                                                         callgrind_annotate --inclusive=yes)
 #
 # Valgrind's CPU has no SHA extensions, so SHA-256 runs in software here (~3 500 instructions
 # per 64-byte block, against ~65 ns with SHA-NI): the `sha256` column shows that part apart.
@@ -31,7 +33,7 @@ stop() {
   if [ -n "$server" ]; then kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true; fi
   server=
 }
-trap 'stop; rm -rf "$work"' EXIT
+trap 'stop; if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/*.on* "$work"/*.off* "$KEEP"/; fi; rm -rf "$work"' EXIT
 
 post() { curl -sf -X POST "$url$1" -H 'Content-Type: application/json' ${2:+-H "Idempotency-Key: $2"} -d "$3"; }
 

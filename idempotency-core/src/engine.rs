@@ -313,6 +313,24 @@ impl<S: Store> Idempotency<S> {
         self.claim(namespace.by_ref(), key, fingerprint).await
     }
 
+    /// [`begin_in`](Self::begin_in) answered at once, if the store answers claims without
+    /// awaiting ([`Store::claim_ready`], the memory store): then no future is set up for the
+    /// claim. `None` means: await `begin_in` (or `begin_waiting_in`).
+    pub fn begin_ready_in(
+        &self,
+        namespace: &Namespace,
+        key: StorageKey,
+        fingerprint: &Fingerprint,
+    ) -> Option<Result<Decision<S>, StoreError>> {
+        let namespace = namespace.by_ref();
+        let request = self.claim_request(namespace, &key, fingerprint);
+        let claim = self.inner.store.claim_ready(request)?;
+        if let Err(error) = &claim {
+            self.note_failure(StoreOp::Claim, namespace, error);
+        }
+        Some(claim.map(|claim| self.decide(namespace, key, claim)))
+    }
+
     /// [`begin_in`](Self::begin_in) that, while another owner is in flight, polls (with backoff)
     /// for up to `max_wait` for it to finish, then answers with its outcome (as
     /// [`begin_waiting`](Self::begin_waiting)).
@@ -334,14 +352,16 @@ impl<S: Store> Idempotency<S> {
         fingerprint: &Fingerprint,
         max_wait: Duration,
     ) -> Result<Decision<S>, StoreError> {
-        let deadline = Instant::now() + max_wait;
         let mut pause = Duration::from_millis(5);
+        // Set at the first in-flight answer: most claims are answered at once, without a clock.
+        let mut deadline = None;
         loop {
             let decision = self.claim(namespace, key, fingerprint).await?;
             if !matches!(decision, Decision::InFlight { .. }) {
                 return Ok(decision);
             }
             let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + max_wait);
             if now >= deadline {
                 return Ok(decision);
             }
@@ -356,17 +376,30 @@ impl<S: Store> Idempotency<S> {
         key: StorageKey,
         fingerprint: &Fingerprint,
     ) -> Result<Decision<S>, StoreError> {
-        let config = &self.inner.config;
-        let name = namespace.as_str();
-        let request = ClaimRequest {
-            key: &key,
-            namespace: name,
-            fingerprint,
-            lease: config.lease,
-        };
+        let request = self.claim_request(namespace, &key, fingerprint);
         let call = std::pin::pin!(self.inner.store.claim(request));
         let claim = self.timed(StoreOp::Claim, namespace, call).await?;
-        let decision = match claim {
+        Ok(self.decide(namespace, key, claim))
+    }
+
+    fn claim_request<'a>(
+        &self,
+        namespace: NamespaceRef<'a>,
+        key: &'a StorageKey,
+        fingerprint: &'a Fingerprint,
+    ) -> ClaimRequest<'a> {
+        ClaimRequest {
+            key,
+            namespace: namespace.as_str(),
+            fingerprint,
+            lease: self.inner.config.lease,
+        }
+    }
+
+    /// What a store's answer to a claim means for the caller (logged and counted).
+    fn decide(&self, namespace: NamespaceRef<'_>, key: StorageKey, claim: Claim) -> Decision<S> {
+        let name = namespace.as_str();
+        match claim {
             Claim::Acquired(lease) => {
                 if lease.took_over {
                     tracing::warn!(namespace = name, key = %key, attempt = lease.attempt, "took over an expired lease");
@@ -399,8 +432,7 @@ impl<S: Store> Idempotency<S> {
                 namespace.count_decision(DecisionLabel::Mismatch);
                 Decision::Mismatch
             }
-        };
-        Ok(decision)
+        }
     }
 
     /// Awaits a store call (pinned by the caller: a future passed by value into an `async fn`
@@ -428,20 +460,25 @@ impl<S: Store> Idempotency<S> {
             }
         };
         if let Err(error) = &result {
-            let (name, op_name) = (namespace.as_str(), op.as_str());
-            if matches!(error, StoreError::LeaseLost) {
-                namespace.count_stale_owner(op);
-                tracing::warn!(
-                    namespace = name,
-                    op = op_name,
-                    "stale owner refused by fencing token"
-                );
-            } else {
-                namespace.count_store_error(op);
-                tracing::error!(namespace = name, op = op_name, %error, "idempotency store call failed");
-            }
+            self.note_failure(op, namespace, error);
         }
         result
+    }
+
+    /// Logs and counts a failed store call.
+    fn note_failure(&self, op: StoreOp, namespace: NamespaceRef<'_>, error: &StoreError) {
+        let (name, op_name) = (namespace.as_str(), op.as_str());
+        if matches!(error, StoreError::LeaseLost) {
+            namespace.count_stale_owner(op);
+            tracing::warn!(
+                namespace = name,
+                op = op_name,
+                "stale owner refused by fencing token"
+            );
+        } else {
+            namespace.count_store_error(op);
+            tracing::error!(namespace = name, op = op_name, %error, "idempotency store call failed");
+        }
     }
 }
 

@@ -380,6 +380,10 @@ impl Store for MemoryStore {
         self.claim_now(request)
     }
 
+    fn claim_ready(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
+        Some(self.claim_now(request))
+    }
+
     async fn complete(
         &self,
         key: &StorageKey,

@@ -72,6 +72,14 @@ pub trait Store: Send + Sync + 'static {
         request: ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Claim, StoreError>> + Send;
 
+    /// The answer [`claim`](Store::claim) would give, given at once, by a store that answers
+    /// without awaiting anything (the memory store): callers then set up no future for the
+    /// claim. `None`, the default, means: call `claim`.
+    fn claim_ready(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
+        let _ = request;
+        None
+    }
+
     /// Stores the outcome and keeps it for `ttl`.
     fn complete(
         &self,
@@ -119,6 +127,7 @@ pub trait DynStore: Send + Sync + 'static {
         &'a self,
         request: ClaimRequest<'a>,
     ) -> BoxFuture<'a, Result<Claim, StoreError>>;
+    fn claim_ready_dyn(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>>;
     fn complete_dyn<'a>(
         &'a self,
         key: &'a StorageKey,
@@ -150,6 +159,9 @@ impl<S: Store> DynStore for S {
         request: ClaimRequest<'a>,
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(self.claim(request))
+    }
+    fn claim_ready_dyn(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
+        self.claim_ready(request)
     }
     fn complete_dyn<'a>(
         &'a self,
@@ -213,6 +225,9 @@ impl Store for BoxStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.0.claim_dyn(request).await
     }
+    fn claim_ready(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
+        self.0.claim_ready_dyn(request)
+    }
     async fn complete(
         &self,
         key: &StorageKey,
@@ -247,6 +262,9 @@ impl<S: Store> Store for Arc<S> {
         request: ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Claim, StoreError>> + Send {
         (**self).claim(request)
+    }
+    fn claim_ready(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
+        (**self).claim_ready(request)
     }
     fn complete(
         &self,

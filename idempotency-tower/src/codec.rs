@@ -212,16 +212,22 @@ impl Reader<'_> {
         Err(DecodeError("varint too long"))
     }
 
-    fn bytes(&mut self) -> Result<Bytes, DecodeError> {
+    /// Where the next length-prefixed field is, read past it.
+    fn field(&mut self) -> Result<std::ops::Range<usize>, DecodeError> {
         let len = self.varint()?;
         let end = self
             .pos
             .checked_add(len)
             .filter(|end| *end <= self.buf.len())
             .ok_or(DecodeError("truncated"))?;
-        let slice = self.buf.slice(self.pos..end);
-        self.pos = end;
-        Ok(slice)
+        let start = std::mem::replace(&mut self.pos, end);
+        Ok(start..end)
+    }
+
+    /// The next field, sharing the buffer.
+    fn bytes(&mut self) -> Result<Bytes, DecodeError> {
+        let range = self.field()?;
+        Ok(self.buf.slice(range))
     }
 
     fn map(&mut self, extra: usize) -> Result<HeaderMap, DecodeError> {
@@ -232,8 +238,10 @@ impl Reader<'_> {
         }
         let mut map = HeaderMap::with_capacity(count + extra);
         for _ in 0..count {
-            let name = self.bytes()?;
-            let name = HeaderName::from_bytes(&name).map_err(|_| DecodeError("bad header name"))?;
+            // Read in place: a name is copied or found among the standard ones, not shared.
+            let name = self.field()?;
+            let name = HeaderName::from_bytes(&self.buf[name])
+                .map_err(|_| DecodeError("bad header name"))?;
             let value = HeaderValue::from_maybe_shared(self.bytes()?)
                 .map_err(|_| DecodeError("bad header value"))?;
             map.append(name, value);

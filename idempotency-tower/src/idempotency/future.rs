@@ -7,6 +7,7 @@ use std::task::{Context, Poll, ready};
 use http::Response;
 use http_body::Body;
 use pin_project_lite::pin_project;
+use tracing::instrument::Instrumented;
 
 use crate::body::ResponseBody;
 
@@ -28,7 +29,8 @@ pin_project! {
     enum Kind<F, B: Body, E> {
         Passthrough { #[pin] future: F },
         Ready { response: Option<Response<ResponseBody<B>>> },
-        Gated { future: GatedFuture<B, E> },
+        // The span outside the box: the future is moved once, into the box.
+        Gated { #[pin] future: Instrumented<GatedFuture<B, E>> },
     }
 }
 
@@ -47,7 +49,7 @@ impl<F, B: Body, E> ResponseFuture<F, B, E> {
         }
     }
 
-    pub(crate) fn gated(future: GatedFuture<B, E>) -> Self {
+    pub(crate) fn gated(future: Instrumented<GatedFuture<B, E>>) -> Self {
         Self {
             kind: Kind::Gated { future },
         }
@@ -82,7 +84,7 @@ where
                 Some(response) => Poll::Ready(Ok(response)),
                 None => panic!("ResponseFuture polled after completion"),
             },
-            KindProj::Gated { future } => future.as_mut().poll(cx),
+            KindProj::Gated { future } => future.poll(cx),
         }
     }
 }

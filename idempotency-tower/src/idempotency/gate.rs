@@ -93,6 +93,9 @@ type BoxedClaim<S> = Pin<Box<dyn Future<Output = Result<Decision<S>, StoreError>
 
 /// Claims the key for a request: one store call (or, in wait mode, a bounded poll).
 ///
+/// A store that answers at once ([`Store::claim_ready`]) is answered here, with no future set
+/// up; except for an in-flight key in wait mode, which is then awaited as below.
+///
 /// If the request is dropped meanwhile (the client went away), the claim still runs to its end
 /// in the background, and a key it took is released at once (by dropping the execution) rather
 /// than left in flight, refusing retries, until its lease ends.
@@ -103,8 +106,18 @@ fn claim<S: Store>(
     fingerprint: Fingerprint,
 ) -> ClaimGuard<S> {
     let storage_key = layer.settings().scope_for(parts).storage_key(&key);
+    let settings = layer.settings();
+    let ready = layer
+        .shared
+        .engine
+        .begin_ready_in(&settings.namespace, storage_key, &fingerprint);
+    match ready {
+        Some(Ok(Decision::InFlight { .. })) if settings.in_flight != InFlightPolicy::Reject => {}
+        Some(decision) => return ClaimGuard::ready(decision),
+        None => {}
+    }
     let shared = Arc::clone(&layer.shared);
-    let claim: BoxedClaim<S> = match layer.settings().in_flight {
+    let claim: BoxedClaim<S> = match settings.in_flight {
         InFlightPolicy::Reject => Box::pin(async move {
             let namespace = &shared.settings.namespace;
             shared
@@ -120,18 +133,35 @@ fn claim<S: Store>(
                 .await
         }),
     };
-    ClaimGuard { claim: Some(claim) }
+    ClaimGuard {
+        claim: Some(claim),
+        ready: None,
+    }
 }
 
 /// A claim that is finished in the background if dropped unfinished.
 struct ClaimGuard<S: Store> {
     claim: Option<BoxedClaim<S>>,
+    /// The answer of a store that answered at once.
+    ready: Option<Result<Decision<S>, StoreError>>,
+}
+
+impl<S: Store> ClaimGuard<S> {
+    fn ready(decision: Result<Decision<S>, StoreError>) -> Self {
+        Self {
+            claim: None,
+            ready: Some(decision),
+        }
+    }
 }
 
 impl<S: Store> Future for ClaimGuard<S> {
     type Output = Result<Decision<S>, StoreError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(decision) = self.ready.take() {
+            return Poll::Ready(decision);
+        }
         let Some(claim) = self.claim.as_mut() else {
             panic!("ClaimGuard polled after completion");
         };

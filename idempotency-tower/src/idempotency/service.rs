@@ -9,7 +9,7 @@ use idempotency_core::{KeyError, Store};
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::future::ResponseFuture;
+use super::future::{GatedFuture, ResponseFuture};
 use super::gate;
 use super::layer::IdempotencyLayer;
 use crate::body::{RequestBody, ResponseBody};
@@ -151,6 +151,7 @@ where
         let inner = std::mem::replace(&mut self.inner, ready);
         let (parts, body) = request.into_parts();
         let future = gate::run(self.layer.clone(), inner, parts, body, header_key);
-        ResponseFuture::gated(Box::pin(future.instrument(span)))
+        let future: GatedFuture<ResB, T::Error> = Box::pin(future);
+        ResponseFuture::gated(future.instrument(span))
     }
 }
