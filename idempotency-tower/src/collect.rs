@@ -47,34 +47,42 @@ pub(crate) enum RequestCollectError {
 }
 
 /// Collects a request body of at most `limit` bytes (and its trailers).
-pub(crate) async fn collect_request<B: Body>(
+///
+/// Written for a small future (it lives in every guarded request's boxed future): the body is
+/// kept twice (captured, then pinned), not three times as an `async fn` would keep it.
+#[allow(clippy::manual_async_fn)] // an `async fn` would keep its arguments twice
+pub(crate) fn collect_request<B: Body>(
     body: B,
     limit: usize,
-) -> Result<(Bytes, Option<HeaderMap>), RequestCollectError> {
-    if body.size_hint().lower() > limit as u64 {
-        return Err(RequestCollectError::TooLarge);
-    }
-    let mut body = std::pin::pin!(body);
-    let mut data = Accumulator::default();
-    let mut trailers: Option<HeaderMap> = None;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| RequestCollectError::Stream)?;
-        match frame.into_data() {
-            Ok(mut chunk) => {
-                let chunk = chunk.copy_to_bytes(chunk.remaining());
-                if data.len + chunk.len() > limit {
-                    return Err(RequestCollectError::TooLarge);
+) -> impl Future<Output = Result<(Bytes, Option<HeaderMap>), RequestCollectError>> {
+    let too_large = body.size_hint().lower() > limit as u64;
+    async move {
+        if too_large {
+            return Err(RequestCollectError::TooLarge);
+        }
+        let mut body = std::pin::pin!(body);
+        let mut data = Accumulator::default();
+        // Boxed: rare outside gRPC.
+        let mut trailers: Option<Box<HeaderMap>> = None;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|_| RequestCollectError::Stream)?;
+            match frame.into_data() {
+                Ok(mut chunk) => {
+                    let chunk = chunk.copy_to_bytes(chunk.remaining());
+                    if data.len + chunk.len() > limit {
+                        return Err(RequestCollectError::TooLarge);
+                    }
+                    data.push(chunk);
                 }
-                data.push(chunk);
-            }
-            Err(frame) => {
-                if let Ok(more) = frame.into_trailers() {
-                    trailers.get_or_insert_with(HeaderMap::new).extend(more);
+                Err(frame) => {
+                    if let Ok(more) = frame.into_trailers() {
+                        trailers.get_or_insert_with(Box::default).extend(more);
+                    }
                 }
             }
         }
+        Ok((data.finish(), trailers.map(|map| *map)))
     }
-    Ok((data.finish(), trailers))
 }
 
 /// A response body as collected for storage.
@@ -88,30 +96,35 @@ pub(crate) enum Collected<B: Body> {
 }
 
 /// Collects a response body up to `limit` bytes.
-pub(crate) async fn collect_response<B>(body: B, limit: usize) -> Collected<B>
+///
+/// Written for a small future (it lives in every new key's boxed work): the body is kept once
+/// (an `async fn` would keep its argument twice), and trailers, rare outside gRPC, are boxed.
+#[allow(clippy::manual_async_fn)] // an `async fn` would keep its arguments twice
+pub(crate) fn collect_response<B>(mut body: B, limit: usize) -> impl Future<Output = Collected<B>>
 where
     B: Body<Data = Bytes> + Unpin,
 {
-    let mut body = body;
-    let mut data = Accumulator::default();
-    let mut trailers: Option<HeaderMap> = None;
-    loop {
-        match body.frame().await {
-            None => return Collected::Complete(data.finish(), trailers),
-            Some(Err(error)) => return Collected::Failed(data.finish(), error),
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(chunk) => {
-                    data.push(chunk);
-                    if data.len > limit {
-                        return Collected::Overflow(data.finish(), body);
+    async move {
+        let mut data = Accumulator::default();
+        let mut trailers: Option<Box<HeaderMap>> = None;
+        loop {
+            match body.frame().await {
+                None => return Collected::Complete(data.finish(), trailers.map(|map| *map)),
+                Some(Err(error)) => return Collected::Failed(data.finish(), error),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(chunk) => {
+                        data.push(chunk);
+                        if data.len > limit {
+                            return Collected::Overflow(data.finish(), body);
+                        }
                     }
-                }
-                Err(frame) => {
-                    if let Ok(more) = frame.into_trailers() {
-                        trailers.get_or_insert_with(HeaderMap::new).extend(more);
+                    Err(frame) => {
+                        if let Ok(more) = frame.into_trailers() {
+                            trailers.get_or_insert_with(Box::default).extend(more);
+                        }
                     }
-                }
-            },
+                },
+            }
         }
     }
 }

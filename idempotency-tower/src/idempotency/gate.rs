@@ -194,6 +194,54 @@ impl<S: Store> Drop for ClaimGuard<S> {
     }
 }
 
+/// What a request's key and fingerprint say.
+enum Identified {
+    /// Guard it with this key and fingerprint.
+    Guard(IdempotencyKey, Fingerprint),
+    /// No key, and none is required.
+    PassThrough,
+    /// Refuse it (a missing or invalid key, a body the fingerprint cannot read).
+    Refuse(Refusal),
+}
+
+/// Reads a request's key (unless its header gave it) and fingerprint. Apart from [`run`] so
+/// that the JSON it parses is never held across an await (it would enlarge every guarded
+/// request's future).
+fn identify<B>(
+    settings: &Settings,
+    parts: &Parts,
+    held: &Held<B>,
+    header_key: Option<IdempotencyKey>,
+) -> Identified {
+    static EMPTY: Bytes = Bytes::new();
+    let bytes = match held {
+        Held::Buffered(data, _) => data,
+        Held::Streaming(_) => &EMPTY,
+    };
+    let mut json = LazyJson::new(&settings.json, bytes);
+    let key = match header_key {
+        Some(key) => key,
+        None => match settings.key.read(parts, bytes, &mut json) {
+            Ok(Some(key)) => key,
+            Ok(None) if !settings.require_key => {
+                tracing::trace!("no idempotency key; passing through");
+                return Identified::PassThrough;
+            }
+            Ok(None) => {
+                return Identified::Refuse(Refusal::new(
+                    RefusalKind::MissingKey,
+                    "this endpoint requires an idempotency key",
+                ));
+            }
+            Err(error) => return Identified::Refuse(key_refusal(error)),
+        },
+    };
+    match settings.fingerprint.compute(parts, bytes, &mut json) {
+        Ok(fingerprint) => Identified::Guard(key, fingerprint),
+        Err(detail) => Identified::Refuse(Refusal::new(RefusalKind::MalformedBody, detail)),
+    }
+}
+
 /// Decides and answers one guarded request.
 #[allow(clippy::manual_async_fn)] // an `async fn` would keep its arguments twice
 pub(crate) fn run<T, S, B, ResB>(
@@ -242,40 +290,11 @@ where
             return pass_through(inner, parts, held).await;
         }
 
-        let empty = Bytes::new();
-        let bytes = match &held {
-            Held::Buffered(data, _) => data,
-            Held::Streaming(_) => &empty,
+        let (key, fingerprint) = match identify(settings, &parts, &held, header_key) {
+            Identified::Guard(key, fingerprint) => (key, fingerprint),
+            Identified::PassThrough => return pass_through(inner, parts, held).await,
+            Identified::Refuse(refusal) => return Ok(refuse(settings, refusal)),
         };
-        let mut json = LazyJson::new(&settings.json, bytes);
-        let key = match header_key {
-            Some(key) => key,
-            None => match settings.key.read(&parts, bytes, &mut json) {
-                Ok(Some(key)) => key,
-                Ok(None) if !settings.require_key => {
-                    tracing::trace!("no idempotency key; passing through");
-                    return pass_through(inner, parts, held).await;
-                }
-                Ok(None) => {
-                    let refusal = Refusal::new(
-                        RefusalKind::MissingKey,
-                        "this endpoint requires an idempotency key",
-                    );
-                    return Ok(refuse(settings, refusal));
-                }
-                Err(error) => return Ok(refuse(settings, key_refusal(error))),
-            },
-        };
-        let fingerprint = match settings.fingerprint.compute(&parts, bytes, &mut json) {
-            Ok(fingerprint) => fingerprint,
-            Err(detail) => {
-                return Ok(refuse(
-                    settings,
-                    Refusal::new(RefusalKind::MalformedBody, detail),
-                ));
-            }
-        };
-        drop(json);
 
         let decision = claim(&layer, &parts, key, fingerprint).await;
         let error = match decision {
