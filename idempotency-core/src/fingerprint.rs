@@ -29,19 +29,11 @@ pub struct Fingerprint(pub [u8; 32]);
 impl Fingerprint {
     /// The default HTTP fingerprint: method, path and query, and the body bytes.
     pub fn of_request(method: &str, path_and_query: &str, body: &[u8]) -> Self {
-        // The fields `builder().field(..)` would add, without moving a builder between them.
-        let mut hasher = FramedHasher::new();
-        for part in [
-            &b"method"[..],
-            method.as_bytes(),
-            b"target",
-            path_and_query.as_bytes(),
-            b"body",
-            body,
-        ] {
-            hasher.part(part);
-        }
-        Self(hasher.finish())
+        Self::builder()
+            .field(b"method", method.as_bytes())
+            .field(b"target", path_and_query.as_bytes())
+            .field(b"body", body)
+            .finish()
     }
 
     /// A fingerprint of arbitrary bytes.
