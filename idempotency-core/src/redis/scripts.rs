@@ -86,8 +86,3 @@ pub(super) const TOUCH: &str = concat!(
     "redis.call('SET', KEYS[1], string.sub(v, 1, 53) .. ARGV[2] .. string.sub(v, 78), 'PX', ARGV[3])\n\
      return 1\n"
 );
-
-/// `KEYS[1]` token key. Deletes the token and returns 1 if it was there, else 0: one atomic
-/// check-and-delete, so two consumers can never both see it. Expiry is the key's native TTL
-/// (the server's clock alone decides, never the issuer's).
-pub(super) const CONSUME_TOKEN: &str = "return redis.call('DEL', KEYS[1])";

@@ -1,14 +1,12 @@
-//! [`RedisTokenStore`]: one-time tokens consumed by one atomic script.
+//! [`RedisTokenStore`]: one-time tokens consumed by one atomic `DEL`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::redis::Script;
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use ::redis::cluster_async::ClusterConnection;
 
 use super::error::{bounded, millis};
-use super::scripts;
 use super::store::DEFAULT_CALL_TIMEOUT;
 use crate::time::unix_millis;
 use crate::token::{OneTimeToken, TokenOutcome, TokenStore};
@@ -21,9 +19,9 @@ pub const DEFAULT_TOKEN_PREFIX: &str = "idempotency:token:";
 ///
 /// A token is kept under the hash of (scope, token) — never the raw token — with a native TTL
 /// (the `ttl` given to [`issue`](TokenStore::issue); [`crate::DEFAULT_TOKEN_TTL`] is 30
-/// minutes). [`consume`](TokenStore::consume) is one Lua script that checks and deletes in one
-/// step, so of any number of concurrent submits exactly one is
-/// [`TokenOutcome::Consumed`].
+/// minutes). [`consume`](TokenStore::consume) is one `DEL`, which checks and deletes in one
+/// atomic step (it answers how many keys it removed), so of any number of concurrent submits
+/// exactly one is [`TokenOutcome::Consumed`]: no script, and no `GET` before the delete.
 ///
 /// Tokens only stop a user from submitting the same form twice. Payment callbacks, queue
 /// redeliveries and RPC retries carry no token: guard them with idempotency keys.
@@ -41,7 +39,6 @@ pub struct RedisTokenStore<C = ConnectionManager> {
     connection: C,
     prefix: Arc<str>,
     call_timeout: Duration,
-    consume: Arc<Script>,
 }
 
 impl<C: Clone> Clone for RedisTokenStore<C> {
@@ -50,7 +47,6 @@ impl<C: Clone> Clone for RedisTokenStore<C> {
             connection: self.connection.clone(),
             prefix: Arc::clone(&self.prefix),
             call_timeout: self.call_timeout,
-            consume: Arc::clone(&self.consume),
         }
     }
 }
@@ -98,7 +94,6 @@ where
             connection,
             prefix: Arc::from(DEFAULT_TOKEN_PREFIX),
             call_timeout: DEFAULT_CALL_TIMEOUT,
-            consume: Arc::new(Script::new(scripts::CONSUME_TOKEN)),
         }
     }
 
@@ -148,11 +143,13 @@ where
 
     async fn consume(&self, scope: &Scope, token: &str) -> Result<TokenOutcome, StoreError> {
         let key = self.token_key(&OneTimeToken::storage_key(scope, token));
-        let mut invocation = self.consume.prepare_invoke();
-        invocation.key(key);
+        // `DEL` answers how many keys it removed: 1 for exactly one of any concurrent calls.
+        // Expiry is the key's native TTL (the server's clock alone decides, never the issuer's).
+        let mut command = ::redis::cmd("DEL");
+        command.arg(key);
         let mut connection = self.connection.clone();
         let consumed: i64 =
-            bounded(self.call_timeout, invocation.invoke_async(&mut connection)).await?;
+            bounded(self.call_timeout, command.query_async(&mut connection)).await?;
         Ok(if consumed == 1 {
             TokenOutcome::Consumed
         } else {
