@@ -8,6 +8,9 @@
 #   STORE=redis|postgres|mysql|sqlite bench/http-wrk.sh ...   the service on that backend (see
 #                                  examples/src/payments/config.rs: Redis keeps the records and
 #                                  orders stay in memory; the SQL backends keep both)
+#   REFERENCE=1 bench/http-wrk.sh ...  new keys also through the benchmark reference
+#                                  (IDEMPOTENCY_LAYER=reference, examples/src/payments/reference.rs):
+#                                  the least a layer replaying stored responses does, in the same rounds
 #
 # Scenarios: new-keys (POST /orders, new key each request), replay (POST /orders over 64 keys
 # created first), callback-replay (the duplicate callback of an order already PAID). Each round
@@ -56,7 +59,7 @@ prepare() { # scenario -> wrk script arguments
 
 script() { case $1 in new-keys) echo new_keys ;; replay) echo replay ;; *) echo callback ;; esac; }
 
-run() { # scenario layer(on|off) -> requests/s
+run() { # scenario layer(on|off|reference) -> requests/s
   start "$2"
   args=$(prepare "$1")
   out=$("${client_cpu[@]}" wrk -t"$threads" -c"$connections" -d"${seconds}s" -s "bench/wrk/$(script "$1").lua" "$url" -- $args)
@@ -69,12 +72,19 @@ median() { tr ' ' '\n' | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
 
 echo "store $store, wrk -t$threads -c$connections, ${seconds}s x $rounds rounds${server_cpu:+, pinned (server CPU 1, wrk CPU 0)}, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 for scenario in new-keys replay callback-replay; do
-  bare=() layer=()
+  bare=() layer=() reference=()
+  with_reference=$([ "${REFERENCE:-0}" = 1 ] && [ "$scenario" = new-keys ] && echo 1 || true)
   for _ in $(seq "$rounds"); do
     bare+=("$(run "$scenario" off)")
     layer+=("$(run "$scenario" on)")
+    [ -n "$with_reference" ] && reference+=("$(run "$scenario" reference)")
   done
   b=$(echo "${bare[@]}" | median) l=$(echo "${layer[@]}" | median)
+  if [ -n "$with_reference" ]; then
+    r=$(echo "${reference[@]}" | median)
+    printf '%-16s bare %10.0f req/s   reference %6.0f req/s   ratio %.3f   (rounds: reference %s)\n' \
+      "$scenario" "$b" "$r" "$(echo "$r / $b" | bc -l)" "${reference[*]}"
+  fi
   printf '%-16s bare %10.0f req/s   layer %10.0f req/s   ratio %.3f   (rounds: bare %s; layer %s)\n' \
     "$scenario" "$b" "$l" "$(echo "$l / $b" | bc -l)" "${bare[*]}" "${layer[*]}"
 done

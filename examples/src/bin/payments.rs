@@ -3,12 +3,14 @@
 //! Listens on `ADDR` (default 127.0.0.1:3000). `IDEMPOTENCY_STORE=memory|redis|sqlite|postgres|mysql`
 //! picks the backend (URLs from `REDIS_URL`, `SQLITE_URL`, `DATABASE_URL`, `MYSQL_URL`).
 //! `IDEMPOTENCY_LAYER=off` serves the same handlers without the layer: the baseline that
-//! `bench/http-wrk.sh` measures the layer against.
+//! `bench/http-wrk.sh` measures the layer against; `IDEMPOTENCY_LAYER=reference` serves them behind
+//! [`Reference`], the least a response-replaying layer does (a benchmark reference, not a layer).
 
 use std::process::ExitCode;
 
 use axum::ServiceExt;
 use axum::extract::Request;
+use idempotency_examples::payments::reference::Reference;
 use idempotency_examples::payments::{AppState, HttpService, app, bare, config, init_logging};
 use tokio::net::TcpListener;
 
@@ -30,13 +32,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let layer_off = std::env::var("IDEMPOTENCY_LAYER").is_ok_and(|value| value == "off");
+    let layer = std::env::var("IDEMPOTENCY_LAYER").unwrap_or_else(|_| "on".to_owned());
     let state = AppState::new(backend.repo);
-    tracing::info!(%addr, store = backend.kind.as_str(), layer = !layer_off, "payments service listening");
-    let served = if layer_off {
-        serve(listener, bare(state)).await
-    } else {
-        serve(listener, app(state, backend.store)).await
+    tracing::info!(%addr, store = backend.kind.as_str(), %layer, "payments service listening");
+    let served = match layer.as_str() {
+        "off" => serve(listener, bare(state)).await,
+        "reference" => serve(listener, Reference::new(bare(state))).await,
+        _ => serve(listener, app(state, backend.store)).await,
     };
     match served {
         Ok(()) => ExitCode::SUCCESS,

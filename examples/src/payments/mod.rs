@@ -31,6 +31,7 @@ mod memory;
 mod model;
 mod naive;
 mod problem;
+pub mod reference;
 mod repo;
 mod routes;
 mod server;
