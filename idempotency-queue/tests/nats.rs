@@ -63,6 +63,16 @@ impl Fixture {
     }
 
     async fn consumer(&self, durable: &str, ack_wait: Duration) -> pull::Stream {
+        self.consumer_with(durable, ack_wait, 0).await
+    }
+
+    /// A durable pull consumer delivering each message at most `max_deliver` times (0: no limit).
+    async fn consumer_with(
+        &self,
+        durable: &str,
+        ack_wait: Duration,
+        max_deliver: i64,
+    ) -> pull::Stream {
         let consumer = self
             .stream
             .get_or_create_consumer(
@@ -70,6 +80,7 @@ impl Fixture {
                 pull::Config {
                     durable_name: Some(durable.to_owned()),
                     ack_wait,
+                    max_deliver,
                     ..Default::default()
                 },
             )
@@ -194,6 +205,71 @@ async fn a_failed_delivery_is_redelivered_and_processed_once() {
         1,
         "processed once, on the third delivery"
     );
+    fixture.cleanup().await;
+}
+
+/// A handler slower than `ack_wait`: its message is marked in progress while it runs, so it is
+/// not redelivered meanwhile, and when the handler then fails, `max_deliver` still has room
+/// for the retry. (Without the progress marks, the redelivery during the first run uses up
+/// `max_deliver = 2` and the failed message is never delivered again.)
+#[tokio::test]
+async fn a_slow_handler_keeps_its_message_and_its_failure_is_retried() {
+    let Some(fixture) = Fixture::new().await else {
+        return;
+    };
+    let ledger = Ledger::default();
+    let recorded = ledger.clone();
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&attempts);
+    let consumer = Arc::new(
+        IdempotentConsumer::new(
+            Idempotency::new(MemoryStore::new()),
+            Scope::new(unique("coupon-grant")),
+            Header::new("business-key"),
+            move |job: Job| {
+                let attempt = counter.fetch_add(1, Ordering::SeqCst);
+                let recorded = recorded.clone();
+                async move {
+                    if attempt == 0 {
+                        tokio::time::sleep(Duration::from_millis(2_500)).await;
+                        return Err("coupon service timed out".to_owned());
+                    }
+                    assert_eq!(
+                        job.message.delivery_count(),
+                        Some(2),
+                        "no redelivery while running"
+                    );
+                    recorded.record(&job);
+                    Ok(())
+                }
+            },
+        )
+        .with_backoff(Backoff::new(
+            Duration::from_millis(50),
+            Duration::from_millis(200),
+        )),
+    );
+    fixture.publish("T1", "order 1").await;
+    let messages = fixture
+        .consumer_with("granter", Duration::from_secs(1), 2)
+        .await;
+    let running = Arc::clone(&consumer);
+    let task = tokio::spawn(async move {
+        let _ =
+            nats::consume_with_progress(&running, messages, 8, Duration::from_millis(300)).await;
+    });
+    wait_until(
+        "the retry after the slow failure to be processed",
+        LIMIT,
+        || consumer.stats().snapshot().processed == 1,
+    )
+    .await;
+    task.abort();
+
+    let stats = consumer.stats().snapshot();
+    assert_eq!((stats.failed, stats.in_flight), (1, 0), "{stats:?}");
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    assert_eq!(ledger.runs("T1"), 1);
     fixture.cleanup().await;
 }
 

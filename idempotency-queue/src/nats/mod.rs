@@ -6,9 +6,10 @@
 //! settled with [`settle`]: `+ACK`, `-NAK` with the verdict's delay (the server redelivers it
 //! then), or `+TERM`.
 //!
-//! Use explicit acks (`AckPolicy::Explicit`), an `ack_wait` longer than the handler takes (or
-//! the message is redelivered while running; the store then requeues that duplicate), and a
-//! `max_deliver` to bound poison messages.
+//! Use explicit acks (`AckPolicy::Explicit`) and a `max_deliver` to bound poison messages.
+//! While a handler runs, its message is marked in progress (`+WPI`) every
+//! [`DEFAULT_PROGRESS_INTERVAL`] (or [`consume_with_progress`]'s interval: keep it under a third
+//! of `ack_wait`), so JetStream does not redeliver it meanwhile.
 //!
 //! JetStream drops a republished message whose `Nats-Msg-Id` it saw within the stream's
 //! duplicate window; that covers producer retries within the window only. This consumer
@@ -47,6 +48,6 @@ mod consume;
 mod convert;
 mod settle;
 
-pub use consume::consume;
+pub use consume::{DEFAULT_PROGRESS_INTERVAL, consume, consume_with_progress};
 pub use convert::message;
 pub use settle::settle;
