@@ -27,7 +27,7 @@ type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
 /// | key held by a running consumer | [`Verdict::InFlight`] | requeue after a delay |
 /// | handler `Err` or panic | [`Verdict::Failed`] | key released, requeue with backoff |
 /// | store unreachable | [`Verdict::StoreUnavailable`] | requeue with backoff, handler not run |
-/// | no key, or key reused with another payload | [`Verdict::Rejected`] | reject |
+/// | no key, or key reused with another payload (per the store or the handler's [`Handled::Mismatch`]) | [`Verdict::Rejected`] | reject |
 ///
 /// ```
 /// use idempotency_core::{Idempotency, MemoryStore, Scope};
@@ -164,7 +164,9 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             Ok(Decision::Mismatch) => return Verdict::Rejected(RejectReason::Mismatch),
             Err(error) if self.guarded_handler => {
                 tracing::warn!(namespace = self.scope.namespace(), %error, "fast-path store failed; the guarded handler decides");
-                return self.run_guarded_without_claim(key, message, delivery).await;
+                return self
+                    .run_guarded_without_claim(key, message, fingerprint, delivery)
+                    .await;
             }
             Err(error) => {
                 return Verdict::StoreUnavailable {
@@ -178,10 +180,19 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         let job = Job {
             key,
             message,
+            fingerprint,
             lease: Some(execution.lease()),
         };
         match self.run_handler(job).await {
-            Ok(handled) => {
+            Ok(Handled::Mismatch) => {
+                // The truth holds the key with another payload: keep this payload's fingerprint
+                // out of the fast path, where it would turn true duplicates into mismatches.
+                if let Err(release) = execution.release().await {
+                    tracing::warn!(namespace = self.scope.namespace(), %release, "could not release the key after a mismatch; it frees when its lease ends");
+                }
+                Verdict::Rejected(RejectReason::Mismatch)
+            }
+            Ok(handled @ (Handled::Done | Handled::AlreadyDone)) => {
                 let recorded = match execution.complete(Outcome::new(0, "")).await {
                     Ok(()) => true,
                     Err(StoreError::LeaseLost) => false,
@@ -190,9 +201,10 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
                 if !recorded {
                     tracing::error!(namespace = self.scope.namespace(), key = %storage_key, "work done but its outcome could not be stored; acking anyway");
                 }
-                match handled {
-                    Handled::Done => Verdict::Processed { recorded },
-                    Handled::AlreadyDone => Verdict::AlreadyDone,
+                if handled == Handled::AlreadyDone {
+                    Verdict::AlreadyDone
+                } else {
+                    Verdict::Processed { recorded }
                 }
             }
             Err(error) => {
@@ -211,16 +223,19 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         &self,
         key: IdempotencyKey,
         message: Message,
+        fingerprint: Fingerprint,
         delivery: u64,
     ) -> Verdict {
         let job = Job {
             key,
             message,
+            fingerprint,
             lease: None,
         };
         match self.run_handler(job).await {
             Ok(Handled::Done) => Verdict::Processed { recorded: false },
             Ok(Handled::AlreadyDone) => Verdict::AlreadyDone,
+            Ok(Handled::Mismatch) => Verdict::Rejected(RejectReason::Mismatch),
             Err(error) => Verdict::Failed {
                 retry_after: self.backoff.delay(delivery),
                 error,

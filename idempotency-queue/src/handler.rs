@@ -14,6 +14,10 @@ pub enum Handled {
     /// The work had already been done (the handler's own record of truth, such as a SQL dedup
     /// row, said so); nothing ran again.
     AlreadyDone,
+    /// The handler's own record of truth holds the business key with another payload
+    /// ([`Job::fingerprint`] differs); nothing ran. The consumer rejects the message, as it does
+    /// when its own store reports the mismatch.
+    Mismatch,
 }
 
 impl From<()> for Handled {

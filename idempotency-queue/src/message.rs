@@ -1,7 +1,7 @@
 //! The broker-neutral view of a delivered message.
 
 use bytes::Bytes;
-use idempotency_core::{IdempotencyKey, Lease};
+use idempotency_core::{Fingerprint, IdempotencyKey, Lease};
 
 /// A delivered message as the consumer sees it, whatever the broker.
 ///
@@ -109,13 +109,18 @@ impl Message {
     }
 }
 
-/// What a handler receives: the message, the business key it was claimed under, and the lease.
+/// What a handler receives: the message, the business key it was claimed under, the message's
+/// fingerprint and the lease.
 #[derive(Debug)]
 pub struct Job {
     /// The business key (from the message id, a header, a body field …).
     pub key: IdempotencyKey,
     /// The message.
     pub message: Message,
+    /// What the consumer fingerprinted the message as (its payload, unless
+    /// [`IdempotentConsumer::with_fingerprint`](crate::IdempotentConsumer::with_fingerprint)
+    /// says otherwise): a handler keeping its own record of truth stores and compares this one.
+    pub fingerprint: Fingerprint,
     /// The claim: its fencing token, attempt number and whether it took over a crashed owner.
     /// `None` only for a guarded handler run while the fast-path store was down (see
     /// [`IdempotentConsumer::with_guarded_handler`](crate::IdempotentConsumer::with_guarded_handler)).

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idempotency_core::{Idempotency, IdempotencyKey, KeyError, MemoryStore, Scope};
+use idempotency_core::{Fingerprint, Idempotency, IdempotencyKey, KeyError, MemoryStore, Scope};
 use idempotency_queue::{
     Action, Backoff, Handled, Header, IdempotentConsumer, Job, JsonField, Message, MessageId,
     RejectReason, Verdict,
@@ -333,6 +333,81 @@ async fn messages_without_a_key_or_with_another_payload_are_rejected() {
     );
     assert_eq!(lenient.process(other).await, Verdict::Duplicate);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// A handler with its own record of truth reports a mismatch: the message is rejected, and the
+/// fast path keeps no record of the rejected payload (so the original payload's duplicates are
+/// not turned into mismatches). The handler sees the consumer's own fingerprint.
+#[tokio::test]
+async fn a_mismatch_reported_by_the_handler_rejects_and_keeps_the_key_free() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorded = Arc::clone(&seen);
+    let consumer = IdempotentConsumer::new(
+        engine(),
+        Scope::new("coupons"),
+        Header::new("business-key"),
+        move |job: Job| {
+            recorded.lock().unwrap().push(job.fingerprint);
+            let handled = if job.message.payload().as_ref() == b"grant 9 coupons" {
+                Handled::Mismatch
+            } else {
+                Handled::AlreadyDone
+            };
+            std::future::ready(Ok::<_, String>(handled))
+        },
+    );
+    let other = Message::new("grant 9 coupons").with_header("business-key", "T1");
+    let original = Message::new("grant 1 coupon").with_header("business-key", "T1");
+
+    let rejected = consumer.process(other.clone()).await;
+    assert_eq!(rejected, Verdict::Rejected(RejectReason::Mismatch));
+    assert_eq!(rejected.action(), Action::Reject);
+    assert_eq!(
+        consumer.process(original.clone()).await,
+        Verdict::AlreadyDone
+    );
+    // Now the fast path holds the original payload: it answers both on its own.
+    assert_eq!(consumer.process(original).await, Verdict::Duplicate);
+    assert_eq!(
+        consumer.process(other).await,
+        Verdict::Rejected(RejectReason::Mismatch)
+    );
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            Fingerprint::of_bytes(b"grant 9 coupons"),
+            Fingerprint::of_bytes(b"grant 1 coupon")
+        ]
+    );
+    let stats = consumer.stats().snapshot();
+    assert_eq!(
+        (stats.rejected, stats.already_done, stats.duplicates),
+        (2, 1, 1),
+        "{stats:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_guarded_handler_reporting_a_mismatch_rejects_while_the_fast_path_is_down() {
+    let engine = Idempotency::new(MemoryStore::with_capacity(1));
+    let _hold = engine
+        .begin(
+            &Scope::new("other"),
+            &IdempotencyKey::parse("held").unwrap(),
+            &Fingerprint::of_bytes(b""),
+        )
+        .await
+        .unwrap();
+    let consumer = IdempotentConsumer::new(engine, Scope::new("coupons"), MessageId, |job: Job| {
+        assert!(job.lease.is_none());
+        assert_eq!(job.fingerprint, Fingerprint::of_bytes(b"grant"));
+        std::future::ready(Ok::<_, String>(Handled::Mismatch))
+    })
+    .with_guarded_handler(true);
+    let verdict = consumer
+        .process(Message::new("grant").with_message_id("T1"))
+        .await;
+    assert_eq!(verdict, Verdict::Rejected(RejectReason::Mismatch));
 }
 
 #[tokio::test]

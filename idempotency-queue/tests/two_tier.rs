@@ -12,8 +12,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::Scope;
-use idempotency_queue::{Backoff, Header, IdempotentConsumer, rabbitmq};
+use idempotency_core::{Fingerprint, IdempotencyKey, Scope};
+use idempotency_queue::{
+    Action, Backoff, Handled, Header, IdempotentConsumer, Job, Message, RejectReason, Verdict,
+    rabbitmq,
+};
 use lapin::options::{
     BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueueDeclareOptions,
     QueueDeleteOptions,
@@ -196,6 +199,50 @@ async fn a_redis_flush_mid_run_costs_queries_never_a_second_execution() {
 
 /// Where the child process stops (and is killed with SIGKILL).
 const CHILD_MODE: &str = "IDEM_CHILD_MODE";
+
+/// A payload mismatch is answered the same by both tiers: rejected. Tier 1 knows nothing of the
+/// key (as after a flush) while the truth holds it with another payload; the business code does
+/// not run, the message is rejected, and tier 1 keeps no record of the rejected payload, so the
+/// original payload's duplicate is still acked. Calls `IdempotentConsumer::process` directly:
+/// nothing here depends on the broker.
+#[tokio::test]
+async fn a_payload_mismatch_is_rejected_by_either_tier() {
+    let Some(tiers) = Tiers::new(0, "idem-two-tier-mismatch").await else {
+        return;
+    };
+    let original = Message::new("grant 1 coupon").with_header("business-key", "T1");
+    let other = Message::new("grant 9 coupons").with_header("business-key", "T1");
+    let truth = tiers.truth();
+    let first = Job {
+        key: IdempotencyKey::parse("T1").unwrap(),
+        message: original.clone(),
+        fingerprint: Fingerprint::of_bytes(original.payload()),
+        lease: None,
+    };
+    assert_eq!(truth.run(&first).await.unwrap(), Handled::Done);
+    let consumer = IdempotentConsumer::new(
+        tiers.fast_path().await,
+        Scope::new("coupon-grant"),
+        Header::new("business-key"),
+        truth,
+    );
+
+    let by_truth = consumer.process(other.clone()).await;
+    assert_eq!(by_truth, Verdict::Rejected(RejectReason::Mismatch));
+    assert_eq!(by_truth.action(), Action::Reject);
+    assert_eq!(
+        consumer.process(original.clone()).await,
+        Verdict::AlreadyDone
+    );
+    assert_eq!(consumer.process(original).await, Verdict::Duplicate);
+    assert_eq!(
+        consumer.process(other).await,
+        Verdict::Rejected(RejectReason::Mismatch),
+        "tier 1 now answers the mismatch itself"
+    );
+    assert_eq!(tiers.rows(Some("T1")).await, 1);
+    tiers.drop_tables().await;
+}
 
 /// The child: consumes the queue; the business transaction hangs before commit (`in_tx`) or
 /// the handler hangs after commit, before the fast path is completed and the message acked

@@ -4,13 +4,12 @@ use std::fmt;
 
 use futures_util::future::BoxFuture;
 use idempotency_core::sql::{TxClaim, TxStore};
-use idempotency_core::{Fingerprint, Outcome, Scope};
+use idempotency_core::{Outcome, Scope};
 
 use super::TruthError;
-use crate::{Handled, Handler, Job, Message};
+use crate::{Handled, Handler, Job};
 
 type Transaction<T> = sqlx::Transaction<'static, <T as TxStore>::Database>;
-type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
 
 /// A [`Handler`] that runs `business` inside a transaction which first claims the job's key
 /// in `store` ([`TxStore::claim_in_tx`]) and completes it before committing.
@@ -19,8 +18,11 @@ type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
 /// |---|---|
 /// | `Execute` | `business(tx, job)`, the record completed, one commit → [`Handled::Done`] |
 /// | `Replay` (committed before) | rollback, nothing runs → [`Handled::AlreadyDone`] |
-/// | `Mismatch` (key used with another payload) | rollback, nothing runs, logged → [`Handled::AlreadyDone`] |
+/// | `Mismatch` (key used with another payload) | rollback, nothing runs, logged → [`Handled::Mismatch`] (rejected) |
 /// | `InFlight` | rollback → [`TruthError::InFlight`] (requeued) |
+///
+/// The record keeps [`Job::fingerprint`], the consumer's fingerprint of the message, so both
+/// tiers compare payloads the same way.
 ///
 /// A business error, a panic, or a crash before commit rolls everything back. The business code
 /// must write through `tx` only: writes elsewhere are outside the guarantee.
@@ -29,7 +31,6 @@ pub struct SqlTruth<T: TxStore, F> {
     pool: sqlx::Pool<T::Database>,
     scope: Scope,
     business: F,
-    fingerprint: Fingerprinter,
 }
 
 impl<T: TxStore, F> fmt::Debug for SqlTruth<T, F> {
@@ -50,26 +51,14 @@ where
     E: fmt::Display + Send + 'static,
 {
     /// Guards `business` with dedup records of `store` (in the same database as `pool`, so the
-    /// record and the business writes share the transaction) in `scope`. Messages are
-    /// fingerprinted by their payload, as [`IdempotentConsumer`](crate::IdempotentConsumer)
-    /// does by default.
+    /// record and the business writes share the transaction) in `scope`.
     pub fn new(store: T, pool: sqlx::Pool<T::Database>, scope: Scope, business: F) -> Self {
         Self {
             store,
             pool,
             scope,
             business,
-            fingerprint: Box::new(|message| Fingerprint::of_bytes(message.payload())),
         }
-    }
-
-    /// Fingerprints messages with `fingerprint` (use the consumer's).
-    pub fn with_fingerprint(
-        mut self,
-        fingerprint: impl Fn(&Message) -> Fingerprint + Send + Sync + 'static,
-    ) -> Self {
-        self.fingerprint = Box::new(fingerprint);
-        self
     }
 
     /// The dedup store.
@@ -79,11 +68,10 @@ where
 
     /// Runs the job: claim, business, complete, commit.
     pub async fn run(&self, job: &Job) -> Result<Handled, TruthError<E>> {
-        let fingerprint = (self.fingerprint)(&job.message);
         let mut tx = self.pool.begin().await.map_err(TruthError::Database)?;
         let claim = self
             .store
-            .claim_in_tx(&mut tx, &self.scope, &job.key, &fingerprint)
+            .claim_in_tx(&mut tx, &self.scope, &job.key, &job.fingerprint)
             .await
             .map_err(TruthError::Store)?;
         let lease = match claim {
@@ -92,9 +80,9 @@ where
             TxClaim::Mismatch => {
                 tracing::warn!(
                     namespace = self.scope.namespace(),
-                    "business key reused with another payload; not run again"
+                    "business key reused with another payload; not run, rejected"
                 );
-                return Ok(Handled::AlreadyDone);
+                return Ok(Handled::Mismatch);
             }
             TxClaim::InFlight { retry_after } => return Err(TruthError::InFlight(retry_after)),
         };

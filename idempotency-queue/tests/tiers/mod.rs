@@ -165,7 +165,7 @@ impl Tiers {
                         &mut tx,
                         &Scope::new("coupon-grant"),
                         &job.key,
-                        &idempotency_core::Fingerprint::of_bytes(job.message.payload()),
+                        &job.fingerprint,
                     )
                     .await
                     .unwrap();
