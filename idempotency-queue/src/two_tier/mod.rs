@@ -55,4 +55,4 @@ mod error;
 mod truth;
 
 pub use error::TruthError;
-pub use truth::SqlTruth;
+pub use truth::{Business, SqlTruth, Transaction};

@@ -9,7 +9,62 @@ use idempotency_core::{Outcome, Scope};
 use super::TruthError;
 use crate::{Handled, Handler, Job};
 
-type Transaction<T> = sqlx::Transaction<'static, <T as TxStore>::Database>;
+/// The transaction a [`SqlTruth`] runs its business code in.
+pub type Transaction<T> = sqlx::Transaction<'static, <T as TxStore>::Database>;
+
+/// The business code of a [`SqlTruth`], writing through the transaction it is given.
+///
+/// Every `Fn(&mut Transaction<T>, &Job) -> BoxFuture<Result<(), E>>` closure is one, so a
+/// function can name what it returns:
+///
+/// ```
+/// use idempotency_core::Scope;
+/// use idempotency_core::sql::PostgresStore;
+/// use idempotency_queue::Job;
+/// use idempotency_queue::two_tier::{Business, SqlTruth};
+///
+/// fn coupon_grant(
+///     pool: sqlx::PgPool,
+/// ) -> SqlTruth<PostgresStore, impl Business<PostgresStore, Error = sqlx::Error>> {
+///     let store = PostgresStore::new(pool.clone());
+///     SqlTruth::new(store, pool, Scope::new("coupon-grant"), |tx, job: &Job| {
+///         Box::pin(async move {
+///             sqlx::query("INSERT INTO coupons (trade_no) VALUES ($1)")
+///                 .bind(job.key.as_str())
+///                 .execute(&mut **tx)
+///                 .await
+///                 .map(drop)
+///         })
+///     })
+/// }
+/// ```
+pub trait Business<T: TxStore>: Send + Sync + 'static {
+    /// Why the business code failed.
+    type Error: fmt::Display + Send + 'static;
+
+    /// Runs the business code for `job` in `tx`.
+    fn run<'c>(
+        &'c self,
+        tx: &'c mut Transaction<T>,
+        job: &'c Job,
+    ) -> BoxFuture<'c, Result<(), Self::Error>>;
+}
+
+impl<T, F, E> Business<T> for F
+where
+    T: TxStore,
+    F: for<'c> Fn(&'c mut Transaction<T>, &'c Job) -> BoxFuture<'c, Result<(), E>>
+        + Send
+        + Sync
+        + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    type Error = E;
+
+    fn run<'c>(&'c self, tx: &'c mut Transaction<T>, job: &'c Job) -> BoxFuture<'c, Result<(), E>> {
+        self(tx, job)
+    }
+}
 
 /// A [`Handler`] that runs `business` inside a transaction which first claims the job's key
 /// in `store` ([`TxStore::claim_in_tx`]) and completes it before committing.
@@ -60,14 +115,16 @@ where
             business,
         }
     }
+}
 
+impl<T: TxStore, B: Business<T>> SqlTruth<T, B> {
     /// The dedup store.
     pub fn store(&self) -> &T {
         &self.store
     }
 
     /// Runs the job: claim, business, complete, commit.
-    pub async fn run(&self, job: &Job) -> Result<Handled, TruthError<E>> {
+    pub async fn run(&self, job: &Job) -> Result<Handled, TruthError<B::Error>> {
         let mut tx = self.pool.begin().await.map_err(TruthError::Database)?;
         let claim = self
             .store
@@ -86,7 +143,8 @@ where
             }
             TxClaim::InFlight { retry_after } => return Err(TruthError::InFlight(retry_after)),
         };
-        (self.business)(&mut tx, job)
+        self.business
+            .run(&mut tx, job)
             .await
             .map_err(TruthError::Business)?;
         self.store
@@ -98,16 +156,8 @@ where
     }
 }
 
-impl<T, F, E> Handler for SqlTruth<T, F>
-where
-    T: TxStore,
-    F: for<'c> Fn(&'c mut Transaction<T>, &'c Job) -> BoxFuture<'c, Result<(), E>>
-        + Send
-        + Sync
-        + 'static,
-    E: fmt::Display + Send + 'static,
-{
-    type Error = TruthError<E>;
+impl<T: TxStore, B: Business<T>> Handler for SqlTruth<T, B> {
+    type Error = TruthError<B::Error>;
 
     async fn handle(&self, job: Job) -> Result<Handled, Self::Error> {
         self.run(&job).await

@@ -1,15 +1,14 @@
 //! The transport-independent part of the two-tier tests (`two_tier.rs`, `two_tier_nats.rs`):
 //! Redis as the fast path, PostgreSQL as the truth, and a business table to count rows in.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::type_complexity)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use idempotency_core::redis::RedisStore;
 use idempotency_core::sql::PostgresStore;
 use idempotency_core::{Idempotency, Scope};
-use idempotency_queue::two_tier::SqlTruth;
+use idempotency_queue::two_tier::{Business, SqlTruth};
 use idempotency_queue::{Handler, Job};
 use sqlx::PgPool;
 
@@ -117,16 +116,7 @@ impl Tiers {
     /// The handler: inserts one business row per job, in the SQL claim's transaction.
     pub(crate) fn truth(
         &self,
-    ) -> SqlTruth<
-        PostgresStore,
-        impl for<'c> Fn(
-            &'c mut sqlx::Transaction<'static, sqlx::Postgres>,
-            &'c Job,
-        ) -> BoxFuture<'c, Result<(), sqlx::Error>>
-        + Send
-        + Sync
-        + 'static,
-    > {
+    ) -> SqlTruth<PostgresStore, impl Business<PostgresStore, Error = sqlx::Error>> {
         let insert = format!(
             "INSERT INTO {} (business_key) VALUES ($1)",
             self.coupons_table
