@@ -55,6 +55,12 @@ mod memory;
 pub mod redis;
 
 #[cfg(feature = "sqlx")]
+// `sqlx` alone (as `idempotency-queue`'s `sql` feature enables it) gives the traits without a
+// backend: the backends' shared helpers are then unused.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+    allow(dead_code, unused_macros, unused_imports)
+)]
 pub mod sql;
 
 #[cfg(feature = "testing")]
