@@ -35,7 +35,7 @@ where
 }
 
 /// [`consume`], marking a message in progress (`+WPI`) every `progress_every` while its handler
-/// runs. Keep it well under the consumer's `ack_wait` (a third, say).
+/// runs. Keep it well under the consumer's `ack_wait` (a third, say); `Duration::ZERO` sends none.
 ///
 /// Without it, a handler slower than `ack_wait` has its message redelivered while it runs.
 /// The store keeps that copy from running (it is requeued as in flight), but every such
@@ -81,13 +81,16 @@ where
     Ok(())
 }
 
-/// Awaits `work`, sending `+WPI` for `delivered` every `every` until it is done. Work done
-/// within the first interval sends nothing.
+/// Awaits `work`, sending `+WPI` for `delivered` every `every` (never if zero) until it is
+/// done. Work done within the first interval sends nothing.
 async fn reporting_progress<T>(
     delivered: &jetstream::Message,
     every: Duration,
     work: impl Future<Output = T>,
 ) -> T {
+    if every.is_zero() {
+        return work.await;
+    }
     let mut work = pin!(work);
     loop {
         match tokio::time::timeout(every, work.as_mut()).await {
