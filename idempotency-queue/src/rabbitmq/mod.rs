@@ -9,6 +9,11 @@
 //! Consume with manual acks (`no_ack = false`, the default) and a prefetch (`basic_qos`) of at
 //! least the concurrency, so a message waiting for its delayed requeue does not stall the rest.
 //!
+//! RabbitMQ has no "still working" signal: a delivery left unacknowledged longer than the
+//! broker's `consumer_timeout` (30 min by default) closes its channel, and every unacked
+//! message on it is redelivered. The store keeps those copies from running twice (requeued as
+//! in flight while the first run holds its lease), but keep handlers well under that timeout.
+//!
 //! ```no_run
 //! use idempotency_core::{Idempotency, MemoryStore, Scope};
 //! use idempotency_queue::{Header, IdempotentConsumer, Job, rabbitmq};
