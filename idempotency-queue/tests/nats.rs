@@ -107,6 +107,42 @@ where
     })
 }
 
+/// A consumer on a fresh memory store whose handler runs `work(attempt, job, ledger)` (attempts
+/// counted from 0), retrying failures after 50–200 ms; with its ledger and attempt counter.
+fn retrying_consumer<F, Fut>(
+    work: F,
+) -> (
+    Arc<IdempotentConsumer<MemoryStore, Header, impl idempotency_queue::Handler>>,
+    Ledger,
+    Arc<AtomicUsize>,
+)
+where
+    F: Fn(usize, Job, Ledger) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), String>> + Send,
+{
+    let ledger = Ledger::default();
+    let recorded = ledger.clone();
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&attempts);
+    let consumer = IdempotentConsumer::new(
+        Idempotency::new(MemoryStore::new()),
+        Scope::new(unique("coupon-grant")),
+        Header::new("business-key"),
+        move |job: Job| {
+            work(
+                counter.fetch_add(1, Ordering::SeqCst),
+                job,
+                recorded.clone(),
+            )
+        },
+    )
+    .with_backoff(Backoff::new(
+        Duration::from_millis(50),
+        Duration::from_millis(200),
+    ));
+    (Arc::new(consumer), ledger, attempts)
+}
+
 #[tokio::test]
 async fn duplicate_publishes_run_the_handler_once_per_key() {
     let Some(fixture) = Fixture::new().await else {
@@ -154,34 +190,15 @@ async fn a_failed_delivery_is_redelivered_and_processed_once() {
     let Some(fixture) = Fixture::new().await else {
         return;
     };
-    let ledger = Ledger::default();
-    let recorded = ledger.clone();
-    let attempts = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::clone(&attempts);
-    let consumer = Arc::new(
-        IdempotentConsumer::new(
-            Idempotency::new(MemoryStore::new()),
-            Scope::new(unique("coupon-grant")),
-            Header::new("business-key"),
-            move |job: Job| {
-                let attempt = counter.fetch_add(1, Ordering::SeqCst);
-                let recorded = recorded.clone();
-                async move {
-                    if attempt < 2 {
-                        return Err(format!("coupon service down (attempt {attempt})"));
-                    }
-                    if job.message.delivery_count() == Some(3) {
-                        recorded.record(&job);
-                    }
-                    Ok(())
-                }
-            },
-        )
-        .with_backoff(Backoff::new(
-            Duration::from_millis(50),
-            Duration::from_millis(200),
-        )),
-    );
+    let (consumer, ledger, attempts) = retrying_consumer(|attempt, job, ledger| async move {
+        if attempt < 2 {
+            return Err(format!("coupon service down (attempt {attempt})"));
+        }
+        if job.message.delivery_count() == Some(3) {
+            ledger.record(&job);
+        }
+        Ok(())
+    });
     fixture.publish("T1", "order 1").await;
     let task = spawn_consume(
         Arc::clone(&consumer),
@@ -217,38 +234,19 @@ async fn a_slow_handler_keeps_its_message_and_its_failure_is_retried() {
     let Some(fixture) = Fixture::new().await else {
         return;
     };
-    let ledger = Ledger::default();
-    let recorded = ledger.clone();
-    let attempts = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::clone(&attempts);
-    let consumer = Arc::new(
-        IdempotentConsumer::new(
-            Idempotency::new(MemoryStore::new()),
-            Scope::new(unique("coupon-grant")),
-            Header::new("business-key"),
-            move |job: Job| {
-                let attempt = counter.fetch_add(1, Ordering::SeqCst);
-                let recorded = recorded.clone();
-                async move {
-                    if attempt == 0 {
-                        tokio::time::sleep(Duration::from_millis(2_500)).await;
-                        return Err("coupon service timed out".to_owned());
-                    }
-                    assert_eq!(
-                        job.message.delivery_count(),
-                        Some(2),
-                        "no redelivery while running"
-                    );
-                    recorded.record(&job);
-                    Ok(())
-                }
-            },
-        )
-        .with_backoff(Backoff::new(
-            Duration::from_millis(50),
-            Duration::from_millis(200),
-        )),
-    );
+    let (consumer, ledger, attempts) = retrying_consumer(|attempt, job, ledger| async move {
+        if attempt == 0 {
+            tokio::time::sleep(Duration::from_millis(2_500)).await;
+            return Err("coupon service timed out".to_owned());
+        }
+        assert_eq!(
+            job.message.delivery_count(),
+            Some(2),
+            "no redelivery while running"
+        );
+        ledger.record(&job);
+        Ok(())
+    });
     fixture.publish("T1", "order 1").await;
     let messages = fixture
         .consumer_with("granter", Duration::from_secs(1), 2)
