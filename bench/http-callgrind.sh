@@ -9,8 +9,8 @@
 #   KEEP=dir bench/http-callgrind.sh ...                  keeps the callgrind files in dir (for
 #                                                         callgrind_annotate --inclusive=yes)
 #
-# Valgrind's CPU has no SHA extensions, so SHA-256 runs in software here (~3 500 instructions
-# per 64-byte block, against ~65 ns with SHA-NI): the `sha256` column shows that part apart.
+# The `hash` column shows the hashing of storage keys and fingerprints (BLAKE3; SHA-256 before
+# 2026-12-01) apart.
 # Counters are zeroed after a 10-s warm-up and dumped after the measured window; requests are
 # those wrk completed in it (at most 8 more were in flight at either edge).
 set -euo pipefail
@@ -37,7 +37,7 @@ trap 'stop; if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/*.on* "$w
 
 post() { curl -sf -X POST "$url$1" -H 'Content-Type: application/json' ${2:+-H "Idempotency-Key: $2"} -d "$3"; }
 
-measure() { # scenario on|off -> "requests instructions sha256-instructions"
+measure() { # scenario on|off -> "requests instructions hash-instructions"
   ADDR=127.0.0.1:$port IDEMPOTENCY_LAYER=$2 RUST_LOG=warn valgrind --tool=callgrind \
     --callgrind-out-file="$work/$1.$2" "$binary" >"$work/server.log" 2>"$work/valgrind.log" &
   server=$!
@@ -64,12 +64,12 @@ measure() { # scenario on|off -> "requests instructions sha256-instructions"
   python3 bench/callgrind_self.py "$work/$1.$2.1" "$requests" "$work/$1.$2.self"
 }
 
-printf '%-16s %8s %14s %14s %9s\n' scenario mode "Ir/request" "w/o sha256" sha256
+printf '%-16s %8s %14s %14s %9s\n' scenario mode "Ir/request" "w/o hash" hash
 for scenario in "${scenarios[@]}"; do
   for mode in off on; do
-    read -r requests total sha < <(measure "$scenario" "$mode")
+    read -r requests total hashing < <(measure "$scenario" "$mode")
     printf '%-16s %8s %14d %14d %9d   (%d requests)\n' "$scenario" "$([ "$mode" = on ] && echo layer || echo bare)" \
-      "$total" "$((total - sha))" "$sha" "$requests"
+      "$total" "$((total - hashing))" "$hashing" "$requests"
   done
   if [ -n "${TOP:-}" ]; then
     python3 bench/callgrind_self.py --diff "$work/$scenario.on.self" "$work/$scenario.off.self" "$TOP"

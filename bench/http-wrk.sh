@@ -8,6 +8,8 @@
 #   STORE=redis|postgres|mysql|sqlite bench/http-wrk.sh ...   the service on that backend (see
 #                                  examples/src/payments/config.rs: Redis keeps the records and
 #                                  orders stay in memory; the SQL backends keep both)
+#   BINARY=path bench/http-wrk.sh ...  that `payments` binary, not built here (to compare a
+#                                  build of another commit in the same conditions)
 #   REFERENCE=1 bench/http-wrk.sh ...  new keys also through the benchmark reference
 #                                  (IDEMPOTENCY_LAYER=reference, examples/src/payments/reference.rs):
 #                                  the least a layer replaying stored responses does, in the same rounds
@@ -28,8 +30,11 @@ command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)"
 store=${STORE:-memory}
 features=()
 [ "$store" != memory ] && features=(--features "$store")
-cargo build --release -q -p idempotency-examples --bin payments "${features[@]}"
-binary=${CARGO_TARGET_DIR:-target}/release/payments
+binary=${BINARY:-}
+if [ -z "$binary" ]; then
+  cargo build --release -q -p idempotency-examples --bin payments "${features[@]}"
+  binary=${CARGO_TARGET_DIR:-target}/release/payments
+fi
 
 server=
 stop() { [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null; server=; }

@@ -5,7 +5,7 @@ use std::fmt;
 
 use crate::framing::FramedHasher;
 
-/// A SHA-256 digest of the parts of a request that must not change between retries.
+/// A BLAKE3 digest of the parts of a request that must not change between retries.
 ///
 /// The same key sent with another fingerprint is a client bug (or an attack) and is refused
 /// (HTTP 422) without running the handler.
@@ -157,7 +157,8 @@ mod tests {
     }
 
     /// Stored records keep these digests: a change here makes every record written before it
-    /// a mismatch. Values from the framing as first released (one `update` per part).
+    /// a mismatch. Values computed apart from this crate: the framing written out in Python,
+    /// hashed by the `blake3` package (`scripts/digest_pins.py`).
     #[test]
     fn digests_are_stable() {
         let hex = |f: Fingerprint| f.to_hex();
@@ -167,11 +168,11 @@ mod tests {
                 "/orders?x=1",
                 br#"{"amount":1}"#
             )),
-            "2291b03b2c9aa71f5db35414030a6be05f4552efa81b24a0bf173c7cbd92352e"
+            "8df2d34eaaaa334f4cf882aefadf903c25507ef79dd802e1df7111ef69d9a37b"
         );
         assert_eq!(
             hex(Fingerprint::of_request("PUT", "/p", &[5u8; 300])),
-            "b68caa80c7b30bd6317482af302a5d17ffe2fac5d2ff607e2d36b5e3457faa45"
+            "ff410e6e4bd42e8fc3a3c8bf09a3314d81c3a8349b29e7d51c858af4707f4a76"
         );
         let body = json!({"trade_no": "T-1", "order_id": 1, "t": 9});
         assert_eq!(
@@ -179,24 +180,24 @@ mod tests {
                 &body,
                 &["/trade_no", "/order_id", "/none"]
             )),
-            "20a436e66d7f17fb82ba4576745a58116897c6e26cefa6d85970ad706a16e796"
+            "5cc96091b5c54100e49d5876a3ac202d82daef4fc00f8cd9fc7a98be7d3b8d02"
         );
         for (len, pin) in [
             (
                 127,
-                "3c71a866987d8cb6bf36de36365660132542f15873ab31eb27de051f61ea7860",
+                "f1ec5b0c042693ab7291bec2e9f4f0be5f0ce3e76af32901c7350ed4a7e6998a",
             ),
             (
                 128,
-                "c78d48f20751c3f9c573651b6f358c446cb984137c4e986b618e72d22dbd995d",
+                "e4d01cb60016aad127ede42e4e737f9a44eabeb63a999e828d0011ae8232354e",
             ),
             (
                 200,
-                "02c685cf3e21ccafc53c853976055307807d266e4ffeda7d15141944e50e78fa",
+                "1c956b1710b558e02e79cd353b9359504607c16dd4e99b5a1da3ab4e2581b770",
             ),
             (
                 16_500,
-                "cd2a0b93472720b634a6226aab47bbcc2c0e11f45ded827c61515714dc2191da",
+                "f8e2c6ff571d11a0deebd9612263690dc9c42af43cde94fe2563e7b50c93f0b3",
             ),
         ] {
             assert_eq!(
@@ -210,7 +211,7 @@ mod tests {
         });
         assert_eq!(
             hex(many.finish()),
-            "433906a23d952519ddd11909578e03c087a3b22f42838880358d62a84520497c"
+            "2d08bf6d026456d5c5de53006646cde1ea697eb526ac381638ff203ae245aaa3"
         );
     }
 

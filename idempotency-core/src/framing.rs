@@ -1,18 +1,21 @@
-//! Length-framed SHA-256: what storage keys and fingerprints are hashed with.
+//! Length-framed BLAKE3: what storage keys and fingerprints are hashed with.
+//!
+//! BLAKE3 rather than SHA-256: on CPUs without SHA extensions (most servers before Intel Ice
+//! Lake, and valgrind's) one SHA-256 block costs ~0.7 µs, three of them per request a fifth of
+//! a small handler's time; BLAKE3 hashes the same input 5-7 times faster everywhere.
 
-use sha2::{Digest, Sha256};
+/// Room for the framed parts of a typical storage key or fingerprint (four BLAKE3 blocks).
+const GATHER: usize = 256;
 
-/// Room for the framed parts of a typical storage key or fingerprint (two SHA-256 blocks).
-const GATHER: usize = 128;
-
-/// SHA-256 over parts, each after its length (an unsigned LEB128 varint: one byte below 128),
+/// BLAKE3 over parts, each after its length (an unsigned LEB128 varint: one byte below 128),
 /// so that no two lists of parts hash the same bytes.
 ///
-/// Parts are gathered in a buffer and hashed by one `update` per buffer, not two per part: each
-/// `update` has a fixed cost (its own block buffer, a copy) larger than a short part's.
+/// Parts are gathered in a buffer and hashed at once when they fit it (no incremental hasher,
+/// whose state is about 2 KiB); longer input goes through one, kept on the heap.
 #[derive(Clone)]
 pub(crate) struct FramedHasher {
-    hasher: Sha256,
+    /// Set up once the input outgrows the buffer.
+    hasher: Option<Box<blake3::Hasher>>,
     buffer: [u8; GATHER],
     len: usize,
 }
@@ -20,7 +23,7 @@ pub(crate) struct FramedHasher {
 impl FramedHasher {
     pub(crate) fn new() -> Self {
         Self {
-            hasher: Sha256::new(),
+            hasher: None,
             buffer: [0; GATHER],
             len: 0,
         }
@@ -53,21 +56,26 @@ impl FramedHasher {
                 self.len += bytes.len();
             }
             None => {
-                self.flush();
-                self.hasher.update(bytes);
+                self.flush().update(bytes);
             }
         }
     }
 
-    fn flush(&mut self) {
-        self.hasher.update(&self.buffer[..self.len]);
+    /// Moves the buffer into the incremental hasher (set up on first use), which it returns.
+    fn flush(&mut self) -> &mut blake3::Hasher {
+        let hasher = self.hasher.get_or_insert_with(Box::default);
+        hasher.update(&self.buffer[..self.len]);
         self.len = 0;
+        hasher
     }
 
     /// The digest of everything added.
     pub(crate) fn finish(mut self) -> [u8; 32] {
-        self.flush();
-        self.hasher.finalize().into()
+        let gathered = &self.buffer[..self.len];
+        match &mut self.hasher {
+            None => blake3::hash(gathered).into(),
+            Some(hasher) => hasher.update(gathered).finalize().into(),
+        }
     }
 }
 
@@ -84,7 +92,7 @@ mod tests {
     }
 
     fn raw(bytes: &[u8]) -> [u8; 32] {
-        Sha256::digest(bytes).into()
+        blake3::hash(bytes).into()
     }
 
     #[test]
@@ -109,8 +117,10 @@ mod tests {
     #[test]
     fn gathering_does_not_change_the_digest() {
         // Every split of the buffer: parts that fit, fill it exactly, or overflow it.
-        for first in [0usize, 1, 60, 117, 118, 126, 127, 128, 129, 300] {
-            for second in [0usize, 1, 9, 10, 11, 127, 128, 5000] {
+        for first in [
+            0usize, 1, 60, 117, 118, 126, 127, 128, 129, 245, 246, 255, 256, 257, 300, 2000,
+        ] {
+            for second in [0usize, 1, 9, 10, 11, 127, 128, 255, 256, 5000] {
                 let (a, b) = (vec![1u8; first], vec![2u8; second]);
                 let mut expected = Vec::new();
                 for part in [&a, &b] {

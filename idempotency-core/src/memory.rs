@@ -17,7 +17,7 @@ use crate::{
 const SHARDS: usize = 64;
 
 /// A map key: a storage key, hashed (by the map's keyed SipHash) over 8 of its bytes only.
-/// Keys are SHA-256 digests, so 8 bytes are as uniform as 32, and the map's random hash key
+/// Keys are BLAKE3 digests, so 8 bytes are as uniform as 32, and the map's random hash key
 /// still keeps the bucket of a key unpredictable; equality compares all 32 bytes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct MapKey(StorageKey);
@@ -88,7 +88,7 @@ impl<V> Shards<V> {
     }
 
     fn lock(&self, key: &StorageKey) -> MutexGuard<'_, Shard<V>> {
-        // Keys are SHA-256 digests: their first byte is uniform.
+        // Keys are BLAKE3 digests: their first byte is uniform.
         let index = usize::from(key.0[0]) % SHARDS;
         self.shards[index]
             .lock()

@@ -6,7 +6,7 @@ use crate::IdempotencyKey;
 use crate::framing::FramedHasher;
 
 /// The domain tag of [`Scope::storage_key`]: short, so that a short namespace and a UUID key
-/// hash in one SHA-256 block (55 bytes with their length bytes).
+/// hash in one BLAKE3 block (64 bytes with their length bytes).
 pub(crate) const RECORD_TAG: &[u8] = b"record";
 
 /// Where a key is valid: a namespace (an endpoint, a consumer, a function) and an optional
@@ -82,7 +82,7 @@ impl Scope {
     }
 }
 
-/// The SHA-256 digest a store keys its record by.
+/// The BLAKE3 digest a store keys its record by.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StorageKey(pub [u8; 32]);
 
@@ -136,20 +136,20 @@ mod tests {
     }
 
     /// Stores keep records under these digests: a change here loses every record written
-    /// before it.
+    /// before it. Values computed apart from this crate (`scripts/digest_pins.py`).
     #[test]
     fn storage_keys_are_stable() {
         let key = IdempotencyKey::parse("7c9e6679-7425-40de-944b-e07fc1f90ae7").unwrap();
         assert_eq!(
             Scope::new("orders").storage_key(&key).to_hex(),
-            "54811cb0721df5243a406387711d3275bd4dcf794ce6a1092a66ea94a124cd86"
+            "44e0d4ebfe53d27f68d0f6a36767df6b9c4f4f7f8145240cb4da9621b9322378"
         );
         assert_eq!(
             Scope::new("orders")
                 .with_principal("tenant-7")
                 .storage_key(&key)
                 .to_hex(),
-            "d9e1307f709999fab613fb0d3cfa309a9270dc1acfc3519fc139a13cd19df742"
+            "b6f31a36d9e5bf57e333532bc164fe725043b64531eb699f77aad01be8b2341a"
         );
         let long = IdempotencyKey::parse(&"k".repeat(255)).unwrap();
         assert_eq!(
@@ -157,11 +157,11 @@ mod tests {
                 .with_principal("")
                 .storage_key(&long)
                 .to_hex(),
-            "912ae9c5b4d12919301bab14e58ca616fdb630356586a2981eb16a95388bc66d"
+            "82e851f0977be0ddc6ff2fe37f5fde1d6d93017085ceb45670eeb5086d7e77b0"
         );
         assert_eq!(
             Scope::new("tokens").derive(b"token", b"abc").to_hex(),
-            "420b2dd55c8eda5278d6db334544d63c0692b607f0b8dae5999e70f0d9977e41"
+            "816e9645d85723b86e70f8fa20fb5551457d50362c301ec853d61a919fe3d0f5"
         );
     }
 }

@@ -5,7 +5,7 @@
 //! | bytes | field |
 //! |---|---|
 //! | 0 | state: `p` in progress, `c` completed |
-//! | 1..33 | fingerprint (raw SHA-256) |
+//! | 1..33 | fingerprint (raw BLAKE3 digest) |
 //! | 33..41 | fencing token |
 //! | 41..45 | attempts |
 //! | 45..53 | created, Unix ms |
