@@ -138,7 +138,7 @@ enum Answer<'a> {
 /// apart, the handler's work is pinned in a scope of its own, and settling the record only
 /// borrows the handler's answer, which is moved into the response once every store call is done.
 #[allow(clippy::manual_async_fn)] // an `async fn` would keep its arguments twice
-fn run_to_end<F, S, ResB, E>(
+pub(super) fn run_to_end<F, S, ResB, E>(
     layer: IdempotencyLayer<S>,
     execution: Execution<S>,
     handler: Pin<Box<F>>,

@@ -12,6 +12,8 @@ mod gate;
 mod layer;
 mod service;
 mod settings;
+#[cfg(test)]
+mod sizes;
 
 pub use builder::IdempotencyLayerBuilder;
 pub use future::ResponseFuture;
