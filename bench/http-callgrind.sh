@@ -9,8 +9,9 @@
 #   KEEP=dir bench/http-callgrind.sh ...                  keeps the callgrind files in dir (for
 #                                                         callgrind_annotate --inclusive=yes)
 #
-# The `hash` column shows the hashing of storage keys and fingerprints (BLAKE3; SHA-256 before
-# 2026-12-01) apart.
+# The `hash` column counts the functions named after the hash of storage keys and fingerprints
+# (BLAKE3; SHA-256 before 2026-12-01). BLAKE3's glue is inlined into its callers and counted in
+# their rows: compare totals across builds.
 # Counters are zeroed after a 10-s warm-up and dumped after the measured window; requests are
 # those wrk completed in it (at most 8 more were in flight at either edge).
 set -euo pipefail
