@@ -8,6 +8,13 @@
 #                                                         layer changes most, per request
 #   KEEP=dir bench/http-callgrind.sh ...                  keeps the callgrind files in dir (for
 #                                                         callgrind_annotate --inclusive=yes)
+#   CACHE=1 bench/http-callgrind.sh ...                   also simulates the caches and prints
+#                                                         L1i, L1d and last-level misses per
+#                                                         request (user space only: the kernel's
+#                                                         own evictions are not simulated).
+#                                                         Geometry: CACHE_GEOMETRY, by default
+#                                                         64 KiB 4-way L1i, 32 KiB 8-way L1d,
+#                                                         8 MiB 16-way LL (AMD EPYC 7001's)
 #
 # The `hash` column counts the functions named after the hash of storage keys and fingerprints
 # (BLAKE3; SHA-256 before 2026-12-01). BLAKE3's glue is inlined into its callers and counted in
@@ -38,8 +45,13 @@ trap 'stop; if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/*.on* "$w
 
 post() { curl -sf -X POST "$url$1" -H 'Content-Type: application/json' ${2:+-H "Idempotency-Key: $2"} -d "$3"; }
 
-measure() { # scenario on|off -> "requests instructions hash-instructions"
-  ADDR=127.0.0.1:$port IDEMPOTENCY_LAYER=$2 RUST_LOG=warn valgrind --tool=callgrind \
+cache=()
+if [ "${CACHE:-0}" = 1 ]; then
+  read -r -a cache <<<"--cache-sim=yes ${CACHE_GEOMETRY:---I1=65536,4,64 --D1=32768,8,64 --LL=8388608,16,64}"
+fi
+
+measure() { # scenario on|off -> "requests instructions hash-instructions [l1i l1d ll]"
+  ADDR=127.0.0.1:$port IDEMPOTENCY_LAYER=$2 RUST_LOG=warn valgrind --tool=callgrind "${cache[@]}" \
     --callgrind-out-file="$work/$1.$2" "$binary" >"$work/server.log" 2>"$work/valgrind.log" &
   server=$!
   for _ in $(seq 600); do curl -s -o /dev/null "$url/orders/0" && break; sleep 0.1; done
@@ -65,12 +77,18 @@ measure() { # scenario on|off -> "requests instructions hash-instructions"
   python3 bench/callgrind_self.py "$work/$1.$2.1" "$requests" "$work/$1.$2.self"
 }
 
-printf '%-16s %8s %14s %14s %9s\n' scenario mode "Ir/request" "w/o hash" hash
+header=(scenario mode "Ir/request" "w/o hash" hash)
+[ ${#cache[@]} -gt 0 ] && header+=(L1i-miss L1d-miss LL-miss)
+printf '%-16s %8s %14s %14s %9s' "${header[@]:0:5}"
+[ ${#cache[@]} -gt 0 ] && printf ' %9s %9s %9s' "${header[@]:5}"
+echo
 for scenario in "${scenarios[@]}"; do
   for mode in off on; do
-    read -r requests total hashing < <(measure "$scenario" "$mode")
-    printf '%-16s %8s %14d %14d %9d   (%d requests)\n' "$scenario" "$([ "$mode" = on ] && echo layer || echo bare)" \
-      "$total" "$((total - hashing))" "$hashing" "$requests"
+    read -r requests total hashing misses < <(measure "$scenario" "$mode")
+    printf '%-16s %8s %14d %14d %9d' "$scenario" "$([ "$mode" = on ] && echo layer || echo bare)" \
+      "$total" "$((total - hashing))" "$hashing"
+    [ -n "${misses:-}" ] && printf ' %9d %9d %9d' $misses
+    printf '   (%d requests)\n' "$requests"
   done
   if [ -n "${TOP:-}" ]; then
     python3 bench/callgrind_self.py --diff "$work/$scenario.on.self" "$work/$scenario.off.self" "$TOP"

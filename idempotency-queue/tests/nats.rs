@@ -73,8 +73,18 @@ impl Fixture {
         ack_wait: Duration,
         max_deliver: i64,
     ) -> pull::Stream {
-        let consumer = self
-            .stream
+        let consumer = self.pull_consumer(durable, ack_wait, max_deliver).await;
+        consumer.messages().await.unwrap()
+    }
+
+    /// The pull consumer itself, as [`Fixture::consumer_with`] creates it.
+    async fn pull_consumer(
+        &self,
+        durable: &str,
+        ack_wait: Duration,
+        max_deliver: i64,
+    ) -> jetstream::consumer::PullConsumer {
+        self.stream
             .get_or_create_consumer(
                 durable,
                 pull::Config {
@@ -85,8 +95,7 @@ impl Fixture {
                 },
             )
             .await
-            .unwrap();
-        consumer.messages().await.unwrap()
+            .unwrap()
     }
 
     async fn cleanup(self) {
@@ -225,16 +234,14 @@ async fn a_failed_delivery_is_redelivered_and_processed_once() {
     fixture.cleanup().await;
 }
 
-/// A handler slower than `ack_wait`: its message is marked in progress while it runs, so it is
-/// not redelivered meanwhile, and when the handler then fails, `max_deliver` still has room
-/// for the retry. (Without the progress marks, the redelivery during the first run uses up
-/// `max_deliver = 2` and the failed message is never delivered again.)
-#[tokio::test]
-async fn a_slow_handler_keeps_its_message_and_its_failure_is_retried() {
-    let Some(fixture) = Fixture::new().await else {
-        return;
-    };
-    let (consumer, ledger, attempts) = retrying_consumer(|attempt, job, ledger| async move {
+/// A consumer whose handler runs 2.5 s and fails the first time, then checks that its message
+/// was delivered only twice (no redelivery while it ran) and records the key.
+fn slow_then_failing_consumer() -> (
+    Arc<IdempotentConsumer<MemoryStore, Header, impl idempotency_queue::Handler>>,
+    Ledger,
+    Arc<AtomicUsize>,
+) {
+    retrying_consumer(|attempt, job, ledger| async move {
         if attempt == 0 {
             tokio::time::sleep(Duration::from_millis(2_500)).await;
             return Err("coupon service timed out".to_owned());
@@ -246,7 +253,40 @@ async fn a_slow_handler_keeps_its_message_and_its_failure_is_retried() {
         );
         ledger.record(&job);
         Ok(())
-    });
+    })
+}
+
+/// Waits for [`slow_then_failing_consumer`]'s retry, stops `task` and checks that the handler
+/// ran twice (the failure, then the retry) and its key was processed once.
+async fn assert_retried_once<H: idempotency_queue::Handler>(
+    consumer: &IdempotentConsumer<MemoryStore, Header, H>,
+    ledger: &Ledger,
+    attempts: &AtomicUsize,
+    task: tokio::task::JoinHandle<()>,
+) {
+    wait_until(
+        "the retry after the slow failure to be processed",
+        LIMIT,
+        || consumer.stats().snapshot().processed == 1,
+    )
+    .await;
+    task.abort();
+    let stats = consumer.stats().snapshot();
+    assert_eq!((stats.failed, stats.in_flight), (1, 0), "{stats:?}");
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    assert_eq!(ledger.runs("T1"), 1);
+}
+
+/// A handler slower than `ack_wait`: its message is marked in progress while it runs, so it is
+/// not redelivered meanwhile, and when the handler then fails, `max_deliver` still has room
+/// for the retry. (Without the progress marks, the redelivery during the first run uses up
+/// `max_deliver = 2` and the failed message is never delivered again.)
+#[tokio::test]
+async fn a_slow_handler_keeps_its_message_and_its_failure_is_retried() {
+    let Some(fixture) = Fixture::new().await else {
+        return;
+    };
+    let (consumer, ledger, attempts) = slow_then_failing_consumer();
     fixture.publish("T1", "order 1").await;
     let messages = fixture
         .consumer_with("granter", Duration::from_secs(1), 2)
@@ -256,18 +296,33 @@ async fn a_slow_handler_keeps_its_message_and_its_failure_is_retried() {
         let _ =
             nats::consume_with_progress(&running, messages, 8, Duration::from_millis(300)).await;
     });
-    wait_until(
-        "the retry after the slow failure to be processed",
-        LIMIT,
-        || consumer.stats().snapshot().processed == 1,
-    )
-    .await;
-    task.abort();
+    assert_retried_once(&consumer, &ledger, &attempts, task).await;
+    fixture.cleanup().await;
+}
 
-    let stats = consumer.stats().snapshot();
-    assert_eq!((stats.failed, stats.in_flight), (1, 0), "{stats:?}");
-    assert_eq!(attempts.load(Ordering::SeqCst), 2);
-    assert_eq!(ledger.runs("T1"), 1);
+/// The same slow handler through `consume_pull`, which reads `ack_wait` (1 s) off the pull
+/// consumer and marks the message in progress every third of it. With [`nats::consume`]'s
+/// fixed 10-s interval the message would be redelivered during the 2.5-s run, and with
+/// `max_deliver = 2` the failure would never be retried.
+#[tokio::test]
+async fn consume_pull_marks_progress_within_the_consumers_own_ack_wait() {
+    let Some(fixture) = Fixture::new().await else {
+        return;
+    };
+    let (consumer, ledger, attempts) = slow_then_failing_consumer();
+    fixture.publish("T1", "order 1").await;
+    let pull = fixture
+        .pull_consumer("granter", Duration::from_secs(1), 2)
+        .await;
+    assert_eq!(
+        nats::progress_interval(pull.cached_info().config.ack_wait),
+        Duration::from_nanos(333_333_333),
+    );
+    let running = Arc::clone(&consumer);
+    let task = tokio::spawn(async move {
+        let _ = nats::consume_pull(&running, &pull, 8).await;
+    });
+    assert_retried_once(&consumer, &ledger, &attempts, task).await;
     fixture.cleanup().await;
 }
 

@@ -89,9 +89,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..Default::default()
         })
         .await?;
-    let messages = pull.messages().await?;
     let running = Arc::clone(&consumer);
-    let task = tokio::spawn(async move { nats::consume(&running, messages, 16).await });
+    // In-progress marks every third of the consumer's `ack_wait` (10 s here).
+    let task = tokio::spawn(async move { nats::consume_pull(&running, &pull, 16).await });
 
     let expected = (TRADES * DELIVERIES_PER_TRADE) as u64;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

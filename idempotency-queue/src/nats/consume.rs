@@ -10,17 +10,62 @@ use idempotency_core::Store;
 
 use crate::{Handler, IdempotentConsumer, KeyExtractor};
 
+/// JetStream's `ack_wait` when a consumer sets none.
+pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
+
 /// How often [`consume`] tells JetStream that a message is still being worked on (`+WPI`): a
-/// third of JetStream's default `ack_wait` (30 s).
+/// third of [`DEFAULT_ACK_WAIT`].
 pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The `+WPI` interval for a consumer whose `ack_wait` is `ack_wait`: a third of it, so that two
+/// marks can be lost before JetStream redelivers; zero (unset) stands for [`DEFAULT_ACK_WAIT`].
+///
+/// ```
+/// use std::time::Duration;
+/// use idempotency_queue::nats::progress_interval;
+/// assert_eq!(progress_interval(Duration::from_secs(3)), Duration::from_secs(1));
+/// assert_eq!(progress_interval(Duration::ZERO), Duration::from_secs(10));
+/// ```
+pub fn progress_interval(ack_wait: Duration) -> Duration {
+    let ack_wait = if ack_wait.is_zero() {
+        DEFAULT_ACK_WAIT
+    } else {
+        ack_wait
+    };
+    ack_wait / 3
+}
+
+/// [`consume`] for a pull consumer: its messages, each marked in progress every
+/// [`progress_interval`] of the consumer's own `ack_wait`.
+///
+/// `ack_wait` is read from the consumer's cached info (no round trip): from when `pull` was
+/// fetched or last refreshed ([`Consumer::info`](jetstream::consumer::Consumer::info)).
+/// Returns when the message stream fails, with its error (unacked messages are redelivered after
+/// `ack_wait`, and the store keeps them from running twice).
+pub async fn consume_pull<S, K, H>(
+    consumer: &IdempotentConsumer<S, K, H>,
+    pull: &jetstream::consumer::PullConsumer,
+    concurrency: usize,
+) -> Result<(), async_nats::Error>
+where
+    S: Store,
+    K: KeyExtractor,
+    H: Handler,
+{
+    let every = progress_interval(pull.cached_info().config.ack_wait);
+    let messages = pull.messages().await?;
+    consume_with_progress(consumer, messages, concurrency, every).await?;
+    Ok(())
+}
 
 /// Processes messages from `messages`, up to `concurrency` at a time, until the stream ends
 /// (returns `Ok`) or fails (returns its error; unacked messages are redelivered after
 /// `ack_wait`, and the store keeps them from running twice).
 ///
 /// While a handler runs longer than [`DEFAULT_PROGRESS_INTERVAL`], the message is marked in
-/// progress at that interval, so JetStream does not redeliver it meanwhile; with a shorter
-/// `ack_wait`, use [`consume_with_progress`].
+/// progress at that interval, so JetStream does not redeliver it meanwhile. That suits the
+/// default `ack_wait` (30 s); for a pull consumer, [`consume_pull`] follows the consumer's own,
+/// and [`consume_with_progress`] takes any interval.
 pub async fn consume<S, K, H, E>(
     consumer: &IdempotentConsumer<S, K, H>,
     messages: impl Stream<Item = Result<jetstream::Message, E>>,

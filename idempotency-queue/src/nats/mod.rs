@@ -1,15 +1,16 @@
 //! NATS JetStream through [`async_nats`].
 //!
-//! [`consume`] drives a stream of JetStream messages (a pull consumer's `messages()`, or a
-//! push consumer's) through an [`IdempotentConsumer`](crate::IdempotentConsumer): each is
-//! converted with [`message`] (payload, `Nats-Msg-Id`, headers, subject, delivery count), then
-//! settled with [`settle`]: `+ACK`, `-NAK` with the verdict's delay (the server redelivers it
-//! then), or `+TERM`.
+//! [`consume_pull`] drives a pull consumer's messages, and [`consume`] any stream of JetStream
+//! messages (a pull consumer's `messages()`, or a push consumer's), through an
+//! [`IdempotentConsumer`](crate::IdempotentConsumer): each is converted with [`message`]
+//! (payload, `Nats-Msg-Id`, headers, subject, delivery count), then settled with [`settle`]:
+//! `+ACK`, `-NAK` with the verdict's delay (the server redelivers it then), or `+TERM`.
 //!
 //! Use explicit acks (`AckPolicy::Explicit`) and a `max_deliver` to bound poison messages.
-//! While a handler runs, its message is marked in progress (`+WPI`) every
-//! [`DEFAULT_PROGRESS_INTERVAL`] (or [`consume_with_progress`]'s interval: keep it under a third
-//! of `ack_wait`), so JetStream does not redeliver it meanwhile.
+//! While a handler runs, its message is marked in progress (`+WPI`) every third of the pull
+//! consumer's `ack_wait` ([`consume_pull`]), every [`DEFAULT_PROGRESS_INTERVAL`] ([`consume`],
+//! made for the default `ack_wait` of 30 s) or at [`consume_with_progress`]'s interval, so
+//! JetStream does not redeliver it meanwhile.
 //!
 //! JetStream drops a republished message whose `Nats-Msg-Id` it saw within the stream's
 //! duplicate window; that covers producer retries within the window only. This consumer
@@ -17,7 +18,6 @@
 //! business key).
 //!
 //! ```no_run
-//! use futures_util::StreamExt;
 //! use idempotency_core::{Idempotency, MemoryStore, Scope};
 //! use idempotency_queue::{Header, IdempotentConsumer, Job, nats};
 //! use async_nats::jetstream::{self, consumer::pull};
@@ -40,7 +40,7 @@
 //!     Header::new("business-key"),
 //!     |job: Job| async move { Ok::<_, std::io::Error>(()) },
 //! );
-//! nats::consume(&consumer, pull.messages().await?, 16).await?;
+//! nats::consume_pull(&consumer, &pull, 16).await?;
 //! # Ok(()) }
 //! ```
 
@@ -48,6 +48,9 @@ mod consume;
 mod convert;
 mod settle;
 
-pub use consume::{DEFAULT_PROGRESS_INTERVAL, consume, consume_with_progress};
+pub use consume::{
+    DEFAULT_ACK_WAIT, DEFAULT_PROGRESS_INTERVAL, consume, consume_pull, consume_with_progress,
+    progress_interval,
+};
 pub use convert::message;
 pub use settle::settle;
