@@ -1,5 +1,7 @@
 //! The in-process store: sharded maps with expiry, the embedded default.
 
+mod digest_hashing;
+
 use std::collections::HashMap;
 use std::collections::hash_map::Entry as Slot;
 use std::hash::{Hash, Hasher};
@@ -7,6 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use self::digest_hashing::DigestHashing;
 use crate::time::unix_micros_now;
 use crate::token::{OneTimeToken, TokenOutcome, TokenStore};
 use crate::{
@@ -16,9 +19,9 @@ use crate::{
 
 const SHARDS: usize = 64;
 
-/// A map key: a storage key, hashed (by the map's keyed SipHash) over 8 of its bytes only.
-/// Keys are BLAKE3 digests, so 8 bytes are as uniform as 32, and the map's random hash key
-/// still keeps the bucket of a key unpredictable; equality compares all 32 bytes.
+/// A map key: a storage key, hashed (by [`DigestHashing`], seeded per store) over 8 of its
+/// bytes only. Keys are BLAKE3 digests, so 8 bytes are as uniform as 32, and the seeds keep
+/// the bucket of a key unpredictable; equality compares all 32 bytes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct MapKey(StorageKey);
 
@@ -34,7 +37,7 @@ impl Hash for MapKey {
 /// One shard: its map, and the namespace of its latest new record, which the next records of
 /// the same namespace share instead of copying it.
 struct Shard<V> {
-    map: HashMap<MapKey, V>,
+    map: HashMap<MapKey, V, DigestHashing>,
     namespace: Option<Arc<str>>,
 }
 
@@ -75,11 +78,12 @@ struct Shards<V> {
 
 impl<V> Shards<V> {
     fn new() -> Self {
+        let hashing = DigestHashing::new();
         Self {
             shards: (0..SHARDS)
                 .map(|_| {
                     Mutex::new(Shard {
-                        map: HashMap::new(),
+                        map: HashMap::with_hasher(hashing),
                         namespace: None,
                     })
                 })
