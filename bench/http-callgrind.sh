@@ -8,6 +8,8 @@
 #                                                         layer changes most, per request
 #   KEEP=dir bench/http-callgrind.sh ...                  keeps the callgrind files in dir (for
 #                                                         callgrind_annotate --inclusive=yes)
+#   REFERENCE=1 bench/http-callgrind.sh ...               new keys also through the benchmark
+#                                                         reference (IDEMPOTENCY_LAYER=reference)
 #   CACHE=1 bench/http-callgrind.sh ...                   also simulates the caches and prints
 #                                                         L1i, L1d and last-level misses per
 #                                                         request (user space only: the kernel's
@@ -41,7 +43,7 @@ stop() {
   if [ -n "$server" ]; then kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true; fi
   server=
 }
-trap 'stop; if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/*.on* "$work"/*.off* "$KEEP"/; fi; rm -rf "$work"' EXIT
+trap 'stop; if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && find "$work" -name '*.on*' -o -name '*.off*' -o -name '*.reference*' | xargs cp -t "$KEEP"; fi; rm -rf "$work"' EXIT
 
 post() { curl -sf -X POST "$url$1" -H 'Content-Type: application/json' ${2:+-H "Idempotency-Key: $2"} -d "$3"; }
 
@@ -83,9 +85,12 @@ printf '%-16s %8s %14s %14s %9s' "${header[@]:0:5}"
 [ ${#cache[@]} -gt 0 ] && printf ' %9s %9s %9s' "${header[@]:5}"
 echo
 for scenario in "${scenarios[@]}"; do
-  for mode in off on; do
+  modes=(off on)
+  [ "${REFERENCE:-0}" = 1 ] && [ "$scenario" = new-keys ] && modes+=(reference)
+  for mode in "${modes[@]}"; do
     read -r requests total hashing misses < <(measure "$scenario" "$mode")
-    printf '%-16s %8s %14d %14d %9d' "$scenario" "$([ "$mode" = on ] && echo layer || echo bare)" \
+    case $mode in off) label=bare ;; on) label=layer ;; *) label=$mode ;; esac
+    printf '%-16s %8s %14d %14d %9d' "$scenario" "$label" \
       "$total" "$((total - hashing))" "$hashing"
     [ -n "${misses:-}" ] && printf ' %9d %9d %9d' $misses
     printf '   (%d requests)\n' "$requests"
