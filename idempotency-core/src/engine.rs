@@ -555,6 +555,14 @@ impl<S: Store> Execution<S> {
             self.finished = true;
             let engine = &self.engine;
             let ttl = engine.inner.config.ttl;
+            let store = &engine.inner.store;
+            // A store that completes at once (the memory store) needs no future, nor a timer.
+            if let Some(result) = store.complete_ready(&self.key, self.lease.token, &outcome, ttl) {
+                if let Err(error) = &result {
+                    engine.note_failure(StoreOp::Complete, self.namespace.by_ref(), error);
+                }
+                return result;
+            }
             let call = std::pin::pin!(engine.inner.store.complete(
                 &self.key,
                 self.lease.token,

@@ -89,6 +89,20 @@ pub trait Store: Send + Sync + 'static {
         ttl: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// [`complete`](Store::complete) done at once, by a store that completes without awaiting
+    /// anything (the memory store): callers then set up no future for it. `None`, the default,
+    /// means: call `complete` (nothing was done).
+    fn complete_ready(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Option<Result<(), StoreError>> {
+        let _ = (key, token, outcome, ttl);
+        None
+    }
+
     /// Deletes an in-progress record so the next claim runs again.
     fn release(
         &self,
@@ -135,6 +149,13 @@ pub trait DynStore: Send + Sync + 'static {
         outcome: &'a Outcome,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn complete_ready_dyn(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Option<Result<(), StoreError>>;
     fn release_dyn<'a>(
         &'a self,
         key: &'a StorageKey,
@@ -171,6 +192,15 @@ impl<S: Store> DynStore for S {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.complete(key, token, outcome, ttl))
+    }
+    fn complete_ready_dyn(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Option<Result<(), StoreError>> {
+        self.complete_ready(key, token, outcome, ttl)
     }
     fn release_dyn<'a>(
         &'a self,
@@ -237,6 +267,15 @@ impl Store for BoxStore {
     ) -> Result<(), StoreError> {
         self.0.complete_dyn(key, token, outcome, ttl).await
     }
+    fn complete_ready(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Option<Result<(), StoreError>> {
+        self.0.complete_ready_dyn(key, token, outcome, ttl)
+    }
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
         self.0.release_dyn(key, token).await
     }
@@ -274,6 +313,15 @@ impl<S: Store> Store for Arc<S> {
         ttl: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).complete(key, token, outcome, ttl)
+    }
+    fn complete_ready(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Option<Result<(), StoreError>> {
+        (**self).complete_ready(key, token, outcome, ttl)
     }
     fn release(
         &self,

@@ -119,6 +119,40 @@ pub async fn ready_claims_answer_as_claim<S: Store>(store: &S) {
     );
 }
 
+/// A completion done at once ([`Store::complete_ready`]) is the one `complete` does: a stale
+/// token is refused and changes nothing, the current one stores the outcome, and completing
+/// again is refused. A store that does not complete at once has nothing to check here.
+pub async fn ready_completes_answer_as_complete<S: Store>(store: &S) {
+    let key = unique_key();
+    let fp = fingerprint("ready-complete");
+    let lease = acquire(store, &key, &fp, LONG).await;
+    let outcome = binary_outcome();
+    let stale = FencingToken(lease.token.0.wrapping_sub(1));
+    let Some(refused) = store.complete_ready(&key, stale, &outcome, LONG) else {
+        return;
+    };
+    assert!(
+        matches!(refused, Err(StoreError::LeaseLost)),
+        "a stale token: {refused:?}"
+    );
+    let live = store.claim(request(&key, &fp, LONG)).await.unwrap();
+    assert!(
+        matches!(live, Claim::InProgress { .. }),
+        "a refused completion changes nothing: {live:?}"
+    );
+    let done = store.complete_ready(&key, lease.token, &outcome, LONG);
+    assert!(matches!(done, Some(Ok(()))), "{done:?}");
+    assert_eq!(
+        store.claim(request(&key, &fp, LONG)).await.unwrap(),
+        Claim::Completed(outcome.clone())
+    );
+    let again = store.complete_ready(&key, lease.token, &outcome, LONG);
+    assert!(
+        matches!(again, Some(Err(StoreError::LeaseLost))),
+        "completed already: {again:?}"
+    );
+}
+
 /// absent → in_progress → completed, with replay of the exact outcome.
 pub async fn lifecycle<S: Store>(store: &S) {
     let key = unique_key();
@@ -531,7 +565,7 @@ macro_rules! store_conformance_tests {
             lifecycle, mismatch, takeover_and_fencing, takeover_with_other_payload,
             touch_extends_lease, release_and_reclaim, unknown_key_is_refused,
             completed_expiry_and_purge, abandoned_lease_outlives_purge,
-            ready_claims_answer_as_claim);
+            ready_claims_answer_as_claim, ready_completes_answer_as_complete);
         $crate::store_conformance_tests!(@shared $make; keys_are_independent, claim_storm);
     };
     (@tests $make:expr; $($check:ident),*) => {$(

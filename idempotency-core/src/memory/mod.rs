@@ -312,6 +312,22 @@ impl MemoryStore {
         Ok(Claim::Acquired(lease))
     }
 
+    fn complete_now(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.update_owned(key, token, |record, now| {
+            record.state = RecordState::Completed;
+            record.outcome = Some(outcome.clone());
+            record.completed_at = Some(now);
+            record.updated_at = now;
+            record.expires_at = now + ttl;
+        })
+    }
+
     /// Applies `change` to the in-progress record of `key` if `token` is current.
     fn update_owned(
         &self,
@@ -395,13 +411,17 @@ impl Store for MemoryStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.update_owned(key, token, |record, now| {
-            record.state = RecordState::Completed;
-            record.outcome = Some(outcome.clone());
-            record.completed_at = Some(now);
-            record.updated_at = now;
-            record.expires_at = now + ttl;
-        })
+        self.complete_now(key, token, outcome, ttl)
+    }
+
+    fn complete_ready(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Option<Result<(), StoreError>> {
+        Some(self.complete_now(key, token, outcome, ttl))
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
