@@ -563,12 +563,7 @@ impl<S: Store> Execution<S> {
                 }
                 return result;
             }
-            let call = std::pin::pin!(engine.inner.store.complete(
-                &self.key,
-                self.lease.token,
-                &outcome,
-                ttl
-            ));
+            let call = std::pin::pin!(store.complete(&self.key, self.lease.token, &outcome, ttl));
             engine
                 .timed(StoreOp::Complete, self.namespace.by_ref(), call)
                 .await

@@ -20,7 +20,7 @@ use crate::{
 const SHARDS: usize = 64;
 
 /// A map key: a storage key, hashed (by [`DigestHashing`], seeded per store) over 8 of its
-/// bytes only. Keys are BLAKE3 digests, so 8 bytes are as uniform as 32, and the seeds keep
+/// bytes only. Keys are BLAKE3 digests, so 8 bytes are as uniform as 32, and the seed keeps
 /// the bucket of a key unpredictable; equality compares all 32 bytes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct MapKey(StorageKey);
