@@ -10,6 +10,7 @@
 #                                  orders stay in memory; the SQL backends keep both)
 #   BINARY=path bench/http-wrk.sh ...  that `payments` binary, not built here (to compare a
 #                                  build of another commit in the same conditions)
+#   SCENARIOS="new-keys replay" bench/http-wrk.sh ...  only these scenarios
 #   REFERENCE=1 bench/http-wrk.sh ...  new keys also through the benchmark reference
 #                                  (IDEMPOTENCY_LAYER=reference, examples/src/payments/reference.rs):
 #                                  the least a layer replaying stored responses does, in the same rounds
@@ -76,7 +77,7 @@ run() { # scenario layer(on|off|reference) -> requests/s
 median() { tr ' ' '\n' | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 echo "store $store, wrk -t$threads -c$connections, ${seconds}s x $rounds rounds${server_cpu:+, pinned (server CPU 1, wrk CPU 0)}, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-for scenario in new-keys replay callback-replay; do
+for scenario in ${SCENARIOS:-new-keys replay callback-replay}; do
   bare=() layer=() reference=()
   with_reference=$([ "${REFERENCE:-0}" = 1 ] && [ "$scenario" = new-keys ] && echo 1 || true)
   for _ in $(seq "$rounds"); do
