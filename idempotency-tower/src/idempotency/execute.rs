@@ -25,7 +25,7 @@ use crate::refusal::{Refusal, RefusalKind};
 /// The work runs inline, in the request's own future: no task is spawned per request. It is
 /// boxed so that it can be moved while running: if the request's future is dropped before the
 /// work finished (the client went away), [`Detachable`] moves the still-running work into a task
-/// on the runtime captured here, where it goes on to its end, lease renewal included.
+/// on the runtime it was polled in, where it goes on to its end, lease renewal included.
 pub(crate) fn run<T, S, B, ResB>(
     layer: &IdempotencyLayer<S>,
     execution: Execution<S>,
@@ -51,8 +51,22 @@ where
     let work = Box::pin(run_to_end(layer.clone(), execution, handler));
     Detachable {
         work: Some(work),
-        runtime: tokio::runtime::Handle::try_current().ok(),
-        span: tracing::Span::current(),
+        home: None,
+    }
+}
+
+/// Where unfinished work goes on: the runtime and span it was polled in.
+struct Home {
+    runtime: Option<tokio::runtime::Handle>,
+    span: tracing::Span,
+}
+
+impl Home {
+    fn current() -> Self {
+        Self {
+            runtime: tokio::runtime::Handle::try_current().ok(),
+            span: tracing::Span::current(),
+        }
     }
 }
 
@@ -64,8 +78,9 @@ where
     /// `None` once finished, and while being polled (a panicking poll drops it, never detaches
     /// it).
     work: Option<Pin<Box<F>>>,
-    runtime: Option<tokio::runtime::Handle>,
-    span: tracing::Span,
+    /// Captured when the work first waits: work done at its first poll (a handler that answers
+    /// at once, a store that answers at once) is never detached, and pays for neither.
+    home: Option<Home>,
 }
 
 impl<F: Future + Send + 'static> Future for Detachable<F>
@@ -82,6 +97,9 @@ where
             Poll::Ready(output) => Poll::Ready(output),
             Poll::Pending => {
                 self.work = Some(work);
+                if self.home.is_none() {
+                    self.home = Some(Home::current());
+                }
                 Poll::Pending
             }
         }
@@ -96,18 +114,18 @@ where
         let Some(work) = self.work.take() else {
             return;
         };
-        match &self.runtime {
+        let Home { runtime, span } = self.home.take().unwrap_or_else(Home::current);
+        match runtime {
             Some(runtime) => {
                 tracing::debug!(
-                    parent: &self.span,
+                    parent: &span,
                     "request dropped while its handler runs; finishing it in the background"
                 );
-                let span = std::mem::replace(&mut self.span, tracing::Span::none());
                 drop(runtime.spawn(work.instrument(span)));
             }
             None => {
                 tracing::warn!(
-                    parent: &self.span,
+                    parent: &span,
                     "request dropped while its handler runs, outside a tokio runtime: the handler is abandoned"
                 );
             }
