@@ -32,6 +32,40 @@ fn is_sensitive(name: &HeaderName) -> bool {
         || name == header::WWW_AUTHENTICATE
 }
 
+/// What one pass over a header (or trailer) map tells the stored-response rules, so that none of
+/// them looks a field up or walks the map again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Survey {
+    /// How many fields (values) the map holds.
+    pub(crate) fields: usize,
+    /// The bytes of their names and values.
+    pub(crate) bytes: usize,
+    /// Whether it has a `Content-Length` field.
+    pub(crate) content_length: bool,
+    /// Whether it has a `Transfer-Encoding` field.
+    pub(crate) transfer_encoding: bool,
+    /// Whether it has a `Connection` field (whose values name more hop-by-hop fields).
+    connection: bool,
+    /// Whether a value is marked sensitive.
+    sensitive: bool,
+}
+
+impl Survey {
+    /// Surveys `map`.
+    pub(crate) fn of(map: &HeaderMap) -> Self {
+        let mut survey = Self::default();
+        for (name, value) in map {
+            survey.fields += 1;
+            survey.bytes += name.as_str().len() + value.len();
+            survey.content_length |= name == header::CONTENT_LENGTH;
+            survey.transfer_encoding |= name == header::TRANSFER_ENCODING;
+            survey.connection |= name == header::CONNECTION;
+            survey.sensitive |= value.is_sensitive();
+        }
+        survey
+    }
+}
+
 /// Which header (or trailer) fields of one map are stored: not hop-by-hop ones (including those
 /// its `Connection` header names), not `Date`, and, unless `keep_sensitive`, no credentials
 /// (`Set-Cookie`, `Authorization`, `Cookie`, `WWW-Authenticate`, and every value of a name one
@@ -45,17 +79,21 @@ pub(crate) struct Storable {
 }
 
 impl Storable {
-    /// The rule for `headers`. Allocates nothing unless `headers` has a `Connection` header or
-    /// (with `keep_sensitive` off) a value marked sensitive.
-    pub(crate) fn new(headers: &HeaderMap, keep_sensitive: bool) -> Self {
-        let named_by_connection = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|list| list.split(','))
-            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-            .collect();
-        let sensitive_values = if keep_sensitive {
+    /// The rule for `headers`, which `survey` describes. Reads the map again only if it has a
+    /// `Connection` field or (with `keep_sensitive` off) a value marked sensitive.
+    pub(crate) fn new(headers: &HeaderMap, survey: &Survey, keep_sensitive: bool) -> Self {
+        let named_by_connection = if survey.connection {
+            headers
+                .get_all(header::CONNECTION)
+                .iter()
+                .filter_map(|value| value.to_str().ok())
+                .flat_map(|list| list.split(','))
+                .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let sensitive_values = if keep_sensitive || !survey.sensitive {
             Vec::new()
         } else {
             headers
@@ -83,7 +121,7 @@ impl Storable {
 /// Removes, in place, what [`Storable`] does not keep.
 #[cfg(test)]
 pub(crate) fn strip_unstorable(headers: &mut HeaderMap, keep_sensitive: bool) {
-    let rule = Storable::new(headers, keep_sensitive);
+    let rule = Storable::new(headers, &Survey::of(headers), keep_sensitive);
     let doomed: Vec<HeaderName> = headers
         .keys()
         .filter(|name| !rule.keeps(name))
@@ -136,6 +174,35 @@ mod tests {
     }
 
     #[test]
+    fn a_survey_counts_fields_and_bytes_and_notes_what_the_rules_need() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(Survey::of(&headers), Survey::default());
+        headers.append("content-type", HeaderValue::from_static("text/plain"));
+        headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append("x-a", HeaderValue::from_static("22"));
+        let plain = Survey::of(&headers);
+        assert_eq!((plain.fields, plain.bytes), (3, 12 + 10 + 3 + 1 + 3 + 2));
+        assert!(!plain.content_length && !plain.transfer_encoding);
+        assert!(!plain.connection && !plain.sensitive);
+
+        headers.insert("content-length", HeaderValue::from_static("5"));
+        headers.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        headers.insert("connection", HeaderValue::from_static("x-a"));
+        let mut secret = HeaderValue::from_static("s");
+        secret.set_sensitive(true);
+        headers.insert("x-token", secret);
+        let full = Survey::of(&headers);
+        assert_eq!(full.fields, 7);
+        assert!(full.content_length && full.transfer_encoding);
+        assert!(full.connection && full.sensitive);
+        // What the survey lets the rule skip reading, it must not change.
+        let rule = Storable::new(&headers, &full, false);
+        assert!(!rule.keeps(&HeaderName::from_static("x-a")));
+        assert!(!rule.keeps(&HeaderName::from_static("x-token")));
+        assert!(rule.keeps(&header::CONTENT_TYPE));
+    }
+
+    #[test]
     fn one_sensitive_value_drops_the_whole_name() {
         let mut headers = HeaderMap::new();
         headers.append("x-token", HeaderValue::from_static("public"));
@@ -143,9 +210,11 @@ mod tests {
         secret.set_sensitive(true);
         headers.append("x-token", secret);
         headers.append("x-other", HeaderValue::from_static("1"));
-        let rule = Storable::new(&headers, false);
+        let survey = Survey::of(&headers);
+        let rule = Storable::new(&headers, &survey, false);
         assert!(!rule.keeps(&HeaderName::from_static("x-token")));
         assert!(rule.keeps(&HeaderName::from_static("x-other")));
-        assert!(Storable::new(&headers, true).keeps(&HeaderName::from_static("x-token")));
+        let kept = Storable::new(&headers, &survey, true);
+        assert!(kept.keeps(&HeaderName::from_static("x-token")));
     }
 }

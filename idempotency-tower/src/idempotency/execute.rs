@@ -16,7 +16,7 @@ use super::settings::Settings;
 use crate::body::{RequestBody, ResponseBody};
 use crate::codec::{StoredResponse, encode_parts};
 use crate::collect::{Collected, collect_response};
-use crate::headers::Storable;
+use crate::headers::{Storable, Survey};
 use crate::policy::grpc_code;
 use crate::refusal::{Refusal, RefusalKind};
 
@@ -227,7 +227,20 @@ fn settle<'a, S: Store + 'a>(
                 trailers,
             } => {
                 let status = parts.status;
-                if !headers_within_bounds(settings, &parts.headers, trailers.as_ref()) {
+                if !settings
+                    .storage
+                    .should_store(status, &parts.headers, trailers.as_ref())
+                {
+                    tracing::debug!(
+                        status = status.as_u16(),
+                        "response not stored; releasing the key"
+                    );
+                    let _ = execution.release().await;
+                    return content_length;
+                }
+                let Some((record_status, encoded, length)) =
+                    encode_storable(settings, parts, data, trailers)
+                else {
                     let detail = format!(
                         "its response headers exceed the stored-response bounds ({} fields, {} bytes)",
                         settings.max_stored_headers, settings.max_stored_header_bytes
@@ -241,32 +254,21 @@ fn settle<'a, S: Store + 'a>(
                         detail,
                     ))
                     .await;
-                } else if settings
-                    .storage
-                    .should_store(status, &parts.headers, trailers.as_ref())
+                    return content_length;
+                };
+                // A slice of the stored bytes (shared, not copied).
+                content_length = length.and_then(|range| {
+                    http::HeaderValue::from_maybe_shared(encoded.slice(range)).ok()
+                });
+                match execution
+                    .complete(Outcome::new(record_status, encoded))
+                    .await
                 {
-                    let (record_status, encoded, length) =
-                        encode_storable(settings, parts, data, trailers);
-                    // A slice of the stored bytes (shared, not copied).
-                    content_length = length.and_then(|range| {
-                        http::HeaderValue::from_maybe_shared(encoded.slice(range)).ok()
-                    });
-                    match execution
-                        .complete(Outcome::new(record_status, encoded))
-                        .await
-                    {
-                        Ok(()) => tracing::debug!(status = status.as_u16(), "response stored"),
-                        Err(error) => tracing::warn!(
-                            %error,
-                            "the response could not be stored; a retry may run the handler again"
-                        ),
-                    }
-                } else {
-                    tracing::debug!(
-                        status = status.as_u16(),
-                        "response not stored; releasing the key"
-                    );
-                    let _ = execution.release().await;
+                    Ok(()) => tracing::debug!(status = status.as_u16(), "response stored"),
+                    Err(error) => tracing::warn!(
+                        %error,
+                        "the response could not be stored; a retry may run the handler again"
+                    ),
                 }
             }
             Answer::Oversized { parts } => {
@@ -287,7 +289,8 @@ fn settle<'a, S: Store + 'a>(
 
 /// The record's status and the stored encoding of a response, without the fields that are not
 /// stored (encoded straight from the response's own maps: nothing is copied first), and where
-/// in it the `Content-Length` value is, if one was added.
+/// in it the `Content-Length` value is, if one was added; `None` if its fields exceed the
+/// stored-response bounds. Each map is read once for all the rules ([`Survey`]).
 ///
 /// A plain HTTP answer with a body and no `Content-Length` of its own is stored with the one
 /// the server would add (the body's length): a replay then carries it, as the first answer
@@ -297,10 +300,18 @@ fn encode_storable(
     parts: &http::response::Parts,
     data: &Bytes,
     trailers: &Option<http::HeaderMap>,
-) -> (u16, Bytes, Option<std::ops::Range<usize>>) {
+) -> Option<(u16, Bytes, Option<std::ops::Range<usize>>)> {
+    let headers = Survey::of(&parts.headers);
+    let trailers_surveyed = trailers.as_ref().map(|map| (map, Survey::of(map)));
+    let trailer_survey = trailers_surveyed.as_ref().map(|(_, survey)| survey);
+    if !within_bounds(settings, &headers, trailer_survey) {
+        return None;
+    }
     let keep = settings.store_sensitive_headers;
-    let header_rule = Storable::new(&parts.headers, keep);
-    let trailer_rule = trailers.as_ref().map(|t| (t, Storable::new(t, keep)));
+    let header_rule = Storable::new(&parts.headers, &headers, keep);
+    let trailer_rule = trailers_surveyed
+        .as_ref()
+        .map(|(map, survey)| (*map, Storable::new(map, survey, keep)));
     let record_status = if settings.grpc {
         grpc_code(&parts.headers, trailers.as_ref()).unwrap_or(parts.status.as_u16())
     } else {
@@ -308,22 +319,17 @@ fn encode_storable(
     };
     let mut digits = [0u8; 20];
     let length = format_len(&mut digits, data.len());
-    let header_bytes: usize = parts
-        .headers
-        .iter()
-        .map(|(name, value)| name.as_str().len() + value.len())
-        .sum();
     let content_length = (!settings.grpc
         && trailers.is_none()
         && !data.is_empty()
         && !parts.status.is_informational()
         && parts.status != http::StatusCode::NO_CONTENT
         && parts.status != http::StatusCode::NOT_MODIFIED
-        && !parts.headers.contains_key(header::CONTENT_LENGTH)
-        && !parts.headers.contains_key(header::TRANSFER_ENCODING)
+        && !headers.content_length
+        && !headers.transfer_encoding
         // Within the stored-response bounds with the field added.
-        && parts.headers.len() < settings.max_stored_headers
-        && header_bytes + header::CONTENT_LENGTH.as_str().len() + length.len()
+        && headers.fields < settings.max_stored_headers
+        && headers.bytes + header::CONTENT_LENGTH.as_str().len() + length.len()
             <= settings.max_stored_header_bytes)
         .then_some((&header::CONTENT_LENGTH, length));
     let (encoded, length) = encode_parts(
@@ -335,7 +341,7 @@ fn encode_storable(
             .as_ref()
             .map(|(map, rule)| (*map, |name: &HeaderName| rule.keeps(name))),
     );
-    (record_status, encoded, length)
+    Some((record_status, encoded, length))
 }
 
 /// `len` in decimal, written into `buffer`.
@@ -419,16 +425,8 @@ async fn settle_unstorable<S: Store>(
 }
 
 /// Whether a response's header and trailer fields fit the stored-response bounds.
-fn headers_within_bounds(
-    settings: &Settings,
-    headers: &http::HeaderMap,
-    trailers: Option<&http::HeaderMap>,
-) -> bool {
-    let maps = std::iter::once(headers).chain(trailers);
-    let (mut count, mut bytes) = (0usize, 0usize);
-    for (name, value) in maps.flat_map(|map| map.iter()) {
-        count += 1;
-        bytes += name.as_str().len() + value.len();
-    }
-    count <= settings.max_stored_headers && bytes <= settings.max_stored_header_bytes
+fn within_bounds(settings: &Settings, headers: &Survey, trailers: Option<&Survey>) -> bool {
+    let trailers = trailers.copied().unwrap_or_default();
+    headers.fields + trailers.fields <= settings.max_stored_headers
+        && headers.bytes + trailers.bytes <= settings.max_stored_header_bytes
 }
