@@ -1,5 +1,6 @@
 //! The client's idempotency key, validated.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// Longest key accepted, in characters (after unquoting).
@@ -59,20 +60,10 @@ impl IdempotencyKey {
     /// Parses a header value: an RFC 8941 sf-string (`"…"`, with `\"` and `\\` escapes) or a bare
     /// token, then validates the result.
     pub fn from_header(value: &[u8]) -> Result<Self, KeyError> {
-        match value.first() {
-            Some(b'"') => {
-                let unquoted = unquote_sf_string(value)?;
-                validate(unquoted.as_bytes())?;
-                Ok(Self(unquoted))
-            }
-            _ => {
-                validate(value)?;
-                // Validation guarantees ASCII, so this cannot fail.
-                String::from_utf8(value.to_vec())
-                    .map(Self)
-                    .map_err(|_| KeyError::InvalidCharacter(0))
-            }
-        }
+        // Validation guarantees ASCII, so the conversion cannot fail.
+        String::from_utf8(header_text(value)?.into_owned())
+            .map(Self)
+            .map_err(|_| KeyError::InvalidCharacter(0))
     }
 
     /// The key as text.
@@ -97,6 +88,22 @@ impl std::str::FromStr for IdempotencyKey {
     type Err = KeyError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::parse(s)
+    }
+}
+
+/// The text of a key header's value, validated as [`IdempotencyKey::from_header`] validates it:
+/// borrowed from `value` for a bare token, unescaped for an sf-string.
+pub(crate) fn header_text(value: &[u8]) -> Result<Cow<'_, [u8]>, KeyError> {
+    match value.first() {
+        Some(b'"') => {
+            let unquoted = unquote_sf_string(value)?;
+            validate(unquoted.as_bytes())?;
+            Ok(Cow::Owned(unquoted.into_bytes()))
+        }
+        _ => {
+            validate(value)?;
+            Ok(Cow::Borrowed(value))
+        }
     }
 }
 

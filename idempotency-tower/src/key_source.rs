@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use idempotency_core::{IdempotencyKey, KeyError};
 use serde_json::Value;
 
@@ -83,6 +83,16 @@ pub fn key_from_headers(
     headers: &HeaderMap,
     name: &HeaderName,
 ) -> Result<Option<IdempotencyKey>, KeyError> {
+    key_header(headers, name)?
+        .map(|value| IdempotencyKey::from_header(value.as_bytes()))
+        .transpose()
+}
+
+/// The key header's one value: absent → `Ok(None)`, two values → [`KeyError::Multiple`].
+pub(crate) fn key_header<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<&'a HeaderValue>, KeyError> {
     let mut values = headers.get_all(name).iter();
     let Some(first) = values.next() else {
         return Ok(None);
@@ -90,7 +100,7 @@ pub fn key_from_headers(
     if values.next().is_some() {
         return Err(KeyError::Multiple);
     }
-    IdempotencyKey::from_header(first.as_bytes()).map(Some)
+    Ok(Some(first))
 }
 
 #[cfg(test)]

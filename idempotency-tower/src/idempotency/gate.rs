@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use idempotency_core::{Decision, Fingerprint, IdempotencyKey, Outcome, Store, StoreError};
+use idempotency_core::{Decision, Fingerprint, Outcome, StorageKey, Store, StoreError};
 use tower_service::Service;
 
 use super::execute;
@@ -101,11 +101,9 @@ type BoxedClaim<S> = Pin<Box<dyn Future<Output = Result<Decision<S>, StoreError>
 /// than left in flight, refusing retries, until its lease ends.
 fn claim<S: Store>(
     layer: &IdempotencyLayer<S>,
-    parts: &Parts,
-    key: IdempotencyKey,
+    storage_key: StorageKey,
     fingerprint: Fingerprint,
 ) -> ClaimGuard<S> {
-    let storage_key = layer.settings().scope_for(parts).storage_key(&key);
     let settings = layer.settings();
     let ready = layer
         .shared
@@ -196,22 +194,22 @@ impl<S: Store> Drop for ClaimGuard<S> {
 
 /// What a request's key and fingerprint say.
 enum Identified {
-    /// Guard it with this key and fingerprint.
-    Guard(IdempotencyKey, Fingerprint),
+    /// Guard it under this (hashed) key with this fingerprint.
+    Guard(StorageKey, Fingerprint),
     /// No key, and none is required.
     PassThrough,
     /// Refuse it (a missing or invalid key, a body the fingerprint cannot read).
     Refuse(Refusal),
 }
 
-/// Reads a request's key (unless its header gave it) and fingerprint. Apart from [`run`] so
+/// Reads a request's key (unless its header gave it, hashed) and fingerprint. Apart from [`run`] so
 /// that the JSON it parses is never held across an await (it would enlarge every guarded
 /// request's future).
 fn identify<B>(
     settings: &Settings,
     parts: &Parts,
     held: &Held<B>,
-    header_key: Option<IdempotencyKey>,
+    header_key: Option<StorageKey>,
 ) -> Identified {
     static EMPTY: Bytes = Bytes::new();
     let bytes = match held {
@@ -222,7 +220,7 @@ fn identify<B>(
     let key = match header_key {
         Some(key) => key,
         None => match settings.key.read(parts, bytes, &mut json) {
-            Ok(Some(key)) => key,
+            Ok(Some(key)) => settings.scope_for(parts).storage_key(&key),
             Ok(None) if !settings.require_key => {
                 tracing::trace!("no idempotency key; passing through");
                 return Identified::PassThrough;
@@ -249,7 +247,7 @@ pub(crate) fn run<T, S, B, ResB>(
     inner: T,
     parts: Parts,
     body: B,
-    header_key: Option<IdempotencyKey>,
+    header_key: Option<StorageKey>,
 ) -> impl Future<Output = Result<Response<ResponseBody<ResB>>, T::Error>> + Send + 'static
 where
     S: Store,
@@ -296,7 +294,7 @@ where
             Identified::Refuse(refusal) => return Ok(refuse(settings, refusal)),
         };
 
-        let decision = claim(&layer, &parts, key, fingerprint).await;
+        let decision = claim(&layer, key, fingerprint).await;
         let error = match decision {
             Ok(Decision::Execute(execution)) => {
                 let request = Request::from_parts(parts, held.into_body());

@@ -3,7 +3,7 @@
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Request, Response, header};
+use http::{HeaderMap, Request, Response, header};
 use http_body::Body;
 use idempotency_core::{KeyError, Store};
 use tower_service::Service;
@@ -13,7 +13,7 @@ use super::future::{GatedFuture, ResponseFuture};
 use super::gate;
 use super::layer::IdempotencyLayer;
 use crate::body::{RequestBody, ResponseBody};
-use crate::key_source::{KeySource, key_from_headers};
+use crate::key_source::{KeySource, key_header};
 use crate::refusal::{Refusal, RefusalKind};
 
 /// The middleware [`IdempotencyLayer`] wraps a service in.
@@ -75,9 +75,8 @@ pub(crate) fn key_refusal(error: KeyError) -> Refusal {
     Refusal::new(kind, error.to_string())
 }
 
-fn content_length(request: &Request<impl Sized>) -> Option<u64> {
-    request
-        .headers()
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
         .get(header::CONTENT_LENGTH)?
         .to_str()
         .ok()?
@@ -111,17 +110,31 @@ where
                 self.inner.call(request.map(RequestBody::streaming)),
             );
         }
+        let (parts, body) = request.into_parts();
+        // A header key is hashed here, straight from the header (no copy of the key is made).
         let header_key = match &settings.key {
-            KeySource::Header(name) => match key_from_headers(request.headers(), name) {
-                Ok(Some(key)) => Some(key),
+            KeySource::Header(name) => match key_header(&parts.headers, name) {
+                Ok(Some(value)) => {
+                    match settings
+                        .scope_for(&parts)
+                        .storage_key_of_header(value.as_bytes())
+                    {
+                        Ok(key) => Some(key),
+                        Err(error) => {
+                            return ResponseFuture::ready(gate::refuse(
+                                settings,
+                                key_refusal(error),
+                            ));
+                        }
+                    }
+                }
                 Ok(None) if !settings.require_key => {
                     tracing::trace!(
-                        path = request.uri().path(),
+                        path = parts.uri.path(),
                         "no idempotency key; passing through"
                     );
-                    return ResponseFuture::passthrough(
-                        self.inner.call(request.map(RequestBody::streaming)),
-                    );
+                    let request = Request::from_parts(parts, RequestBody::streaming(body));
+                    return ResponseFuture::passthrough(self.inner.call(request));
                 }
                 Ok(None) => {
                     let refusal = Refusal::new(
@@ -137,19 +150,19 @@ where
             _ => None,
         };
         if settings.needs_body()
-            && content_length(&request).is_some_and(|len| len > settings.max_body_bytes as u64)
+            && content_length(&parts.headers)
+                .is_some_and(|len| len > settings.max_body_bytes as u64)
         {
             return ResponseFuture::ready(gate::refuse(settings, gate::too_large(settings)));
         }
         let span = tracing::debug_span!(
             "idempotency",
             namespace = settings.scope.namespace(),
-            method = %request.method(),
-            path = request.uri().path(),
+            method = %parts.method,
+            path = parts.uri.path(),
         );
         let ready = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, ready);
-        let (parts, body) = request.into_parts();
         let future = gate::run(self.layer.clone(), inner, parts, body, header_key);
         let future: GatedFuture<ResB, T::Error> = Box::pin(future);
         ResponseFuture::gated(future.instrument(span))
