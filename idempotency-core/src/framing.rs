@@ -71,11 +71,17 @@ impl FramedHasher {
     }
 
     /// The digest of everything added.
-    pub(crate) fn finish(mut self) -> [u8; 32] {
+    /// (Whatever is added after goes on from there: finishing again without adding anything
+    /// gives the same digest.)
+    pub(crate) fn finish(&mut self) -> [u8; 32] {
         let gathered = &self.buffer[..self.len];
         match &mut self.hasher {
             None => blake3::hash(gathered).into(),
-            Some(hasher) => hasher.update(gathered).finalize().into(),
+            Some(hasher) => {
+                hasher.update(gathered);
+                self.len = 0;
+                hasher.finalize().into()
+            }
         }
     }
 }

@@ -203,7 +203,7 @@ impl Call {
         match serde_json::to_value(value) {
             Ok(json) => {
                 let text = crate::canonical_json(&json);
-                self.fingerprint = self.fingerprint.field(name.as_bytes(), text.as_bytes());
+                self.fingerprint.field(name.as_bytes(), text.as_bytes());
             }
             Err(error) => {
                 self.error.get_or_insert(IdempotentError::Codec(format!(
@@ -269,7 +269,7 @@ impl Call {
         }
         let engine = self.engine(engine);
         let key = self.storage_key();
-        let fingerprint = std::mem::replace(&mut self.fingerprint, Fingerprint::builder()).finish();
+        let fingerprint = self.fingerprint.finish();
         let namespace = self.scope.namespace();
         let deadline = self.wait.map(|wait| Instant::now() + wait);
         let mut pause = Duration::from_millis(5);

@@ -82,7 +82,8 @@ impl FingerprintSource {
                 // Method and path, then the fields as `FingerprintBuilder::json_fields` adds
                 // them from the parsed body, from the selected fields alone, each canonical
                 // form written into one reused buffer.
-                let mut builder = Fingerprint::builder()
+                let mut builder = Fingerprint::builder();
+                builder
                     .field(b"method", parts.method.as_str().as_bytes())
                     .field(b"path", parts.uri.path().as_bytes());
                 let mut canonical = Vec::new();
@@ -95,18 +96,19 @@ impl FingerprintSource {
                             canonical.extend_from_slice(canonical_json(field).as_bytes());
                         }
                     }
-                    builder = builder.json_field(pointer, field.map(|_| &canonical[..]));
+                    builder.json_field(pointer, field.map(|_| &canonical[..]));
                 }
                 Ok(builder.finish())
             }
             Self::Headers(names) => {
-                let mut builder = Fingerprint::builder()
+                let mut builder = Fingerprint::builder();
+                builder
                     .field(b"method", parts.method.as_str().as_bytes())
                     .field(b"target", target(parts).as_bytes());
                 for name in names.iter() {
-                    builder = builder.field(b"header", name.as_str().as_bytes());
+                    builder.field(b"header", name.as_str().as_bytes());
                     for value in parts.headers.get_all(name) {
-                        builder = builder.field(b"value", value.as_bytes());
+                        builder.field(b"value", value.as_bytes());
                     }
                 }
                 Ok(builder.finish())

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 
 use super::{Call, FnResult, IdempotentError, STATUS_OK, decode};
 use crate::sql::{Transition, TransitionOutcome, TxClaim, TxLease, TxStore};
-use crate::{BoxFuture, Fingerprint, Outcome, StoreError};
+use crate::{BoxFuture, Outcome, StoreError};
 
 /// What a transactional `#[idempotent]`'s `store = …` may evaluate to: a [`TxStore`]
 /// (`PostgresStore`, `SqliteStore`, `MySqlStore`), or anything that derefs to one (`Arc`, `&`).
@@ -80,7 +80,7 @@ where
         if call.key.is_empty() {
             return Err(self.fail(crate::KeyError::Empty.into()));
         }
-        let fingerprint = std::mem::replace(&mut call.fingerprint, Fingerprint::builder()).finish();
+        let fingerprint = call.fingerprint.finish();
         let claim = self
             .store
             .claim_storage_key_in_tx(tx, call.scope.namespace(), call.storage_key(), &fingerprint)
