@@ -2,9 +2,9 @@
 
 mod digest_hashing;
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry as Slot;
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
+
+use hashbrown::{HashTable, hash_table};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -19,47 +19,97 @@ use crate::{
 
 const SHARDS: usize = 64;
 
-/// A map key: a storage key, hashed (by [`DigestHashing`], seeded per store) over 8 of its
-/// bytes only. Keys are BLAKE3 digests, so 8 bytes are as uniform as 32, and the seed keeps
-/// the bucket of a key unpredictable; equality compares all 32 bytes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct MapKey(StorageKey);
+/// A value with the whole storage key it is kept under.
+struct Keyed<V> {
+    key: StorageKey,
+    value: V,
+}
 
-impl Hash for MapKey {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        // Bytes 8..16: the first byte already picks the shard.
-        let mut word = [0u8; 8];
-        word.copy_from_slice(&self.0.0[8..16]);
-        state.write_u64(u64::from_le_bytes(word));
-    }
+/// A map slot: the 8 bytes of the storage key that the map hashes, beside the boxed value,
+/// which holds the whole key.
+///
+/// 16 bytes: a growing map touches a random slot per new key, so the smaller the slots, the
+/// more of them stay in the caches and the TLB; and growing it moves 16 bytes per record,
+/// without reading the record (the word is what it hashes again).
+struct Slot<V> {
+    word: u64,
+    keyed: Box<Keyed<V>>,
+}
+
+/// The 8 bytes of a storage key its map hashes: bytes 8..16 (the first byte picks the shard).
+/// Keys are BLAKE3 digests, so 8 bytes are as uniform as 32; [`DigestHashing`]'s seed keeps the
+/// bucket of a key unpredictable; equality compares all 32 bytes.
+fn word_of(key: &StorageKey) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&key.0[8..16]);
+    u64::from_le_bytes(word)
 }
 
 /// One shard: its map, and the namespace of its latest new record, which the next records of
 /// the same namespace share instead of copying it.
 struct Shard<V> {
-    map: HashMap<MapKey, V, DigestHashing>,
+    map: HashTable<Slot<V>>,
+    hashing: DigestHashing,
     namespace: Option<Arc<str>>,
 }
 
 impl<V> Shard<V> {
+    fn find(&self, key: &StorageKey) -> Option<&Keyed<V>> {
+        let word = word_of(key);
+        self.map
+            .find(self.hashing.hash_one(word), matches(word, key))
+            .map(|slot| &*slot.keyed)
+    }
+
     fn get(&self, key: &StorageKey) -> Option<&V> {
-        self.map.get(&MapKey(*key))
+        self.find(key).map(|keyed| &keyed.value)
     }
 
     fn get_mut(&mut self, key: &StorageKey) -> Option<&mut V> {
-        self.map.get_mut(&MapKey(*key))
+        let word = word_of(key);
+        self.map
+            .find_mut(self.hashing.hash_one(word), matches(word, key))
+            .map(|slot| &mut slot.keyed.value)
     }
 
     fn contains_key(&self, key: &StorageKey) -> bool {
-        self.map.contains_key(&MapKey(*key))
+        self.find(key).is_some()
+    }
+
+    /// The key's slot, taken or free, and the shard's shared namespace.
+    fn entry_and_namespace(
+        &mut self,
+        key: &StorageKey,
+    ) -> (hash_table::Entry<'_, Slot<V>>, &mut Option<Arc<str>>) {
+        let word = word_of(key);
+        let hashing = self.hashing;
+        let entry = self.map.entry(
+            hashing.hash_one(word),
+            matches(word, key),
+            move |slot: &Slot<V>| hashing.hash_one(slot.word),
+        );
+        (entry, &mut self.namespace)
     }
 
     fn insert(&mut self, key: StorageKey, value: V) {
-        self.map.insert(MapKey(key), value);
+        let keyed = Box::new(Keyed { key, value });
+        match self.entry_and_namespace(&key).0 {
+            hash_table::Entry::Occupied(mut slot) => slot.get_mut().keyed = keyed,
+            hash_table::Entry::Vacant(slot) => {
+                slot.insert(Slot {
+                    word: word_of(&key),
+                    keyed,
+                });
+            }
+        }
     }
 
     fn remove(&mut self, key: &StorageKey) -> Option<V> {
-        self.map.remove(&MapKey(*key))
+        let word = word_of(key);
+        self.map
+            .find_entry(self.hashing.hash_one(word), matches(word, key))
+            .ok()
+            .map(|slot| slot.remove().0.keyed.value)
     }
 
     fn len(&self) -> usize {
@@ -67,8 +117,14 @@ impl<V> Shard<V> {
     }
 
     fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
-        self.map.retain(|_, value| keep(value));
+        self.map.retain(|slot| keep(&slot.keyed.value));
     }
+}
+
+/// Whether a slot holds `key` (whose hashed word is `word`): the word first, in the slot
+/// itself; the whole key, in the box, only when the words match.
+fn matches<V>(word: u64, key: &StorageKey) -> impl Fn(&Slot<V>) -> bool + '_ {
+    move |slot| slot.word == word && slot.keyed.key == *key
 }
 
 /// Maps split by key hash so concurrent keys rarely share a lock.
@@ -83,7 +139,8 @@ impl<V> Shards<V> {
             shards: (0..SHARDS)
                 .map(|_| {
                     Mutex::new(Shard {
-                        map: HashMap::with_hasher(hashing),
+                        map: HashTable::new(),
+                        hashing,
                         namespace: None,
                     })
                 })
@@ -106,9 +163,8 @@ impl<V> Shards<V> {
     }
 }
 
-/// What the store keeps per key: a [`Record`] without its key (the map's) and with a shared
-/// namespace. Boxed in the map, so that growing a map moves a pointer per record, not the
-/// record.
+/// What the store keeps per key: a [`Record`] without its key (the [`Keyed`] box's) and with a
+/// shared namespace.
 #[derive(Clone)]
 struct Entry {
     namespace: Arc<str>,
@@ -161,7 +217,7 @@ impl Entry {
 /// # let _ = store;
 /// ```
 pub struct MemoryStore {
-    records: Shards<Box<Entry>>,
+    records: Shards<Entry>,
     next_token: AtomicU64,
     capacity: Option<usize>,
     abandoned_grace: Duration,
@@ -271,18 +327,24 @@ impl MemoryStore {
         let reserved = self.reserve_if_new(request.key)?;
         let now = SystemTime::now();
         let mut shard = self.records.lock(request.key);
-        let Shard { map, namespace } = &mut *shard;
         // One lookup: the key's slot, taken or free.
-        let record = match map.entry(MapKey(*request.key)) {
-            Slot::Occupied(slot) => slot.into_mut(),
-            Slot::Vacant(slot) => {
+        let (slot, namespace) = shard.entry_and_namespace(request.key);
+        let record = match slot {
+            hash_table::Entry::Occupied(slot) => &mut slot.into_mut().keyed.value,
+            hash_table::Entry::Vacant(slot) => {
                 let lease = Lease {
                     token: self.next_token(),
                     attempt: 1,
                     took_over: false,
                 };
                 let namespace = shared_namespace(namespace, request.namespace);
-                slot.insert(Box::new(new_entry(namespace, request, lease, now, now)));
+                slot.insert(Slot {
+                    word: word_of(request.key),
+                    keyed: Box::new(Keyed {
+                        key: *request.key,
+                        value: new_entry(namespace, request, lease, now, now),
+                    }),
+                });
                 if !reserved {
                     self.len.fetch_add(1, Ordering::Relaxed);
                 }
@@ -308,7 +370,7 @@ impl MemoryStore {
         } else {
             Arc::from(request.namespace)
         };
-        **record = new_entry(namespace, request, lease, created_at, now);
+        *record = new_entry(namespace, request, lease, created_at, now);
         Ok(Claim::Acquired(lease))
     }
 
@@ -463,15 +525,15 @@ impl Store for MemoryStore {
             if purged >= limit {
                 break;
             }
-            let expired: Vec<MapKey> = shard
+            let expired: Vec<StorageKey> = shard
                 .map
                 .iter()
-                .filter(|(_, record)| self.purgeable(record, now))
-                .map(|(key, _)| *key)
+                .filter(|slot| self.purgeable(&slot.keyed.value, now))
+                .map(|slot| slot.keyed.key)
                 .take(limit - purged)
                 .collect();
             for key in &expired {
-                shard.map.remove(key);
+                shard.remove(key);
             }
             self.len.fetch_sub(expired.len(), Ordering::Relaxed);
             purged += expired.len();
@@ -566,6 +628,60 @@ mod tests {
             fingerprint,
             lease,
         }
+    }
+
+    #[tokio::test]
+    async fn keys_alike_in_the_hashed_word_stay_apart() {
+        // Same shard byte and the same bytes 8..16 (the word the map hashes and keeps in its
+        // slot): only the rest of the key tells them apart, and it must.
+        let store = MemoryStore::new();
+        let keys: Vec<StorageKey> = (0..200u8)
+            .map(|n| {
+                let mut key = [3u8; 32];
+                key[31] = n;
+                key[2] = n.wrapping_mul(7);
+                StorageKey(key)
+            })
+            .collect();
+        for (n, key) in keys.iter().enumerate() {
+            let fingerprint = Fingerprint::of_bytes(&[n as u8]);
+            let claim = store
+                .claim(request(key, "a", &fingerprint, Duration::from_secs(60)))
+                .await
+                .unwrap();
+            let Claim::Acquired(lease) = claim else {
+                panic!("key {n} is new, got {claim:?}");
+            };
+            if n % 2 == 0 {
+                let outcome = Outcome::new(200, bytes::Bytes::from(vec![n as u8]));
+                store
+                    .complete(key, lease.token, &outcome, Duration::from_secs(60))
+                    .await
+                    .unwrap();
+            }
+        }
+        assert_eq!(store.len(), keys.len());
+        for (n, key) in keys.iter().enumerate() {
+            let record = store.get(key).await.unwrap().unwrap();
+            assert_eq!(record.key, *key);
+            assert_eq!(record.fingerprint, Fingerprint::of_bytes(&[n as u8]));
+            match record.outcome {
+                Some(outcome) => {
+                    assert_eq!(n % 2, 0);
+                    assert_eq!(&outcome.body[..], &[n as u8]);
+                }
+                None => assert_eq!(n % 2, 1),
+            }
+        }
+        // Releasing one leaves its neighbours in place.
+        let odd = &keys[1];
+        let Some(record) = store.get(odd).await.unwrap() else {
+            panic!("held");
+        };
+        store.release(odd, record.token).await.unwrap();
+        assert!(store.get(odd).await.unwrap().is_none());
+        assert!(store.get(&keys[3]).await.unwrap().is_some());
+        assert_eq!(store.len(), keys.len() - 1);
     }
 
     #[tokio::test]
