@@ -5,6 +5,7 @@ mod micros;
 
 use std::hash::BuildHasher;
 
+use bytes::Bytes;
 use hashbrown::{HashTable, hash_table};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -386,7 +387,13 @@ impl MemoryStore {
     ) -> Result<(), StoreError> {
         self.update_owned(key, token, |record, now| {
             record.state = RecordState::Completed;
-            record.outcome = Some(outcome.clone());
+            // A copy of the caller's bytes, exactly sized: sharing them instead (a `Bytes`
+            // clone) would allocate a 32-byte counter kept with every record, and keep the
+            // caller's buffer whatever its spare capacity.
+            record.outcome = Some(Outcome::new(
+                outcome.status,
+                Bytes::from(outcome.body.to_vec()),
+            ));
             record.completed_at = now;
             record.updated_at = now;
             record.expires_at = now.plus(ttl);
