@@ -219,3 +219,33 @@ async fn two_hundred_concurrent_duplicates_over_tcp_run_once() {
     assert_eq!(replayed, 199);
     assert_eq!(server.calls.slow.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_declared_length_over_the_limit_is_refused_before_the_body_arrives() {
+    let server = serve(|b| b.max_body_bytes(1024)).await;
+    let key = unique("declared");
+    let mut socket = TcpStream::connect(server.addr).await.unwrap();
+    // A million bytes announced, four sent: the answer cannot wait for the rest.
+    let head = format!(
+        "POST /orders HTTP/1.1\r\nhost: test\r\nidempotency-key: {key}\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n{{\"n\""
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let n = socket.read(&mut buffer).await.unwrap();
+            answer.extend_from_slice(&buffer[..n]);
+            if n == 0 || answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "no answer while the body is still owed");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("application/problem+json"), "{text}");
+    assert_eq!(server.calls.orders.load(Ordering::SeqCst), 0);
+    assert!(server.store.is_empty());
+}

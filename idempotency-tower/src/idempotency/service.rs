@@ -3,7 +3,7 @@
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response, header};
+use http::{Request, Response};
 use http_body::Body;
 use idempotency_core::{KeyError, Store};
 use tower_service::Service;
@@ -75,15 +75,6 @@ pub(crate) fn key_refusal(error: KeyError) -> Refusal {
     Refusal::new(kind, error.to_string())
 }
 
-fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .parse()
-        .ok()
-}
-
 impl<T, S, B, ResB> Service<Request<B>> for IdempotencyService<T, S>
 where
     S: Store,
@@ -149,12 +140,8 @@ where
             },
             _ => None,
         };
-        if settings.needs_body()
-            && content_length(&parts.headers)
-                .is_some_and(|len| len > settings.max_body_bytes as u64)
-        {
-            return ResponseFuture::ready(gate::refuse(settings, gate::too_large(settings)));
-        }
+        // A body declared larger than the limit (hyper declares a request's `Content-Length`) is
+        // refused by `collect_request` before any of it is read.
         let span = tracing::debug_span!(
             "idempotency",
             namespace = settings.scope.namespace(),
