@@ -16,10 +16,20 @@ pub(crate) fn from_unix_millis(millis: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(millis)
 }
 
-/// Microseconds since the Unix epoch, used to seed fencing tokens so they grow across restarts.
-pub(crate) fn unix_micros_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
+/// Microseconds since the Unix epoch (saturating, never panics; 0 before it).
+pub(crate) fn unix_micros(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+/// The `SystemTime` for microseconds since the Unix epoch.
+pub(crate) fn from_unix_micros(micros: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_micros(micros)
+}
+
+/// Microseconds since the Unix epoch now, used to seed fencing tokens so they grow across
+/// restarts.
+pub(crate) fn unix_micros_now() -> u64 {
+    unix_micros(SystemTime::now())
 }

@@ -1,7 +1,9 @@
 //! The memory store's timestamps: microseconds since the UNIX epoch in 8 bytes, where a
 //! `SystemTime` takes 16 (a record keeps four).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
+
+use crate::time::{from_unix_micros, unix_micros_now};
 
 /// Microseconds since the UNIX epoch. `Micros::NEVER` (0) stands for "not yet" where a time
 /// is optional; a clock before 1970 reads as 0 too.
@@ -14,15 +16,7 @@ impl Micros {
 
     /// The current time.
     pub(super) fn now() -> Self {
-        Self::from_system_time(SystemTime::now())
-    }
-
-    /// `time`, to the microsecond below.
-    pub(super) fn from_system_time(time: SystemTime) -> Self {
-        time.duration_since(UNIX_EPOCH)
-            .map_or(Self::NEVER, |since| {
-                Self(u64::try_from(since.as_micros()).unwrap_or(u64::MAX))
-            })
+        Self(unix_micros_now())
     }
 
     /// `self` plus `duration` (at most the largest time).
@@ -38,7 +32,7 @@ impl Micros {
 
     /// As a `SystemTime`.
     pub(super) fn to_system_time(self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_micros(self.0)
+        from_unix_micros(self.0)
     }
 
     /// As a `SystemTime`, `None` for [`Micros::NEVER`].
@@ -50,11 +44,13 @@ impl Micros {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::unix_micros;
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn micros_round_trip_to_the_microsecond_and_order_as_times_do() {
         let time = UNIX_EPOCH + Duration::new(1_790_000_000, 123_456_789);
-        let micros = Micros::from_system_time(time);
+        let micros = Micros(unix_micros(time));
         assert_eq!(
             micros.to_system_time(),
             UNIX_EPOCH + Duration::new(1_790_000_000, 123_456_000)

@@ -4,12 +4,12 @@ mod digest_hashing;
 mod micros;
 
 use std::hash::BuildHasher;
-
-use bytes::Bytes;
-use hashbrown::{HashTable, hash_table};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use hashbrown::{HashTable, hash_table};
 
 use self::digest_hashing::DigestHashing;
 use self::micros::Micros;
@@ -37,6 +37,15 @@ struct Keyed<V> {
 struct Slot<V> {
     word: u64,
     keyed: Box<Keyed<V>>,
+}
+
+impl<V> Slot<V> {
+    fn new(key: StorageKey, value: V) -> Self {
+        Self {
+            word: word_of(&key),
+            keyed: Box::new(Keyed { key, value }),
+        }
+    }
 }
 
 /// The 8 bytes of a storage key its map hashes: bytes 8..16 (the first byte picks the shard).
@@ -95,14 +104,10 @@ impl<V> Shard<V> {
     }
 
     fn insert(&mut self, key: StorageKey, value: V) {
-        let keyed = Box::new(Keyed { key, value });
         match self.entry_and_namespace(&key).0 {
-            hash_table::Entry::Occupied(mut slot) => slot.get_mut().keyed = keyed,
+            hash_table::Entry::Occupied(mut slot) => slot.get_mut().keyed.value = value,
             hash_table::Entry::Vacant(slot) => {
-                slot.insert(Slot {
-                    word: word_of(&key),
-                    keyed,
-                });
+                slot.insert(Slot::new(key, value));
             }
         }
     }
@@ -342,13 +347,10 @@ impl MemoryStore {
                     took_over: false,
                 };
                 let namespace = shared_namespace(namespace, request.namespace);
-                slot.insert(Slot {
-                    word: word_of(request.key),
-                    keyed: Box::new(Keyed {
-                        key: *request.key,
-                        value: new_entry(namespace, request, lease, now, now),
-                    }),
-                });
+                slot.insert(Slot::new(
+                    *request.key,
+                    new_entry(namespace, request, lease, now, now),
+                ));
                 if !reserved {
                     self.len.fetch_add(1, Ordering::Relaxed);
                 }
