@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
-use crate::time::from_unix_millis;
+use crate::time::from_unix_micros;
 use crate::{
     Claim, FencingToken, Fingerprint, Lease, Outcome, Record, RecordState, StorageKey, StoreError,
 };
@@ -121,14 +121,11 @@ impl ListFilter {
     }
 }
 
-/// Microseconds since the Unix epoch of a time, as a SQL parameter.
+/// Microseconds since the Unix epoch of a time, as a SQL parameter (saturating; 0 before it).
 pub(crate) fn unix_micros(at: SystemTime) -> i64 {
-    at.duration_since(std::time::UNIX_EPOCH)
-        .map(micros)
-        .unwrap_or(0)
+    i64::try_from(crate::time::unix_micros(at)).unwrap_or(i64::MAX)
 }
 
-/// Microseconds of a duration as a SQL parameter (saturating).
 /// The longest abandoned grace a SQL store takes (ten years), so `now - grace` stays a valid
 /// timestamp on every database.
 const MAX_GRACE: Duration = Duration::from_secs(10 * 365 * 24 * 60 * 60);
@@ -140,13 +137,14 @@ impl Settings {
     }
 }
 
+/// Microseconds of a duration as a SQL parameter (saturating).
 pub(crate) fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
+/// The time of a SQL column of microseconds since the Unix epoch (the epoch if negative).
 fn from_micros(micros: i64) -> SystemTime {
-    let micros = u64::try_from(micros).unwrap_or(0);
-    from_unix_millis(micros / 1000) + Duration::from_micros(micros % 1000)
+    from_unix_micros(u64::try_from(micros).unwrap_or(0))
 }
 
 fn to_u32(value: i64, what: &str) -> Result<u32, StoreError> {
