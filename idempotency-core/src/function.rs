@@ -296,6 +296,10 @@ impl Call {
 /// If the body succeeded but its result could not be stored (store down, lease lost, `T` not
 /// encodable), the result is still returned, and the failure is logged and counted: the work
 /// was done, and answering with an error would invite a retry.
+///
+/// Dropping the returned future (a timeout, a `select!`) stops `body` at its await point and
+/// releases the key, as an `Err` does: the next call runs `body` again, and what it did before
+/// it stopped is not undone. To let a call finish whatever its caller does, spawn it.
 pub async fn run<R, S, M, F>(engine: Idempotency<S>, call: Call, map_err: M, body: F) -> R
 where
     R: FnResult,

@@ -43,7 +43,12 @@ use proc_macro::TokenStream;
 ///   replayed too; `E` must then be `Serialize + DeserializeOwned`);
 /// - a duplicate while the first call runs, the same key with other fingerprinted arguments, and
 ///   store failures come back as `E::from(IdempotentError::{InFlight, Mismatch, Store, …})`, so
-///   the function's error type decides the status code.
+///   the function's error type decides the status code;
+/// - a call whose future is dropped (a timeout, the losing branch of a `select!`) stops at the
+///   await it was at and releases the key, like an `Err`: the next call runs the body again, and
+///   what the body did before it stopped is not undone. Where that must not happen, let the call
+///   finish: `tokio::spawn` it and time out the `JoinHandle` instead, or use the transactional
+///   mode, where a dropped transaction rolls back the record and the body's writes together.
 ///
 /// | argument | meaning |
 /// |---|---|
