@@ -4,6 +4,10 @@
 //! drop fell (before the claim, during it, before the handler, inside it, while the answer is
 //! stored), the handler has run exactly once for that key when the retry is answered, and the
 //! retry carries that one execution's answer: nothing is lost, left in flight or run twice.
+//!
+//! Then the same for a duplicate that waits for the first request (`wait_in_flight`): dropped
+//! at each point of its wait, it never disturbs the first request, which completes and is
+//! replayed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod hardening_support;
@@ -91,17 +95,27 @@ async fn retry(app: &Router, key: &str) -> (StatusCode, String) {
     }
 }
 
-async fn cancel_at_every_poll<S: Store>(backend: &str, store: S) {
-    let executions = Executions::default();
-    let app = Router::new()
+/// The payment route behind a layer over `store`, waiting up to 5 s for a request in flight
+/// if `wait`, else answering 409.
+fn app<S: Store>(store: S, executions: &Executions, wait: bool) -> Router {
+    let layer = IdempotencyLayer::builder(store)
+        .namespace("cancel")
+        .lease(Duration::from_secs(30));
+    let layer = if wait {
+        layer.wait_in_flight(Duration::from_secs(5))
+    } else {
+        layer
+    };
+    Router::new()
         .route("/pay", post(pay))
         .with_state(executions.clone())
-        .layer(
-            IdempotencyLayer::builder(store)
-                .namespace(unique("cancel"))
-                .lease(Duration::from_secs(30))
-                .build(),
-        );
+        .layer(layer.build())
+}
+
+async fn cancel_at_every_poll<S: Store>(backend: &str, store: S) {
+    let store = Arc::new(store);
+    let executions = Executions::default();
+    let app = app(Arc::clone(&store), &executions, false);
     let run = unique("c");
     let (mut before_handler, mut inside_or_after) = (0, 0);
     for polls in 0.. {
@@ -143,6 +157,57 @@ async fn cancel_at_every_poll<S: Store>(backend: &str, store: S) {
         "{backend}: {} drop points, {before_handler} before the handler started, {inside_or_after} after",
         before_handler + inside_or_after
     );
+    drop_waiters_at_every_poll(backend, store, &executions).await;
+}
+
+/// A duplicate that waits for the first request, dropped after each number of polls while the
+/// first runs: the first completes, runs once, and is what the client's retry gets.
+async fn drop_waiters_at_every_poll<S: Store>(
+    backend: &str,
+    store: Arc<S>,
+    executions: &Executions,
+) {
+    let app = app(store, executions, true);
+    let run = unique("w");
+    let mut waiting = 0;
+    for polls in 0.. {
+        assert!(
+            polls <= 500,
+            "{backend}: a waiting duplicate never finished"
+        );
+        let key = format!("{run}-{polls}");
+        let first = tokio::spawn(app.clone().oneshot(payment(&key)));
+        while !executions.lock().unwrap().contains_key(&key) {
+            tokio::time::sleep(Duration::from_micros(100)).await;
+        }
+        let mut waiter = Box::pin(app.clone().oneshot(payment(&key)));
+        let finished = poll_at_most(waiter.as_mut(), polls).await;
+        drop(waiter);
+        if !finished {
+            waiting += 1;
+        }
+        let first = read(first.await.unwrap().unwrap()).await;
+        let retried = retry(&app, &key).await;
+        let (runs, serial) = executions.lock().unwrap()[&key];
+        let answer = (StatusCode::CREATED, format!("{{\"execution\":{serial}}}"));
+        assert_eq!(
+            runs, 1,
+            "{backend}: waiter dropped after {polls} polls, the handler ran {runs} times"
+        );
+        assert_eq!(
+            first, answer,
+            "{backend}: waiter dropped after {polls} polls"
+        );
+        assert_eq!(
+            retried, answer,
+            "{backend}: waiter dropped after {polls} polls"
+        );
+        if finished {
+            break;
+        }
+    }
+    assert!(waiting > 1, "{backend}: only {waiting} drops while waiting");
+    eprintln!("{backend}: {waiting} waiting duplicates dropped");
 }
 
 #[tokio::test(flavor = "multi_thread")]
