@@ -231,67 +231,28 @@ async fn redis() {
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres() {
-    if !reachable("PostgreSQL", &postgres_url()) {
-        return;
+    let options = sqlx::postgres::PgPoolOptions::new().max_connections(4);
+    if let Some((store, drop_table)) = postgres_store(options, "cancel").await {
+        cancel_at_every_poll("postgres", store).await;
+        drop_table().await;
     }
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .connect(&postgres_url())
-        .await
-        .unwrap();
-    let table = unique("cancel");
-    let store = idempotency_core::sql::PostgresStore::new(pool.clone())
-        .with_table_name(&table)
-        .unwrap();
-    store.migrate().await.unwrap();
-    cancel_at_every_poll("postgres", store).await;
-    sqlx::query(&format!("DROP TABLE {table}"))
-        .execute(&pool)
-        .await
-        .unwrap();
 }
 
 #[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread")]
 async fn mysql() {
-    if !reachable("MySQL", &mysql_url()) {
-        return;
+    let options = sqlx::mysql::MySqlPoolOptions::new().max_connections(4);
+    if let Some((store, drop_table)) = mysql_store(options, "cancel").await {
+        cancel_at_every_poll("mysql", store).await;
+        drop_table().await;
     }
-    let pool = sqlx::mysql::MySqlPoolOptions::new()
-        .max_connections(4)
-        .connect(&mysql_url())
-        .await
-        .unwrap();
-    let table = unique("cancel");
-    let store = idempotency_core::sql::MySqlStore::new(pool.clone())
-        .with_table_name(&table)
-        .unwrap();
-    store.migrate().await.unwrap();
-    cancel_at_every_poll("mysql", store).await;
-    sqlx::query(&format!("DROP TABLE {table}"))
-        .execute(&pool)
-        .await
-        .unwrap();
 }
 
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread")]
 async fn sqlite() {
-    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-    let path = temp_path("cancel_sqlite", "db");
-    let options = SqliteConnectOptions::new()
-        .filename(&path)
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .busy_timeout(Duration::from_secs(30));
-    let pool = SqlitePoolOptions::new()
-        .max_connections(4)
-        .connect_with(options)
-        .await
-        .unwrap();
-    let store = idempotency_core::sql::SqliteStore::new(pool.clone());
-    store.migrate().await.unwrap();
+    let options = sqlx::sqlite::SqlitePoolOptions::new().max_connections(4);
+    let (store, remove) = sqlite_store(options, "cancel_sqlite").await;
     cancel_at_every_poll("sqlite", store).await;
-    pool.close().await;
-    let _ = std::fs::remove_file(&path);
+    remove().await;
 }

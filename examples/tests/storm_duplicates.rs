@@ -149,70 +149,34 @@ async fn storm_redis() {
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread")]
 async fn storm_postgres() {
-    if !reachable("PostgreSQL", &postgres_url()) {
-        return;
-    }
-    let pool = sqlx::postgres::PgPoolOptions::new()
+    let options = sqlx::postgres::PgPoolOptions::new()
         .max_connections(16)
-        .acquire_timeout(Duration::from_secs(60))
-        .connect(&postgres_url())
-        .await
-        .unwrap();
-    let table = unique("storm");
-    let store = idempotency_core::sql::PostgresStore::new(pool.clone())
-        .with_table_name(&table)
-        .unwrap();
-    store.migrate().await.unwrap();
-    storm("postgres", store).await;
-    sqlx::query(&format!("DROP TABLE {table}"))
-        .execute(&pool)
-        .await
-        .unwrap();
+        .acquire_timeout(Duration::from_secs(60));
+    if let Some((store, drop_table)) = postgres_store(options, "storm").await {
+        storm("postgres", store).await;
+        drop_table().await;
+    }
 }
 
 #[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread")]
 async fn storm_mysql() {
-    if !reachable("MySQL", &mysql_url()) {
-        return;
-    }
-    let pool = sqlx::mysql::MySqlPoolOptions::new()
+    let options = sqlx::mysql::MySqlPoolOptions::new()
         .max_connections(16)
-        .acquire_timeout(Duration::from_secs(60))
-        .connect(&mysql_url())
-        .await
-        .unwrap();
-    let table = unique("storm");
-    let store = idempotency_core::sql::MySqlStore::new(pool.clone())
-        .with_table_name(&table)
-        .unwrap();
-    store.migrate().await.unwrap();
-    storm("mysql", store).await;
-    sqlx::query(&format!("DROP TABLE {table}"))
-        .execute(&pool)
-        .await
-        .unwrap();
+        .acquire_timeout(Duration::from_secs(60));
+    if let Some((store, drop_table)) = mysql_store(options, "storm").await {
+        storm("mysql", store).await;
+        drop_table().await;
+    }
 }
 
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread")]
 async fn storm_sqlite() {
-    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-    let path = temp_path("storm_sqlite", "db");
-    let options = SqliteConnectOptions::new()
-        .filename(&path)
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .busy_timeout(Duration::from_secs(60));
-    let pool = SqlitePoolOptions::new()
+    let options = sqlx::sqlite::SqlitePoolOptions::new()
         .max_connections(4)
-        .acquire_timeout(Duration::from_secs(60))
-        .connect_with(options)
-        .await
-        .unwrap();
-    let store = idempotency_core::sql::SqliteStore::new(pool.clone());
-    store.migrate().await.unwrap();
+        .acquire_timeout(Duration::from_secs(60));
+    let (store, remove) = sqlite_store(options, "storm_sqlite").await;
     storm("sqlite", store).await;
-    pool.close().await;
-    let _ = std::fs::remove_file(&path);
+    remove().await;
 }

@@ -218,3 +218,73 @@ pub async fn retry_until_done(addr: SocketAddr, key: &str) -> (Reply, usize) {
     }
     panic!("the key never completed");
 }
+
+/// A PostgreSQL store on a table of its own (migrated), and what drops the table; `None` where
+/// the server is unreachable (a skip with a printed reason, or a failure under `CI=true`).
+#[cfg(feature = "postgres")]
+pub async fn postgres_store(
+    options: sqlx::postgres::PgPoolOptions,
+    prefix: &str,
+) -> Option<(idempotency_core::sql::PostgresStore, impl AsyncFnOnce())> {
+    if !reachable("PostgreSQL", &postgres_url()) {
+        return None;
+    }
+    let pool = options.connect(&postgres_url()).await.unwrap();
+    let table = unique(prefix);
+    let store = idempotency_core::sql::PostgresStore::new(pool.clone())
+        .with_table_name(&table)
+        .unwrap();
+    store.migrate().await.unwrap();
+    let drop_table = async move || {
+        let statement = format!("DROP TABLE {table}");
+        sqlx::query(&statement).execute(&pool).await.unwrap();
+    };
+    Some((store, drop_table))
+}
+
+/// A MySQL (MariaDB) store on a table of its own (migrated), and what drops the table; `None`
+/// where the server is unreachable (a skip with a printed reason, or a failure under `CI=true`).
+#[cfg(feature = "mysql")]
+pub async fn mysql_store(
+    options: sqlx::mysql::MySqlPoolOptions,
+    prefix: &str,
+) -> Option<(idempotency_core::sql::MySqlStore, impl AsyncFnOnce())> {
+    if !reachable("MySQL", &mysql_url()) {
+        return None;
+    }
+    let pool = options.connect(&mysql_url()).await.unwrap();
+    let table = unique(prefix);
+    let store = idempotency_core::sql::MySqlStore::new(pool.clone())
+        .with_table_name(&table)
+        .unwrap();
+    store.migrate().await.unwrap();
+    let drop_table = async move || {
+        let statement = format!("DROP TABLE {table}");
+        sqlx::query(&statement).execute(&pool).await.unwrap();
+    };
+    Some((store, drop_table))
+}
+
+/// A SQLite store in a database file of its own (WAL, a 60-s busy timeout, migrated), and what
+/// closes it and removes the file.
+#[cfg(feature = "sqlite")]
+pub async fn sqlite_store(
+    options: sqlx::sqlite::SqlitePoolOptions,
+    prefix: &str,
+) -> (idempotency_core::sql::SqliteStore, impl AsyncFnOnce()) {
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+    let path = temp_path(prefix, "db");
+    let connect = SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(Duration::from_secs(60));
+    let pool = options.connect_with(connect).await.unwrap();
+    let store = idempotency_core::sql::SqliteStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    let remove = async move || {
+        pool.close().await;
+        let _ = std::fs::remove_file(&path);
+    };
+    (store, remove)
+}
