@@ -10,6 +10,16 @@
 //! happened, so across crashes the memory store gives at-least-once, not exactly-once);
 //! within the new process the key is again deduplicated.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// Its helpers serve the server-backed tests: without their features they go unused.
+#![cfg_attr(
+    not(any(
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "sqlite"
+    )),
+    allow(dead_code, unused_imports)
+)]
 
 mod hardening_support;
 

@@ -9,6 +9,16 @@
 //! recovers on its own (same process, same pool), and every key refused with 503 runs exactly
 //! once on retry. The shared servers on the standard ports are never stopped.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// Its helpers serve the server-backed tests: without their features they go unused.
+#![cfg_attr(
+    not(any(
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "sqlite"
+    )),
+    allow(dead_code, unused_imports)
+)]
 
 mod hardening_support;
 

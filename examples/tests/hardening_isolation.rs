@@ -3,6 +3,11 @@
 //! PostgreSQL row as text) contain neither the raw idempotency key nor the tenant string, in
 //! the clear or hex-encoded. Two tenants with the same key get their own answers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// Its helpers serve the server-backed tests: without their features they go unused.
+#![cfg_attr(
+    not(any(feature = "redis", feature = "postgres")),
+    allow(dead_code, unused_imports)
+)]
 
 mod hardening_support;
 
