@@ -401,7 +401,7 @@ pub async fn model_walk<S: Store>(store: &S) {
     for step in 0..600 {
         let k = walk.below(keys.len());
         if walk.below(8) == 0 {
-            // A completed key stays so: go on with a new one in its place.
+            // Now and then a new key takes this one's place: a completed key stays completed.
             keys[k] = unique_key();
             (model[k], issued[k]) = (Modelled::Absent, Vec::new());
         }
@@ -424,7 +424,7 @@ pub async fn model_walk<S: Store>(store: &S) {
                 };
                 let answer = match answer {
                     Some(answer) => answer,
-                    None => store.claim(request(key, fp, LONG)).await,
+                    None => store.claim(claim).await,
                 }
                 .unwrap_or_else(|error| panic!("{at}: claim failed: {error}"));
                 model[k] = match (&model[k], answer) {
