@@ -356,11 +356,36 @@ enum Modelled {
     },
 }
 
-/// A small deterministic generator (SplitMix64), so that a failing walk replays from its seed.
-struct Walk(u64);
+/// A small deterministic generator (SplitMix64) for random walks, so that a failing walk
+/// replays from its seed.
+///
+/// ```
+/// use idempotency_core::testing::Walk;
+/// let (mut a, mut b) = (Walk::new(7), Walk::new(7));
+/// assert_eq!(a.below(10), b.below(10));
+/// ```
+pub struct Walk(u64);
 
 impl Walk {
-    fn next(&mut self) -> u64 {
+    /// A walk from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The seed in the environment variable `name` (to replay a walk), else a random one.
+    pub fn seed_from_env(name: &str) -> u64 {
+        std::env::var(name)
+            .ok()
+            .and_then(|seed| seed.parse().ok())
+            .unwrap_or_else(|| {
+                unique_key().0[0..8]
+                    .iter()
+                    .fold(0u64, |a, b| a << 8 | u64::from(*b))
+            })
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -368,8 +393,9 @@ impl Walk {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+    /// A number below `n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
     }
 }
 
@@ -379,15 +405,8 @@ impl Walk {
 /// touch; what a claim answers in each state; that tokens of a key only grow; and what `get`
 /// reads back. `CONFORMANCE_SEED` replays a walk; a failure names its seed and step.
 pub async fn model_walk<S: Store>(store: &S) {
-    let seed = std::env::var("CONFORMANCE_SEED")
-        .ok()
-        .and_then(|seed| seed.parse().ok())
-        .unwrap_or_else(|| {
-            unique_key().0[0..8]
-                .iter()
-                .fold(0u64, |a, b| a << 8 | u64::from(*b))
-        });
-    let mut walk = Walk(seed);
+    let seed = Walk::seed_from_env("CONFORMANCE_SEED");
+    let mut walk = Walk::new(seed);
     let mut keys: Vec<StorageKey> = (0..3).map(|_| unique_key()).collect();
     let fps = [fingerprint("walk-a"), fingerprint("walk-b")];
     let outcomes: Vec<Outcome> = (0..3u16)
@@ -409,7 +428,7 @@ pub async fn model_walk<S: Store>(store: &S) {
         let at = format!("seed {seed}, step {step}, key {k}, model {:?}", model[k]);
         // The owner's token if any was issued, an older one, or one never issued.
         let token = match (walk.below(5), issued[k].as_slice()) {
-            (0, _) | (_, []) => FencingToken(walk.next() | 1 << 62),
+            (0, _) | (_, []) => FencingToken(walk.next_u64() | 1 << 62),
             (1, older) => older[walk.below(older.len())],
             (_, tokens) => tokens[tokens.len() - 1],
         };

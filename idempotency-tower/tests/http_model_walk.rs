@@ -13,6 +13,7 @@ use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use idempotency_core::MemoryStore;
+use idempotency_core::testing::Walk;
 use idempotency_tower::{IdempotencyLayer, RequestBody};
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -49,30 +50,9 @@ struct Answer {
     body: Bytes,
 }
 
-/// SplitMix64, so that a failing walk replays from its seed.
-struct Walk(u64);
-
-impl Walk {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) % n as u64) as usize
-    }
-}
-
 #[tokio::test]
 async fn the_layer_follows_the_contract_over_a_random_walk() {
-    let seed: u64 = std::env::var("WALK_SEED")
-        .ok()
-        .and_then(|seed| seed.parse().ok())
-        .unwrap_or_else(|| {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap();
-            nanos.as_nanos() as u64
-        });
+    let seed = Walk::seed_from_env("WALK_SEED");
     let plan = Arc::new(Mutex::new(Plan::Created));
     let runs = Arc::new(Mutex::new(0u64));
     let handler = {
@@ -110,7 +90,7 @@ async fn the_layer_follows_the_contract_over_a_random_walk() {
 
     let mut model: HashMap<(usize, usize), (Bytes, Answer)> = HashMap::new();
     let mut seen: HashMap<&str, usize> = HashMap::new();
-    let mut walk = Walk(seed);
+    let mut walk = Walk::new(seed);
     let mut generation = 0;
     for step in 0..800 {
         // Now and then the keys are new ones: a stored answer stays stored.
