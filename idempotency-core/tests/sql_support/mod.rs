@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use idempotency_core::function::sql::TransitionExecutor;
 use idempotency_core::sql::{ListFilter, Transition, TransitionOutcome, TxClaim, TxStore};
-use idempotency_core::testing::unique_key;
+use idempotency_core::testing::{Walk, unique_key};
 use idempotency_core::{
     Claim, ClaimRequest, Fingerprint, IdempotencyKey, Outcome, RecordState, Scope, Store,
     StoreError,
@@ -217,6 +217,110 @@ where
     let record = store.get(&key).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Completed);
     assert_eq!(record.namespace, "pay.callback");
+}
+
+/// The iron rule as a random walk: transactions over a few trade numbers claim in the
+/// transaction, grant a coupon, then commit with the outcome, roll everything back, or commit
+/// the coupon with the key released. After each, the coupons and the claims are what a model
+/// says: a committed outcome replays (another payload is a mismatch) and its coupon exists
+/// once; a rollback leaves neither record nor coupon; a release leaves the coupon and a free
+/// key. `WALK_SEED` replays a walk.
+pub async fn tx_walk<S>(store: S, pool: Pool<S::Database>, coupons: String)
+where
+    S: TxStore,
+    for<'c> &'c mut <S::Database as Database>::Connection: Executor<'c, Database = S::Database>,
+    for<'q> <S::Database as Database>::Arguments<'q>: IntoArguments<'q, S::Database>,
+    i64: sqlx::Type<S::Database> + for<'r> sqlx::Decode<'r, S::Database>,
+    (i64,): for<'r> sqlx::FromRow<'r, <S::Database as Database>::Row>,
+{
+    let seed = Walk::seed_from_env("WALK_SEED");
+    let mut walk = Walk::new(seed);
+    let scope = Scope::new("pay.walk");
+    let run = &unique_key().to_hex()[..12];
+    let fps = [Fingerprint::of_bytes(b"100"), Fingerprint::of_bytes(b"200")];
+    // Per trade number: the committed outcome and its fingerprint, and the coupons granted.
+    let mut model: Vec<(Option<(Fingerprint, Outcome)>, i64)> = vec![(None, 0); 3];
+    let mut names: Vec<String> = (0..3).map(|k| format!("W{run}-0-{k}")).collect();
+    let mut seen: std::collections::BTreeMap<&str, usize> = Default::default();
+    for step in 0..150 {
+        let k = walk.below(names.len());
+        if walk.below(4) == 0 {
+            // A committed outcome stays: now and then a new trade number takes this one's place.
+            names[k] = format!("W{run}-{step}-{k}");
+            model[k] = (None, 0);
+        }
+        let trade_no = &names[k];
+        let fp = fps[walk.below(fps.len())];
+        let at = format!("seed {seed}, step {step}, {trade_no}, model {:?}", model[k]);
+        let key = IdempotencyKey::parse(trade_no).unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        let claim = store.claim_in_tx(&mut tx, &scope, &key, &fp).await;
+        match (
+            &model[k].0,
+            claim.unwrap_or_else(|e| panic!("{at}: claim: {e}")),
+        ) {
+            (None, TxClaim::Execute(lease)) => {
+                let grant = format!("INSERT INTO {coupons} (trade_no) VALUES ('{trade_no}')");
+                sqlx::query(&grant).execute(&mut *tx).await.unwrap();
+                let outcome = Outcome::new(200, format!("coupon at step {step}"));
+                match walk.below(3) {
+                    0 => {
+                        store
+                            .complete_in_tx(&mut tx, lease, &outcome)
+                            .await
+                            .unwrap();
+                        tx.commit().await.unwrap();
+                        model[k] = (Some((fp, outcome)), model[k].1 + 1);
+                        *seen.entry("completed and committed").or_default() += 1;
+                    }
+                    1 => {
+                        store
+                            .complete_in_tx(&mut tx, lease, &outcome)
+                            .await
+                            .unwrap();
+                        drop(tx);
+                        *seen.entry("rolled back").or_default() += 1;
+                    }
+                    _ => {
+                        store.release_in_tx(&mut tx, lease).await.unwrap();
+                        tx.commit().await.unwrap();
+                        model[k].1 += 1;
+                        *seen.entry("released and committed").or_default() += 1;
+                    }
+                }
+            }
+            (Some((held, outcome)), TxClaim::Replay(replayed)) if *held == fp => {
+                assert_eq!(&replayed, outcome, "{at}");
+                tx.commit().await.unwrap();
+                *seen.entry("replayed").or_default() += 1;
+            }
+            (Some((held, _)), TxClaim::Mismatch) if *held != fp => {
+                tx.commit().await.unwrap();
+                *seen.entry("mismatch").or_default() += 1;
+            }
+            (_, claim) => panic!("{at}: the claim answered {claim:?}"),
+        }
+        let granted = format!("SELECT COUNT(*) FROM {coupons} WHERE trade_no = '{trade_no}'");
+        assert_eq!(count(&pool, &granted).await, model[k].1, "{at}: coupons");
+        let record = store.get(&scope.storage_key(&key)).await.unwrap();
+        match (&model[k].0, record) {
+            (None, None) => {}
+            (Some((fp, outcome)), Some(record)) => {
+                assert_eq!(record.state, RecordState::Completed, "{at}");
+                assert_eq!(
+                    (record.fingerprint, record.outcome.as_ref()),
+                    (*fp, Some(outcome)),
+                    "{at}"
+                );
+            }
+            (_, record) => panic!("{at}: the record is {record:?}"),
+        }
+    }
+    assert_eq!(
+        seen.len(),
+        5,
+        "seed {seed}: some steps never came: {seen:?}"
+    );
 }
 
 /// A duplicate that arrives while the owner's transaction is open waits for it, then sees
@@ -810,6 +914,8 @@ macro_rules! store_scenario_tests {
             |store, pool, coupons| $crate::sql_support::tx_waiting_duplicate(store, pool, coupons));
         $crate::sql_support::store_scenario_tests!(@test tx_owner_rollback_under_storm, 20,
             |store, pool, coupons| $crate::sql_support::tx_owner_rollback_under_storm(store, pool, coupons));
+        $crate::sql_support::store_scenario_tests!(@test tx_walk_follows_the_iron_rule, 2,
+            |store, pool, coupons| $crate::sql_support::tx_walk(store, pool, coupons));
         $crate::sql_support::store_scenario_tests!(@test tx_sees_engine_claims, 4,
             |store, pool, _coupons| $crate::sql_support::tx_sees_engine_claims(store, pool));
         $crate::sql_support::store_scenario_tests!(@test purge_batches_and_list, 4,
