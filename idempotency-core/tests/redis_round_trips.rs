@@ -16,8 +16,9 @@ use idempotency_core::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-fn upstream() -> String {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+/// `host:port` of the server at the URL in `variable`, or at `default`.
+fn upstream(variable: &str, default: &str) -> String {
+    let url = std::env::var(variable).unwrap_or_else(|_| default.to_owned());
     let rest = url.split("://").nth(1).unwrap_or(&url);
     let host_port = rest.rsplit('@').next().unwrap_or(rest);
     let host_port = host_port.split('/').next().unwrap_or(host_port);
@@ -135,14 +136,44 @@ fn leased<'a>(
     }
 }
 
+/// Whether the server at `url` has `SET … IFEQ`.
+async fn has_set_ifeq(url: &str) -> bool {
+    let client = idempotency_core::redis::driver::Client::open(url).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let probe = format!("test:round-trips:ifeq:{}", unique_key().to_hex());
+    let answer: Result<Option<String>, _> = idempotency_core::redis::driver::cmd("SET")
+        .arg(&probe)
+        .arg("v")
+        .arg("IFEQ")
+        .arg("other")
+        .query_async(&mut connection)
+        .await;
+    answer.is_ok()
+}
+
 #[tokio::test]
 async fn every_step_is_one_round_trip() {
-    if let Err(error) = connect(&format!("redis://{}", upstream())).await {
-        unavailable::<()>("Redis", error);
+    let redis = upstream("REDIS_URL", "redis://127.0.0.1:6379");
+    every_step_on("Redis", redis, None).await;
+}
+
+/// On Valkey 8.1 (`VALKEY_URL`, default `redis://127.0.0.1:7379`; `.ci/valkey.sh` starts one),
+/// `complete` is the native `SET … IFEQ`.
+#[tokio::test]
+async fn on_valkey_complete_is_one_native_set() {
+    let valkey = upstream("VALKEY_URL", "redis://127.0.0.1:7379");
+    every_step_on("Valkey", valkey, Some(true)).await;
+}
+
+/// Counts each step's commands on the server at `upstream`; `native`, if given, is whether
+/// that server must have `SET … IFEQ`.
+async fn every_step_on(service: &str, upstream: String, native: Option<bool>) {
+    if let Err(error) = connect(&format!("redis://{upstream}")).await {
+        unavailable::<()>(service, error);
         return;
     }
     let log: Log = Arc::default();
-    let proxy = counting_proxy(upstream(), Arc::clone(&log)).await;
+    let proxy = counting_proxy(upstream, Arc::clone(&log)).await;
     let url = format!("redis://{proxy}");
     let store = RedisStore::connect(&url)
         .await
@@ -198,7 +229,17 @@ async fn every_step_is_one_round_trip() {
     let (completed, sent) =
         commands_of(&log, store.complete(&key, lease.token, &outcome, ttl)).await;
     completed.unwrap();
-    assert_eq!(sent, ["EVALSHA"], "complete");
+    // Native where the server has `SET … IFEQ` (Valkey 8.1, Redis 8.4), else the script.
+    let has_ifeq = has_set_ifeq(&url).await;
+    if let Some(native) = native {
+        assert_eq!(has_ifeq, native, "{service} has SET IFEQ");
+    }
+    let complete = if has_ifeq { "SET" } else { "EVALSHA" };
+    assert_eq!(
+        sent,
+        [complete],
+        "complete (SET IFEQ on this server: {has_ifeq})"
+    );
 
     let (replay, sent) = commands_of(&log, store.claim(request(&key, &fingerprint))).await;
     assert_eq!(replay.unwrap(), Claim::Completed(outcome.clone()));

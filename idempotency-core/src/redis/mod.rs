@@ -25,6 +25,7 @@ mod codec;
 mod connect;
 mod error;
 mod fencing;
+mod held;
 mod scripts;
 mod store;
 mod tokens;

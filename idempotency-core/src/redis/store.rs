@@ -9,7 +9,8 @@ use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Script, Value};
 
 use super::codec::{self, Existing};
-use super::error::{bounded, millis};
+use super::error::{bounded, map_error, millis};
+use super::held::{self, Held};
 use super::{fencing, scripts};
 use crate::time::{unix_micros_now, unix_millis};
 use crate::{
@@ -41,7 +42,8 @@ struct Scripts {
 /// | claim of a completed key (replay, or mismatch) | the same `SET`: it returns the record, outcome included | 1 |
 /// | claim of a live lease (in progress, or mismatch) | the same `SET`: it returns the record | 1 |
 /// | claim of a lease at or near its end | the same `SET`, then the claim script (`EVALSHA`): takeover, or in progress | 2 |
-/// | complete, touch, release | one Lua script each (`EVALSHA`, loaded once, reloaded on `NOSCRIPT`) | 1 |
+/// | complete of a lease this process claimed, on Valkey 8.1 or Redis 8.4 | `SET k v IFEQ <its in-progress record> PX ttl` | 1 |
+/// | complete otherwise, touch, release | one Lua script each (`EVALSHA`, loaded once, reloaded on `NOSCRIPT`) | 1 |
 ///
 /// - **Records** are one packed string each (an 81-byte binary header, the namespace, the
 ///   outcome body as raw bytes) under `<prefix>{<key hex>}`. Every command and script touches
@@ -82,8 +84,12 @@ struct Scripts {
 ///   that timed out may still have been applied; leases make that safe.
 ///
 /// Redis 7.0 is required (`SET` with both `NX` and `GET`); Valkey works too. Redis 7 has no
-/// compare-and-set command, so complete, touch and release are scripts; on servers with
-/// `SET ... IFEQ` (Redis 8.4, Valkey 8.1) complete could become native too, not done yet.
+/// compare-and-set command, so complete, touch and release are scripts there. On servers with
+/// `SET … IFEQ` (Valkey 8.1, Redis 8.4), the complete of a lease this process claimed is that
+/// native command, compared with the exact in-progress record the claim (or a later touch)
+/// wrote, which the store keeps until the lease ends; the first such complete on a server
+/// without `IFEQ` finds out (a syntax error), completes through the script, and the store keeps
+/// to the scripts from then on.
 ///
 /// ```no_run
 /// use idempotency_core::{Idempotency, redis::RedisStore};
@@ -99,6 +105,7 @@ pub struct RedisStore<C = ConnectionManager> {
     grace: Duration,
     clock_margin: Duration,
     scripts: Arc<Scripts>,
+    held: Arc<Held>,
 }
 
 impl<C: Clone> Clone for RedisStore<C> {
@@ -110,6 +117,7 @@ impl<C: Clone> Clone for RedisStore<C> {
             grace: self.grace,
             clock_margin: self.clock_margin,
             scripts: Arc::clone(&self.scripts),
+            held: Arc::clone(&self.held),
         }
     }
 }
@@ -168,6 +176,7 @@ where
                 release: Script::new(scripts::RELEASE),
                 touch: Script::new(scripts::TOUCH),
             }),
+            held: Arc::new(Held::new()),
         }
     }
 
@@ -222,6 +231,58 @@ where
         record_key
     }
 
+    /// Completes with `SET … IFEQ`, compared with the lease's in-progress record: `None` if the
+    /// server has no `IFEQ` (then nothing was written).
+    async fn complete_native(
+        &self,
+        key: &StorageKey,
+        in_progress: &[u8],
+        fields: &[u8; 26],
+        body: &[u8],
+        ttl_ms: u64,
+    ) -> Option<Result<(), StoreError>> {
+        let completed = held::completed_from(in_progress, fields, body);
+        let mut command = ::redis::cmd("SET");
+        command
+            .arg(self.record_key(key))
+            .arg(completed)
+            .arg("IFEQ")
+            .arg(in_progress)
+            .arg("PX")
+            .arg(ttl_ms);
+        let mut connection = self.connection.clone();
+        let call = command.query_async::<Value>(&mut connection);
+        let answer = match tokio::time::timeout(self.call_timeout, call).await {
+            Ok(answer) => answer,
+            Err(_) => return Some(Err(StoreError::Timeout(self.call_timeout))),
+        };
+        Some(match answer {
+            Ok(Value::Okay) => {
+                self.held.supported(true);
+                Ok(())
+            }
+            // Another record is there now (a takeover), or none.
+            Ok(Value::Nil) => {
+                self.held.supported(true);
+                Err(StoreError::LeaseLost)
+            }
+            Ok(other) => Err(StoreError::Codec(format!(
+                "redis: SET IFEQ answered {other:?}"
+            ))),
+            Err(error)
+                if error.code() == Some("ERR")
+                    && error
+                        .detail()
+                        .is_some_and(|detail| detail.contains("syntax")) =>
+            {
+                tracing::debug!("the server has no SET IFEQ; completing through the script");
+                self.held.supported(false);
+                return None;
+            }
+            Err(error) => Err(map_error(error, self.call_timeout)),
+        })
+    }
+
     /// Runs an owner-only step; a 0 reply means the token is stale.
     async fn owned_step(
         &self,
@@ -265,7 +326,7 @@ where
         command
             .arg("SET")
             .arg(&record_key)
-            .arg(record)
+            .arg(&record[..])
             .arg("NX")
             .arg("GET")
             .arg("PX")
@@ -274,6 +335,7 @@ where
         let found: Option<Vec<u8>> =
             bounded(self.call_timeout, command.query_async(&mut connection)).await?;
         let Some(found) = found else {
+            self.held.hold(request.key, token, record);
             return Ok(Claim::Acquired(Lease {
                 token: FencingToken(token),
                 attempt: 1,
@@ -318,11 +380,20 @@ where
     ) -> Result<(), StoreError> {
         let ttl_ms = millis(ttl);
         let now_ms = unix_millis(SystemTime::now());
+        let fields = codec::completed_fields(now_ms, ttl_ms, outcome.status);
+        if self.held.native()
+            && let Some(in_progress) = self.held.take(key, token.0)
+            && let Some(completed) = self
+                .complete_native(key, &in_progress, &fields, &outcome.body, ttl_ms)
+                .await
+        {
+            return completed;
+        }
         let mut invocation = self.scripts.complete.prepare_invoke();
         invocation
             .key(self.record_key(key))
             .arg(&codec::token_bytes(token)[..])
-            .arg(&codec::completed_fields(now_ms, ttl_ms, outcome.status)[..])
+            .arg(&fields[..])
             .arg(&outcome.body[..])
             .arg(ttl_ms);
         self.owned_step(invocation).await
@@ -336,6 +407,7 @@ where
         // The record and its token go (no fence key is kept): this process's later tokens still
         // exceed it, even if the token was not issued here.
         fencing::observe(token.0);
+        self.held.forget(key);
         self.owned_step(invocation).await
     }
 
@@ -347,13 +419,20 @@ where
     ) -> Result<(), StoreError> {
         let (lease_ms, grace_ms) = (millis(lease), millis(self.grace));
         let now_ms = unix_millis(SystemTime::now());
+        let fields = codec::lease_fields(now_ms, lease_ms, grace_ms);
         let mut invocation = self.scripts.touch.prepare_invoke();
         invocation
             .key(self.record_key(key))
             .arg(&codec::token_bytes(token)[..])
-            .arg(&codec::lease_fields(now_ms, lease_ms, grace_ms)[..])
+            .arg(&fields[..])
             .arg(lease_ms.saturating_add(grace_ms));
-        self.owned_step(invocation).await
+        let touched = self.owned_step(invocation).await;
+        match &touched {
+            Ok(()) => self.held.touched(key, token.0, &fields),
+            // Lost, or perhaps applied (a time-out): the record is no longer known exactly.
+            Err(_) => self.held.forget(key),
+        }
+        touched
     }
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
