@@ -3,16 +3,64 @@
 //! lease it claimed with the native `SET … IFEQ` rather than a script.
 #![cfg(feature = "redis")]
 
+use std::time::Duration;
+
 use idempotency_core::redis::RedisStore;
-use idempotency_core::testing::unavailable;
+use idempotency_core::testing::{unavailable, unique_key};
+use idempotency_core::{Claim, ClaimRequest, Fingerprint, Outcome, Store, StoreError};
 
 fn url() -> String {
     std::env::var("VALKEY_URL").unwrap_or_else(|_| "redis://127.0.0.1:7379".to_owned())
 }
 
-idempotency_core::store_conformance_tests!(async {
+idempotency_core::store_conformance_tests!(store());
+
+/// A renewal can reach the server and its answer never come back: a keep-alive dropped
+/// mid-call when the work ends, or a time-out. The record then differs from the one the store
+/// holds (its lease fields), and the native compare fails; the owner must still complete.
+/// Simulated with a second store (its own held records) renewing the first one's lease.
+#[tokio::test]
+async fn a_lease_renewed_unbeknown_to_the_store_still_completes() {
+    let (Some(owner), Some(other)) = (store().await, store().await) else {
+        return;
+    };
+    let key = unique_key();
+    let fingerprint = Fingerprint::of_bytes(b"renewed");
+    let request = ClaimRequest {
+        key: &key,
+        namespace: "conformance",
+        fingerprint: &fingerprint,
+        lease: Duration::from_secs(30),
+    };
+    let Claim::Acquired(lease) = owner.claim(request).await.unwrap() else {
+        panic!("a new key is acquired");
+    };
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    other
+        .touch(&key, lease.token, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let outcome = Outcome::new(200, "done");
+    let ttl = Duration::from_secs(30);
+    owner
+        .complete(&key, lease.token, &outcome, ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        owner.claim(request).await.unwrap(),
+        Claim::Completed(outcome)
+    );
+    // A stale owner is still refused.
+    let again = Outcome::new(200, "again");
+    assert!(matches!(
+        owner.complete(&key, lease.token, &again, ttl).await,
+        Err(StoreError::LeaseLost)
+    ));
+}
+
+async fn store() -> Option<RedisStore> {
     match RedisStore::connect(&url()).await {
         Ok(store) => Some(store.with_key_prefix("test:conformance:")),
         Err(error) => unavailable("Valkey", error),
     }
-});
+}

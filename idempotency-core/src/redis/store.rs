@@ -42,7 +42,7 @@ struct Scripts {
 /// | claim of a completed key (replay, or mismatch) | the same `SET`: it returns the record, outcome included | 1 |
 /// | claim of a live lease (in progress, or mismatch) | the same `SET`: it returns the record | 1 |
 /// | claim of a lease at or near its end | the same `SET`, then the claim script (`EVALSHA`): takeover, or in progress | 2 |
-/// | complete of a lease this process claimed, on Valkey 8.1 or Redis 8.4 | `SET k v IFEQ <its in-progress record> PX ttl` | 1 |
+/// | complete of a lease this process claimed, on Valkey 8.1 or Redis 8.4 | `SET k v IFEQ <its in-progress record> PX ttl`; if the record changed meanwhile (taken over, or renewed by a call whose answer was lost), the complete script decides | 1 (2) |
 /// | complete otherwise, touch, release | one Lua script each (`EVALSHA`, loaded once, reloaded on `NOSCRIPT`) | 1 |
 ///
 /// - **Records** are one packed string each (an 81-byte binary header, the namespace, the
@@ -231,8 +231,10 @@ where
         record_key
     }
 
-    /// Completes with `SET … IFEQ`, compared with the lease's in-progress record: `None` if the
-    /// server has no `IFEQ` (then nothing was written).
+    /// Completes with `SET … IFEQ`, compared with the lease's in-progress record. `None` (then
+    /// nothing was written, and the script decides) if the server has no `IFEQ`, or if the
+    /// record is not the one held: taken over, or touched by a renewal whose answer never came
+    /// back (a keep-alive dropped mid-call when the work ended).
     async fn complete_native(
         &self,
         key: &StorageKey,
@@ -261,10 +263,9 @@ where
                 self.held.supported(true);
                 Ok(())
             }
-            // Another record is there now (a takeover), or none.
             Ok(Value::Nil) => {
                 self.held.supported(true);
-                Err(StoreError::LeaseLost)
+                return None;
             }
             Ok(other) => Err(StoreError::Codec(format!(
                 "redis: SET IFEQ answered {other:?}"
