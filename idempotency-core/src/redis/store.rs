@@ -254,6 +254,8 @@ where
             .arg(ttl_ms);
         let mut connection = self.connection.clone();
         let call = command.query_async::<Value>(&mut connection);
+        // Bounded here rather than by `bounded`, which maps errors: a syntax error (no `IFEQ`)
+        // must be told apart from a failure.
         let answer = match tokio::time::timeout(self.call_timeout, call).await {
             Ok(answer) => answer,
             Err(_) => return Some(Err(StoreError::Timeout(self.call_timeout))),
