@@ -295,15 +295,27 @@ pub async fn touch_extends_lease<S: Store>(store: &S) {
     let fp = fingerprint("a");
     let lease = acquire(store, &key, &fp, SHORT).await;
     tokio::time::sleep(SHORT / 2).await;
+    let touched_at = std::time::SystemTime::now();
     store
         .touch(&key, lease.token, Duration::from_secs(5))
         .await
         .unwrap();
+    // The record says so too: renewed now, its lease ending 5 s on (to the millisecond).
+    let record = store.get(&key).await.unwrap().expect("record");
+    let slack = Duration::from_millis(2);
+    assert!(record.updated_at + slack >= touched_at, "{record:?}");
+    assert!(
+        record.expires_at + slack >= touched_at + Duration::from_secs(5),
+        "{record:?}"
+    );
     tokio::time::sleep(PAST_SHORT).await;
-    assert!(matches!(
-        store.claim(request(&key, &fp, LONG)).await.unwrap(),
-        Claim::InProgress { .. }
-    ));
+    match store.claim(request(&key, &fp, LONG)).await.unwrap() {
+        Claim::InProgress { lease_remaining } => assert!(
+            lease_remaining > Duration::from_secs(3),
+            "{lease_remaining:?}"
+        ),
+        other => panic!("expected in progress, got {other:?}"),
+    }
     store
         .complete(&key, lease.token, &Outcome::new(200, "ok"), LONG)
         .await

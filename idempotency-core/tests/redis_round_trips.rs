@@ -158,9 +158,9 @@ async fn every_step_is_one_round_trip() {
 }
 
 /// On Valkey 8.1 (`VALKEY_URL`, default `redis://127.0.0.1:7379`; `.ci/valkey.sh` starts one),
-/// `complete` is the native `SET … IFEQ`.
+/// `complete` and `touch` are the native `SET … IFEQ`.
 #[tokio::test]
-async fn on_valkey_complete_is_one_native_set() {
+async fn on_valkey_complete_and_touch_are_one_native_set() {
     let valkey = upstream("VALKEY_URL", "redis://127.0.0.1:7379");
     every_step_on("Valkey", valkey, Some(true)).await;
 }
@@ -218,9 +218,21 @@ async fn every_step_on(service: &str, upstream: String, native: Option<bool>) {
     };
     assert_eq!(sent, ["SET"], "claim of a new key: one native SET NX GET");
 
+    // Complete and touch are native where the server has `SET … IFEQ` (Valkey 8.1, Redis 8.4),
+    // scripts elsewhere.
+    let has_ifeq = has_set_ifeq(&url).await;
+    if let Some(native) = native {
+        assert_eq!(has_ifeq, native, "{service} has SET IFEQ");
+    }
+    let owned_step = if has_ifeq { "SET" } else { "EVALSHA" };
+
     let (touched, sent) = commands_of(&log, store.touch(&key, lease.token, ttl)).await;
     touched.unwrap();
-    assert_eq!(sent, ["EVALSHA"], "touch");
+    assert_eq!(
+        sent,
+        [owned_step],
+        "touch (SET IFEQ on this server: {has_ifeq})"
+    );
 
     let (in_progress, sent) = commands_of(&log, store.claim(request(&key, &fingerprint))).await;
     assert!(matches!(in_progress.unwrap(), Claim::InProgress { .. }));
@@ -229,15 +241,9 @@ async fn every_step_on(service: &str, upstream: String, native: Option<bool>) {
     let (completed, sent) =
         commands_of(&log, store.complete(&key, lease.token, &outcome, ttl)).await;
     completed.unwrap();
-    // Native where the server has `SET … IFEQ` (Valkey 8.1, Redis 8.4), else the script.
-    let has_ifeq = has_set_ifeq(&url).await;
-    if let Some(native) = native {
-        assert_eq!(has_ifeq, native, "{service} has SET IFEQ");
-    }
-    let complete = if has_ifeq { "SET" } else { "EVALSHA" };
     assert_eq!(
         sent,
-        [complete],
+        [owned_step],
         "complete (SET IFEQ on this server: {has_ifeq})"
     );
 

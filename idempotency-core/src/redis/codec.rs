@@ -32,7 +32,8 @@ use crate::{
     Claim, FencingToken, Fingerprint, Lease, Outcome, Record, RecordState, StorageKey, StoreError,
 };
 
-const HEADER: usize = 81;
+/// The fixed part of every record, before its namespace.
+pub(super) const HEADER: usize = 81;
 /// Where the fields a step rewrites start: updated, lease end / expiry, grace / completed at.
 const UPDATED: usize = 53;
 
@@ -224,6 +225,27 @@ pub(super) fn existing(
 /// Encodes a fencing token as the script compares it (8 bytes, big-endian).
 pub(super) fn token_bytes(token: FencingToken) -> [u8; 8] {
     token.0.to_be_bytes()
+}
+
+/// The in-progress record the touch script would write over `in_progress`: its lease fields
+/// (updated, lease end, grace) replaced by `fields`. `in_progress` has its whole header.
+pub(super) fn renewed(in_progress: &[u8], fields: &[u8; 24]) -> Vec<u8> {
+    let mut record = in_progress.to_vec();
+    record[UPDATED..UPDATED + fields.len()].copy_from_slice(fields);
+    record
+}
+
+/// The completed record the complete script would write over `in_progress`: its state, then
+/// its fingerprint, token, attempts and created time, the completed fields, its namespace
+/// (length and bytes) and the outcome body. `in_progress` has its whole header.
+pub(super) fn completed_from(in_progress: &[u8], fields: &[u8; 26], body: &[u8]) -> Vec<u8> {
+    let mut record = Vec::with_capacity(in_progress.len() + body.len());
+    record.push(b'c');
+    record.extend_from_slice(&in_progress[1..UPDATED]);
+    record.extend_from_slice(fields);
+    record.extend_from_slice(&in_progress[UPDATED + fields.len()..]);
+    record.extend_from_slice(body);
+    record
 }
 
 /// Decodes a stored record (`GET`); `None` is an absent key.
@@ -430,5 +452,27 @@ mod tests {
             (u64_at(&fields, 0), u64_at(&fields, 8), u64_at(&fields, 16)),
             (1_000, 1_300, 60_000)
         );
+    }
+    #[test]
+    fn the_completed_record_keeps_the_header_and_namespace() {
+        let mut in_progress = vec![b'p'];
+        in_progress.extend((1..HEADER - 2).map(|i| i as u8));
+        in_progress.extend_from_slice(&[0, 2, b'n', b's']);
+        let record = completed_from(&in_progress, &[0xee; 26], b"body");
+        assert_eq!(record[0], b'c');
+        assert_eq!(record[1..53], in_progress[1..53]);
+        assert!(record[53..79].iter().all(|byte| *byte == 0xee));
+        assert_eq!(&record[79..], &[0, 2, b'n', b's', b'b', b'o', b'd', b'y']);
+    }
+
+    #[test]
+    fn a_renewed_record_differs_in_its_lease_fields_only() {
+        let in_progress = in_progress(&Fingerprint([7; 32]), 42, 1_000, 500, 60_000, "ns");
+        let renewed = renewed(&in_progress, &lease_fields(2_000, 500, 60_000));
+        assert_eq!(renewed.len(), in_progress.len());
+        assert_eq!(renewed[..UPDATED], in_progress[..UPDATED]);
+        assert_eq!(renewed[UPDATED + 24..], in_progress[UPDATED + 24..]);
+        assert_eq!(u64_at(&renewed, UPDATED), 2_000);
+        assert_eq!(u64_at(&renewed, 61), 2_500);
     }
 }

@@ -1,19 +1,20 @@
-//! The records of the leases this process holds, for a native compare-and-set `complete`.
+//! The records of the leases this process holds, for native compare-and-set steps.
 //!
-//! On servers with `SET … IFEQ` (Valkey 8.1, Redis 8.4), `complete` is one native command:
-//! `SET k <completed record> IFEQ <in-progress record> PX ttl`. The compare needs the record's
-//! exact bytes, which this process wrote: the native claim of a new key, and every touch after
-//! it, keep them here until the lease is completed or released. A record held nowhere here (a
-//! takeover, which the claim script writes; a lease held by more leases than [`CAPACITY`]) and
-//! a server without `IFEQ` complete through the script, as on Redis 7.
+//! On servers with `SET … IFEQ` (Valkey 8.1, Redis 8.4), `complete` and `touch` are one native
+//! command each: `SET k <new record> IFEQ <in-progress record> PX ms`. The compare needs the
+//! record's exact bytes, which this process wrote: the native claim of a new key, and every
+//! touch after it, keep them here until the lease is completed or released. A lease whose
+//! record is not held here (a takeover, which the claim script writes; more than [`CAPACITY`]
+//! leases at once) and a server without `IFEQ` use the scripts, as on Redis 7.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use super::codec::{self, HEADER};
 use crate::StorageKey;
 
-/// Most records held at once; leases beyond complete through the script.
+/// Most records held at once; leases beyond use the scripts.
 const CAPACITY: usize = 1 << 16;
 const SHARDS: usize = 16;
 
@@ -28,7 +29,7 @@ type Records = HashMap<StorageKey, (u64, Vec<u8>)>;
 pub(super) struct Held {
     shards: Box<[Mutex<Records>]>,
     len: AtomicUsize,
-    /// Whether the server has `SET … IFEQ`: unknown until the first native complete answers.
+    /// Whether the server has `SET … IFEQ`: unknown until the first native step answers.
     support: AtomicU8,
 }
 
@@ -67,7 +68,8 @@ impl Held {
 
     /// Holds the record a claim of `key` with `token` wrote.
     pub(super) fn hold(&self, key: &StorageKey, token: u64, record: Vec<u8>) {
-        if !self.native() {
+        // Every record has its header; `codec::renewed` and `codec::completed_from` rely on it.
+        if !self.native() || record.len() < HEADER {
             return;
         }
         let mut shard = self.shard(key);
@@ -90,6 +92,14 @@ impl Held {
         shard.remove(key).map(|(_, record)| record)
     }
 
+    /// A copy of the record held for `key`'s lease `token`, still held.
+    pub(super) fn get(&self, key: &StorageKey, token: u64) -> Option<Vec<u8>> {
+        match self.shard(key).get(key) {
+            Some((held, record)) if *held == token => Some(record.clone()),
+            _ => None,
+        }
+    }
+
     /// Forgets the record of `key`, whatever its lease.
     pub(super) fn forget(&self, key: &StorageKey) {
         if self.shard(key).remove(key).is_some() {
@@ -101,24 +111,10 @@ impl Held {
     pub(super) fn touched(&self, key: &StorageKey, token: u64, fields: &[u8; 24]) {
         if let Some((held, record)) = self.shard(key).get_mut(key)
             && *held == token
-            && record.len() >= 77
         {
-            record[53..77].copy_from_slice(fields);
+            *record = codec::renewed(record, fields);
         }
     }
-}
-
-/// The completed record the complete script would write over `in_progress`: its state, then
-/// its bytes 1..53 (fingerprint, token, attempts, created), the completed fields, its namespace
-/// (length and bytes, from 79 on) and the outcome body.
-pub(super) fn completed_from(in_progress: &[u8], fields: &[u8; 26], body: &[u8]) -> Vec<u8> {
-    let mut record = Vec::with_capacity(in_progress.len() + body.len());
-    record.push(b'c');
-    record.extend_from_slice(&in_progress[1..53]);
-    record.extend_from_slice(fields);
-    record.extend_from_slice(&in_progress[79..]);
-    record.extend_from_slice(body);
-    record
 }
 
 #[cfg(test)]
@@ -129,23 +125,37 @@ mod tests {
         StorageKey([byte; 32])
     }
 
+    /// A record of `HEADER + 2` bytes, all `byte`.
+    fn record(byte: u8) -> Vec<u8> {
+        vec![byte; HEADER + 2]
+    }
+
     #[test]
     fn a_record_is_taken_once_and_only_with_its_token() {
         let held = Held::new();
-        held.hold(&key(1), 7, vec![1, 2, 3]);
+        held.hold(&key(1), 7, record(1));
+        assert_eq!(held.get(&key(1), 8), None);
+        assert_eq!(held.get(&key(1), 7), Some(record(1)));
         assert_eq!(held.take(&key(1), 8), None);
-        assert_eq!(held.take(&key(1), 7), Some(vec![1, 2, 3]));
+        assert_eq!(held.take(&key(1), 7), Some(record(1)));
         assert_eq!(held.take(&key(1), 7), None);
         assert_eq!(held.len.load(Ordering::Relaxed), 0);
     }
 
     #[test]
+    fn a_record_shorter_than_a_header_is_not_held() {
+        let held = Held::new();
+        held.hold(&key(4), 7, vec![0; HEADER - 1]);
+        assert_eq!(held.take(&key(4), 7), None);
+    }
+
+    #[test]
     fn without_native_support_nothing_is_held() {
         let held = Held::new();
-        held.hold(&key(1), 7, vec![1]);
+        held.hold(&key(1), 7, record(1));
         held.supported(false);
         assert_eq!(held.take(&key(1), 7), None);
-        held.hold(&key(2), 8, vec![2]);
+        held.hold(&key(2), 8, record(2));
         assert_eq!(held.take(&key(2), 8), None);
         assert_eq!(held.len.load(Ordering::Relaxed), 0);
     }
@@ -153,7 +163,7 @@ mod tests {
     #[test]
     fn a_touch_rewrites_the_held_lease_fields() {
         let held = Held::new();
-        held.hold(&key(3), 9, vec![0; 90]);
+        held.hold(&key(3), 9, record(0));
         held.touched(&key(3), 9, &[5; 24]);
         held.touched(&key(3), 10, &[6; 24]);
         let record = held.take(&key(3), 9).unwrap();
@@ -164,17 +174,5 @@ mod tests {
                 .chain(&record[77..])
                 .all(|byte| *byte == 0)
         );
-    }
-
-    #[test]
-    fn the_completed_record_keeps_the_header_and_namespace() {
-        let mut in_progress = vec![b'p'];
-        in_progress.extend((1..79).map(|i| i as u8));
-        in_progress.extend_from_slice(&[0, 2, b'n', b's']);
-        let record = completed_from(&in_progress, &[0xee; 26], b"body");
-        assert_eq!(record[0], b'c');
-        assert_eq!(record[1..53], in_progress[1..53]);
-        assert!(record[53..79].iter().all(|byte| *byte == 0xee));
-        assert_eq!(&record[79..], &[0, 2, b'n', b's', b'b', b'o', b'd', b'y']);
     }
 }

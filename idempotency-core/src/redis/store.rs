@@ -10,7 +10,7 @@ use ::redis::{Script, Value};
 
 use super::codec::{self, Existing};
 use super::error::{bounded, map_error, millis};
-use super::held::{self, Held};
+use super::held::Held;
 use super::{fencing, scripts};
 use crate::time::{unix_micros_now, unix_millis};
 use crate::{
@@ -42,8 +42,8 @@ struct Scripts {
 /// | claim of a completed key (replay, or mismatch) | the same `SET`: it returns the record, outcome included | 1 |
 /// | claim of a live lease (in progress, or mismatch) | the same `SET`: it returns the record | 1 |
 /// | claim of a lease at or near its end | the same `SET`, then the claim script (`EVALSHA`): takeover, or in progress | 2 |
-/// | complete of a lease this process claimed, on Valkey 8.1 or Redis 8.4 | `SET k v IFEQ <its in-progress record> PX ttl`; if the record changed meanwhile (taken over, or renewed by a call whose answer was lost), the complete script decides | 1 (2) |
-/// | complete otherwise, touch, release | one Lua script each (`EVALSHA`, loaded once, reloaded on `NOSCRIPT`) | 1 |
+/// | complete or touch of a lease this process claimed, on Valkey 8.1 or Redis 8.4 | `SET k v IFEQ <its in-progress record> PX ms`; if the record changed meanwhile (taken over, or renewed by a call whose answer was lost), the step's script decides | 1 (2) |
+/// | complete and touch otherwise, release | one Lua script each (`EVALSHA`, loaded once, reloaded on `NOSCRIPT`) | 1 |
 ///
 /// - **Records** are one packed string each (an 81-byte binary header, the namespace, the
 ///   outcome body as raw bytes) under `<prefix>{<key hex>}`. Every command and script touches
@@ -85,11 +85,11 @@ struct Scripts {
 ///
 /// Redis 7.0 is required (`SET` with both `NX` and `GET`); Valkey works too. Redis 7 has no
 /// compare-and-set command, so complete, touch and release are scripts there. On servers with
-/// `SET … IFEQ` (Valkey 8.1, Redis 8.4), the complete of a lease this process claimed is that
-/// native command, compared with the exact in-progress record the claim (or a later touch)
-/// wrote, which the store keeps until the lease ends; the first such complete on a server
-/// without `IFEQ` finds out (a syntax error), completes through the script, and the store keeps
-/// to the scripts from then on.
+/// `SET … IFEQ` (Valkey 8.1, Redis 8.4), the complete and touch of a lease this process claimed
+/// are that native command, compared with the exact in-progress record the claim (or a later
+/// touch) wrote, which the store keeps until the lease ends; the first such step on a server
+/// without `IFEQ` finds out (a syntax error), runs the script, and the store keeps to the
+/// scripts from then on.
 ///
 /// ```no_run
 /// use idempotency_core::{Idempotency, redis::RedisStore};
@@ -231,27 +231,26 @@ where
         record_key
     }
 
-    /// Completes with `SET … IFEQ`, compared with the lease's in-progress record. `None` (then
-    /// nothing was written, and the script decides) if the server has no `IFEQ`, or if the
-    /// record is not the one held: taken over, or touched by a renewal whose answer never came
-    /// back (a keep-alive dropped mid-call when the work ended).
-    async fn complete_native(
+    /// `SET k <record> IFEQ <held> PX px`: replaces the held in-progress record of a lease in
+    /// one native command. `None` (then nothing was written, and the step's script decides) if
+    /// the server has no `IFEQ`, or if the record is not the one held: taken over, or renewed
+    /// by a call whose answer never came back (a keep-alive dropped mid-call when the work
+    /// ended).
+    async fn compare_and_set(
         &self,
         key: &StorageKey,
-        in_progress: &[u8],
-        fields: &[u8; 26],
-        body: &[u8],
-        ttl_ms: u64,
+        record: Vec<u8>,
+        held: &[u8],
+        px: u64,
     ) -> Option<Result<(), StoreError>> {
-        let completed = held::completed_from(in_progress, fields, body);
         let mut command = ::redis::cmd("SET");
         command
             .arg(self.record_key(key))
-            .arg(completed)
+            .arg(record)
             .arg("IFEQ")
-            .arg(in_progress)
+            .arg(held)
             .arg("PX")
-            .arg(ttl_ms);
+            .arg(px);
         let mut connection = self.connection.clone();
         let call = command.query_async::<Value>(&mut connection);
         // Bounded here rather than by `bounded`, which maps errors: a syntax error (no `IFEQ`)
@@ -278,7 +277,7 @@ where
                         .detail()
                         .is_some_and(|detail| detail.contains("syntax")) =>
             {
-                tracing::debug!("the server has no SET IFEQ; completing through the script");
+                tracing::debug!("the server has no SET IFEQ; using the scripts");
                 self.held.supported(false);
                 return None;
             }
@@ -386,11 +385,14 @@ where
         let fields = codec::completed_fields(now_ms, ttl_ms, outcome.status);
         if self.held.native()
             && let Some(in_progress) = self.held.take(key, token.0)
-            && let Some(completed) = self
-                .complete_native(key, &in_progress, &fields, &outcome.body, ttl_ms)
-                .await
         {
-            return completed;
+            let completed = codec::completed_from(&in_progress, &fields, &outcome.body);
+            if let Some(done) = self
+                .compare_and_set(key, completed, &in_progress, ttl_ms)
+                .await
+            {
+                return done;
+            }
         }
         let mut invocation = self.scripts.complete.prepare_invoke();
         invocation
@@ -423,12 +425,29 @@ where
         let (lease_ms, grace_ms) = (millis(lease), millis(self.grace));
         let now_ms = unix_millis(SystemTime::now());
         let fields = codec::lease_fields(now_ms, lease_ms, grace_ms);
+        let px = lease_ms.saturating_add(grace_ms);
+        if self.held.native()
+            && let Some(in_progress) = self.held.get(key, token.0)
+        {
+            let renewed = codec::renewed(&in_progress, &fields);
+            match self.compare_and_set(key, renewed, &in_progress, px).await {
+                Some(Ok(())) => {
+                    self.held.touched(key, token.0, &fields);
+                    return Ok(());
+                }
+                Some(Err(error)) => {
+                    self.held.forget(key);
+                    return Err(error);
+                }
+                None => {}
+            }
+        }
         let mut invocation = self.scripts.touch.prepare_invoke();
         invocation
             .key(self.record_key(key))
             .arg(&codec::token_bytes(token)[..])
             .arg(&fields[..])
-            .arg(lease_ms.saturating_add(grace_ms));
+            .arg(px);
         let touched = self.owned_step(invocation).await;
         match &touched {
             Ok(()) => self.held.touched(key, token.0, &fields),
