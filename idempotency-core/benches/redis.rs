@@ -6,8 +6,10 @@
 //!
 //! - *claim+complete*: `RedisStore::claim` of a fresh key (one native `SET k record NX GET PX`)
 //!   then `complete` (one script) against raw `SET k v NX PX` then `SET k outcome PX`.
-//! - *replay*: `RedisStore::claim` of a completed key (the same native `SET`, which returns the
-//!   record, outcome included) against raw `GET` of a key holding the same outcome.
+//! - *replay*: `RedisStore::claim` of a key the store completed (a `GET` of the record, outcome
+//!   included, as for every key the store saw completed) against raw `GET` of a key holding the
+//!   same outcome. The first replay by a store that never saw the key completed is the claim's
+//!   native `SET … NX GET`: the reference row of that command below.
 //! - Reference rows, not the store:
 //!   - raw `SET NX` then a minimal compare-and-set script, against raw `SET NX` then `SET`: the
 //!     least a fenced completion costs on Redis 7, which has no native compare-and-set; and
@@ -22,7 +24,8 @@
 //! round now and then drops to a fraction of its speed, whichever side it is), and the server's
 //! CPU time per operation in that round (from `INFO cpu`, so it includes any other client of the
 //! server) and this process's (the client side: the store or the raw client, the tokio runtime
-//! and the bench's own loop; from `/proc/self/stat`, 10-ms ticks). `REDIS_URL` defaults to `redis://127.0.0.1:6379`.
+//! and the bench's own loop; from `/proc/self/stat`, 10-ms ticks). `REDIS_URL` defaults to `redis://127.0.0.1:6379`;
+//! `BENCH_TASKS` (default `1,64`) lists the numbers of tasks.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
@@ -451,7 +454,19 @@ async fn main() {
         "| operation | tasks | RedisStore ops/s | raw redis ops/s | ratio | server CPU µs/op (store / raw) | client CPU µs/op (store / raw) |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    for tasks in [1usize, 64] {
+    let tasks_list = match std::env::var("BENCH_TASKS") {
+        Ok(list) => list
+            .split(',')
+            .map(|tasks| {
+                tasks
+                    .trim()
+                    .parse()
+                    .expect("BENCH_TASKS: numbers, e.g. 1,64")
+            })
+            .collect(),
+        Err(_) => vec![1usize, 64],
+    };
+    for tasks in tasks_list {
         let (mut store_runs, mut raw_runs, mut fenced_runs) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             store_runs.push(store_claim_complete(Arc::clone(&store), c, tasks, seconds).await);

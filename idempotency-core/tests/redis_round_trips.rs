@@ -249,11 +249,46 @@ async fn every_step_on(service: &str, upstream: String, native: Option<bool>) {
 
     let (replay, sent) = commands_of(&log, store.claim(request(&key, &fingerprint))).await;
     assert_eq!(replay.unwrap(), Claim::Completed(outcome.clone()));
-    assert_eq!(sent, ["SET"], "replay, outcome included");
+    assert_eq!(
+        sent,
+        ["GET"],
+        "replay of a key this store completed: one GET"
+    );
+
+    // Another store (another process) learns the key with its first replay, then reads it.
+    let elsewhere =
+        RedisStore::new(store.connection().clone()).with_key_prefix("test:round-trips:");
+    for expected in ["SET", "GET"] {
+        let (replay, sent) = commands_of(&log, elsewhere.claim(request(&key, &fingerprint))).await;
+        assert_eq!(replay.unwrap(), Claim::Completed(outcome.clone()));
+        assert_eq!(sent, [expected], "replay of a key completed elsewhere");
+    }
+    let (mismatch, sent) = commands_of(
+        &log,
+        store.claim(request(&key, &Fingerprint::of_bytes(b"other"))),
+    )
+    .await;
+    assert_eq!(mismatch.unwrap(), Claim::Mismatch);
+    assert_eq!(sent, ["GET"], "another payload under a completed key");
 
     let (record, sent) = commands_of(&log, store.get(&key)).await;
     assert_eq!(record.unwrap().unwrap().outcome, Some(outcome));
     assert_eq!(sent, ["GET"], "get");
+
+    // A key remembered completed whose record is gone is claimed anew, after the GET.
+    let mut connection = store.connection().clone();
+    let deleted: i64 = idempotency_core::redis::driver::cmd("DEL")
+        .arg(store.record_key(&key))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let (claim, sent) = commands_of(&log, store.claim(request(&key, &fingerprint))).await;
+    let Claim::Acquired(lease) = claim.unwrap() else {
+        panic!("a deleted key is free");
+    };
+    assert_eq!(sent, ["GET", "SET"], "claim of a remembered key found gone");
+    store.release(&key, lease.token).await.unwrap();
 
     let other = unique_key();
     let Claim::Acquired(lease) = store.claim(request(&other, &fingerprint)).await.unwrap() else {

@@ -1,9 +1,10 @@
 //! Redis store and one-time tokens (single node and Cluster).
 //!
 //! - [`RedisStore`]: the fenced record lifecycle, one round trip per step (a native
-//!   `SET ... NX GET` claims or replays; Lua scripts run by `EVALSHA` complete, touch and
-//!   release; only the takeover of an ended lease costs a second round trip), records expiring
-//!   natively.
+//!   `SET ... NX GET` claims or replays, a `GET` replays a key the store saw completed; Lua
+//!   scripts run by `EVALSHA` complete, touch and release, and where the server has
+//!   `SET … IFEQ` complete and touch are that command; only the takeover of an ended lease
+//!   costs a second round trip), records expiring natively.
 //! - [`RedisTokenStore`]: one-time tokens against double submits, consumed by one atomic
 //!   script.
 //! - [`connect`] / [`connect_cluster`]: connections with bounded time-outs that reconnect by
@@ -27,6 +28,7 @@ mod error;
 mod fencing;
 mod held;
 mod scripts;
+mod settled;
 mod store;
 mod tokens;
 

@@ -1,8 +1,8 @@
 //! The Lua scripts: the steps a native command cannot do atomically on Redis 7.0, each one
 //! round trip (`EVALSHA`, loaded once).
 //!
-//! A fresh claim, a replay and a claim of a live lease are one native `SET ... NX GET` (see
-//! [`super::store`]); Redis 7.0 has no compare-and-set, so complete, release, touch and the
+//! A fresh claim, a replay and a claim of a live lease are one native `SET ... NX GET`, or a
+//! `GET` for a key the store saw completed (see [`super::store`]); Redis 7.0 has no compare-and-set, so complete, release, touch and the
 //! authoritative claim (a lease at or near its end) are scripts. Every script touches only its
 //! record key, so it runs on one Cluster node, and each is kept to one `GET` and at most one
 //! write: no `TIME` (the client sends the informational timestamps, the key's TTL is the only

@@ -11,6 +11,7 @@ use ::redis::{Script, Value};
 use super::codec::{self, Existing};
 use super::error::{bounded, map_error, millis};
 use super::held::Held;
+use super::settled::Settled;
 use super::{fencing, scripts};
 use crate::time::{unix_micros_now, unix_millis};
 use crate::{
@@ -40,6 +41,7 @@ struct Scripts {
 /// |---|---|---|
 /// | claim of a new key | `SET k v NX GET PX lease+grace` | 1 |
 /// | claim of a completed key (replay, or mismatch) | the same `SET`: it returns the record, outcome included | 1 |
+/// | claim of a key this process completed, or saw completed | `GET`: the record, outcome included; if the key is gone (expired, deleted), then the `SET` as for a new key | 1 (2) |
 /// | claim of a live lease (in progress, or mismatch) | the same `SET`: it returns the record | 1 |
 /// | claim of a lease at or near its end | the same `SET`, then the claim script (`EVALSHA`): takeover, or in progress | 2 |
 /// | complete or touch of a lease this process claimed, on Valkey 8.1 or Redis 8.4 | `SET k v IFEQ <its in-progress record> PX ms`; if the record changed meanwhile (taken over, or renewed by a call whose answer was lost), the step's script decides | 1 (2) |
@@ -48,6 +50,11 @@ struct Scripts {
 /// - **Records** are one packed string each (an 81-byte binary header, the namespace, the
 ///   outcome body as raw bytes) under `<prefix>{<key hex>}`. Every command and script touches
 ///   that one key, so the store runs unchanged on Redis Cluster.
+/// - **Duplicates read**: the store remembers (in a fixed table of 16 384 slots, 128 KiB) the
+///   keys it completed and the completed records its claims found. Their next claims, the
+///   duplicates of a request done, are a `GET`, which the server serves faster than a `SET` that
+///   carries a whole record; the record found is decided as the `SET` would have decided it.
+///   On a cluster connection that reads from replicas, that `GET` may go to a replica.
 /// - **Expiry is native**: a completed record carries its TTL, so
 ///   [`purge_expired`](Store::purge_expired) has nothing to do and returns 0. An in-progress
 ///   record lives `lease + grace` ([`with_abandoned_grace`](Self::with_abandoned_grace),
@@ -106,6 +113,7 @@ pub struct RedisStore<C = ConnectionManager> {
     clock_margin: Duration,
     scripts: Arc<Scripts>,
     held: Arc<Held>,
+    settled: Arc<Settled>,
 }
 
 impl<C: Clone> Clone for RedisStore<C> {
@@ -118,6 +126,7 @@ impl<C: Clone> Clone for RedisStore<C> {
             clock_margin: self.clock_margin,
             scripts: Arc::clone(&self.scripts),
             held: Arc::clone(&self.held),
+            settled: Arc::clone(&self.settled),
         }
     }
 }
@@ -177,6 +186,7 @@ where
                 touch: Script::new(scripts::TOUCH),
             }),
             held: Arc::new(Held::new()),
+            settled: Arc::new(Settled::new()),
         }
     }
 
@@ -285,6 +295,60 @@ where
         })
     }
 
+    /// Decides a claim from the record found under its key (by the claim's `SET`, which then
+    /// wrote nothing, or by a `GET`): replay, in progress, mismatch, or, for a lease at or near
+    /// its end, whatever the claim script decides by the server's TTL (a second round trip).
+    async fn decide(
+        &self,
+        request: ClaimRequest<'_>,
+        record_key: String,
+        found: Vec<u8>,
+    ) -> Result<Claim, StoreError> {
+        let now_us = unix_micros_now();
+        let now_ms = now_us / 1000;
+        match codec::existing(
+            found,
+            request.fingerprint,
+            now_ms,
+            millis(self.clock_margin),
+        )? {
+            Existing::Settled(claim) => {
+                if matches!(claim, Claim::Completed(_)) {
+                    self.settled.remember(request.key);
+                }
+                Ok(claim)
+            }
+            Existing::LeaseEnding => {
+                // A takeover token exceeds the old one and every token this process issued.
+                let (lease_ms, grace_ms) = (millis(request.lease), millis(self.grace));
+                let mut invocation = self.scripts.claim.prepare_invoke();
+                invocation
+                    .key(record_key)
+                    .arg(&request.fingerprint.0[..])
+                    .arg(fencing::next_at(now_us))
+                    .arg(codec::in_progress_tail(
+                        now_ms,
+                        lease_ms,
+                        grace_ms,
+                        request.namespace,
+                    ))
+                    .arg(lease_ms.saturating_add(grace_ms));
+                let mut connection = self.connection.clone();
+                let reply: Value =
+                    bounded(self.call_timeout, invocation.invoke_async(&mut connection)).await?;
+                codec::claim_reply(reply)
+            }
+        }
+    }
+
+    /// Remembers a key this process completed: its duplicates' claims are a `GET`.
+    fn completed(&self, key: &StorageKey, done: Result<(), StoreError>) -> Result<(), StoreError> {
+        if done.is_ok() {
+            self.settled.remember(key);
+        }
+        done
+    }
+
     /// Runs an owner-only step; a 0 reply means the token is stale.
     async fn owned_step(
         &self,
@@ -312,14 +376,25 @@ where
             ));
         }
         let record_key = self.record_key(request.key);
+        let mut connection = self.connection.clone();
+        if self.settled.knows(request.key) {
+            let mut command = ::redis::cmd("GET");
+            command.arg(&record_key);
+            let found: Option<Vec<u8>> =
+                bounded(self.call_timeout, command.query_async(&mut connection)).await?;
+            match found {
+                Some(found) => return self.decide(request, record_key, found).await,
+                // Expired or deleted: claimed with the `SET` below.
+                None => self.settled.forget(request.key),
+            }
+        }
         let (lease_ms, grace_ms) = (millis(request.lease), millis(self.grace));
         let now_us = unix_micros_now();
-        let now_ms = now_us / 1000;
         let token = fencing::next_at(now_us);
         let record = codec::in_progress(
             request.fingerprint,
             token,
-            now_ms,
+            now_us / 1000,
             lease_ms,
             grace_ms,
             request.namespace,
@@ -333,7 +408,6 @@ where
             .arg("GET")
             .arg("PX")
             .arg(lease_ms.saturating_add(grace_ms));
-        let mut connection = self.connection.clone();
         let found: Option<Vec<u8>> =
             bounded(self.call_timeout, command.query_async(&mut connection)).await?;
         let Some(found) = found else {
@@ -344,33 +418,7 @@ where
                 took_over: false,
             }));
         };
-        match codec::existing(
-            found,
-            request.fingerprint,
-            now_ms,
-            millis(self.clock_margin),
-        )? {
-            Existing::Settled(claim) => Ok(claim),
-            Existing::LeaseEnding => {
-                // The server's TTL decides; a takeover token exceeds the old one and this
-                // process's `token`, which the failed `SET` never stored.
-                let mut invocation = self.scripts.claim.prepare_invoke();
-                invocation
-                    .key(record_key)
-                    .arg(&request.fingerprint.0[..])
-                    .arg(token)
-                    .arg(codec::in_progress_tail(
-                        now_ms,
-                        lease_ms,
-                        grace_ms,
-                        request.namespace,
-                    ))
-                    .arg(lease_ms.saturating_add(grace_ms));
-                let reply: Value =
-                    bounded(self.call_timeout, invocation.invoke_async(&mut connection)).await?;
-                codec::claim_reply(reply)
-            }
-        }
+        self.decide(request, record_key, found).await
     }
 
     async fn complete(
@@ -391,7 +439,7 @@ where
                 .compare_and_set(key, completed, &in_progress, ttl_ms)
                 .await
             {
-                return done;
+                return self.completed(key, done);
             }
         }
         let mut invocation = self.scripts.complete.prepare_invoke();
@@ -401,7 +449,8 @@ where
             .arg(&fields[..])
             .arg(&outcome.body[..])
             .arg(ttl_ms);
-        self.owned_step(invocation).await
+        let done = self.owned_step(invocation).await;
+        self.completed(key, done)
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
