@@ -393,3 +393,50 @@ async fn tokens_ahead_of_the_clock_are_exceeded_by_takeovers_and_later_claims() 
     let after = acquire(&store, &unique_key(), &fp, Duration::from_secs(30)).await;
     assert!(after.token.0 > further);
 }
+
+/// A process remembers the keys it completed and reads their duplicates with `GET`. What it
+/// reads must be what is there now: after the record expired and another process claimed the
+/// key again, it sees that lease in progress, then that owner's outcome, never its own old one.
+#[tokio::test]
+async fn a_remembered_key_claimed_again_elsewhere_answers_what_is_there_now() {
+    let Some(first) = store().await else { return };
+    let second = RedisStore::new(first.connection().clone()).with_key_prefix(PREFIX);
+    let (key, fp) = (unique_key(), Fingerprint::of_bytes(b"order"));
+    let lease = Duration::from_secs(30);
+
+    let token = acquire(&first, &key, &fp, lease).await.token;
+    let old = Outcome::new(201, "first run");
+    first
+        .complete(&key, token, &old, Duration::from_millis(100))
+        .await
+        .unwrap();
+    let replay = first.claim(request(&key, &fp, lease)).await.unwrap();
+    assert_eq!(replay, Claim::Completed(old));
+    tokio::time::sleep(Duration::from_millis(250)).await;
+
+    // Expired: the other process claims the key anew, with another payload.
+    let other = Fingerprint::of_bytes(b"another order");
+    let token = acquire(&second, &key, &other, lease).await.token;
+    assert!(matches!(
+        first.claim(request(&key, &other, lease)).await.unwrap(),
+        Claim::InProgress { .. }
+    ));
+    assert_eq!(
+        first.claim(request(&key, &fp, lease)).await.unwrap(),
+        Claim::Mismatch,
+        "the live lease is another payload's"
+    );
+    let new = Outcome::new(201, "second run");
+    second
+        .complete(&key, token, &new, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        first.claim(request(&key, &other, lease)).await.unwrap(),
+        Claim::Completed(new)
+    );
+    assert_eq!(
+        first.claim(request(&key, &fp, lease)).await.unwrap(),
+        Claim::Mismatch
+    );
+}
