@@ -19,8 +19,9 @@
 //!     command and what any script cost by themselves.
 //!
 //! Each pair runs at 1 and 64 concurrent tasks for `BENCH_SECONDS` (default 2) per round,
-//! alternating store and raw for `BENCH_ROUNDS` rounds (default 5); the table shows each side's
-//! best round (on a shared machine, interference only ever slows a round down: at 1 task a
+//! alternating store and raw for `BENCH_ROUNDS` rounds (default 5); the table shows the ratio
+//! of each round to the raw round right after it (median and range: on a noisy machine, the
+//! figure to read), and each side's best round (on a shared machine, interference only ever slows a round down: at 1 task a
 //! round now and then drops to a fraction of its speed, whichever side it is), and the server's
 //! CPU time per operation in that round (from `INFO cpu`, so it includes any other client of the
 //! server) and this process's (the client side: the store or the raw client, the tokio runtime
@@ -408,22 +409,42 @@ async fn raw_script_get(connection: &ConnectionManager, tasks: usize, seconds: D
     .0
 }
 
-fn best(runs: Vec<Run>) -> Run {
-    runs.into_iter()
+fn best(runs: &[Run]) -> Run {
+    runs.iter()
+        .copied()
         .max_by(|a, b| a.ops_per_second.total_cmp(&b.ops_per_second))
         .expect("at least one round")
 }
 
-fn row(operation: &str, tasks: usize, ours: Run, raw: Run) {
+/// The ratios of the rounds, ours to raw, each round's against the same round's (they ran one
+/// after the other): their median, least and greatest.
+fn round_ratios(ours: &[Run], raw: &[Run]) -> (f64, f64, f64) {
+    let mut ratios: Vec<f64> = ours
+        .iter()
+        .zip(raw)
+        .map(|(ours, raw)| ours.ops_per_second / raw.ops_per_second)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    (
+        ratios[ratios.len() / 2],
+        ratios[0],
+        ratios[ratios.len() - 1],
+    )
+}
+
+/// One table row: each side's best round, and the ratios round by round.
+fn row(operation: &str, tasks: usize, ours: &[Run], raw: &[Run]) {
+    let (best_ours, best_raw) = (best(ours), best(raw));
+    let (median, least, greatest) = round_ratios(ours, raw);
     println!(
-        "| {operation} | {tasks} | {:.0} | {:.0} | {:.2} | {:.1} / {:.1} | {:.1} / {:.1} |",
-        ours.ops_per_second,
-        raw.ops_per_second,
-        ours.ops_per_second / raw.ops_per_second,
-        ours.server_micros_per_op,
-        raw.server_micros_per_op,
-        ours.client_micros_per_op,
-        raw.client_micros_per_op,
+        "| {operation} | {tasks} | {:.0} | {:.0} | {:.2} | {median:.2} ({least:.2}–{greatest:.2}) | {:.1} / {:.1} | {:.1} / {:.1} |",
+        best_ours.ops_per_second,
+        best_raw.ops_per_second,
+        best_ours.ops_per_second / best_raw.ops_per_second,
+        best_ours.server_micros_per_op,
+        best_raw.server_micros_per_op,
+        best_ours.client_micros_per_op,
+        best_raw.client_micros_per_op,
     );
 }
 
@@ -451,9 +472,9 @@ async fn main() {
     let c = &connection;
 
     println!(
-        "| operation | tasks | RedisStore ops/s | raw redis ops/s | ratio | server CPU µs/op (store / raw) | client CPU µs/op (store / raw) |"
+        "| operation | tasks | RedisStore ops/s | raw redis ops/s | ratio | ratio by round: median (range) | server CPU µs/op (store / raw) | client CPU µs/op (store / raw) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let tasks_list = match std::env::var("BENCH_TASKS") {
         Ok(list) => list
             .split(',')
@@ -473,7 +494,7 @@ async fn main() {
             raw_runs.push(raw_claim_complete(c, tasks, seconds, false).await);
             fenced_runs.push(raw_claim_complete(c, tasks, seconds, true).await);
         }
-        let claim_complete = (best(store_runs), best(raw_runs), best(fenced_runs));
+        let claim_complete = (store_runs, raw_runs, fenced_runs);
         let (mut store_runs, mut raw_runs) = (Vec::new(), Vec::new());
         let (mut native_runs, mut script_runs) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
@@ -482,36 +503,36 @@ async fn main() {
             native_runs.push(raw_set_nx_get(c, tasks, seconds).await);
             script_runs.push(raw_script_get(c, tasks, seconds).await);
         }
-        let get = best(raw_runs);
+        let get = &raw_runs;
         row(
             "claim+complete (2 round trips)",
             tasks,
-            claim_complete.0,
-            claim_complete.1,
+            &claim_complete.0,
+            &claim_complete.1,
         );
         row(
             "*reference: raw `SET NX` + compare-and-set script vs raw `SET NX` + `SET`*",
             tasks,
-            claim_complete.2,
-            claim_complete.1,
+            &claim_complete.2,
+            &claim_complete.1,
         );
         row(
             "*claim+complete vs raw `SET NX` + compare-and-set script*",
             tasks,
-            claim_complete.0,
-            claim_complete.2,
+            &claim_complete.0,
+            &claim_complete.2,
         );
-        row("replay (1 round trip)", tasks, best(store_runs), get);
+        row("replay (1 round trip)", tasks, &store_runs, get);
         row(
             "*reference: raw `SET NX GET` of a completed key vs raw `GET`*",
             tasks,
-            best(native_runs),
+            &native_runs,
             get,
         );
         row(
             "*reference: raw `EVALSHA` of `return GET` vs raw `GET`*",
             tasks,
-            best(script_runs),
+            &script_runs,
             get,
         );
     }
