@@ -188,9 +188,9 @@ pub(super) enum Existing {
     LeaseEnding,
 }
 
-/// Decides a claim from the record the native `SET ... NX GET` (or a `GET`) returned, without a clock for a
-/// completed record (it lives while its key exists) and with the client's clock, `margin` on
-/// the safe side, for an in-progress one. Pushes this process's token clock past the record's
+/// Decides a claim from the record the native `SET ... NX GET` (or a `GET`) returned, without
+/// a clock for a completed record (it lives while its key exists) and with the client's clock,
+/// `margin` on the safe side, for an in-progress one. Pushes this process's token clock past the record's
 /// token.
 pub(super) fn existing(
     stored: Vec<u8>,

@@ -2,11 +2,12 @@
 //! round trip (`EVALSHA`, loaded once).
 //!
 //! A fresh claim, a replay and a claim of a live lease are one native `SET ... NX GET`, or a
-//! `GET` for a key the store saw completed (see [`super::store`]); Redis 7.0 has no compare-and-set, so complete, release, touch and the
-//! authoritative claim (a lease at or near its end) are scripts. Every script touches only its
-//! record key, so it runs on one Cluster node, and each is kept to one `GET` and at most one
-//! write: no `TIME` (the client sends the informational timestamps, the key's TTL is the only
-//! clock that decides anything), no `struct.pack` of fields the client can pack itself.
+//! `GET` for a key the store saw completed (see [`super::store`]); Redis 7.0 has no
+//! compare-and-set, so complete, release, touch and the authoritative claim (a lease at or near
+//! its end) are scripts. Every script touches only its record key, so it runs on one Cluster
+//! node, and each is kept to one `GET` and at most one write: no `TIME` (the client sends the
+//! informational timestamps, the key's TTL is the only clock that decides anything), no
+//! `struct.pack` of fields the client can pack itself.
 //!
 //! A record is one packed string (see [`super::codec`] for the layout): an 81-byte header of
 //! big-endian integers and the raw fingerprint, then the namespace, then the outcome body as raw
