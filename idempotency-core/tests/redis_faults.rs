@@ -1,6 +1,6 @@
 //! Redis going away mid-run: store calls fail fast with `Unavailable`/`Timeout` (no hang, no
 //! panic), and the store recovers by itself once Redis is back. Runs against a `redis-server`
-//! this test starts and kills on a free loopback port.
+//! this test starts, pauses and kills on a free loopback port.
 #![cfg(feature = "redis")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -27,6 +27,15 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()?;
         Ok(Self { child })
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the server.
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal}");
     }
 
     fn stop(mut self) {
@@ -173,4 +182,62 @@ async fn store_fails_fast_while_redis_is_down_and_recovers() {
         tokens.consume(&scope, &token.value).await.unwrap(),
         idempotency_core::TokenOutcome::Consumed
     );
+}
+
+/// A server that accepts but does not answer (paused): the store's own bound is all that ends
+/// each call, since its connection (`RedisStore::connect`) sets no timer per reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_calls_end_at_their_bound_while_redis_is_paused() {
+    let port = free_port();
+    let server = match Server::start(port) {
+        Ok(server) => server,
+        Err(error) => return unavailable::<()>("redis-server binary", error).unwrap_or(()),
+    };
+    assert!(wait_until_up(port).await, "redis-server did not start");
+    let call_timeout = Duration::from_millis(300);
+    let store = RedisStore::connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .unwrap()
+        .with_call_timeout(call_timeout);
+    let tokens = RedisTokenStore::new(store.connection().clone()).with_call_timeout(call_timeout);
+    let fp = Fingerprint::of_bytes(b"paused");
+    let scope = Scope::new("faults");
+    let lease = acquire(&store, &fp).await.unwrap();
+    let held = unique_key();
+    let Claim::Acquired(held_lease) = store.claim(request(&held, &fp)).await.unwrap() else {
+        panic!("a fresh key is acquired");
+    };
+
+    server.signal("STOP");
+    let guard = call_timeout * 10;
+    let timed_out = |error: Option<&StoreError>| matches!(error, Some(StoreError::Timeout(limit)) if *limit == call_timeout);
+    let key = unique_key();
+    let claimed = tokio::time::timeout(guard, store.claim(request(&key, &fp)))
+        .await
+        .expect("a claim to a paused server ends at its bound");
+    assert!(timed_out(claimed.as_ref().err()), "{claimed:?}");
+    let completed = tokio::time::timeout(
+        guard,
+        store.complete(
+            &held,
+            held_lease.token,
+            &Outcome::new(200, "ok"),
+            Duration::from_secs(30),
+        ),
+    )
+    .await
+    .expect("a complete to a paused server ends at its bound");
+    assert!(timed_out(completed.as_ref().err()), "{completed:?}");
+    let read = tokio::time::timeout(guard, store.get(&key))
+        .await
+        .expect("a read from a paused server ends at its bound");
+    assert!(timed_out(read.as_ref().err()), "{read:?}");
+    let issued = tokio::time::timeout(guard, tokens.issue(&scope, Duration::from_secs(60)))
+        .await
+        .expect("a token issued to a paused server ends at its bound");
+    assert!(timed_out(issued.as_ref().err()), "{issued:?}");
+
+    server.signal("CONT");
+    let after = acquire(&store, &fp).await.unwrap();
+    assert!(after.token > lease.token);
 }

@@ -11,24 +11,49 @@ use crate::StoreError;
 
 /// How long a connection attempt may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// How long one reply may take at the connection level (the stores also bound every call).
+/// How long one reply may take on a connection opened by [`connect`] or [`connect_client`].
+/// The stores' own connections ([`RedisStore::connect`](super::RedisStore::connect),
+/// [`RedisTokenStore::connect`](super::RedisTokenStore::connect)) have no such timer: the store
+/// bounds every call itself, and a second timer per call costs throughput.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Connects to one Redis server (`redis://host:port/db`) through a [`ConnectionManager`]: one
 /// multiplexed connection shared by all callers (clone it freely), re-established in the
 /// background after the server went away. Fails if the server cannot be reached now.
 pub async fn connect(url: &str) -> Result<ConnectionManager, StoreError> {
-    let client = ::redis::Client::open(url)
-        .map_err(|error| StoreError::Config(format!("redis url: {error}")))?;
-    connect_client(client).await
+    connect_client(open(url)?).await
 }
 
 /// Like [`connect`], for a [`Client`](::redis::Client) you configured yourself (TLS, auth,
 /// database, protocol).
 pub async fn connect_client(client: ::redis::Client) -> Result<ConnectionManager, StoreError> {
+    manage(client, Some(RESPONSE_TIMEOUT)).await
+}
+
+/// Like [`connect_client`], with no timer on each reply: for a store, which bounds each call
+/// (reply, and any wait for a reconnection) itself.
+pub(super) async fn connect_store(
+    client: ::redis::Client,
+) -> Result<ConnectionManager, StoreError> {
+    manage(client, None).await
+}
+
+fn open(url: &str) -> Result<::redis::Client, StoreError> {
+    ::redis::Client::open(url).map_err(|error| StoreError::Config(format!("redis url: {error}")))
+}
+
+/// Opens a store's connection to `url` (see [`connect_store`]).
+pub(super) async fn connect_store_url(url: &str) -> Result<ConnectionManager, StoreError> {
+    connect_store(open(url)?).await
+}
+
+async fn manage(
+    client: ::redis::Client,
+    response_timeout: Option<Duration>,
+) -> Result<ConnectionManager, StoreError> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_response_timeout(response_timeout)
         .set_number_of_retries(2)
         .set_min_delay(Duration::from_millis(50))
         .set_max_delay(Duration::from_millis(500));

@@ -61,15 +61,17 @@ impl<C> std::fmt::Debug for RedisTokenStore<C> {
 }
 
 impl RedisTokenStore<ConnectionManager> {
-    /// Connects to one Redis server (see [`super::connect`]).
+    /// Connects to one Redis server, as [`super::connect`] does but with no timer on each
+    /// reply at the connection level: the store bounds each call itself
+    /// ([`with_call_timeout`](Self::with_call_timeout)).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        Ok(Self::new(super::connect(url).await?))
+        Ok(Self::new(super::connect::connect_store_url(url).await?))
     }
 
-    /// Connects through a [`Client`](::redis::Client) you configured yourself (see
-    /// [`super::connect_client`]).
+    /// Connects through a [`Client`](::redis::Client) you configured yourself, as
+    /// [`connect`](Self::connect) does.
     pub async fn from_client(client: ::redis::Client) -> Result<Self, StoreError> {
-        Ok(Self::new(super::connect_client(client).await?))
+        Ok(Self::new(super::connect::connect_store(client).await?))
     }
 }
 
