@@ -6,6 +6,8 @@
 //!
 //! - *claim+complete*: `RedisStore::claim` of a fresh key (one native `SET k record NX GET PX`)
 //!   then `complete` (one script) against raw `SET k v NX PX` then `SET k outcome PX`.
+//! - *claim+complete through the engine*: the same through `Idempotency` (`begin_in`, then the
+//!   execution's `complete`: what the layer runs), against the same raw pair.
 //! - *replay*: `RedisStore::claim` of a key the store completed (a `GET` of the record, outcome
 //!   included, as for every key the store saw completed) against raw `GET` of a key holding the
 //!   same outcome. The first replay by a store that never saw the key completed is the claim's
@@ -39,7 +41,9 @@ use std::time::{Duration, Instant};
 
 use idempotency_core::redis::{ConnectionManager, RedisStore, connect, driver};
 use idempotency_core::testing::unique_key;
-use idempotency_core::{Claim, ClaimRequest, Fingerprint, Outcome, StorageKey, Store};
+use idempotency_core::{
+    Claim, ClaimRequest, Decision, Fingerprint, Idempotency, Namespace, Outcome, StorageKey, Store,
+};
 
 const LEASE: Duration = Duration::from_secs(60);
 const TTL: Duration = Duration::from_secs(120);
@@ -250,6 +254,39 @@ async fn store_claim_complete(
     let keys = indexes
         .all()
         .map(|index| cleanup.record_key(&key_of(&salt, index)));
+    delete(connection, keys).await;
+    run
+}
+
+/// [`store_claim_complete`] through the engine, as the layer runs it: `begin_in` (a prepared
+/// namespace), then `complete` of the execution.
+async fn engine_claim_complete(
+    store: Arc<RedisStore>,
+    connection: &ConnectionManager,
+    tasks: usize,
+    seconds: Duration,
+) -> Run {
+    let engine = Idempotency::new(Arc::clone(&store));
+    let namespace = Arc::new(Namespace::new(NAMESPACE));
+    let fingerprint = Fingerprint::of_bytes(b"bench");
+    let outcome = outcome();
+    let salt = salt();
+    let (run, indexes) = throughput(connection, tasks, seconds, move |index| {
+        let (engine, outcome) = (engine.clone(), outcome.clone());
+        let namespace = Arc::clone(&namespace);
+        async move {
+            let key = key_of(&salt, index);
+            let decision = engine.begin_in(&namespace, key, &fingerprint);
+            let Decision::Execute(execution) = decision.await.unwrap() else {
+                panic!("fresh key");
+            };
+            execution.complete(outcome).await.unwrap();
+        }
+    })
+    .await;
+    let keys = indexes
+        .all()
+        .map(|index| store.record_key(&key_of(&salt, index)));
     delete(connection, keys).await;
     run
 }
@@ -502,10 +539,12 @@ async fn main() {
     };
     for tasks in tasks_list {
         let (mut store_runs, mut raw_runs, mut fenced_runs) = (Vec::new(), Vec::new(), Vec::new());
+        let mut engine_runs = Vec::new();
         for _ in 0..rounds {
             store_runs.push(store_claim_complete(Arc::clone(&store), c, tasks, seconds).await);
             raw_runs.push(raw_claim_complete(c, tasks, seconds, false).await);
             fenced_runs.push(raw_claim_complete(c, tasks, seconds, true).await);
+            engine_runs.push(engine_claim_complete(Arc::clone(&store), c, tasks, seconds).await);
         }
         let claim_complete = (store_runs, raw_runs, fenced_runs);
         let (mut store_runs, mut raw_runs) = (Vec::new(), Vec::new());
@@ -521,6 +560,12 @@ async fn main() {
             "claim+complete (2 round trips)",
             tasks,
             &claim_complete.0,
+            &claim_complete.1,
+        );
+        row(
+            "claim+complete through the engine",
+            tasks,
+            &engine_runs,
             &claim_complete.1,
         );
         row(

@@ -442,7 +442,8 @@ impl<S: Store> Idempotency<S> {
     /// Like `tokio::time::timeout`, except that a call done at its first poll (the memory
     /// store's, say) sets up no timer at all, and that the timer of one that is not starts after
     /// that first poll (which runs synchronously: no timer could interrupt it anyway). The timer
-    /// is boxed, so that a call's future is no larger for it.
+    /// is boxed, so that a call's future is no larger for it. A store that bounds its own calls
+    /// within the store timeout ([`Store::call_bound`]: the Redis store) gets no second timer.
     async fn timed<T, F: Future<Output = Result<T, StoreError>>>(
         &self,
         op: StoreOp,
@@ -453,9 +454,12 @@ impl<S: Store> Idempotency<S> {
             Poll::Ready(result) => result,
             Poll::Pending => {
                 let timeout = self.inner.config.store_timeout;
-                match Box::pin(tokio::time::timeout(timeout, call)).await {
-                    Ok(result) => result,
-                    Err(_) => Err(StoreError::Timeout(timeout)),
+                match self.inner.store.call_bound() {
+                    Some(bound) if bound <= timeout => call.await,
+                    _ => match Box::pin(tokio::time::timeout(timeout, call)).await {
+                        Ok(result) => result,
+                        Err(_) => Err(StoreError::Timeout(timeout)),
+                    },
                 }
             }
         };

@@ -103,6 +103,14 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// The longest any call of this store takes, if the store bounds each call (all its round
+    /// trips) itself and fails it with [`StoreError::Timeout`] past that. Callers that bound
+    /// store calls (the engine does) then need no timer of their own when this is within
+    /// theirs. `None`, the default: the store sets no bound of its own.
+    fn call_bound(&self) -> Option<Duration> {
+        None
+    }
+
     /// Deletes an in-progress record so the next claim runs again.
     fn release(
         &self,
@@ -172,6 +180,7 @@ pub trait DynStore: Send + Sync + 'static {
         key: &'a StorageKey,
     ) -> BoxFuture<'a, Result<Option<Record>, StoreError>>;
     fn purge_expired_dyn(&self, limit: usize) -> BoxFuture<'_, Result<u64, StoreError>>;
+    fn call_bound_dyn(&self) -> Option<Duration>;
 }
 
 impl<S: Store> DynStore for S {
@@ -225,6 +234,9 @@ impl<S: Store> DynStore for S {
     }
     fn purge_expired_dyn(&self, limit: usize) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(self.purge_expired(limit))
+    }
+    fn call_bound_dyn(&self) -> Option<Duration> {
+        self.call_bound()
     }
 }
 
@@ -293,6 +305,9 @@ impl Store for BoxStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         self.0.purge_expired_dyn(limit).await
     }
+    fn call_bound(&self) -> Option<Duration> {
+        self.0.call_bound_dyn()
+    }
 }
 
 impl<S: Store> Store for Arc<S> {
@@ -346,5 +361,8 @@ impl<S: Store> Store for Arc<S> {
     }
     fn purge_expired(&self, limit: usize) -> impl Future<Output = Result<u64, StoreError>> + Send {
         (**self).purge_expired(limit)
+    }
+    fn call_bound(&self) -> Option<Duration> {
+        (**self).call_bound()
     }
 }

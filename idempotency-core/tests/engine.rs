@@ -205,6 +205,90 @@ async fn a_hung_store_times_out() {
     assert!(matches!(result, Err(StoreError::Timeout(_))));
 }
 
+/// A store that says it bounds its own calls at `bound` ([`Store::call_bound`]), and whose
+/// claims fail with a time-out at that bound after taking `takes` (longer, to tell whose timer
+/// ended a claim).
+#[derive(Debug)]
+struct SelfBoundedStore {
+    bound: Duration,
+    takes: Duration,
+}
+
+impl Store for SelfBoundedStore {
+    async fn claim(&self, _: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        tokio::time::sleep(self.takes).await;
+        Err(StoreError::Timeout(self.bound))
+    }
+    fn call_bound(&self) -> Option<Duration> {
+        Some(self.bound)
+    }
+    async fn complete(
+        &self,
+        _: &StorageKey,
+        _: FencingToken,
+        _: &Outcome,
+        _: Duration,
+    ) -> Result<(), StoreError> {
+        unreachable!("no claim succeeds")
+    }
+    async fn release(&self, _: &StorageKey, _: FencingToken) -> Result<(), StoreError> {
+        unreachable!("no claim succeeds")
+    }
+    async fn touch(&self, _: &StorageKey, _: FencingToken, _: Duration) -> Result<(), StoreError> {
+        unreachable!("no claim succeeds")
+    }
+    async fn get(&self, _: &StorageKey) -> Result<Option<Record>, StoreError> {
+        unreachable!("not read")
+    }
+    async fn purge_expired(&self, _: usize) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+}
+
+/// The engine sets no timer of its own on a store that bounds its calls within the store
+/// timeout, and keeps its timer for one whose bound is longer.
+#[tokio::test]
+async fn a_store_bound_within_the_store_timeout_replaces_the_engines_timer() {
+    let claim = |store: SelfBoundedStore, store_timeout: Duration| async move {
+        let engine = Idempotency::new(store).with_store_timeout(store_timeout);
+        let (scope, key, fingerprint) =
+            (Scope::new("engine"), key("k"), Fingerprint::of_bytes(b"a"));
+        let begun = engine.begin(&scope, &key, &fingerprint);
+        tokio::time::timeout(Duration::from_secs(5), begun)
+            .await
+            .expect("every claim here ends within 5 s")
+    };
+    let ms = Duration::from_millis;
+    // Bound 30 ms, within the engine's 60 ms: the store's answer, after its 150 ms (the
+    // engine's timer would have ended the claim at 60 ms with its own time-out).
+    let result = claim(
+        SelfBoundedStore {
+            bound: ms(30),
+            takes: ms(150),
+        },
+        ms(60),
+    )
+    .await;
+    assert!(
+        matches!(result, Err(StoreError::Timeout(limit)) if limit == ms(30)),
+        "{result:?}"
+    );
+    // Bound 60 s, past the engine's 30 ms: the engine's timer ends the claim.
+    let long = Duration::from_secs(60);
+    let result = claim(
+        SelfBoundedStore {
+            bound: long,
+            takes: long,
+        },
+        ms(30),
+    )
+    .await;
+    assert!(
+        matches!(result, Err(StoreError::Timeout(limit)) if limit == ms(30)),
+        "{result:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_duplicates_execute_once() {
     let engine = Idempotency::new(MemoryStore::new());

@@ -36,14 +36,14 @@ pub(super) fn map_error(error: RedisError, limit: Duration) -> StoreError {
     }
 }
 
-/// Runs one Redis call under `limit`: never longer, whatever the connection does.
+/// Runs one store operation, all its round trips, under `limit`: never longer, whatever the
+/// connection does.
 pub(super) async fn bounded<T>(
     limit: Duration,
-    call: impl Future<Output = Result<T, RedisError>>,
+    operation: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
-    match tokio::time::timeout(limit, call).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(map_error(error, limit)),
+    match tokio::time::timeout(limit, operation).await {
+        Ok(result) => result,
         Err(_) => Err(StoreError::Timeout(limit)),
     }
 }

@@ -85,7 +85,8 @@ struct Scripts {
 ///     fencing: a step needs the record's current token exactly, and an owner that released or
 ///     completed its key has finished with it (an abandoned lease is only forgotten `grace`
 ///     after its end, an hour by default, far beyond any clock skew).
-/// - **Faults**: each call is bounded by [`with_call_timeout`](Self::with_call_timeout); an
+/// - **Faults**: each call, all its round trips, is bounded by
+///   [`with_call_timeout`](Self::with_call_timeout); an
 ///   unreachable server yields [`StoreError::Unavailable`] or [`StoreError::Timeout`], and the
 ///   connection ([`ConnectionManager`] or [`ClusterConnection`]) reconnects by itself. A call
 ///   that timed out may still have been applied; leases make that safe.
@@ -198,7 +199,9 @@ where
         self
     }
 
-    /// Bounds each call (default 2 s); past it the call fails with [`StoreError::Timeout`].
+    /// Bounds each call, all its round trips (default 2 s); past it the call fails with
+    /// [`StoreError::Timeout`]. An engine whose store timeout is at least this sets no timer
+    /// of its own on the store's calls ([`Store::call_bound`]).
     pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
@@ -264,13 +267,8 @@ where
             .arg("PX")
             .arg(px);
         let mut connection = self.connection.clone();
-        let call = command.query_async::<Value>(&mut connection);
-        // Bounded here rather than by `bounded`, which maps errors: a syntax error (no `IFEQ`)
-        // must be told apart from a failure.
-        let answer = match tokio::time::timeout(self.call_timeout, call).await {
-            Ok(answer) => answer,
-            Err(_) => return Some(Err(StoreError::Timeout(self.call_timeout))),
-        };
+        // Its error is read here: a syntax error (no `IFEQ`) must be told apart from a failure.
+        let answer = command.query_async::<Value>(&mut connection).await;
         Some(match answer {
             Ok(Value::Okay) => {
                 self.held.supported(true);
@@ -336,8 +334,10 @@ where
                     ))
                     .arg(lease_ms.saturating_add(grace_ms));
                 let mut connection = self.connection.clone();
-                let reply: Value =
-                    bounded(self.call_timeout, invocation.invoke_async(&mut connection)).await?;
+                let reply: Value = invocation
+                    .invoke_async(&mut connection)
+                    .await
+                    .map_err(|error| self.failure(error))?;
                 codec::claim_reply(reply)
             }
         }
@@ -351,14 +351,21 @@ where
         done
     }
 
+    /// A failed call, as a store error.
+    fn failure(&self, error: ::redis::RedisError) -> StoreError {
+        map_error(error, self.call_timeout)
+    }
+
     /// Runs an owner-only step; a 0 reply means the token is stale.
     async fn owned_step(
         &self,
         invocation: ::redis::ScriptInvocation<'_>,
     ) -> Result<(), StoreError> {
         let mut connection = self.connection.clone();
-        let applied: i64 =
-            bounded(self.call_timeout, invocation.invoke_async(&mut connection)).await?;
+        let applied: i64 = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(|error| self.failure(error))?;
         if applied == 1 {
             Ok(())
         } else {
@@ -367,11 +374,12 @@ where
     }
 }
 
-impl<C> Store for RedisStore<C>
+/// The store's operations, each of one or more round trips; [`Store`] bounds each as a whole.
+impl<C> RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+    async fn claim_op(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         if request.namespace.len() > usize::from(u16::MAX) {
             return Err(StoreError::Codec(
                 "redis: namespaces are limited to 65535 bytes".to_owned(),
@@ -382,8 +390,10 @@ where
         if self.settled.knows(request.key) {
             let mut command = ::redis::cmd("GET");
             command.arg(&record_key);
-            let found: Option<Vec<u8>> =
-                bounded(self.call_timeout, command.query_async(&mut connection)).await?;
+            let found: Option<Vec<u8>> = command
+                .query_async(&mut connection)
+                .await
+                .map_err(|error| self.failure(error))?;
             match found {
                 Some(found) => return self.decide(request, record_key, found).await,
                 // Expired or deleted: claimed with the `SET` below.
@@ -410,8 +420,10 @@ where
             .arg("GET")
             .arg("PX")
             .arg(lease_ms.saturating_add(grace_ms));
-        let found: Option<Vec<u8>> =
-            bounded(self.call_timeout, command.query_async(&mut connection)).await?;
+        let found: Option<Vec<u8>> = command
+            .query_async(&mut connection)
+            .await
+            .map_err(|error| self.failure(error))?;
         let Some(found) = found else {
             self.held.hold(request.key, token, record);
             return Ok(Claim::Acquired(Lease {
@@ -423,7 +435,7 @@ where
         self.decide(request, record_key, found).await
     }
 
-    async fn complete(
+    async fn complete_op(
         &self,
         key: &StorageKey,
         token: FencingToken,
@@ -455,7 +467,7 @@ where
         self.completed(key, done)
     }
 
-    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
+    async fn release_op(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
         let mut invocation = self.scripts.release.prepare_invoke();
         invocation
             .key(self.record_key(key))
@@ -467,7 +479,7 @@ where
         self.owned_step(invocation).await
     }
 
-    async fn touch(
+    async fn touch_op(
         &self,
         key: &StorageKey,
         token: FencingToken,
@@ -508,13 +520,60 @@ where
         touched
     }
 
-    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+    async fn get_op(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         let mut connection = self.connection.clone();
         let mut command = ::redis::cmd("GET");
         command.arg(self.record_key(key));
-        let stored: Option<Vec<u8>> =
-            bounded(self.call_timeout, command.query_async(&mut connection)).await?;
+        let stored: Option<Vec<u8>> = command
+            .query_async(&mut connection)
+            .await
+            .map_err(|error| self.failure(error))?;
         codec::record(key, stored)
+    }
+}
+
+impl<C> Store for RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        bounded(self.call_timeout, self.claim_op(request)).await
+    }
+
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        bounded(
+            self.call_timeout,
+            self.complete_op(key, token, outcome, ttl),
+        )
+        .await
+    }
+
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
+        bounded(self.call_timeout, self.release_op(key, token)).await
+    }
+
+    async fn touch(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        bounded(self.call_timeout, self.touch_op(key, token, lease)).await
+    }
+
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        bounded(self.call_timeout, self.get_op(key)).await
+    }
+
+    /// Each call (all its round trips) ends within the call timeout.
+    fn call_bound(&self) -> Option<Duration> {
+        Some(self.call_timeout)
     }
 
     /// Redis expires records natively; nothing to purge.

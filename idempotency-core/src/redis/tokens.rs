@@ -6,7 +6,7 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use ::redis::cluster_async::ClusterConnection;
 
-use super::error::{bounded, millis};
+use super::error::{bounded, map_error, millis};
 use super::store::DEFAULT_CALL_TIMEOUT;
 use crate::time::unix_millis;
 use crate::token::{OneTimeToken, TokenOutcome, TokenStore};
@@ -133,8 +133,12 @@ where
             .arg(millis(ttl))
             .arg("NX");
         let mut connection = self.connection.clone();
-        let stored: Option<String> =
-            bounded(self.call_timeout, command.query_async(&mut connection)).await?;
+        let limit = self.call_timeout;
+        let stored: Option<String> = bounded(limit, async {
+            let reply = command.query_async(&mut connection).await;
+            reply.map_err(|error| map_error(error, limit))
+        })
+        .await?;
         match stored {
             Some(_) => Ok(token),
             None => Err(StoreError::Backend(
@@ -150,8 +154,12 @@ where
         let mut command = ::redis::cmd("DEL");
         command.arg(key);
         let mut connection = self.connection.clone();
-        let consumed: i64 =
-            bounded(self.call_timeout, command.query_async(&mut connection)).await?;
+        let limit = self.call_timeout;
+        let consumed: i64 = bounded(limit, async {
+            let reply = command.query_async(&mut connection).await;
+            reply.map_err(|error| map_error(error, limit))
+        })
+        .await?;
         Ok(if consumed == 1 {
             TokenOutcome::Consumed
         } else {
