@@ -162,12 +162,31 @@ async fn waiting_is_bounded() {
     assert!(matches!(decision, Decision::InFlight { .. }));
 }
 
-/// A real store whose backend never answers (a hung server).
-struct HungStore;
+/// A store whose claims take `takes` and then fail with a time-out: at `bound`, if it says it
+/// bounds its own calls ([`Store::call_bound`]); its other calls never answer (a hung server).
+#[derive(Debug)]
+struct SlowStore {
+    takes: Duration,
+    bound: Option<Duration>,
+}
 
-impl Store for HungStore {
+impl SlowStore {
+    /// A store whose backend never answers, nor bounds its calls.
+    fn hung() -> Self {
+        Self {
+            takes: Duration::from_secs(24 * 3600),
+            bound: None,
+        }
+    }
+}
+
+impl Store for SlowStore {
     async fn claim(&self, _: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        std::future::pending().await
+        tokio::time::sleep(self.takes).await;
+        Err(StoreError::Timeout(self.bound.unwrap_or(self.takes)))
+    }
+    fn call_bound(&self) -> Option<Duration> {
+        self.bound
     }
     async fn complete(
         &self,
@@ -194,7 +213,7 @@ impl Store for HungStore {
 
 #[tokio::test]
 async fn a_hung_store_times_out() {
-    let engine = Idempotency::new(HungStore).with_store_timeout(Duration::from_millis(50));
+    let engine = Idempotency::new(SlowStore::hung()).with_store_timeout(Duration::from_millis(50));
     let result = engine
         .begin(
             &Scope::new("engine"),
@@ -205,51 +224,11 @@ async fn a_hung_store_times_out() {
     assert!(matches!(result, Err(StoreError::Timeout(_))));
 }
 
-/// A store that says it bounds its own calls at `bound` ([`Store::call_bound`]), and whose
-/// claims fail with a time-out at that bound after taking `takes` (longer, to tell whose timer
-/// ended a claim).
-#[derive(Debug)]
-struct SelfBoundedStore {
-    bound: Duration,
-    takes: Duration,
-}
-
-impl Store for SelfBoundedStore {
-    async fn claim(&self, _: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        tokio::time::sleep(self.takes).await;
-        Err(StoreError::Timeout(self.bound))
-    }
-    fn call_bound(&self) -> Option<Duration> {
-        Some(self.bound)
-    }
-    async fn complete(
-        &self,
-        _: &StorageKey,
-        _: FencingToken,
-        _: &Outcome,
-        _: Duration,
-    ) -> Result<(), StoreError> {
-        unreachable!("no claim succeeds")
-    }
-    async fn release(&self, _: &StorageKey, _: FencingToken) -> Result<(), StoreError> {
-        unreachable!("no claim succeeds")
-    }
-    async fn touch(&self, _: &StorageKey, _: FencingToken, _: Duration) -> Result<(), StoreError> {
-        unreachable!("no claim succeeds")
-    }
-    async fn get(&self, _: &StorageKey) -> Result<Option<Record>, StoreError> {
-        unreachable!("not read")
-    }
-    async fn purge_expired(&self, _: usize) -> Result<u64, StoreError> {
-        Ok(0)
-    }
-}
-
 /// The engine sets no timer of its own on a store that bounds its calls within the store
 /// timeout, and keeps its timer for one whose bound is longer.
 #[tokio::test]
 async fn a_store_bound_within_the_store_timeout_replaces_the_engines_timer() {
-    let claim = |store: SelfBoundedStore, store_timeout: Duration| async move {
+    let claim = |store: SlowStore, store_timeout: Duration| async move {
         let engine = Idempotency::new(store).with_store_timeout(store_timeout);
         let (scope, key, fingerprint) =
             (Scope::new("engine"), key("k"), Fingerprint::of_bytes(b"a"));
@@ -262,9 +241,9 @@ async fn a_store_bound_within_the_store_timeout_replaces_the_engines_timer() {
     // Bound 30 ms, within the engine's 60 ms: the store's answer, after its 150 ms (the
     // engine's timer would have ended the claim at 60 ms with its own time-out).
     let result = claim(
-        SelfBoundedStore {
-            bound: ms(30),
+        SlowStore {
             takes: ms(150),
+            bound: Some(ms(30)),
         },
         ms(60),
     )
@@ -276,9 +255,9 @@ async fn a_store_bound_within_the_store_timeout_replaces_the_engines_timer() {
     // Bound 60 s, past the engine's 30 ms: the engine's timer ends the claim.
     let long = Duration::from_secs(60);
     let result = claim(
-        SelfBoundedStore {
-            bound: long,
+        SlowStore {
             takes: long,
+            bound: Some(long),
         },
         ms(30),
     )

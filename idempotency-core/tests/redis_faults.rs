@@ -73,6 +73,24 @@ async fn wait_until_up(port: u16) -> bool {
     false
 }
 
+/// A server on a free port, and a store and a token store over one connection to it, each call
+/// bounded by `call_timeout`; `None` (with the reason printed) where `redis-server` is missing
+/// outside CI.
+async fn started(call_timeout: Duration) -> Option<(Server, u16, RedisStore, RedisTokenStore)> {
+    let port = free_port();
+    let server = match Server::start(port) {
+        Ok(server) => server,
+        Err(error) => return unavailable("redis-server binary", error),
+    };
+    assert!(wait_until_up(port).await, "redis-server did not start");
+    let store = RedisStore::connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .unwrap()
+        .with_call_timeout(call_timeout);
+    let tokens = RedisTokenStore::new(store.connection().clone()).with_call_timeout(call_timeout);
+    Some((server, port, store, tokens))
+}
+
 fn request<'a>(key: &'a idempotency_core::StorageKey, fp: &'a Fingerprint) -> ClaimRequest<'a> {
     ClaimRequest {
         key,
@@ -102,19 +120,10 @@ async fn acquire(store: &RedisStore, fp: &Fingerprint) -> Result<Lease, StoreErr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_fails_fast_while_redis_is_down_and_recovers() {
-    let port = free_port();
-    let server = match Server::start(port) {
-        Ok(server) => server,
-        Err(error) => return unavailable::<()>("redis-server binary", error).unwrap_or(()),
-    };
-    assert!(wait_until_up(port).await, "redis-server did not start");
-    let url = format!("redis://127.0.0.1:{port}");
     let call_timeout = Duration::from_millis(500);
-    let store = RedisStore::connect(&url)
-        .await
-        .unwrap()
-        .with_call_timeout(call_timeout);
-    let tokens = RedisTokenStore::new(store.connection().clone()).with_call_timeout(call_timeout);
+    let Some((server, port, store, tokens)) = started(call_timeout).await else {
+        return;
+    };
     let fp = Fingerprint::of_bytes(b"faults");
     let scope = Scope::new("faults");
 
@@ -188,18 +197,10 @@ async fn store_fails_fast_while_redis_is_down_and_recovers() {
 /// each call, since its connection (`RedisStore::connect`) sets no timer per reply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_calls_end_at_their_bound_while_redis_is_paused() {
-    let port = free_port();
-    let server = match Server::start(port) {
-        Ok(server) => server,
-        Err(error) => return unavailable::<()>("redis-server binary", error).unwrap_or(()),
-    };
-    assert!(wait_until_up(port).await, "redis-server did not start");
     let call_timeout = Duration::from_millis(300);
-    let store = RedisStore::connect(&format!("redis://127.0.0.1:{port}"))
-        .await
-        .unwrap()
-        .with_call_timeout(call_timeout);
-    let tokens = RedisTokenStore::new(store.connection().clone()).with_call_timeout(call_timeout);
+    let Some((server, _, store, tokens)) = started(call_timeout).await else {
+        return;
+    };
     let fp = Fingerprint::of_bytes(b"paused");
     let scope = Scope::new("faults");
     let lease = acquire(&store, &fp).await.unwrap();
