@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Script, Value};
+use ::redis::{FromRedisValue, Script, Value};
 
 use super::codec::{self, Existing};
 use super::error::{bounded, map_error, millis};
@@ -333,12 +333,7 @@ where
                         request.namespace,
                     ))
                     .arg(lease_ms.saturating_add(grace_ms));
-                let mut connection = self.connection.clone();
-                let reply: Value = invocation
-                    .invoke_async(&mut connection)
-                    .await
-                    .map_err(|error| self.failure(error))?;
-                codec::claim_reply(reply)
+                codec::claim_reply(self.invoke(&invocation).await?)
             }
         }
     }
@@ -351,9 +346,21 @@ where
         done
     }
 
-    /// A failed call, as a store error.
-    fn failure(&self, error: ::redis::RedisError) -> StoreError {
-        map_error(error, self.call_timeout)
+    /// Sends one command; a failure as a store error.
+    async fn query<T: FromRedisValue>(&self, command: &::redis::Cmd) -> Result<T, StoreError> {
+        let mut connection = self.connection.clone();
+        let reply = command.query_async(&mut connection).await;
+        reply.map_err(|error| map_error(error, self.call_timeout))
+    }
+
+    /// Runs one script; a failure as a store error.
+    async fn invoke<T: FromRedisValue>(
+        &self,
+        invocation: &::redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection.clone();
+        let reply = invocation.invoke_async(&mut connection).await;
+        reply.map_err(|error| map_error(error, self.call_timeout))
     }
 
     /// Runs an owner-only step; a 0 reply means the token is stale.
@@ -361,11 +368,7 @@ where
         &self,
         invocation: ::redis::ScriptInvocation<'_>,
     ) -> Result<(), StoreError> {
-        let mut connection = self.connection.clone();
-        let applied: i64 = invocation
-            .invoke_async(&mut connection)
-            .await
-            .map_err(|error| self.failure(error))?;
+        let applied: i64 = self.invoke(&invocation).await?;
         if applied == 1 {
             Ok(())
         } else {
@@ -386,14 +389,10 @@ where
             ));
         }
         let record_key = self.record_key(request.key);
-        let mut connection = self.connection.clone();
         if self.settled.knows(request.key) {
             let mut command = ::redis::cmd("GET");
             command.arg(&record_key);
-            let found: Option<Vec<u8>> = command
-                .query_async(&mut connection)
-                .await
-                .map_err(|error| self.failure(error))?;
+            let found: Option<Vec<u8>> = self.query(&command).await?;
             match found {
                 Some(found) => return self.decide(request, record_key, found).await,
                 // Expired or deleted: claimed with the `SET` below.
@@ -420,10 +419,7 @@ where
             .arg("GET")
             .arg("PX")
             .arg(lease_ms.saturating_add(grace_ms));
-        let found: Option<Vec<u8>> = command
-            .query_async(&mut connection)
-            .await
-            .map_err(|error| self.failure(error))?;
+        let found: Option<Vec<u8>> = self.query(&command).await?;
         let Some(found) = found else {
             self.held.hold(request.key, token, record);
             return Ok(Claim::Acquired(Lease {
@@ -521,13 +517,9 @@ where
     }
 
     async fn get_op(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
-        let mut connection = self.connection.clone();
         let mut command = ::redis::cmd("GET");
         command.arg(self.record_key(key));
-        let stored: Option<Vec<u8>> = command
-            .query_async(&mut connection)
-            .await
-            .map_err(|error| self.failure(error))?;
+        let stored: Option<Vec<u8>> = self.query(&command).await?;
         codec::record(key, stored)
     }
 }
