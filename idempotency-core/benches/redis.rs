@@ -8,6 +8,10 @@
 //!   then `complete` (one script) against raw `SET k v NX PX` then `SET k outcome PX`.
 //! - *claim+complete through the engine*: the same through `Idempotency` (`begin_in`, then the
 //!   execution's `complete`: what the layer runs), against the same raw pair.
+//! - *the store's own commands, raw*: a raw client sending the commands the store sends for a
+//!   claim+complete (`SET NX GET`, then `SET … IFEQ` where the server has it, else the
+//!   compare-and-set script), with values of the store's record sizes: the store against its
+//!   own commands, as the SQL bench compares each store with its own SQL.
 //! - *replay*: `RedisStore::claim` of a key the store completed (a `GET` of the record, outcome
 //!   included, as for every key the store saw completed) against raw `GET` of a key holding the
 //!   same outcome. The first replay by a store that never saw the key completed is the claim's
@@ -291,6 +295,87 @@ async fn engine_claim_complete(
     run
 }
 
+/// A raw client sending the store's own commands, with values of the store's sizes (no
+/// encoding, no bookkeeping): `SET k <in-progress record> NX GET PX`, then, with `ifeq`,
+/// `SET k <completed record> IFEQ <in-progress record> PX`, else the compare-and-set script
+/// with the same values. What the store's claim+complete costs on the wire and on the server.
+async fn raw_store_commands(
+    connection: &ConnectionManager,
+    tasks: usize,
+    seconds: Duration,
+    ifeq: bool,
+) -> Run {
+    // The store's record: an 81-byte header and the namespace, then the body once completed.
+    let in_progress: Arc<[u8]> = vec![b'p'; 81 + NAMESPACE.len()].into();
+    let completed: Arc<[u8]> = [&in_progress[..], &outcome().body[..]].concat().into();
+    let shared = connection.clone();
+    let salt = salt();
+    let compare_and_set = Arc::new(driver::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+         return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end return false",
+    ));
+    let (run, indexes) = throughput(connection, tasks, seconds, move |index| {
+        let mut connection = shared.clone();
+        let (in_progress, completed) = (Arc::clone(&in_progress), Arc::clone(&completed));
+        let compare_and_set = Arc::clone(&compare_and_set);
+        async move {
+            let key = raw_key(&key_of(&salt, index));
+            let found: Option<Vec<u8>> = driver::cmd("SET")
+                .arg(&key)
+                .arg(&in_progress[..])
+                .arg("NX")
+                .arg("GET")
+                .arg("PX")
+                .arg(LEASE.as_millis() as u64)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            assert!(found.is_none());
+            let ttl = TTL.as_millis() as u64;
+            let set: Option<String> = if ifeq {
+                driver::cmd("SET")
+                    .arg(&key)
+                    .arg(&completed[..])
+                    .arg("IFEQ")
+                    .arg(&in_progress[..])
+                    .arg("PX")
+                    .arg(ttl)
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap()
+            } else {
+                compare_and_set
+                    .key(&key)
+                    .arg(&in_progress[..])
+                    .arg(&completed[..])
+                    .arg(ttl)
+                    .invoke_async(&mut connection)
+                    .await
+                    .unwrap()
+            };
+            assert!(set.is_some());
+        }
+    })
+    .await;
+    let keys = indexes.all().map(|index| raw_key(&key_of(&salt, index)));
+    delete(connection, keys).await;
+    run
+}
+
+/// Whether the server has `SET … IFEQ` (Valkey 8.1, Redis 8.4): older ones answer a syntax
+/// error.
+async fn has_ifeq(connection: &ConnectionManager) -> bool {
+    let mut connection = connection.clone();
+    let answer: Result<Option<String>, _> = driver::cmd("SET")
+        .arg(format!("{PREFIX}ifeq-probe"))
+        .arg("x")
+        .arg("IFEQ")
+        .arg("y")
+        .query_async(&mut connection)
+        .await;
+    answer.is_ok()
+}
+
 /// Raw `SET k token NX PX` then the completion: a plain `SET k outcome PX`, or, `fenced`, the
 /// least any fenced completion costs on a server without a native compare-and-set (Redis 7:
 /// `SET … IFEQ` came in 8.4): `EVALSHA` of a script that sets the outcome only if the key still
@@ -520,6 +605,7 @@ async fn main() {
         (Duration::from_millis(50), 1)
     };
     let c = &connection;
+    let ifeq = has_ifeq(c).await;
 
     println!(
         "| operation | tasks | RedisStore ops/s | raw redis ops/s | ratio | ratio by round: median (range) | server CPU µs/op (store / raw) | client CPU µs/op (store / raw) |"
@@ -539,12 +625,13 @@ async fn main() {
     };
     for tasks in tasks_list {
         let (mut store_runs, mut raw_runs, mut fenced_runs) = (Vec::new(), Vec::new(), Vec::new());
-        let mut engine_runs = Vec::new();
+        let (mut engine_runs, mut same_commands_runs) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             store_runs.push(store_claim_complete(Arc::clone(&store), c, tasks, seconds).await);
             raw_runs.push(raw_claim_complete(c, tasks, seconds, false).await);
             fenced_runs.push(raw_claim_complete(c, tasks, seconds, true).await);
             engine_runs.push(engine_claim_complete(Arc::clone(&store), c, tasks, seconds).await);
+            same_commands_runs.push(raw_store_commands(c, tasks, seconds, ifeq).await);
         }
         let claim_complete = (store_runs, raw_runs, fenced_runs);
         let (mut store_runs, mut raw_runs) = (Vec::new(), Vec::new());
@@ -579,6 +666,18 @@ async fn main() {
             tasks,
             &claim_complete.0,
             &claim_complete.2,
+        );
+        row(
+            "*reference: the store's own commands, raw, vs raw `SET NX` + `SET`*",
+            tasks,
+            &same_commands_runs,
+            &claim_complete.1,
+        );
+        row(
+            "*claim+complete vs the store's own commands, raw*",
+            tasks,
+            &claim_complete.0,
+            &same_commands_runs,
         );
         row("replay (1 round trip)", tasks, &store_runs, get);
         row(

@@ -30,13 +30,17 @@ impl Settled {
         }
     }
 
-    /// The key's slot and its tag (never 0, which marks an empty slot). Storage keys are
-    /// digests, so any of their bytes are uniform.
+    /// The key's slot and its tag (never 0, which marks an empty slot), from all of its bytes:
+    /// storage keys are digests, but one built by hand (counters after a common prefix, say)
+    /// must not share the slot and tag of every key with the same first bytes.
     fn slot(&self, key: &StorageKey) -> (&AtomicU64, u64) {
-        let [a, b, c, d, e, f, g, h, i, j, ..] = key.0;
-        let tag = u64::from_le_bytes([a, b, c, d, e, f, g, h]) | 1;
-        let index = usize::from(u16::from_le_bytes([i, j])) % SLOTS;
-        (&self.slots[index], tag)
+        let (words, _) = key.0.as_chunks::<8>();
+        let mixed = words.iter().fold(0u64, |mixed, word| {
+            let mixed = (mixed ^ u64::from_le_bytes(*word)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            mixed ^ (mixed >> 29)
+        });
+        let index = (mixed >> 40) as usize % SLOTS;
+        (&self.slots[index], mixed | 1)
     }
 
     /// Remembers that `key` was completed.
@@ -62,33 +66,58 @@ impl Settled {
 mod tests {
     use super::*;
 
-    fn key(tag: u8, slot: u8) -> StorageKey {
-        let mut key = StorageKey([tag; 32]);
-        key.0[8] = slot;
-        key.0[9] = 0;
-        key
+    fn key(byte: u8) -> StorageKey {
+        StorageKey([byte; 32])
+    }
+
+    /// Two keys that share a slot of `settled`.
+    fn sharing_a_slot(settled: &Settled) -> (StorageKey, StorageKey) {
+        let counter = |n: u32| {
+            let mut key = key(0);
+            key.0[..4].copy_from_slice(&n.to_le_bytes());
+            key
+        };
+        let first = counter(0);
+        let (slot, _) = settled.slot(&first);
+        let second = (1..)
+            .map(counter)
+            .find(|other| std::ptr::eq(settled.slot(other).0, slot))
+            .expect("some counter shares the slot");
+        (first, second)
     }
 
     #[test]
     fn a_key_is_known_once_remembered_until_forgotten() {
         let settled = Settled::new();
-        assert!(!settled.knows(&key(2, 1)));
-        settled.remember(&key(2, 1));
-        assert!(settled.knows(&key(2, 1)));
-        assert!(!settled.knows(&key(4, 2)), "another key, another slot");
-        settled.forget(&key(2, 1));
-        assert!(!settled.knows(&key(2, 1)));
+        assert!(!settled.knows(&key(2)));
+        settled.remember(&key(2));
+        assert!(settled.knows(&key(2)));
+        assert!(!settled.knows(&key(4)), "another key");
+        settled.forget(&key(2));
+        assert!(!settled.knows(&key(2)));
     }
 
     #[test]
     fn keys_sharing_a_slot_overwrite_and_do_not_forget_each_other() {
         let settled = Settled::new();
-        settled.remember(&key(2, 1));
-        settled.remember(&key(4, 1));
-        assert!(!settled.knows(&key(2, 1)), "overwritten");
-        assert!(settled.knows(&key(4, 1)));
-        settled.forget(&key(2, 1));
-        assert!(settled.knows(&key(4, 1)), "another key's tag stays");
+        let (first, second) = sharing_a_slot(&settled);
+        settled.remember(&first);
+        settled.remember(&second);
+        assert!(!settled.knows(&first), "overwritten");
+        assert!(settled.knows(&second));
+        settled.forget(&first);
+        assert!(settled.knows(&second), "another key's tag stays");
+    }
+
+    #[test]
+    fn keys_alike_but_in_their_last_byte_are_told_apart() {
+        let settled = Settled::new();
+        let mut counter = StorageKey([7; 32]);
+        settled.remember(&counter);
+        for last in 0..=u8::MAX {
+            counter.0[31] = last;
+            assert_eq!(settled.knows(&counter), last == 7, "last byte {last}");
+        }
     }
 
     #[test]
