@@ -120,6 +120,23 @@ impl StorageKey {
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
+
+    /// 64 bits that depend on every byte of the key, for choosing shards and table slots. A
+    /// digest's bytes are uniform already; a key built by hand (a counter after a common
+    /// prefix, say) would otherwise share its shard and slot with every key like it.
+    pub(crate) fn spread(&self) -> u64 {
+        let (words, _) = self.0.as_chunks::<8>();
+        let mut mixed = words.iter().fold(0u64, |mixed, word| {
+            let mixed = (mixed ^ u64::from_le_bytes(*word)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            mixed ^ (mixed >> 32)
+        });
+        // MurmurHash3's 64-bit finalizer: every bit of the result depends on every bit above.
+        mixed ^= mixed >> 33;
+        mixed = mixed.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        mixed ^= mixed >> 33;
+        mixed = mixed.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        mixed ^ (mixed >> 33)
+    }
 }
 
 impl fmt::Debug for StorageKey {
@@ -211,5 +228,23 @@ mod tests {
             Scope::new("tokens").derive(b"token", b"abc").to_hex(),
             "816e9645d85723b86e70f8fa20fb5551457d50362c301ec853d61a919fe3d0f5"
         );
+    }
+
+    #[test]
+    fn keys_alike_but_in_one_byte_spread_apart() {
+        // Counters after a common prefix, the last byte varying: their top and bottom bits
+        // (shards, slots) must differ as a random 64-bit value's would.
+        let spreads: Vec<u64> = (0..=u8::MAX)
+            .map(|last| {
+                let mut key = [0x5a; 32];
+                key[31] = last;
+                StorageKey(key).spread()
+            })
+            .collect();
+        let top: std::collections::HashSet<u64> = spreads.iter().map(|s| s >> 58).collect();
+        let bottom: std::collections::HashSet<u64> = spreads.iter().map(|s| s & 0xff).collect();
+        // 256 values over 64 (or 256) cells fill about 63.7 (or 162) of them at random.
+        assert!(top.len() >= 58, "{} of 64 top values", top.len());
+        assert!(bottom.len() >= 140, "{} of 256 bottom values", bottom.len());
     }
 }

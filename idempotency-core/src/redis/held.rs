@@ -61,7 +61,7 @@ impl Held {
     }
 
     fn shard(&self, key: &StorageKey) -> MutexGuard<'_, Records> {
-        self.shards[usize::from(key.0[1]) % SHARDS]
+        self.shards[(key.spread() >> 32) as usize % SHARDS]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }

@@ -30,17 +30,12 @@ impl Settled {
         }
     }
 
-    /// The key's slot and its tag (never 0, which marks an empty slot), from all of its bytes:
-    /// storage keys are digests, but one built by hand (counters after a common prefix, say)
-    /// must not share the slot and tag of every key with the same first bytes.
+    /// The key's slot and its tag (never 0, which marks an empty slot), from all of its bytes
+    /// ([`StorageKey::spread`]).
     fn slot(&self, key: &StorageKey) -> (&AtomicU64, u64) {
-        let (words, _) = key.0.as_chunks::<8>();
-        let mixed = words.iter().fold(0u64, |mixed, word| {
-            let mixed = (mixed ^ u64::from_le_bytes(*word)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            mixed ^ (mixed >> 29)
-        });
-        let index = (mixed >> 40) as usize % SLOTS;
-        (&self.slots[index], mixed | 1)
+        let spread = key.spread();
+        let index = (spread >> 40) as usize % SLOTS;
+        (&self.slots[index], spread | 1)
     }
 
     /// Remembers that `key` was completed.
