@@ -295,73 +295,6 @@ async fn engine_claim_complete(
     run
 }
 
-/// A raw client sending the store's own commands, with values of the store's sizes (no
-/// encoding, no bookkeeping): `SET k <in-progress record> NX GET PX`, then, with `ifeq`,
-/// `SET k <completed record> IFEQ <in-progress record> PX`, else the compare-and-set script
-/// with the same values. What the store's claim+complete costs on the wire and on the server.
-async fn raw_store_commands(
-    connection: &ConnectionManager,
-    tasks: usize,
-    seconds: Duration,
-    ifeq: bool,
-) -> Run {
-    // The store's record: an 81-byte header and the namespace, then the body once completed.
-    let in_progress: Arc<[u8]> = vec![b'p'; 81 + NAMESPACE.len()].into();
-    let completed: Arc<[u8]> = [&in_progress[..], &outcome().body[..]].concat().into();
-    let shared = connection.clone();
-    let salt = salt();
-    let compare_and_set = Arc::new(driver::Script::new(
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then \
-         return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end return false",
-    ));
-    let (run, indexes) = throughput(connection, tasks, seconds, move |index| {
-        let mut connection = shared.clone();
-        let (in_progress, completed) = (Arc::clone(&in_progress), Arc::clone(&completed));
-        let compare_and_set = Arc::clone(&compare_and_set);
-        async move {
-            let key = raw_key(&key_of(&salt, index));
-            let found: Option<Vec<u8>> = driver::cmd("SET")
-                .arg(&key)
-                .arg(&in_progress[..])
-                .arg("NX")
-                .arg("GET")
-                .arg("PX")
-                .arg(LEASE.as_millis() as u64)
-                .query_async(&mut connection)
-                .await
-                .unwrap();
-            assert!(found.is_none());
-            let ttl = TTL.as_millis() as u64;
-            let set: Option<String> = if ifeq {
-                driver::cmd("SET")
-                    .arg(&key)
-                    .arg(&completed[..])
-                    .arg("IFEQ")
-                    .arg(&in_progress[..])
-                    .arg("PX")
-                    .arg(ttl)
-                    .query_async(&mut connection)
-                    .await
-                    .unwrap()
-            } else {
-                compare_and_set
-                    .key(&key)
-                    .arg(&in_progress[..])
-                    .arg(&completed[..])
-                    .arg(ttl)
-                    .invoke_async(&mut connection)
-                    .await
-                    .unwrap()
-            };
-            assert!(set.is_some());
-        }
-    })
-    .await;
-    let keys = indexes.all().map(|index| raw_key(&key_of(&salt, index)));
-    delete(connection, keys).await;
-    run
-}
-
 /// Whether the server has `SET … IFEQ` (Valkey 8.1, Redis 8.4): older ones answer a syntax
 /// error.
 async fn has_ifeq(connection: &ConnectionManager) -> bool {
@@ -376,17 +309,33 @@ async fn has_ifeq(connection: &ConnectionManager) -> bool {
     answer.is_ok()
 }
 
-/// Raw `SET k token NX PX` then the completion: a plain `SET k outcome PX`, or, `fenced`, the
-/// least any fenced completion costs on a server without a native compare-and-set (Redis 7:
-/// `SET … IFEQ` came in 8.4): `EVALSHA` of a script that sets the outcome only if the key still
-/// holds the token.
+/// What a raw client sends for a claim+complete.
+#[derive(Clone, Copy)]
+enum RawPair {
+    /// `SET k token NX PX`, then `SET k outcome PX`.
+    Plain,
+    /// `SET k token NX PX`, then a minimal compare-and-set script: the least any fenced
+    /// completion costs on a server without a native compare-and-set (Redis 7: `SET … IFEQ`
+    /// came in 8.4).
+    Fenced,
+    /// The store's own commands, with values of the store's record sizes (no encoding, no
+    /// bookkeeping): `SET k <in-progress record> NX GET PX`, then, with `ifeq`,
+    /// `SET k <completed record> IFEQ <in-progress record> PX`, else the compare-and-set script
+    /// with the same values. What the store's claim+complete costs on the wire and the server.
+    StoreCommands { ifeq: bool },
+}
+
+/// A raw client's claim+complete of fresh keys (see [`RawPair`]).
 async fn raw_claim_complete(
     connection: &ConnectionManager,
     tasks: usize,
     seconds: Duration,
-    fenced: bool,
+    pair: RawPair,
 ) -> Run {
-    let body = outcome().body;
+    let body: Arc<[u8]> = outcome().body.to_vec().into();
+    // The store's record: an 81-byte header and the namespace, then the body once completed.
+    let in_progress: Arc<[u8]> = vec![b'p'; 81 + NAMESPACE.len()].into();
+    let completed: Arc<[u8]> = [&in_progress[..], &body[..]].concat().into();
     let shared = connection.clone();
     let salt = salt();
     let compare_and_set = Arc::new(driver::Script::new(
@@ -394,40 +343,60 @@ async fn raw_claim_complete(
          return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end return false",
     ));
     let (run, indexes) = throughput(connection, tasks, seconds, move |index| {
-        let (mut connection, body) = (shared.clone(), body.clone());
+        let mut connection = shared.clone();
+        let (body, in_progress) = (Arc::clone(&body), Arc::clone(&in_progress));
+        let completed = Arc::clone(&completed);
         let compare_and_set = Arc::clone(&compare_and_set);
         async move {
             let key = raw_key(&key_of(&salt, index));
             let token = index.to_be_bytes();
-            let taken: Option<String> = driver::cmd("SET")
-                .arg(&key)
-                .arg(&token[..])
-                .arg("NX")
+            let (claimed, value): (&[u8], &[u8]) = match pair {
+                RawPair::StoreCommands { .. } => (&in_progress, &completed),
+                RawPair::Plain | RawPair::Fenced => (&token, &body),
+            };
+            let mut claim = driver::cmd("SET");
+            claim.arg(&key).arg(claimed).arg("NX");
+            if let RawPair::StoreCommands { .. } = pair {
+                claim.arg("GET");
+            }
+            let taken: driver::Value = claim
                 .arg("PX")
                 .arg(LEASE.as_millis() as u64)
                 .query_async(&mut connection)
                 .await
                 .unwrap();
-            assert!(taken.is_some());
+            match pair {
+                RawPair::StoreCommands { .. } => assert_eq!(taken, driver::Value::Nil),
+                RawPair::Plain | RawPair::Fenced => assert_eq!(taken, driver::Value::Okay),
+            }
             let ttl = TTL.as_millis() as u64;
-            let set: Option<String> = if fenced {
-                compare_and_set
-                    .key(&key)
-                    .arg(&token[..])
-                    .arg(&body[..])
-                    .arg(ttl)
-                    .invoke_async(&mut connection)
-                    .await
-                    .unwrap()
-            } else {
-                driver::cmd("SET")
+            let set: Option<String> = match pair {
+                RawPair::Plain => driver::cmd("SET")
                     .arg(&key)
-                    .arg(&body[..])
+                    .arg(value)
                     .arg("PX")
                     .arg(ttl)
                     .query_async(&mut connection)
                     .await
-                    .unwrap()
+                    .unwrap(),
+                RawPair::StoreCommands { ifeq: true } => driver::cmd("SET")
+                    .arg(&key)
+                    .arg(value)
+                    .arg("IFEQ")
+                    .arg(claimed)
+                    .arg("PX")
+                    .arg(ttl)
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap(),
+                RawPair::Fenced | RawPair::StoreCommands { ifeq: false } => compare_and_set
+                    .key(&key)
+                    .arg(claimed)
+                    .arg(value)
+                    .arg(ttl)
+                    .invoke_async(&mut connection)
+                    .await
+                    .unwrap(),
             };
             assert!(set.is_some());
         }
@@ -628,10 +597,11 @@ async fn main() {
         let (mut engine_runs, mut same_commands_runs) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             store_runs.push(store_claim_complete(Arc::clone(&store), c, tasks, seconds).await);
-            raw_runs.push(raw_claim_complete(c, tasks, seconds, false).await);
-            fenced_runs.push(raw_claim_complete(c, tasks, seconds, true).await);
+            raw_runs.push(raw_claim_complete(c, tasks, seconds, RawPair::Plain).await);
+            fenced_runs.push(raw_claim_complete(c, tasks, seconds, RawPair::Fenced).await);
             engine_runs.push(engine_claim_complete(Arc::clone(&store), c, tasks, seconds).await);
-            same_commands_runs.push(raw_store_commands(c, tasks, seconds, ifeq).await);
+            let own = RawPair::StoreCommands { ifeq };
+            same_commands_runs.push(raw_claim_complete(c, tasks, seconds, own).await);
         }
         let claim_complete = (store_runs, raw_runs, fenced_runs);
         let (mut store_runs, mut raw_runs) = (Vec::new(), Vec::new());
