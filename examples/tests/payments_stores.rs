@@ -5,12 +5,9 @@
 use http::StatusCode;
 use idempotency_core::{IdempotencyKey, RecordState, Scope, Store};
 use idempotency_examples::payments::config::{self, Backend, ConfigError, StoreKind};
-
-/// The dedup records' namespace of the SQL repositories (kept in step with
-/// `payments::sql::LEDGER_NAMESPACE`, which exists only with an SQL feature).
-const LEDGER_NAMESPACE: &str = "payments.callback.ledger";
+use idempotency_examples::payments::service::{self, Mode};
 use idempotency_examples::payments::{
-    AppState, OrderStatus, PaymentCallback, Server, app, gateway,
+    AppState, CALLBACK_NAMESPACE, OrderStatus, PaymentCallback, gateway,
 };
 
 /// A prefix no earlier run used: durable stores keep records across runs.
@@ -32,11 +29,10 @@ fn fresh_user() -> u64 {
 }
 
 async fn one_coupon_per_payment(backend: Backend) {
-    let kind = backend.kind;
     let store = backend.store.clone();
-    let server = Server::spawn(app(AppState::new(backend.repo), backend.store))
-        .await
-        .unwrap();
+    let state = AppState::new(backend.repo.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = service::spawn(listener, backend, state, Mode::Guarded).unwrap();
     let addr = server.addr();
     let run = run_id();
     let user = fresh_user();
@@ -70,20 +66,12 @@ async fn one_coupon_per_payment(backend: Backend) {
     let paid = gateway::order(addr, order.order_id).await.unwrap();
     assert_eq!(paid.status, OrderStatus::Paid);
     assert_eq!(paid.trade_no.as_deref(), Some(callback.trade_no.as_str()));
-    if matches!(
-        kind,
-        StoreKind::Sqlite | StoreKind::Postgres | StoreKind::Mysql
-    ) {
-        // The SQL repository wrote the trade's dedup record in the payment's transaction.
-        let key = IdempotencyKey::parse(&callback.trade_no).unwrap();
-        let ledger = store
-            .get(&Scope::new(LEDGER_NAMESPACE).storage_key(&key))
-            .await
-            .unwrap()
-            .expect("the trade's dedup record");
-        assert_eq!(ledger.state, RecordState::Completed);
-        assert_eq!(ledger.outcome.unwrap().body.as_ref(), b"paid");
-    }
+    // The trade's record: on a SQL store, written in the payment's own transaction.
+    let key = Scope::new(CALLBACK_NAMESPACE)
+        .storage_key(&IdempotencyKey::parse(&callback.trade_no).unwrap());
+    let record = store.get(&key).await.unwrap().expect("the trade's record");
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.outcome.unwrap().status, 200);
 
     // Another trade number for the paid order reaches the repository (a new key for the layer):
     // the transaction's state machine answers "already PAID" and grants nothing.

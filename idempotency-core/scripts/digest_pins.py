@@ -50,6 +50,7 @@ INPUTS = [
     ("tenant", storage_key(b"orders", b"tenant-7", KEY)),
     ("long", storage_key(b"n" * 150, b"", b"k" * 255)),
     ("token", storage_key(b"tokens", None, b"abc", tag=b"token")),
+    *[(tag.decode(), storage_key(b"orders", None, KEY, tag=tag)) for tag in (b"function", b"transaction", b"message")],
     ("request", fields([(b"method", b"POST"), (b"target", b"/orders?x=1"), (b"body", b'{"amount":1}')])),
     ("put300", fields([(b"method", b"PUT"), (b"target", b"/p"), (b"body", bytes([5]) * 300)])),
     ("json", json_fields({"trade_no": "T-1", "order_id": 1, "t": 9}, ["/trade_no", "/order_id", "/none"])),

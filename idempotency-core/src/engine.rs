@@ -10,8 +10,8 @@ use tokio::task::JoinHandle;
 
 use crate::metrics::{DecisionLabel, NamespaceCounters, StoreOp, adhoc};
 use crate::{
-    Claim, ClaimRequest, FencingToken, Fingerprint, IdempotencyKey, Lease, Outcome, Scope,
-    StorageKey, Store, StoreError,
+    Claim, ClaimRequest, FencingToken, Fingerprint, IdempotencyKey, InFlightPolicy, Lease, Outcome,
+    Scope, StorageKey, Store, StoreError,
 };
 
 /// Engine settings. Every default can be changed with the `with_*` methods of [`Idempotency`].
@@ -290,7 +290,7 @@ impl<S: Store> Idempotency<S> {
             .await
     }
 
-    /// Claims an already hashed key (see [`Scope::storage_key`]).
+    /// Claims an already hashed key (see [`Scope::storage_key_for`]).
     pub async fn begin_storage_key(
         &self,
         namespace: &str,
@@ -299,6 +299,24 @@ impl<S: Store> Idempotency<S> {
     ) -> Result<Decision<S>, StoreError> {
         self.claim(NamespaceRef::Name(namespace), key, fingerprint)
             .await
+    }
+
+    /// [`begin_storage_key`](Self::begin_storage_key) whose duplicate in flight follows
+    /// `in_flight` (waiting polls with backoff, then answers with the first one's outcome).
+    pub async fn begin_storage_key_with(
+        &self,
+        namespace: &str,
+        key: StorageKey,
+        fingerprint: &Fingerprint,
+        in_flight: InFlightPolicy,
+    ) -> Result<Decision<S>, StoreError> {
+        let namespace = NamespaceRef::Name(namespace);
+        match in_flight {
+            InFlightPolicy::Reject => self.claim(namespace, key, fingerprint).await,
+            InFlightPolicy::Wait { max } => {
+                self.claim_waiting(namespace, key, fingerprint, max).await
+            }
+        }
     }
 
     /// Claims an already hashed key in a prepared [`Namespace`]: the same as

@@ -1,15 +1,50 @@
-//! The one error type every store returns.
+//! The one error type of the toolkit: what a store, a claim or a guarded call can answer
+//! instead of a result.
 
 use std::time::Duration;
 
-/// What can go wrong when talking to a store.
+use crate::KeyError;
+
+/// Everything that can keep a guarded call from producing its own result.
 ///
-/// Front ends map [`StoreError::Unavailable`] and [`StoreError::Timeout`] to "try again later"
-/// (HTTP 503, gRPC `UNAVAILABLE`); [`StoreError::LeaseLost`] means a stale owner tried to finish
-/// work that another owner has taken over, and is refused.
+/// One type for every front end and every store, so a service converts it once
+/// (`impl From<idempotency_core::Error> for MyError`). Two groups of variants:
+///
+/// - **What the record says** about a duplicate: [`InFlight`](Self::InFlight),
+///   [`Mismatch`](Self::Mismatch), and for state machines
+///   [`IllegalTransition`](Self::IllegalTransition) and [`NotFound`](Self::NotFound); and
+///   [`Key`](Self::Key) for a key that cannot be used.
+/// - **What the store did**: [`Unavailable`](Self::Unavailable) and [`Timeout`](Self::Timeout)
+///   (front ends answer 503 / `UNAVAILABLE`), [`LeaseLost`](Self::LeaseLost) (a stale owner was
+///   refused by its fencing token), [`CapacityExceeded`](Self::CapacityExceeded),
+///   [`Codec`](Self::Codec), [`Config`](Self::Config) and [`Backend`](Self::Backend).
+///
+/// With the `axum` feature it is an `IntoResponse` (RFC 9457 problem+json with the statuses of
+/// [`Error::http_status`]); with the `tonic` feature it converts into a `tonic::Status`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum StoreError {
+pub enum Error {
+    /// Another call with the same key is running; retry later.
+    #[error("a call with the same idempotency key is in flight; retry in {retry_after:?}")]
+    InFlight {
+        /// A hint for when to retry.
+        retry_after: Duration,
+    },
+    /// The key was first used with another payload (fingerprint).
+    #[error("the idempotency key was already used with another payload")]
+    Mismatch,
+    /// The key is unusable (missing, empty, too long, not visible ASCII).
+    #[error("invalid idempotency key: {0}")]
+    Key(#[from] KeyError),
+    /// State machines: the row is in a state the transition does not start from.
+    #[error("illegal state transition: the row is {current:?}")]
+    IllegalTransition {
+        /// The state the row is in.
+        current: String,
+    },
+    /// State machines: no row has the given id.
+    #[error("no row to transition has this id")]
+    NotFound,
     /// The backend could not be reached or failed to answer (connection refused, reset, I/O).
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -24,7 +59,7 @@ pub enum StoreError {
     #[error("store capacity of {0} records reached")]
     CapacityExceeded(usize),
     /// A stored record could not be decoded, or a value could not be encoded.
-    #[error("store codec error: {0}")]
+    #[error("idempotency codec error: {0}")]
     Codec(String),
     /// The store was configured wrongly (for example a table name that is not an identifier).
     #[error("store misconfigured: {0}")]
@@ -34,13 +69,155 @@ pub enum StoreError {
     Backend(String),
 }
 
-impl StoreError {
-    /// Whether a retry later may succeed (the store is down, slow or full), as opposed to a
-    /// refusal ([`StoreError::LeaseLost`]) or a configuration or data error.
+/// The name backends use for [`Error`]: a [`Store`](crate::Store) answers with it.
+pub type StoreError = Error;
+
+impl Error {
+    /// Whether the store may succeed later (it is down, slow or full, or aborted the
+    /// transaction), as opposed to a refusal or a configuration or data error.
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
             Self::Unavailable(_) | Self::Timeout(_) | Self::CapacityExceeded(_) | Self::Backend(_)
         )
+    }
+
+    /// Whether the same call may succeed later: in flight, or a transient store error.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::InFlight { .. }) || self.is_transient()
+    }
+
+    /// When to retry, where a retry may succeed: the in-flight hint, or 1 s for a transient
+    /// store error.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::InFlight { retry_after } => Some(*retry_after),
+            _ if self.is_transient() => Some(Duration::from_secs(1)),
+            _ => None,
+        }
+    }
+
+    /// The HTTP status that answers this error: 409 in flight or an illegal transition or a
+    /// lost lease, 422 mismatch, 400 key, 404 not found, 503 unavailable, timed out or full,
+    /// 500 otherwise.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Self::InFlight { .. } | Self::IllegalTransition { .. } | Self::LeaseLost => 409,
+            Self::Mismatch => 422,
+            Self::Key(_) => 400,
+            Self::NotFound => 404,
+            Self::Unavailable(_) | Self::Timeout(_) | Self::CapacityExceeded(_) => 503,
+            Self::Codec(_) | Self::Config(_) | Self::Backend(_) => 500,
+        }
+    }
+
+    /// A short, stable slug for problem `type` URIs and metric labels.
+    pub fn slug(&self) -> &'static str {
+        match self {
+            Self::InFlight { .. } => "in-flight",
+            Self::Mismatch => "key-reused",
+            Self::Key(_) => "invalid-key",
+            Self::IllegalTransition { .. } => "illegal-transition",
+            Self::NotFound => "not-found",
+            Self::Unavailable(_) | Self::Timeout(_) | Self::CapacityExceeded(_) => {
+                "store-unavailable"
+            }
+            Self::LeaseLost => "lease-lost",
+            Self::Codec(_) | Self::Config(_) | Self::Backend(_) => "internal",
+        }
+    }
+}
+
+#[cfg(feature = "sqlx")]
+impl From<sqlx::Error> for Error {
+    /// Lost or refused connections are [`Error::Unavailable`], decoding problems
+    /// [`Error::Codec`], the rest [`Error::Backend`].
+    fn from(error: sqlx::Error) -> Self {
+        crate::sql::map_err(error)
+    }
+}
+
+#[cfg(feature = "axum")]
+mod axum_response {
+    use axum_core::response::{IntoResponse, Response};
+    use http::{HeaderValue, StatusCode, header};
+
+    use super::Error;
+
+    impl IntoResponse for Error {
+        /// RFC 9457 `application/problem+json`, typed `urn:idempotency:<slug>`, with
+        /// `Retry-After` where a retry may succeed. Internal errors are logged, and their
+        /// detail is not sent.
+        fn into_response(self) -> Response {
+            let status = StatusCode::from_u16(self.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let detail = if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
+                tracing::error!(error = %self, "idempotency error");
+                "internal error".to_owned()
+            } else {
+                self.to_string()
+            };
+            let body = serde_json::json!({
+                "type": format!("urn:idempotency:{}", self.slug()),
+                "title": status.canonical_reason().unwrap_or("Error"),
+                "status": status.as_u16(),
+                "detail": detail,
+            });
+            let mut response = (status, body.to_string()).into_response();
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/problem+json"),
+            );
+            if let Some(after) = self.retry_after() {
+                let secs = (after.as_secs() + u64::from(after.subsec_nanos() > 0)).max(1);
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            response
+        }
+    }
+}
+
+#[cfg(feature = "tonic")]
+impl From<Error> for tonic::Status {
+    /// `ABORTED` in flight, `FAILED_PRECONDITION` mismatch or illegal transition,
+    /// `INVALID_ARGUMENT` key, `NOT_FOUND`, `UNAVAILABLE` for a store that may answer later,
+    /// `INTERNAL` otherwise.
+    fn from(error: Error) -> Self {
+        use tonic::Code;
+        let code = match &error {
+            Error::InFlight { .. } => Code::Aborted,
+            Error::Mismatch | Error::IllegalTransition { .. } | Error::LeaseLost => {
+                Code::FailedPrecondition
+            }
+            Error::Key(_) => Code::InvalidArgument,
+            Error::NotFound => Code::NotFound,
+            _ if error.is_transient() => Code::Unavailable,
+            _ => Code::Internal,
+        };
+        tonic::Status::new(code, error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_and_retries() {
+        let in_flight = Error::InFlight {
+            retry_after: Duration::from_secs(2),
+        };
+        assert_eq!(in_flight.http_status(), 409);
+        assert_eq!(in_flight.retry_after(), Some(Duration::from_secs(2)));
+        assert!(in_flight.is_retryable() && !in_flight.is_transient());
+        assert_eq!(Error::Mismatch.http_status(), 422);
+        assert_eq!(Error::Key(KeyError::Empty).http_status(), 400);
+        let down = Error::Unavailable("refused".into());
+        assert_eq!(down.http_status(), 503);
+        assert!(down.is_transient() && down.is_retryable());
+        assert_eq!(down.retry_after(), Some(Duration::from_secs(1)));
+        assert_eq!(Error::Config("x".into()).retry_after(), None);
+        assert_eq!(Error::Config("x".into()).http_status(), 500);
     }
 }

@@ -5,14 +5,15 @@
 //! that runs only when the key is claimed. The same calls can be written by hand:
 //!
 //! ```
-//! use idempotency_core::function::{self, Call, IdempotentError};
+//! use idempotency_core::Error;
+//! use idempotency_core::function::{self, Call};
 //! use idempotency_core::{Idempotency, MemoryStore};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let engine = Idempotency::new(MemoryStore::new());
 //! let grant = |trade_no: &str| {
 //!     let call = Call::new("coupons", trade_no).fingerprint("amount", &100);
-//!     function::run::<Result<u32, IdempotentError>, _, _, _>(
+//!     function::run::<Result<u32, Error>, _, _, _>(
 //!         engine.clone(),
 //!         call,
 //!         From::from,
@@ -27,81 +28,26 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+mod recorded;
 #[cfg(feature = "sqlx")]
 pub mod sql;
 
-use crate::scope::RECORD_TAG;
+pub use recorded::Recorded;
+
 use crate::{
-    Decision, Execution, Fingerprint, FingerprintBuilder, Idempotency, KeyError, Outcome, Scope,
-    StorageKey, Store, StoreError,
+    Decision, Error, Execution, Fingerprint, FingerprintBuilder, Idempotency, InFlightPolicy,
+    KeyError, Mechanism, Outcome, Scope, StorageKey, Store,
 };
 
 /// [`Outcome::status`] of a stored `Ok(T)`.
 pub const STATUS_OK: u16 = 0;
 /// [`Outcome::status`] of a stored `Err(E)` (only with `on_error = "keep"`).
 pub const STATUS_ERR: u16 = 1;
-
-/// Why an `#[idempotent]` function did not run its body (or could not replay).
-///
-/// The function's error type is built from it, through `From<IdempotentError>` or the attribute's
-/// `map_err = path`, so the caller picks the answer: HTTP 409 for [`InFlight`](Self::InFlight),
-/// 422 for [`Mismatch`](Self::Mismatch), 503 for a transient [`Store`](Self::Store) error.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum IdempotentError {
-    /// Another call with the same key is running; retry later.
-    #[error("a call with the same idempotency key is in flight; retry in {retry_after:?}")]
-    InFlight {
-        /// A hint for when to retry.
-        retry_after: Duration,
-    },
-    /// The key was first used with other fingerprinted arguments.
-    #[error("the idempotency key was already used with other arguments")]
-    Mismatch,
-    /// The key expression produced an unusable key (empty).
-    #[error("invalid idempotency key: {0}")]
-    Key(#[from] KeyError),
-    /// The store failed or timed out.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// A fingerprinted argument could not be encoded, or a stored value could not be decoded
-    /// into the function's return type.
-    #[error("idempotency codec error: {0}")]
-    Codec(String),
-    /// State-machine mode: the row is in a state the transition does not start from.
-    #[error("illegal state transition: the row is {current:?}")]
-    IllegalTransition {
-        /// The state the row is in.
-        current: String,
-    },
-    /// State-machine mode: no row has the given id.
-    #[error("no row to transition has this id")]
-    NotFound,
-}
-
-impl IdempotentError {
-    /// Whether the same call may succeed later (in flight, or a transient store error).
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Self::InFlight { .. } => true,
-            Self::Store(error) => error.is_transient(),
-            _ => false,
-        }
-    }
-
-    /// When to retry, for an in-flight duplicate.
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Self::InFlight { retry_after } => Some(*retry_after),
-            _ => None,
-        }
-    }
-}
 
 /// What an `#[idempotent]` attribute's `store = …` expression may evaluate to: an
 /// [`Idempotency`] engine, or a shared store (`Arc<S>`, wrapped in an engine with default
@@ -162,8 +108,8 @@ pub struct Call {
     fingerprint: FingerprintBuilder,
     ttl: Option<Duration>,
     lease: Option<Duration>,
-    wait: Option<Duration>,
-    error: Option<IdempotentError>,
+    in_flight: InFlightPolicy,
+    error: Option<Error>,
 }
 
 impl std::fmt::Debug for Call {
@@ -172,7 +118,7 @@ impl std::fmt::Debug for Call {
             .field("namespace", &self.scope.namespace())
             .field("ttl", &self.ttl)
             .field("lease", &self.lease)
-            .field("wait", &self.wait)
+            .field("in_flight", &self.in_flight)
             .finish_non_exhaustive()
     }
 }
@@ -187,7 +133,7 @@ impl Call {
             fingerprint: Fingerprint::builder(),
             ttl: None,
             lease: None,
-            wait: None,
+            in_flight: InFlightPolicy::Reject,
             error: None,
         }
     }
@@ -206,7 +152,7 @@ impl Call {
                 self.fingerprint.field(name.as_bytes(), text.as_bytes());
             }
             Err(error) => {
-                self.error.get_or_insert(IdempotentError::Codec(format!(
+                self.error.get_or_insert(Error::Codec(format!(
                     "fingerprint argument `{name}`: {error}"
                 )));
             }
@@ -226,11 +172,17 @@ impl Call {
         self
     }
 
-    /// While a duplicate is in flight, wait up to `max_wait` for its result instead of failing
-    /// with [`IdempotentError::InFlight`].
-    pub fn wait(mut self, max_wait: Duration) -> Self {
-        self.wait = Some(max_wait);
+    /// What a duplicate gets while the first call with its key runs (default
+    /// [`InFlightPolicy::Reject`]: [`Error::InFlight`] at once).
+    pub fn in_flight(mut self, policy: InFlightPolicy) -> Self {
+        self.in_flight = policy;
         self
+    }
+
+    /// While a duplicate is in flight, wait up to `max_wait` for its result instead of failing
+    /// with [`Error::InFlight`]: [`in_flight`](Self::in_flight)`(InFlightPolicy::wait(max_wait))`.
+    pub fn wait(self, max_wait: Duration) -> Self {
+        self.in_flight(InFlightPolicy::wait(max_wait))
     }
 
     /// The scope.
@@ -238,11 +190,10 @@ impl Call {
         &self.scope
     }
 
-    /// The hashed key the record is stored under. For keys that are valid
-    /// [`IdempotencyKey`](crate::IdempotencyKey)s this equals [`Scope::storage_key`], so a
-    /// function and an HTTP layer in the same scope share records.
+    /// The hashed key the record is stored under ([`Mechanism::Function`]: never the key of an
+    /// HTTP request, a consumer or a hand-written transaction in the same scope).
     pub fn storage_key(&self) -> StorageKey {
-        self.scope.derive(RECORD_TAG, self.key.as_bytes())
+        self.scope.storage_key_for(Mechanism::Function, &self.key)
     }
 
     fn engine<S: Store>(&self, engine: Idempotency<S>) -> Idempotency<S> {
@@ -257,10 +208,7 @@ impl Call {
     }
 
     /// Claims the key: the first step of [`run`], public for hand-written variants.
-    pub async fn begin<S: Store>(
-        mut self,
-        engine: Idempotency<S>,
-    ) -> Result<Decision<S>, IdempotentError> {
+    pub async fn begin<S: Store>(mut self, engine: Idempotency<S>) -> Result<Decision<S>, Error> {
         if let Some(error) = self.error.take() {
             return Err(error);
         }
@@ -271,21 +219,9 @@ impl Call {
         let key = self.storage_key();
         let fingerprint = self.fingerprint.finish();
         let namespace = self.scope.namespace();
-        let deadline = self.wait.map(|wait| Instant::now() + wait);
-        let mut pause = Duration::from_millis(5);
-        loop {
-            let decision = engine
-                .begin_storage_key(namespace, key, &fingerprint)
-                .await?;
-            let now = Instant::now();
-            match (decision, deadline) {
-                (Decision::InFlight { .. }, Some(deadline)) if now < deadline => {
-                    tokio::time::sleep(pause.min(deadline - now)).await;
-                    pause = (pause * 2).min(Duration::from_millis(250));
-                }
-                (decision, _) => return Ok(decision),
-            }
-        }
+        engine
+            .begin_storage_key_with(namespace, key, &fingerprint, self.in_flight)
+            .await
     }
 }
 
@@ -305,7 +241,7 @@ where
     R: FnResult,
     R::Ok: Serialize + DeserializeOwned,
     S: Store,
-    M: FnOnce(IdempotentError) -> R::Err,
+    M: FnOnce(Error) -> R::Err,
     F: Future<Output = R>,
 {
     let execution = match start(engine, call).await {
@@ -336,7 +272,7 @@ where
     R::Ok: Serialize + DeserializeOwned,
     R::Err: Serialize + DeserializeOwned,
     S: Store,
-    M: FnOnce(IdempotentError) -> R::Err,
+    M: FnOnce(Error) -> R::Err,
     F: Future<Output = R>,
 {
     let execution = match start(engine, call).await {
@@ -364,27 +300,24 @@ enum Started<S: Store> {
     Replay(Outcome),
 }
 
-async fn start<S: Store>(
-    engine: Idempotency<S>,
-    call: Call,
-) -> Result<Started<S>, IdempotentError> {
+async fn start<S: Store>(engine: Idempotency<S>, call: Call) -> Result<Started<S>, Error> {
     match call.begin(engine).await? {
         Decision::Execute(execution) => Ok(Started::Execute(execution)),
         Decision::Replay(outcome) => Ok(Started::Replay(outcome)),
-        Decision::InFlight { retry_after } => Err(IdempotentError::InFlight { retry_after }),
-        Decision::Mismatch => Err(IdempotentError::Mismatch),
+        Decision::InFlight { retry_after } => Err(Error::InFlight { retry_after }),
+        Decision::Mismatch => Err(Error::Mismatch),
     }
 }
 
-fn decode<T: DeserializeOwned>(outcome: &Outcome, expected: u16) -> Result<T, IdempotentError> {
+fn decode<T: DeserializeOwned>(outcome: &Outcome, expected: u16) -> Result<T, Error> {
     if outcome.status != expected {
-        return Err(IdempotentError::Codec(format!(
+        return Err(Error::Codec(format!(
             "stored status {} is not {expected}: the record was written by another kind of caller",
             outcome.status
         )));
     }
     serde_json::from_slice(&outcome.body)
-        .map_err(|error| IdempotentError::Codec(format!("stored value: {error}")))
+        .map_err(|error| Error::Codec(format!("stored value: {error}")))
 }
 
 async fn store<S: Store, T: Serialize>(execution: Execution<S>, status: u16, value: &T) {
@@ -411,11 +344,16 @@ mod tests {
     use crate::IdempotencyKey;
 
     #[test]
-    fn storage_key_matches_the_scope_for_valid_keys() {
+    fn storage_keys_are_the_function_mechanisms() {
         let call = Call::new("ns", "order-42").principal("tenant");
         let key = IdempotencyKey::parse("order-42").unwrap();
         let scope = Scope::new("ns").with_principal("tenant");
-        assert_eq!(call.storage_key(), scope.storage_key(&key));
+        // A function's record never answers an HTTP request in the same scope.
+        assert_ne!(call.storage_key(), scope.storage_key(&key));
+        assert_eq!(
+            call.storage_key(),
+            scope.storage_key_for(Mechanism::Function, "order-42")
+        );
         // Keys an HTTP header would refuse are still usable by functions.
         assert_ne!(Call::new("ns", "订单 42").storage_key(), call.storage_key());
     }

@@ -39,6 +39,7 @@ mod error;
 mod fingerprint;
 mod framing;
 pub mod function;
+mod in_flight;
 mod key;
 pub mod metrics;
 mod record;
@@ -67,12 +68,12 @@ pub mod sql;
 pub mod testing;
 
 pub use engine::{Config, Decision, Execution, Idempotency, Namespace};
-pub use error::StoreError;
+pub use error::{Error, StoreError};
 pub use fingerprint::{Fingerprint, FingerprintBuilder, canonical_json};
-pub use function::IdempotentError;
+pub use in_flight::{DEFAULT_IN_FLIGHT_WAIT, InFlightPolicy};
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use record::{FencingToken, Outcome, Record, RecordState};
-pub use scope::{Scope, StorageKey};
+pub use scope::{Mechanism, Scope, StorageKey};
 pub use store::{
     BoxFuture, BoxStore, Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, DynStore, Lease, Store,
 };

@@ -6,9 +6,40 @@ use crate::framing::FramedHasher;
 use crate::key::header_text;
 use crate::{IdempotencyKey, KeyError};
 
-/// The domain tag of [`Scope::storage_key`]: short, so that a short namespace and a UUID key
-/// hash in one BLAKE3 block (64 bytes with their length bytes).
-pub(crate) const RECORD_TAG: &[u8] = b"record";
+/// Which kind of front end a record belongs to.
+///
+/// The mechanism is part of the stored key, so records written by different mechanisms never
+/// answer for each other, even in one namespace of one table: an HTTP response is never replayed
+/// to a function, nor a function's value to a consumer, nor a layer's claim mistaken for a
+/// transaction's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mechanism {
+    /// HTTP and gRPC requests (the layer and transactional HTTP) and direct engine calls
+    /// ([`Scope::storage_key`]).
+    Request,
+    /// `#[idempotent]` functions and [`Call`](crate::function::Call)s, transactional ones
+    /// included.
+    Function,
+    /// Claims taken by hand in a transaction ([`TxStore::claim_in_tx`](crate::sql::TxStore::claim_in_tx)).
+    Transaction,
+    /// Queue consumers.
+    Message,
+}
+
+impl Mechanism {
+    /// The domain tag hashed in front of the key: short, so that a short namespace and a UUID
+    /// key hash in one BLAKE3 block (64 bytes with their length bytes). `Request` keeps the
+    /// tag records had before mechanisms were told apart.
+    fn tag(self) -> &'static [u8] {
+        match self {
+            Self::Request => b"record",
+            Self::Function => b"function",
+            Self::Transaction => b"transaction",
+            Self::Message => b"message",
+        }
+    }
+}
 
 /// Where a key is valid: a namespace (an endpoint, a consumer, a function) and an optional
 /// principal (tenant, user, API client).
@@ -56,9 +87,17 @@ impl Scope {
         self.principal.as_deref()
     }
 
-    /// The hashed key under which a store keeps the record for `key` in this scope.
+    /// The hashed key under which a store keeps the record of a request (HTTP, gRPC, a direct
+    /// engine call) for `key` in this scope: [`Mechanism::Request`].
     pub fn storage_key(&self, key: &IdempotencyKey) -> StorageKey {
-        self.hash(RECORD_TAG, key.as_str().as_bytes())
+        self.storage_key_for(Mechanism::Request, key.as_str())
+    }
+
+    /// The hashed key under which a store keeps the record of `mechanism` for `key` in this
+    /// scope. Any text is a key here (only front ends that read keys from requests validate
+    /// them as [`IdempotencyKey`]s).
+    pub fn storage_key_for(&self, mechanism: Mechanism, key: &str) -> StorageKey {
+        self.hash(mechanism.tag(), key.as_bytes())
     }
 
     /// The hashed key for a key header's raw value (a bare token or an RFC 8941 sf-string),
@@ -74,7 +113,7 @@ impl Scope {
     /// assert!(scope.storage_key_of_header(b"").is_err());
     /// ```
     pub fn storage_key_of_header(&self, value: &[u8]) -> Result<StorageKey, KeyError> {
-        Ok(self.hash(RECORD_TAG, &header_text(value)?))
+        Ok(self.hash(Mechanism::Request.tag(), &header_text(value)?))
     }
 
     /// The hashed key for an arbitrary byte string in this scope, under a distinct domain `tag`
@@ -200,6 +239,27 @@ mod tests {
         assert_eq!(StorageKey::from_hex(&plain.to_hex()), Some(plain));
     }
 
+    #[test]
+    fn mechanisms_separate_keys() {
+        let scope = Scope::new("ns");
+        let mechanisms = [
+            Mechanism::Request,
+            Mechanism::Function,
+            Mechanism::Transaction,
+            Mechanism::Message,
+        ];
+        let keys: std::collections::HashSet<StorageKey> = mechanisms
+            .iter()
+            .map(|mechanism| scope.storage_key_for(*mechanism, "T1"))
+            .collect();
+        assert_eq!(keys.len(), mechanisms.len());
+        let key = IdempotencyKey::parse("T1").unwrap();
+        assert_eq!(
+            scope.storage_key(&key),
+            scope.storage_key_for(Mechanism::Request, "T1")
+        );
+    }
+
     /// Stores keep records under these digests: a change here loses every record written
     /// before it. Values computed apart from this crate (`scripts/digest_pins.py`).
     #[test]
@@ -224,6 +284,27 @@ mod tests {
                 .to_hex(),
             "82e851f0977be0ddc6ff2fe37f5fde1d6d93017085ceb45670eeb5086d7e77b0"
         );
+        for (mechanism, pinned) in [
+            (
+                Mechanism::Function,
+                "6567177c5d94f13a6485813dc70a75de23d2e1e19affff9db796041ada22403c",
+            ),
+            (
+                Mechanism::Transaction,
+                "8400254d42bedd79a66bb1e6bc430f098006681c770955ede205dd5490b72308",
+            ),
+            (
+                Mechanism::Message,
+                "7b6997be5a64632e481c737f7e3d43a557c6f8d03d0a4cdb79a276f5e3de9648",
+            ),
+        ] {
+            assert_eq!(
+                Scope::new("orders")
+                    .storage_key_for(mechanism, key.as_str())
+                    .to_hex(),
+                pinned
+            );
+        }
         assert_eq!(
             Scope::new("tokens").derive(b"token", b"abc").to_hex(),
             "816e9645d85723b86e70f8fa20fb5551457d50362c301ec853d61a919fe3d0f5"

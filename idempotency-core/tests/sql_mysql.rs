@@ -8,7 +8,7 @@ mod sql_support;
 
 use std::time::Duration;
 
-use idempotency_core::sql::{MySqlStore, Transition};
+use idempotency_core::sql::{MySqlStore, Transition, TxStore};
 use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{Claim, ClaimRequest, Fingerprint, Store, StoreError};
 use sql_support::{Dialect, drop_tables, unique_table};
@@ -128,14 +128,9 @@ async fn killed_connections_are_unavailable_then_recover() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let in_tx = idempotency_core::sql::TxStore::claim_storage_key_in_tx(
-        &store,
-        &mut tx,
-        "fault",
-        unique_key(),
-        &fp,
-    )
-    .await;
+    let key = unique_key();
+    let request = store.tx_request("fault", &key, &fp);
+    let in_tx = store.claim_storage_key_in_tx(&mut tx, request).await;
     assert!(
         matches!(in_tx, Err(StoreError::Unavailable(_))),
         "a dead connection is Unavailable, got {in_tx:?}"

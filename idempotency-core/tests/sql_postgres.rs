@@ -8,7 +8,7 @@ mod sql_support;
 
 use std::time::Duration;
 
-use idempotency_core::sql::{PostgresStore, Transition, TransitionOutcome};
+use idempotency_core::sql::{PostgresStore, Transition, TransitionOutcome, TxStore};
 use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{Claim, ClaimRequest, Fingerprint, Store, StoreError};
 use sql_support::{Dialect, unique_table};
@@ -158,9 +158,8 @@ async fn terminated_connections_are_unavailable_then_recover() {
     assert!(killed.0 >= 1);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let key = unique_key();
-    let in_tx =
-        idempotency_core::sql::TxStore::claim_storage_key_in_tx(&store, &mut tx, "fault", key, &fp)
-            .await;
+    let request = store.tx_request("fault", &key, &fp);
+    let in_tx = store.claim_storage_key_in_tx(&mut tx, request).await;
     assert!(
         matches!(in_tx, Err(StoreError::Unavailable(_))),
         "a dead connection is Unavailable, got {in_tx:?}"

@@ -13,7 +13,7 @@ use axum::extract::{Json, State};
 use axum::http::{Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+use idempotency_core::{Error, Idempotency, MemoryStore, idempotent};
 use serde::{Deserialize, Serialize};
 use tower::ServiceExt;
 
@@ -38,11 +38,11 @@ enum CallbackError {
     Unavailable,
 }
 
-impl From<IdempotentError> for CallbackError {
-    fn from(error: IdempotentError) -> Self {
+impl From<Error> for CallbackError {
+    fn from(error: Error) -> Self {
         match error {
-            IdempotentError::InFlight { .. } => Self::Busy,
-            IdempotentError::Mismatch => Self::Conflict,
+            Error::InFlight { .. } => Self::Busy,
+            Error::Mismatch => Self::Conflict,
             _ => Self::Unavailable,
         }
     }

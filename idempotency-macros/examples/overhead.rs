@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+use idempotency_core::{Error, Idempotency, MemoryStore, idempotent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
@@ -15,7 +15,7 @@ struct Receipt {
     coupon: String,
 }
 
-async fn bare(order: u64) -> Result<Receipt, IdempotentError> {
+async fn bare(order: u64) -> Result<Receipt, Error> {
     Ok(Receipt {
         order,
         coupon: format!("C-{order}"),
@@ -23,10 +23,7 @@ async fn bare(order: u64) -> Result<Receipt, IdempotentError> {
 }
 
 #[idempotent(key = order, store = engine, scope = "overhead", fingerprint = [order])]
-async fn guarded(
-    engine: &Idempotency<MemoryStore>,
-    order: u64,
-) -> Result<Receipt, IdempotentError> {
+async fn guarded(engine: &Idempotency<MemoryStore>, order: u64) -> Result<Receipt, Error> {
     bare(order).await
 }
 

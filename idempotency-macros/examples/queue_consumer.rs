@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+use idempotency_core::{Error, Idempotency, MemoryStore, idempotent};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -37,8 +37,8 @@ enum HandleError {
     Poison(String),
 }
 
-impl From<IdempotentError> for HandleError {
-    fn from(error: IdempotentError) -> Self {
+impl From<Error> for HandleError {
+    fn from(error: Error) -> Self {
         match error.retry_after() {
             Some(after) => Self::Retry(after),
             None if error.is_retryable() => Self::Retry(Duration::from_secs(1)),

@@ -42,7 +42,7 @@ impl FnInfo {
                 return Err(syn::Error::new(
                     ty.span(),
                     "`#[idempotent]` functions return `Result<T, E>`: `Ok(T)` is stored and \
-                     replayed, `E` is built from `idempotency_core::IdempotentError`; write \
+                     replayed, `E` is built from `idempotency_core::Error`; write \
                      `-> Result<T, E>`",
                 ));
             }

@@ -134,7 +134,7 @@ pub(crate) fn namespace(args: &Args, info: &FnInfo) -> TokenStream {
 }
 
 /// `map_err = path`, or `From::from`, spanned on the return type so that a missing
-/// `From<IdempotentError>` is reported there.
+/// `From<Error>` is reported there.
 pub(crate) fn map_err(args: &Args, output: &syn::Type) -> TokenStream {
     match &args.map_err {
         Some(map_err) => map_err.to_token_stream(),

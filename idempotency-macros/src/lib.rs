@@ -19,10 +19,10 @@ use proc_macro::TokenStream;
 /// Use it through `idempotency_core::idempotent` (feature `macros`). The smallest use:
 ///
 /// ```
-/// use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+/// use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
 ///
 /// #[idempotent(key = trade_no, store = engine)]
-/// async fn grant_coupon(engine: &Idempotency<MemoryStore>, trade_no: &str) -> Result<u64, IdempotentError> {
+/// async fn grant_coupon(engine: &Idempotency<MemoryStore>, trade_no: &str) -> Result<u64, Error> {
 ///     Ok(42) // runs once per trade_no; a retry gets the stored 42
 /// }
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -35,14 +35,14 @@ use proc_macro::TokenStream;
 /// # Dedup mode
 ///
 /// On any `async fn … -> Result<T, E>` (free functions, methods, axum handlers, queue
-/// handlers) where `T: Serialize + DeserializeOwned` and `E: From<IdempotentError>`:
+/// handlers) where `T: Serialize + DeserializeOwned` and `E: From<Error>`:
 ///
 /// - the first call with a key runs the body and stores `Ok(T)` as JSON;
 /// - a duplicate returns the stored `T` without running the body;
 /// - `Err(E)` releases the key so a retry runs again (or, with `on_error = "keep"`, is stored and
 ///   replayed too; `E` must then be `Serialize + DeserializeOwned`);
 /// - a duplicate while the first call runs, the same key with other fingerprinted arguments, and
-///   store failures come back as `E::from(IdempotentError::{InFlight, Mismatch, Store, …})`, so
+///   store failures come back as `E::from(Error::{InFlight, Mismatch, Store, …})`, so
 ///   the function's error type decides the status code;
 /// - a call whose future is dropped (a timeout, the losing branch of a `select!`) stops at the
 ///   await it was at and releases the key, like an `Err`: the next call runs the body again, and
@@ -60,7 +60,7 @@ use proc_macro::TokenStream;
 /// | `ttl = "24h"`, `lease = "30s"` | override the engine's settings (units `ms s m h d`, combinable: `"1h30m"`) |
 /// | `wait = "5s"` | a duplicate in flight waits (bounded) for the first call's result instead of failing with `InFlight` |
 /// | `on_error = "release"` / `"keep"` | what an `Err` does (default `release`) |
-/// | `map_err = path` | a `fn(IdempotentError) -> E`, for an `E` that cannot implement `From` (e.g. `tonic::Status`) |
+/// | `map_err = path` | a `fn(Error) -> E`, for an `E` that cannot implement `From` (e.g. `tonic::Status`) |
 ///
 /// # Transactional mode: `tx = …`
 ///
@@ -74,11 +74,11 @@ use proc_macro::TokenStream;
 ///
 /// ```no_run
 /// use idempotency_core::sql::SqliteStore;
-/// use idempotency_core::{IdempotentError, idempotent};
+/// use idempotency_core::{Error, idempotent};
 ///
 /// #[idempotent(tx = tx, key = trade_no, store = store, scope = "pay.callback")]
 /// async fn grant(store: &SqliteStore, tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, trade_no: &str)
-///     -> Result<u64, IdempotentError> {
+///     -> Result<u64, Error> {
 ///     sqlx::query("INSERT INTO coupons (trade_no) VALUES (?)").bind(trade_no).execute(&mut **tx).await
 ///         .map_err(|e| idempotency_core::StoreError::Backend(e.to_string()))?;
 ///     Ok(1)
@@ -99,20 +99,20 @@ use proc_macro::TokenStream;
 /// |---|---|
 /// | moved `from → to` | the body's result: the side effects run, in the same transaction |
 /// | already in `to` | `Ok(already)` without running the body (`already = expr`, default `T::default()`) |
-/// | in another state | `Err(E::from(IdempotentError::IllegalTransition { current }))` |
-/// | absent | `Err(E::from(IdempotentError::NotFound))` |
+/// | in another state | `Err(E::from(Error::IllegalTransition { current }))` |
+/// | absent | `Err(E::from(Error::NotFound))` |
 ///
 /// `column` defaults to `"status"`, `id_column` to `"id"`; `from` is one state or a list.
 /// States are string literals (a text or `ENUM` column) or integer literals (`from = 10,
 /// to = 20` for a `TINYINT`/`INT` status column), not both in one transition.
 ///
 /// ```no_run
-/// use idempotency_core::{IdempotentError, idempotent};
+/// use idempotency_core::{Error, idempotent};
 ///
 /// #[idempotent(transition(table = "orders", id = order_id, from = "WAIT_PAY", to = "PAID"),
 ///              executor = tx, already = "success")]
 /// async fn mark_paid(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, order_id: i64)
-///     -> Result<&'static str, IdempotentError> {
+///     -> Result<&'static str, Error> {
 ///     // grant the coupon with `&mut **tx`: runs once per order
 ///     Ok("success")
 /// }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+use idempotency_core::{Error, Idempotency, MemoryStore, idempotent};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Barrier, Notify};
 
@@ -17,11 +17,11 @@ enum AppError {
     Other(String),
 }
 
-impl From<IdempotentError> for AppError {
-    fn from(error: IdempotentError) -> Self {
+impl From<Error> for AppError {
+    fn from(error: Error) -> Self {
         match error {
-            IdempotentError::InFlight { .. } => Self::InFlight,
-            IdempotentError::Mismatch => Self::Mismatch,
+            Error::InFlight { .. } => Self::InFlight,
+            Error::Mismatch => Self::Mismatch,
             other => Self::Other(other.to_string()),
         }
     }
@@ -237,7 +237,7 @@ async fn with_static_engine(id: u64, runs: &AtomicUsize) -> Result<u64, String> 
     Ok(runs.fetch_add(1, Ordering::SeqCst) as u64 + id)
 }
 
-fn to_text(error: IdempotentError) -> String {
+fn to_text(error: Error) -> String {
     format!("refused: {error}")
 }
 

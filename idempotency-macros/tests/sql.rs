@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idempotency_core::testing::{unavailable, unique_key};
-use idempotency_core::{IdempotentError, idempotent};
+use idempotency_core::{Error, idempotent};
 use serde::{Deserialize, Serialize};
 
 const DUPLICATES: usize = 200;
@@ -25,13 +25,13 @@ enum AppError {
     Other(String),
 }
 
-impl From<IdempotentError> for AppError {
-    fn from(error: IdempotentError) -> Self {
+impl From<Error> for AppError {
+    fn from(error: Error) -> Self {
         match error {
-            IdempotentError::InFlight { .. } => Self::InFlight,
-            IdempotentError::Mismatch => Self::Mismatch,
-            IdempotentError::IllegalTransition { current } => Self::Illegal(current),
-            IdempotentError::NotFound => Self::NotFound,
+            Error::InFlight { .. } => Self::InFlight,
+            Error::Mismatch => Self::Mismatch,
+            Error::IllegalTransition { current } => Self::Illegal(current),
+            Error::NotFound => Self::NotFound,
             other => Self::Other(other.to_string()),
         }
     }

@@ -17,6 +17,8 @@ use crate::refusal::{Refusal, RefusalKind, RenderRefusal};
 /// | key reused with another payload | `FAILED_PRECONDITION` (9) |
 /// | store unavailable | `UNAVAILABLE` (14) |
 /// | completed, response too large to replay | `ALREADY_EXISTS` (6) |
+/// | not verified (a bad signature) | `UNAUTHENTICATED` (16) |
+/// | no transaction for a transactional handler | `INTERNAL` (13) |
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GrpcStatus;
 
@@ -30,6 +32,8 @@ impl GrpcStatus {
             RefusalKind::Mismatch | RefusalKind::TokenRejected => 9,
             RefusalKind::StoreUnavailable => 14,
             RefusalKind::NotReplayable => 6,
+            RefusalKind::Unverified => 16,
+            RefusalKind::TransactionUnavailable => 13,
         }
     }
 }

@@ -70,10 +70,14 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod answer;
 mod body;
 mod codec;
 mod collect;
+mod deadline;
+mod detach;
 mod fingerprint;
+mod future;
 #[cfg(feature = "grpc")]
 mod grpc;
 mod headers;
@@ -82,21 +86,28 @@ mod json;
 mod key_source;
 mod policy;
 mod refusal;
+mod request;
+mod stored;
 mod token;
+#[cfg(feature = "sql")]
+pub mod transactional;
 
 pub use body::{RequestBody, ResponseBody};
 pub use codec::{DecodeError, StoredResponse};
+pub use deadline::Deadline;
 pub use fingerprint::{FingerprintFn, FingerprintSource};
+pub use future::ResponseFuture;
 #[cfg(feature = "grpc")]
 pub use grpc::GrpcStatus;
 pub use headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use idempotency::{
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES, DEFAULT_MAX_STORED_HEADER_BYTES,
     DEFAULT_MAX_STORED_HEADERS, IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyService,
-    PrincipalFn, ResponseFuture,
+    PrincipalFn, VerifyFn,
 };
+pub use idempotency_core::InFlightPolicy;
 pub use key_source::{KeyFn, KeySource, key_from_headers};
-pub use policy::{InFlightPolicy, StoragePolicy, StoreFn};
+pub use policy::{StoragePolicy, StoreFn};
 pub use refusal::{ProblemJson, Refusal, RefusalKind, RenderRefusal};
 pub use token::{
     DEFAULT_TOKEN_BODY_BYTES, IDEMPOTENCY_TOKEN, TokenFuture, TokenLayer, TokenService,

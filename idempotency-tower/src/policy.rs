@@ -1,23 +1,9 @@
-//! Policies: what to do with a duplicate in flight, and which responses are stored.
+//! Which responses are stored. (What a duplicate in flight gets is core's
+//! [`InFlightPolicy`](idempotency_core::InFlightPolicy), one policy for every front end.)
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::{HeaderMap, StatusCode};
-
-/// What a duplicate gets while the first request with its key is still running.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum InFlightPolicy {
-    /// Answer 409 Conflict (gRPC `ABORTED`) with `Retry-After`. The default.
-    #[default]
-    Reject,
-    /// Wait up to `max` for the first request to finish, then replay its response (or run, if it
-    /// was released); still in flight after `max` → 409.
-    Wait {
-        /// The longest a duplicate waits.
-        max: Duration,
-    },
-}
 
 /// A user storage rule over the response status, headers and trailers.
 pub type StoreFn = dyn Fn(StatusCode, &HeaderMap, Option<&HeaderMap>) -> bool + Send + Sync;
@@ -33,6 +19,10 @@ pub enum StoragePolicy {
     /// Like [`StoragePolicy::Standard`], and 5xx are stored too (Stripe's choice: a request that
     /// failed on the server is not retried with the same key).
     IncludeServerErrors,
+    /// Only 2xx are stored; every other answer releases the key (the callback preset: a
+    /// gateway's identical retry of a callback answered 404 or 400 must run again, or the
+    /// payment is lost).
+    SuccessOnly,
     /// gRPC: the `grpc-status` (trailers, or headers of a trailers-only answer) decides. Stored:
     /// `OK` and the codes a retry cannot change (`INVALID_ARGUMENT`, `NOT_FOUND`,
     /// `ALREADY_EXISTS`, `PERMISSION_DENIED`, `FAILED_PRECONDITION`, `OUT_OF_RANGE`,
@@ -49,6 +39,7 @@ impl std::fmt::Debug for StoragePolicy {
         match self {
             Self::Standard => f.write_str("Standard"),
             Self::IncludeServerErrors => f.write_str("IncludeServerErrors"),
+            Self::SuccessOnly => f.write_str("SuccessOnly"),
             Self::Grpc => f.write_str("Grpc"),
             Self::Custom(_) => f.write_str("Custom(..)"),
         }
@@ -73,6 +64,7 @@ impl StoragePolicy {
         match self {
             Self::Standard => standard(status),
             Self::IncludeServerErrors => standard(status) || status.is_server_error(),
+            Self::SuccessOnly => status.is_success(),
             Self::Grpc => {
                 status == StatusCode::OK
                     && grpc_code(headers, trailers).is_some_and(grpc_code_is_final)
@@ -128,6 +120,11 @@ mod tests {
         }
         let stripe = StoragePolicy::IncludeServerErrors;
         assert!(stored(&stripe, 500) && stored(&stripe, 503) && !stored(&stripe, 429));
+        let success = StoragePolicy::SuccessOnly;
+        assert!(stored(&success, 200) && stored(&success, 201) && stored(&success, 204));
+        for status in [301, 400, 404, 409, 422, 500] {
+            assert!(!stored(&success, status), "{status} must not be stored");
+        }
         let custom = StoragePolicy::custom(|status, _, _| status == StatusCode::OK);
         assert!(stored(&custom, 200) && !stored(&custom, 201));
     }

@@ -20,6 +20,9 @@ pub enum RefusalKind {
     MalformedBody,
     /// The body is larger than the layer reads (413, gRPC `RESOURCE_EXHAUSTED`).
     BodyTooLarge,
+    /// The request failed the layer's verification, run before its key is claimed: a
+    /// callback's signature does not match (401, gRPC `UNAUTHENTICATED`).
+    Unverified,
     /// The first request with this key is still running (409 + `Retry-After`, gRPC `ABORTED`).
     InFlight,
     /// The key was first used with another payload (422, gRPC `FAILED_PRECONDITION`).
@@ -34,6 +37,10 @@ pub enum RefusalKind {
     /// replay (larger than the stored-response bounds). The key stays taken, so the work never
     /// runs twice; a retry learns that it was done (409, gRPC `ALREADY_EXISTS`).
     NotReplayable,
+    /// Transactional HTTP: the handler asked for the request's transaction where there is none
+    /// (a route without the transactional layer, or asked twice), or kept it past its answer.
+    /// Nothing was committed (500, gRPC `INTERNAL`).
+    TransactionUnavailable,
 }
 
 impl RefusalKind {
@@ -42,6 +49,8 @@ impl RefusalKind {
         match self {
             Self::MissingKey | Self::InvalidKey | Self::MalformedBody => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unverified => StatusCode::UNAUTHORIZED,
+            Self::TransactionUnavailable => StatusCode::INTERNAL_SERVER_ERROR,
             Self::InFlight | Self::TokenRejected | Self::NotReplayable => StatusCode::CONFLICT,
             Self::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -55,11 +64,13 @@ impl RefusalKind {
             Self::InvalidKey => "Idempotency key invalid",
             Self::MalformedBody => "Request body unreadable",
             Self::BodyTooLarge => "Request body too large",
+            Self::Unverified => "Request not verified",
             Self::InFlight => "Request in progress",
             Self::Mismatch => "Idempotency key reused",
             Self::StoreUnavailable => "Idempotency store unavailable",
             Self::TokenRejected => "One-time token rejected",
             Self::NotReplayable => "Response not replayable",
+            Self::TransactionUnavailable => "Transaction unavailable",
         }
     }
 
@@ -70,11 +81,13 @@ impl RefusalKind {
             Self::InvalidKey => "invalid-key",
             Self::MalformedBody => "malformed-body",
             Self::BodyTooLarge => "body-too-large",
+            Self::Unverified => "unverified",
             Self::InFlight => "in-flight",
             Self::Mismatch => "key-reused",
             Self::StoreUnavailable => "store-unavailable",
             Self::TokenRejected => "token-rejected",
             Self::NotReplayable => "not-replayable",
+            Self::TransactionUnavailable => "transaction-unavailable",
         }
     }
 }

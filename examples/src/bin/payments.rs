@@ -1,17 +1,18 @@
 //! The payments service: `cargo run -p idempotency-examples --bin payments`.
 //!
 //! Listens on `ADDR` (default 127.0.0.1:3000). `IDEMPOTENCY_STORE=memory|redis|sqlite|postgres|mysql`
-//! picks the backend (URLs from `REDIS_URL`, `SQLITE_URL`, `DATABASE_URL`, `MYSQL_URL`).
-//! `IDEMPOTENCY_LAYER=off` serves the same handlers without the layer: the baseline that
-//! `bench/http-wrk.sh` measures the layer against; `IDEMPOTENCY_LAYER=reference` serves them behind
-//! [`Reference`], the least a response-replaying layer does (a benchmark reference, not a layer).
+//! picks the backend (URLs from `REDIS_URL`, `SQLITE_URL`, `DATABASE_URL`, `MYSQL_URL`); over a
+//! SQL backend the two POST routes are transactional HTTP. `IDEMPOTENCY_LAYER=off` serves the
+//! same handlers without the layer: the baseline that `bench/http-wrk.sh` measures the layer
+//! against; `IDEMPOTENCY_LAYER=reference` serves them behind the benchmark reference.
+//! `HANDLER_DELAY_MS` pauses the POST handlers after their writes (crash drills);
+//! `CALLBACK_SECRET` makes the callback check the gateway's signature. Once it accepts
+//! connections it prints `listening <addr>` on stdout.
 
 use std::process::ExitCode;
 
-use axum::ServiceExt;
-use axum::extract::Request;
-use idempotency_examples::payments::reference::Reference;
-use idempotency_examples::payments::{AppState, HttpService, app, bare, config, init_logging};
+use idempotency_examples::payments::service::{self, Mode};
+use idempotency_examples::payments::{config, init_logging};
 use tokio::net::TcpListener;
 
 #[tokio::main]
@@ -25,6 +26,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let state = match config::state_from_env(backend.repo.clone()) {
+        Ok(state) => state,
+        Err(error) => {
+            eprintln!("payments: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let listener = match TcpListener::bind(&addr).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -32,29 +40,24 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let layer = std::env::var("IDEMPOTENCY_LAYER").unwrap_or_else(|_| "on".to_owned());
-    let state = AppState::new(backend.repo);
-    tracing::info!(%addr, store = backend.kind.as_str(), %layer, "payments service listening");
-    let served = match layer.as_str() {
-        "off" => serve(listener, bare(state)).await,
-        "reference" => serve(listener, Reference::new(bare(state))).await,
-        _ => serve(listener, app(state, backend.store)).await,
+    let mode = Mode::from_env();
+    let kind = backend.kind;
+    let server = match service::spawn(listener, backend, state, mode) {
+        Ok(server) => server,
+        Err(error) => {
+            eprintln!("payments: {error}");
+            return ExitCode::FAILURE;
+        }
     };
-    match served {
+    tracing::info!(addr = %server.addr(), store = kind.as_str(), ?mode, "payments service listening");
+    // For scripts and tests that start it on port 0.
+    println!("listening {}", server.addr());
+    let _ = tokio::signal::ctrl_c().await;
+    match server.shutdown().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("payments: {error}");
             ExitCode::FAILURE
         }
     }
-}
-
-/// Serves `service` until Ctrl-C, then lets open requests finish.
-async fn serve(listener: TcpListener, service: impl HttpService) -> std::io::Result<()> {
-    let service = ServiceExt::<Request>::into_make_service(service);
-    axum::serve(listener, service)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
 }

@@ -1,11 +1,14 @@
 //! Choosing the store and the repository at run time: `IDEMPOTENCY_STORE`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use idempotency_core::{BoxStore, MemoryStore};
 
 use super::memory::MemoryRepo;
 use super::repo::PaymentsRepo;
+use super::signature;
+use super::state::AppState;
 
 /// Which backend keeps the idempotency records (and, for SQL, the orders and coupons too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +74,16 @@ pub enum ConfigError {
         /// What is missing.
         missing: &'static str,
     },
+    /// A setting is not what it must be.
+    #[error("{name}={value:?}: {expected}")]
+    Invalid {
+        /// The environment variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What it must be.
+        expected: &'static str,
+    },
     /// Connecting to (or preparing) the backend failed.
     #[error("IDEMPOTENCY_STORE={store}: {error}")]
     Backend {
@@ -90,6 +103,32 @@ pub struct Backend {
     pub store: BoxStore,
     /// Orders and coupons.
     pub repo: Arc<dyn PaymentsRepo>,
+    /// On a SQL backend, the same store and repository, typed for transactional HTTP.
+    pub sql: Option<SqlBackend>,
+}
+
+/// A SQL backend's store and repository, in one database: what transactional HTTP needs.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum SqlBackend {
+    /// PostgreSQL.
+    #[cfg(feature = "postgres")]
+    Postgres(
+        idempotency_core::sql::PostgresStore,
+        Arc<crate::payments::sql::PostgresRepo>,
+    ),
+    /// MySQL / MariaDB.
+    #[cfg(feature = "mysql")]
+    Mysql(
+        idempotency_core::sql::MySqlStore,
+        Arc<crate::payments::sql::MySqlRepo>,
+    ),
+    /// SQLite.
+    #[cfg(feature = "sqlite")]
+    Sqlite(
+        idempotency_core::sql::SqliteStore,
+        Arc<crate::payments::sql::SqliteRepo>,
+    ),
 }
 
 impl std::fmt::Debug for Backend {
@@ -107,8 +146,38 @@ impl Backend {
             kind: StoreKind::Memory,
             store: BoxStore::new(MemoryStore::new()),
             repo: Arc::new(MemoryRepo::new()),
+            sql: None,
         }
     }
+}
+
+/// The handlers' state over `repo`, from the environment: `HANDLER_DELAY_MS` (milliseconds the
+/// two POST handlers pause after their writes, before they commit or answer: a crash drill's
+/// window; default 0) and `CALLBACK_SECRET` (the gateway's signature secret; callbacks are not
+/// checked without it, and the service says so at start).
+pub fn state_from_env(repo: Arc<dyn PaymentsRepo>) -> Result<AppState, ConfigError> {
+    let mut state = AppState::new(repo);
+    if let Ok(value) = std::env::var("HANDLER_DELAY_MS") {
+        let millis = value
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| ConfigError::Invalid {
+                name: "HANDLER_DELAY_MS",
+                value: value.clone(),
+                expected: "a whole number of milliseconds",
+            })?;
+        state = state.with_handler_delay(Duration::from_millis(millis));
+    }
+    match std::env::var(signature::CALLBACK_SECRET) {
+        Ok(secret) if !secret.is_empty() => {
+            state = state.with_callback_secret(secret.into_bytes());
+        }
+        _ => tracing::warn!(
+            "CALLBACK_SECRET is not set: payment callbacks are accepted without checking the \
+             gateway's signature"
+        ),
+    }
+    Ok(state)
 }
 
 /// Reads `IDEMPOTENCY_STORE` (default `memory`) and the backend's URL from the environment
@@ -152,6 +221,7 @@ async fn redis_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend,
         kind: StoreKind::Redis,
         store: BoxStore::new(store),
         repo: Arc::new(MemoryRepo::new()),
+        sql: None,
     })
 }
 
@@ -192,9 +262,13 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// The table prefix of the SQL repositories.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+use crate::payments::sql::DEFAULT_TABLE_PREFIX;
+
 /// The SQL backends: the idempotency records in the database (table created if missing), and
-/// orders and coupons in the same database, so the callback's transition, coupon grant and
-/// dedup record commit in one transaction.
+/// orders and coupons in the same database, so that each guarded request's writes and record
+/// commit in one transaction (transactional HTTP).
 #[cfg(feature = "sqlite")]
 async fn sqlite_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend, ConfigError> {
     let url = env("SQLITE_URL").unwrap_or_else(|| DEFAULT_SQLITE_URL.to_owned());
@@ -207,11 +281,15 @@ async fn sqlite_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend
         .migrate()
         .await
         .map_err(|e| failed("sqlite", &url, e))?;
-    let repo = sql_repos::sqlite(pool, store.clone()).await?;
+    let repo = crate::payments::sql::SqliteRepo::new(pool, DEFAULT_TABLE_PREFIX)
+        .await
+        .map_err(|e| failed("sqlite", &url, e))?;
+    let repo = Arc::new(repo);
     Ok(Backend {
         kind: StoreKind::Sqlite,
-        store: BoxStore::new(store),
-        repo,
+        store: BoxStore::new(store.clone()),
+        repo: repo.clone(),
+        sql: Some(SqlBackend::Sqlite(store, repo)),
     })
 }
 
@@ -232,11 +310,15 @@ async fn postgres_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backe
         .migrate()
         .await
         .map_err(|e| failed("postgres", &url, e))?;
-    let repo = sql_repos::postgres(pool, store.clone()).await?;
+    let repo = crate::payments::sql::PostgresRepo::new(pool, DEFAULT_TABLE_PREFIX)
+        .await
+        .map_err(|e| failed("postgres", &url, e))?;
+    let repo = Arc::new(repo);
     Ok(Backend {
         kind: StoreKind::Postgres,
-        store: BoxStore::new(store),
-        repo,
+        store: BoxStore::new(store.clone()),
+        repo: repo.clone(),
+        sql: Some(SqlBackend::Postgres(store, repo)),
     })
 }
 
@@ -257,70 +339,21 @@ async fn mysql_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend,
         .migrate()
         .await
         .map_err(|e| failed("mysql", &url, e))?;
-    let repo = sql_repos::mysql(pool, store.clone()).await?;
+    let repo = crate::payments::sql::MySqlRepo::new(pool, DEFAULT_TABLE_PREFIX)
+        .await
+        .map_err(|e| failed("mysql", &url, e))?;
+    let repo = Arc::new(repo);
     Ok(Backend {
         kind: StoreKind::Mysql,
-        store: BoxStore::new(store),
-        repo,
+        store: BoxStore::new(store.clone()),
+        repo: repo.clone(),
+        sql: Some(SqlBackend::Mysql(store, repo)),
     })
 }
 
 #[cfg(not(feature = "mysql"))]
 async fn mysql_backend(_env: &impl Fn(&str) -> Option<String>) -> Result<Backend, ConfigError> {
     Err(ConfigError::FeatureDisabled { store: "mysql" })
-}
-
-/// The SQL payments repositories, one function per database: the one place they are plugged in.
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
-mod sql_repos {
-    use std::sync::Arc;
-
-    use super::ConfigError;
-    use crate::payments::repo::PaymentsRepo;
-    use crate::payments::sql::DEFAULT_TABLE_PREFIX;
-
-    fn failed(store: &'static str, error: crate::payments::RepoError) -> ConfigError {
-        ConfigError::Backend {
-            store,
-            error: error.to_string(),
-        }
-    }
-
-    /// Orders, coupons and the callback's dedup record in SQLite.
-    #[cfg(feature = "sqlite")]
-    pub(super) async fn sqlite(
-        pool: sqlx::SqlitePool,
-        store: idempotency_core::sql::SqliteStore,
-    ) -> Result<Arc<dyn PaymentsRepo>, ConfigError> {
-        let repo = crate::payments::sql::SqliteRepo::new(pool, store, DEFAULT_TABLE_PREFIX)
-            .await
-            .map_err(|e| failed("sqlite", e))?;
-        Ok(Arc::new(repo))
-    }
-
-    /// Orders, coupons and the callback's dedup record in PostgreSQL.
-    #[cfg(feature = "postgres")]
-    pub(super) async fn postgres(
-        pool: sqlx::PgPool,
-        store: idempotency_core::sql::PostgresStore,
-    ) -> Result<Arc<dyn PaymentsRepo>, ConfigError> {
-        let repo = crate::payments::sql::PostgresRepo::new(pool, store, DEFAULT_TABLE_PREFIX)
-            .await
-            .map_err(|e| failed("postgres", e))?;
-        Ok(Arc::new(repo))
-    }
-
-    /// Orders, coupons and the callback's dedup record in MySQL / MariaDB.
-    #[cfg(feature = "mysql")]
-    pub(super) async fn mysql(
-        pool: sqlx::MySqlPool,
-        store: idempotency_core::sql::MySqlStore,
-    ) -> Result<Arc<dyn PaymentsRepo>, ConfigError> {
-        let repo = crate::payments::sql::MySqlRepo::new(pool, store, DEFAULT_TABLE_PREFIX)
-            .await
-            .map_err(|e| failed("mysql", e))?;
-        Ok(Arc::new(repo))
-    }
 }
 
 #[cfg(all(test, any(feature = "sqlite", feature = "postgres", feature = "mysql")))]

@@ -1,4 +1,6 @@
 //! The route handlers. They know nothing of idempotency keys: the layer in front of them does.
+//! (With transactional HTTP, the two POST routes are `super::transactional`'s, which answer
+//! as these do: [`created`] and [`paid`].)
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -17,12 +19,18 @@ pub async fn create_order(
 ) -> Result<(StatusCode, Json<Order>), Problem> {
     let Json(new) = body?;
     let order = state.repo.create_order(new).await?;
+    state.pause().await;
+    Ok(created(order))
+}
+
+/// The answer to a created order: 201 and the order.
+pub(crate) fn created(order: Order) -> (StatusCode, Json<Order>) {
     tracing::info!(
         order_id = order.order_id,
         user_id = order.user_id,
         "order created"
     );
-    Ok((StatusCode::CREATED, Json(order)))
+    (StatusCode::CREATED, Json(order))
 }
 
 /// `POST /payments/callback`: the payment transition `WAIT_PAY → PAID`; the coupon is granted
@@ -36,8 +44,22 @@ pub async fn payment_callback(
     body: Result<Json<PaymentCallback>, JsonRejection>,
 ) -> Result<Json<Order>, Problem> {
     let Json(callback) = body?;
+    let transition = state
+        .repo
+        .pay(callback.order_id, &callback.trade_no)
+        .await?;
+    state.pause().await;
+    paid(&callback, transition)
+}
+
+/// The answer to a payment callback, by what its transition found: 200 applied or already
+/// `PAID`, 409 illegal, 404 unknown order.
+pub(crate) fn paid(
+    callback: &PaymentCallback,
+    transition: Transition,
+) -> Result<Json<Order>, Problem> {
     let order_id = callback.order_id;
-    match state.repo.pay(order_id, &callback.trade_no).await? {
+    match transition {
         Transition::Applied(order) => {
             tracing::info!(order_id, trade_no = %callback.trade_no, user_id = order.user_id, "order paid, coupon granted");
             Ok(Json(order))

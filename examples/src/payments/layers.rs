@@ -1,9 +1,13 @@
-//! The idempotency layers in front of the two POST routes.
+//! The idempotency layers in front of the two POST routes, as builders: built plain
+//! (`build()`, the record in the layer's store) or transactional (`build_transactional()`,
+//! the record in the request's own SQL transaction).
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use idempotency_core::Store;
-use idempotency_tower::IdempotencyLayer;
+use idempotency_tower::{IdempotencyLayer, IdempotencyLayerBuilder};
+
+use super::signature;
 
 /// Namespace of `POST /orders` keys.
 pub const ORDERS_NAMESPACE: &str = "payments.orders";
@@ -11,33 +15,46 @@ pub const ORDERS_NAMESPACE: &str = "payments.orders";
 /// Namespace of `POST /payments/callback` keys (trade numbers).
 pub const CALLBACK_NAMESPACE: &str = "payments.callback";
 
-/// How long a duplicate callback waits for the first one to finish before it gets 409.
-pub const CALLBACK_WAIT: Duration = Duration::from_secs(5);
-
-/// `POST /orders` (and nothing else: it may wrap the whole router): the `Idempotency-Key`
-/// header is required (400 without it); the fingerprint
-/// is the default one (method, path and body bytes), so the same key with another body is 422.
-/// A duplicate while the first is in flight gets 409 + `Retry-After`.
-pub fn orders_layer<S: Store>(store: S) -> IdempotencyLayer<S> {
+/// `POST /orders` (and nothing else: it may wrap the whole router), the API preset: the
+/// `Idempotency-Key` header is required (400 without it); the fingerprint is the default one
+/// (method, path and body bytes), so the same key with another body is 422. A duplicate while
+/// the first is in flight gets 409 + `Retry-After`.
+pub fn orders_layer_builder<S: Store>(store: S) -> IdempotencyLayerBuilder<S> {
     IdempotencyLayer::builder(store)
         .namespace(ORDERS_NAMESPACE)
         .methods([http::Method::POST])
         .only_paths(["/orders"])
-        .build()
 }
 
-/// `POST /payments/callback` (and nothing else): the gateway sends no header, so the key is the body's `trade_no`
-/// (required: a body without it, or that is not JSON, is 400). The fingerprint is the canonical
-/// `trade_no` and `order_id`, so a gateway that re-serialises the body in another field order
-/// is still a duplicate. A duplicate arriving while the first is running waits for it (up to
-/// [`CALLBACK_WAIT`]) and gets its answer replayed: the gateway sees 200 every time.
-pub fn callback_layer<S: Store>(store: S) -> IdempotencyLayer<S> {
-    IdempotencyLayer::builder(store)
+/// `POST /payments/callback` (and nothing else), the callback preset: the gateway sends no
+/// header, so the key is the body's `trade_no` (a body without it, or that is not JSON, is
+/// 400); only 2xx answers are stored, so a callback answered 404 (the order not committed yet)
+/// runs again on the gateway's identical retry; a duplicate in flight waits for the first and
+/// gets its answer. The fingerprint is the canonical `trade_no` and `order_id`, so a gateway
+/// that re-serialises the body in another field order is still a duplicate. With a `secret`,
+/// the gateway's signature is checked before the key is claimed (401 otherwise).
+pub fn callback_layer_builder<S: Store>(
+    store: S,
+    secret: Option<Arc<[u8]>>,
+) -> IdempotencyLayerBuilder<S> {
+    let builder = IdempotencyLayer::builder(store)
         .namespace(CALLBACK_NAMESPACE)
         .methods([http::Method::POST])
         .only_paths(["/payments/callback"])
-        .key_from_json("/trade_no")
-        .fingerprint_json_fields(["/trade_no", "/order_id"])
-        .wait_in_flight(CALLBACK_WAIT)
-        .build()
+        .callback("/trade_no")
+        .fingerprint_json_fields(["/trade_no", "/order_id"]);
+    match secret {
+        Some(secret) => builder.verify(move |parts, body| signature::check(&secret, parts, body)),
+        None => builder,
+    }
+}
+
+/// [`orders_layer_builder`], built.
+pub fn orders_layer<S: Store>(store: S) -> IdempotencyLayer<S> {
+    orders_layer_builder(store).build()
+}
+
+/// [`callback_layer_builder`] without a signature check, built.
+pub fn callback_layer<S: Store>(store: S) -> IdempotencyLayer<S> {
+    callback_layer_builder(store, None).build()
 }

@@ -15,7 +15,7 @@ use tower::util::MapResponse;
 use tower_service::Service;
 
 use super::handlers::{cancel_order, create_order, get_order, payment_callback, user_coupons};
-use super::layers::{callback_layer, orders_layer};
+use super::layers::{callback_layer_builder, orders_layer};
 use super::naive::naive_payment_callback;
 use super::state::AppState;
 
@@ -40,7 +40,7 @@ impl<T> HttpService for T where
 }
 
 /// The response of [`bare`]'s router after the two idempotency layers.
-type GuardedResponse = Response<ResponseBody<ResponseBody<Body>>>;
+pub(crate) type GuardedResponse = Response<ResponseBody<ResponseBody<Body>>>;
 
 /// The payments service as [`app`] builds it: [`bare`]'s router inside [`orders_layer`] and
 /// [`callback_layer`], each guarding its own route.
@@ -57,15 +57,25 @@ fn routes(
 ) -> Router {
     Router::new()
         .route("/orders", orders)
+        .route("/payments/callback", callback)
+        .with_state(state.clone())
+        .merge(unguarded_routes(state))
+}
+
+/// The routes no idempotency layer guards: the reads, and the cancel transition (idempotent by
+/// its state machine).
+pub(crate) fn unguarded_routes(state: AppState) -> Router {
+    Router::new()
         .route("/orders/{order_id}", get(get_order))
         .route("/orders/{order_id}/cancel", post(cancel_order))
-        .route("/payments/callback", callback)
         .route("/users/{user_id}/coupons", get(user_coupons))
         .with_state(state)
 }
 
 /// The payments service: [`bare`]'s handlers, with [`orders_layer`] in front of `POST /orders`
-/// and [`callback_layer`] in front of `POST /payments/callback`, both over `store`.
+/// and [`callback_layer`] in front of `POST /payments/callback` (checking the gateway's
+/// signature when the state has its secret), both over `store`. Over a SQL store, the
+/// service is [`transactional_app`](super::transactional::transactional_app) instead.
 ///
 /// The two layers wrap the whole router, and each guards only its own route
 /// (`only_paths`): every request crosses both, and the router sees one request body type. It
@@ -83,21 +93,24 @@ fn routes(
 /// # let _ = service;
 /// ```
 pub fn app<S: Store + Clone>(state: AppState, store: S) -> App<S> {
-    let guarded = orders_layer(store.clone()).layer(callback_layer(store).layer(bare(state)));
+    let callback = callback_layer_builder(store.clone(), state.callback_secret.clone()).build();
+    let guarded = orders_layer(store).layer(callback.layer(bare(state)));
     MapResponse::new(guarded, into_response as fn(GuardedResponse) -> Response)
 }
 
-fn into_response(response: GuardedResponse) -> Response {
+/// The guarded response, with axum's body.
+pub(crate) fn into_response(response: GuardedResponse) -> Response {
     response.map(Body::new)
 }
 
 /// The same service as [`app`], with each layer on its route (`post(handler).layer(…)`), the
 /// usual axum composition: a [`Router`] that more routes can be merged into.
 pub fn app_per_route<S: Store + Clone>(state: AppState, store: S) -> Router {
+    let callback = callback_layer_builder(store.clone(), state.callback_secret.clone()).build();
     routes(
         state,
-        post(create_order).layer(orders_layer(store.clone())),
-        post(payment_callback).layer(callback_layer(store)),
+        post(create_order).layer(orders_layer(store)),
+        post(payment_callback).layer(callback),
     )
 }
 

@@ -7,9 +7,9 @@ use std::marker::PhantomData;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Call, FnResult, IdempotentError, STATUS_OK, decode};
-use crate::sql::{Transition, TransitionOutcome, TxClaim, TxLease, TxStore};
-use crate::{BoxFuture, Outcome, StoreError};
+use super::{Call, FnResult, STATUS_OK, decode};
+use crate::sql::{InTransaction, Transition, TransitionOutcome, TxClaim, TxLease, TxStore};
+use crate::{BoxFuture, Error, Outcome, StoreError};
 
 /// What a transactional `#[idempotent]`'s `store = …` may evaluate to: a [`TxStore`]
 /// (`PostgresStore`, `SqliteStore`, `MySqlStore`), or anything that derefs to one (`Arc`, `&`).
@@ -53,7 +53,7 @@ where
     R: FnResult,
     R::Ok: Serialize + DeserializeOwned,
     S: TxStore,
-    M: Fn(IdempotentError) -> R::Err,
+    M: Fn(Error) -> R::Err,
 {
     /// A call of `store` (TTL and lease are the store's `with_tx_ttl`/`with_tx_lease`).
     pub fn new(store: &'s S, call: Call, map_err: M) -> Self {
@@ -67,12 +67,12 @@ where
 
     /// Claims the key in `tx`. `Ok(lease)`: run the body. `Err(answer)`: return `answer` (the
     /// stored value of a duplicate, or an in-flight, mismatch or store error) without running it.
-    pub async fn begin(
+    pub async fn begin<T: InTransaction<S::Database> + ?Sized>(
         &mut self,
-        tx: &mut sqlx::Transaction<'_, S::Database>,
+        tx: &mut T,
     ) -> Result<TxLease, R> {
         let Some(mut call) = self.call.take() else {
-            return Err(self.fail(IdempotentError::Codec("TxRun::begin called twice".into())));
+            return Err(self.fail(Error::Codec("TxRun::begin called twice".into())));
         };
         if let Some(error) = call.error.take() {
             return Err(self.fail(error));
@@ -81,20 +81,21 @@ where
             return Err(self.fail(crate::KeyError::Empty.into()));
         }
         let fingerprint = call.fingerprint.finish();
-        let claim = self
+        let key = call.storage_key();
+        let request = self
             .store
-            .claim_storage_key_in_tx(tx, call.scope.namespace(), call.storage_key(), &fingerprint)
-            .await;
+            .tx_request(call.scope.namespace(), &key, &fingerprint);
+        let claim = self.store.claim_storage_key_in_tx(tx, request).await;
         match claim {
             Ok(TxClaim::Execute(lease)) => Ok(lease),
             Ok(TxClaim::Replay(outcome)) => Err(R::from_result(
                 decode::<R::Ok>(&outcome, STATUS_OK).map_err(&self.map_err),
             )),
             Ok(TxClaim::InFlight { retry_after }) => {
-                Err(self.fail(IdempotentError::InFlight { retry_after }))
+                Err(self.fail(Error::InFlight { retry_after }))
             }
-            Ok(TxClaim::Mismatch) => Err(self.fail(IdempotentError::Mismatch)),
-            Err(error) => Err(self.fail(error.into())),
+            Ok(TxClaim::Mismatch) => Err(self.fail(Error::Mismatch)),
+            Err(error) => Err(self.fail(error)),
         }
     }
 
@@ -106,21 +107,21 @@ where
     /// Stores `Ok(T)` in `tx`; on `Err(E)` deletes the claim in `tx` (a retry runs again even if
     /// the caller commits). If the record cannot be written, the answer is an error, so the
     /// caller rolls back the business writes with it.
-    pub async fn finish(
+    pub async fn finish<T: InTransaction<S::Database> + ?Sized>(
         &self,
-        tx: &mut sqlx::Transaction<'_, S::Database>,
+        tx: &mut T,
         lease: TxLease,
         result: R,
     ) -> R {
         match result.into_result() {
             Ok(value) => {
                 let stored = match serde_json::to_vec(&value) {
-                    Ok(body) => self
-                        .store
-                        .complete_in_tx(tx, lease, &Outcome::new(STATUS_OK, body))
-                        .await
-                        .map_err(IdempotentError::from),
-                    Err(error) => Err(IdempotentError::Codec(format!("result: {error}"))),
+                    Ok(body) => {
+                        self.store
+                            .complete_in_tx(tx, lease, &Outcome::new(STATUS_OK, body))
+                            .await
+                    }
+                    Err(error) => Err(Error::Codec(format!("result: {error}"))),
                 };
                 match stored {
                     Ok(()) => R::from_result(Ok(value)),
@@ -138,7 +139,7 @@ where
         }
     }
 
-    fn fail(&self, error: IdempotentError) -> R {
+    fn fail(&self, error: Error) -> R {
         R::from_result(Err((self.map_err)(error)))
     }
 }
@@ -254,7 +255,7 @@ pub fn transition(
 /// Applies a transition before the body of a state-machine `#[idempotent]`:
 /// `None` → applied, run the body (the side effects); `Some(answer)` → return `answer` without
 /// running it: `Ok(already())` when the row already is in the target state, else
-/// [`IdempotentError::IllegalTransition`], [`IdempotentError::NotFound`] or a store error.
+/// [`Error::IllegalTransition`], [`Error::NotFound`] or a store error.
 pub async fn apply<R, C, I, A, M>(
     executor: &mut C,
     transition: Result<Transition, StoreError>,
@@ -267,7 +268,7 @@ where
     C: TransitionExecutor + ?Sized,
     I: for<'q> sqlx::Encode<'q, C::Database> + sqlx::Type<C::Database> + Send + Clone,
     A: FnOnce() -> R::Ok,
-    M: FnOnce(IdempotentError) -> R::Err,
+    M: FnOnce(Error) -> R::Err,
 {
     let outcome = match transition {
         Ok(transition) => executor.apply_transition(&transition, id).await,
@@ -277,10 +278,10 @@ where
         Ok(TransitionOutcome::Applied) => return None,
         Ok(TransitionOutcome::AlreadyInTarget) => Ok(already()),
         Ok(TransitionOutcome::Illegal { current }) => {
-            Err(map_err(IdempotentError::IllegalTransition { current }))
+            Err(map_err(Error::IllegalTransition { current }))
         }
-        Ok(TransitionOutcome::NotFound) => Err(map_err(IdempotentError::NotFound)),
-        Err(error) => Err(map_err(error.into())),
+        Ok(TransitionOutcome::NotFound) => Err(map_err(Error::NotFound)),
+        Err(error) => Err(map_err(error)),
     };
     Some(R::from_result(answer))
 }

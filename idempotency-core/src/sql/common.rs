@@ -6,7 +6,8 @@ use bytes::Bytes;
 
 use crate::time::from_unix_micros;
 use crate::{
-    Claim, FencingToken, Fingerprint, Lease, Outcome, Record, RecordState, StorageKey, StoreError,
+    Claim, FencingToken, Fingerprint, InFlightPolicy, Lease, Outcome, Record, RecordState,
+    StorageKey, StoreError,
 };
 
 /// The default table of every SQL store.
@@ -40,6 +41,7 @@ pub(crate) struct Settings {
     pub(crate) table: String,
     pub(crate) tx_lease: Duration,
     pub(crate) tx_ttl: Duration,
+    pub(crate) tx_in_flight: InFlightPolicy,
     pub(crate) abandoned_grace: Duration,
 }
 
@@ -49,6 +51,7 @@ impl Default for Settings {
             table: DEFAULT_TABLE.to_owned(),
             tx_lease: Duration::from_secs(60),
             tx_ttl: Duration::from_secs(24 * 60 * 60),
+            tx_in_flight: InFlightPolicy::wait(crate::DEFAULT_IN_FLIGHT_WAIT),
             abandoned_grace: crate::DEFAULT_ABANDONED_GRACE,
         }
     }
@@ -339,6 +342,15 @@ macro_rules! sql_store_settings {
                 self
             }
 
+            /// What a transactional claim does while another transaction's uncommitted claim
+            /// holds its key (default: wait up to
+            /// [`DEFAULT_IN_FLIGHT_WAIT`](crate::DEFAULT_IN_FLIGHT_WAIT), 5 s, then
+            /// [`TxClaim::InFlight`](crate::sql::TxClaim::InFlight)).
+            pub fn with_tx_in_flight(mut self, policy: crate::InFlightPolicy) -> Self {
+                self.settings.tx_in_flight = policy;
+                self
+            }
+
             /// How long [`purge_expired`](Store::purge_expired) keeps an in-progress record
             /// after its lease ended (default
             /// [`DEFAULT_ABANDONED_GRACE`](crate::DEFAULT_ABANDONED_GRACE), 1 h; at most ten
@@ -368,6 +380,7 @@ pub(crate) use sql_store_settings;
 /// Arguments: the store, its `sqlx::Database`, its connection type and the text `list` puts
 /// around a bound Unix-microseconds parameter to compare it with `updated_at` (before, after).
 /// The store brings the per-database steps: `claim_on(conn, request, in_tx)`,
+/// `claim_in_tx_on(conn, tx_request)`, `begin_tx()`,
 /// `complete_on(conn, key, token, outcome, ttl)`, `touch_lease(key, token, lease)` and
 /// `purge(limit)`, and the statements `sql.release`, `sql.get` and `sql.select_records`.
 macro_rules! sql_store_impls {
@@ -493,45 +506,61 @@ macro_rules! sql_store_impls {
         impl TxStore for $store {
             type Database = $db;
 
-            async fn claim_storage_key_in_tx(
+            fn pool(&self) -> &sqlx::Pool<$db> {
+                &self.pool
+            }
+
+            async fn begin(&self) -> Result<sqlx::Transaction<'static, $db>, StoreError> {
+                self.begin_tx().await
+            }
+
+            fn tx_request<'a>(
                 &self,
-                tx: &mut sqlx::Transaction<'_, $db>,
-                namespace: &str,
-                key: StorageKey,
-                fingerprint: &$crate::Fingerprint,
-            ) -> Result<$crate::sql::TxClaim, StoreError> {
-                let request = ClaimRequest {
-                    key: &key,
+                namespace: &'a str,
+                key: &'a StorageKey,
+                fingerprint: &'a $crate::Fingerprint,
+            ) -> $crate::sql::TxClaimRequest<'a> {
+                $crate::sql::TxClaimRequest {
+                    key,
                     namespace,
                     fingerprint,
                     lease: self.settings.tx_lease,
-                };
-                let claim = self.claim_on(tx, request, true).await?;
-                Ok($crate::sql::tx::tx_claim(claim, key))
+                    ttl: self.settings.tx_ttl,
+                    in_flight: self.settings.tx_in_flight,
+                }
             }
 
-            async fn complete_in_tx(
+            async fn claim_storage_key_in_tx<T: $crate::sql::InTransaction<$db> + ?Sized>(
                 &self,
-                tx: &mut sqlx::Transaction<'_, $db>,
+                tx: &mut T,
+                request: $crate::sql::TxClaimRequest<'_>,
+            ) -> Result<$crate::sql::TxClaim, StoreError> {
+                self.claim_in_tx_on(tx.connection(), request).await
+            }
+
+            async fn complete_in_tx<T: $crate::sql::InTransaction<$db> + ?Sized>(
+                &self,
+                tx: &mut T,
                 lease: $crate::sql::TxLease,
                 outcome: &Outcome,
             ) -> Result<(), StoreError> {
                 self.complete_on(
-                    tx,
+                    tx.connection(),
                     &lease.key,
                     lease.lease.token,
                     outcome,
-                    self.settings.tx_ttl,
+                    lease.ttl,
                 )
                 .await
             }
 
-            async fn release_in_tx(
+            async fn release_in_tx<T: $crate::sql::InTransaction<$db> + ?Sized>(
                 &self,
-                tx: &mut sqlx::Transaction<'_, $db>,
+                tx: &mut T,
                 lease: $crate::sql::TxLease,
             ) -> Result<(), StoreError> {
-                self.release_on(tx, &lease.key, lease.lease.token).await
+                self.release_on(tx.connection(), &lease.key, lease.lease.token)
+                    .await
             }
         }
     };

@@ -28,6 +28,7 @@
 //! agree; SQLite is embedded and uses the host clock (microseconds), read once per statement.
 
 mod common;
+mod schema;
 mod transition;
 mod tx;
 
@@ -39,8 +40,11 @@ mod postgres;
 mod sqlite;
 
 pub use common::{ListFilter, validate_identifier};
+pub use schema::{SCHEMA_TABLE, SCHEMA_VERSION};
 pub use transition::{StateValue, Transition, TransitionOutcome};
-pub use tx::{TxClaim, TxLease, TxStore};
+pub use tx::{InTransaction, TxClaim, TxClaimRequest, TxLease, TxStore};
+
+pub(crate) use common::map_err;
 
 #[cfg(feature = "mysql")]
 pub use mysql::MySqlStore;

@@ -5,9 +5,28 @@ use std::time::Duration;
 
 use sqlx::{MySql, MySqlConnection, MySqlPool};
 
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
 use super::common::{ClaimRow, Settings, map_err, micros, owned, token_param, validate_identifier};
-use super::tx::TxStore;
+use super::schema::{self, Steps, VersionSql};
+use super::tx::{TxClaim, TxClaimRequest, TxStore, still_running, tx_claim};
 use crate::{Claim, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError};
+
+/// MySQL's error number for a lock wait that ran out (`innodb_lock_wait_timeout`).
+const LOCK_WAIT_TIMEOUT: u16 = 1205;
+
+/// The schema versions table on MySQL/MariaDB.
+const VERSIONS: VersionSql = VersionSql {
+    create: "CREATE TABLE IF NOT EXISTS idempotency_schema (table_name VARCHAR(64) NOT NULL \
+             PRIMARY KEY, version BIGINT NOT NULL, migrated_at DATETIME(6) NOT NULL \
+             DEFAULT CURRENT_TIMESTAMP(6)) ENGINE = InnoDB",
+    read: "SELECT version FROM idempotency_schema WHERE table_name = ?",
+    exists: "SELECT CAST(1 AS SIGNED) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name = ?",
+    write: "REPLACE INTO idempotency_schema (table_name, version, migrated_at) \
+            VALUES (?, ?, UTC_TIMESTAMP(6))",
+};
 
 /// How often a claim tries again after losing a race (a row that changed between statements).
 const CLAIM_ROUNDS: usize = 8;
@@ -54,8 +73,10 @@ pub struct MySqlStore {
 }
 
 struct Sql {
-    migrate: String,
+    steps: Steps,
     upsert: String,
+    /// Whether the server is MariaDB (`SET STATEMENT` bounds a claim's wait), read once.
+    mariadb: OnceLock<bool>,
     read: String,
     read_locked: String,
     complete: String,
@@ -88,7 +109,7 @@ impl Sql {
         );
         let owned = "key_hash = ? AND token = ? AND state = 'in_progress'";
         Self {
-            migrate: format!(
+            steps: vec![vec![format!(
                 "CREATE TABLE IF NOT EXISTS {t} (\
                    key_hash BINARY(32) NOT NULL PRIMARY KEY, \
                    namespace VARCHAR(255) NOT NULL, \
@@ -105,7 +126,8 @@ impl Sql {
                    KEY `{table}_expires_idx` (expires_at), \
                    KEY `{table}_reconcile_idx` (namespace, state, updated_at)\
                  ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4"
-            ),
+            )]],
+            mariadb: OnceLock::new(),
             // Assignments of ON DUPLICATE KEY UPDATE run left to right and see earlier ones, so
             // every column the condition or a later value reads (`state`, `expires_at`) is
             // assigned after its readers. Parameters: key, namespace, fingerprint, lease µs,
@@ -153,6 +175,34 @@ impl Sql {
     }
 }
 
+/// Why a claim gave up: its bounded wait ran out, or anything else.
+enum Waited {
+    /// A lock wait ran out (`innodb_lock_wait_timeout`): another claimer is still running.
+    Out,
+    /// Any other failure.
+    Failed(StoreError),
+}
+
+impl From<StoreError> for Waited {
+    fn from(error: StoreError) -> Self {
+        Self::Failed(error)
+    }
+}
+
+impl From<sqlx::Error> for Waited {
+    fn from(error: sqlx::Error) -> Self {
+        let ran_out = error.as_database_error().is_some_and(|db| {
+            db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|my| my.number() == LOCK_WAIT_TIMEOUT)
+        });
+        if ran_out {
+            Self::Out
+        } else {
+            Self::Failed(map_err(error))
+        }
+    }
+}
+
 /// What the upsert did.
 enum Upsert {
     /// Inserted a fresh record: attempt 1.
@@ -179,22 +229,91 @@ impl MySqlStore {
         }
     }
 
-    /// Creates the table with its indexes (expiry; namespace + state + updated_at) if missing.
+    /// Brings the table and its indexes (expiry; namespace + state + updated_at) to this
+    /// release's schema version, creating them if missing (versions are kept in
+    /// `idempotency_schema`). Safe to run concurrently (serialized by a named lock).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        sqlx::query(&self.sql.migrate)
-            .execute(&self.pool)
+        let table = &self.settings.table;
+        let lock = format!("idempotency-migrate:{table}");
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        let (locked,): (Option<i64>,) = sqlx::query_as("SELECT GET_LOCK(?, 60)")
+            .bind(&lock)
+            .fetch_one(&mut *conn)
             .await
             .map_err(map_err)?;
+        if locked != Some(1) {
+            return Err(StoreError::Backend(format!(
+                "could not take the migration lock {lock:?} within 60 s"
+            )));
+        }
+        let migrated = schema::migrate::<MySql>(&mut conn, &VERSIONS, table, &self.sql.steps).await;
+        let released = sqlx::query("SELECT RELEASE_LOCK(?)")
+            .bind(&lock)
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err);
+        migrated?;
+        released?;
+        self.is_mariadb(&mut conn).await?;
         Ok(())
+    }
+
+    /// Whether the server is MariaDB, asked once.
+    async fn is_mariadb(&self, conn: &mut MySqlConnection) -> Result<bool, StoreError> {
+        if let Some(mariadb) = self.sql.mariadb.get() {
+            return Ok(*mariadb);
+        }
+        let (version,): (String,) = sqlx::query_as("SELECT VERSION()")
+            .fetch_one(conn)
+            .await
+            .map_err(map_err)?;
+        Ok(*self.sql.mariadb.get_or_init(|| version.contains("MariaDB")))
+    }
+
+    /// [`TxStore::begin`].
+    async fn begin_tx(&self) -> Result<sqlx::Transaction<'static, MySql>, StoreError> {
+        self.pool.begin().await.map_err(map_err)
+    }
+
+    /// [`TxStore::claim_storage_key_in_tx`]: the upsert first, its wait on a concurrent
+    /// claimer's row bounded by `SET STATEMENT innodb_lock_wait_timeout` on MariaDB (whole
+    /// seconds; 0 rejects at once); on MySQL the session's timeout applies. A wait that ran out
+    /// is in flight.
+    async fn claim_in_tx_on(
+        &self,
+        conn: &mut MySqlConnection,
+        request: TxClaimRequest<'_>,
+    ) -> Result<TxClaim, StoreError> {
+        let upsert = if self.is_mariadb(conn).await? {
+            let secs = request.in_flight.max_wait().as_secs();
+            Cow::Owned(format!(
+                "SET STATEMENT innodb_lock_wait_timeout = {secs} FOR {}",
+                self.sql.upsert
+            ))
+        } else {
+            Cow::Borrowed(self.sql.upsert.as_str())
+        };
+        let claim = ClaimRequest {
+            key: request.key,
+            namespace: request.namespace,
+            fingerprint: request.fingerprint,
+            lease: request.lease,
+        };
+        match self.claim_with(conn, claim, true, &upsert).await {
+            Ok(claimed) => Ok(tx_claim(claimed, &request)),
+            Err(Waited::Out) => Ok(still_running()),
+            Err(Waited::Failed(error)) => Err(error),
+        }
     }
 
     async fn upsert(
         &self,
         conn: &mut MySqlConnection,
         request: ClaimRequest<'_>,
-    ) -> Result<Upsert, StoreError> {
+        statement: &str,
+    ) -> Result<Upsert, Waited> {
         let lease = micros(request.lease);
-        let done = sqlx::query(&self.sql.upsert)
+        let done = sqlx::query(statement)
             .bind(request.key.0.as_slice())
             .bind(request.namespace)
             .bind(request.fingerprint.0.as_slice())
@@ -204,7 +323,7 @@ impl MySqlStore {
             .bind(lease)
             .execute(conn)
             .await
-            .map_err(map_err)?;
+            .map_err(Waited::from)?;
         let token = FencingToken(done.last_insert_id());
         Ok(match (token.0, done.rows_affected()) {
             (0, _) => Upsert::Live,
@@ -239,16 +358,32 @@ impl MySqlStore {
         request: ClaimRequest<'_>,
         locked: bool,
     ) -> Result<Claim, StoreError> {
+        self.claim_with(conn, request, locked, &self.sql.upsert)
+            .await
+            .map_err(|waited| match waited {
+                Waited::Out => StoreError::Backend("lock wait timeout exceeded".to_owned()),
+                Waited::Failed(error) => error,
+            })
+    }
+
+    /// [`claim_on`](Self::claim_on) with the upsert statement given.
+    async fn claim_with(
+        &self,
+        conn: &mut MySqlConnection,
+        request: ClaimRequest<'_>,
+        locked: bool,
+        upsert: &str,
+    ) -> Result<Claim, Waited> {
         // Outside a transaction, a consistent read first: replays and in-flight answers take no
         // row lock, so a storm of duplicates of one key does not queue on it.
         if !locked
             && let Some(row) = self.read(conn, request.key, false).await?
             && row.remaining_us > 0
         {
-            return row.into_claim(request.fingerprint);
+            return Ok(row.into_claim(request.fingerprint)?);
         }
         for _ in 0..CLAIM_ROUNDS {
-            match self.upsert(conn, request).await? {
+            match self.upsert(conn, request, upsert).await? {
                 Upsert::Inserted(token) => {
                     return Ok(Claim::Acquired(Lease {
                         token,
@@ -269,16 +404,16 @@ impl MySqlStore {
                 }
                 Upsert::Live => match self.read(conn, request.key, locked).await? {
                     Some(row) if row.remaining_us > 0 => {
-                        return row.into_claim(request.fingerprint);
+                        return Ok(row.into_claim(request.fingerprint)?);
                     }
                     // Released or expired since the upsert: claim again.
                     _ => continue,
                 },
             }
         }
-        Err(StoreError::Backend(format!(
+        Err(Waited::Failed(StoreError::Backend(format!(
             "claim lost {CLAIM_ROUNDS} races in a row on one key"
-        )))
+        ))))
     }
 
     async fn complete_on(

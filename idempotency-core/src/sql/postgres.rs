@@ -6,8 +6,22 @@ use std::time::Duration;
 use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::common::{ClaimRow, Settings, map_err, micros, owned, token_param, validate_identifier};
-use super::tx::TxStore;
+use super::schema::{self, Steps, VersionSql};
+use super::tx::{TxClaim, TxClaimRequest, TxStore, still_running, tx_claim};
 use crate::{Claim, ClaimRequest, FencingToken, Outcome, StorageKey, Store, StoreError};
+
+/// SQLSTATE `lock_not_available`: a bounded wait (`lock_timeout`) ran out.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// The schema versions table on PostgreSQL.
+const VERSIONS: VersionSql = VersionSql {
+    create: "CREATE TABLE IF NOT EXISTS idempotency_schema (table_name TEXT PRIMARY KEY, \
+             version BIGINT NOT NULL, migrated_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    read: "SELECT version FROM idempotency_schema WHERE table_name = $1",
+    exists: "SELECT 1::bigint FROM pg_class WHERE oid = to_regclass(quote_ident($1))",
+    write: "INSERT INTO idempotency_schema (table_name, version) VALUES ($1, $2) \
+            ON CONFLICT (table_name) DO UPDATE SET version = excluded.version, migrated_at = now()",
+};
 
 /// A [`Store`] on PostgreSQL (sqlx), also usable inside the caller's transactions
 /// ([`TxStore`]).
@@ -45,8 +59,11 @@ pub struct PostgresStore {
 
 /// The statements, built once per table name.
 struct Sql {
-    migrate: Vec<String>,
+    steps: Steps,
     claim: String,
+    /// The claim inside a transaction: the same statement, with its wait on a concurrent
+    /// claimer's uncommitted row bounded by `lock_timeout` ($5), which it sets and restores.
+    claim_bounded: String,
     complete: String,
     touch: String,
     release: String,
@@ -117,11 +134,27 @@ impl Sql {
                  {alias}.response_body"
             )
         };
-        let claim = format!(
-            "WITH cur AS (\
+        let claim = |bounded: bool| {
+            // Bounded: `lt` sets the wait before `ins` runs (`tok` reads it), `back` restores the
+            // caller's setting after (it reads `ins`), so the business statements that follow in
+            // the transaction keep their own lock timeout.
+            let (lt, from_lt, back, with_back) = if bounded {
+                (
+                    "lt AS (SELECT current_setting('lock_timeout') AS old, \
+                     set_config('lock_timeout', $5, true) AS new), ",
+                    " FROM lt",
+                    ", back AS (SELECT set_config('lock_timeout', lt.old, true) AS old FROM lt \
+                     WHERE (SELECT count(*) FROM ins) >= 0)",
+                    " CROSS JOIN back",
+                )
+            } else {
+                ("", "", "", "")
+            };
+            format!(
+                "WITH {lt}cur AS (\
                SELECT state, fingerprint, token, attempts, expires_at, response_status, \
                response_body FROM {t} WHERE key_hash = $1), \
-             tok AS (SELECT nextval('{seq}') AS v), \
+             tok AS (SELECT nextval('{seq}') AS v{from_lt}), \
              ins AS (\
                INSERT INTO {t} AS r (key_hash, namespace, fingerprint, state, token, attempts, \
                created_at, updated_at, expires_at) \
@@ -130,16 +163,17 @@ impl Sql {
                WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > {NOW}) \
                ON CONFLICT (key_hash) DO UPDATE SET {takeover} \
                RETURNING r.state, r.fingerprint, r.token, r.attempts, r.expires_at, \
-               r.response_status, r.response_body) \
-             {} FROM ins i \
+               r.response_status, r.response_body){back} \
+             {} FROM ins i{with_back} \
              UNION ALL \
-             {} FROM cur c WHERE NOT EXISTS (SELECT 1 FROM ins)",
-            answer("i", "i.token = (SELECT v FROM tok)"),
-            answer("c", "false"),
-        );
+             {} FROM cur c{with_back} WHERE NOT EXISTS (SELECT 1 FROM ins)",
+                answer("i", "i.token = (SELECT v FROM tok)"),
+                answer("c", "false"),
+            )
+        };
         let owned = "key_hash = $1 AND token = $2 AND state = 'in_progress'";
         Self {
-            migrate: vec![
+            steps: vec![vec![
                 format!(
                     "CREATE TABLE IF NOT EXISTS {t} (\
                        key_hash BYTEA PRIMARY KEY, \
@@ -161,8 +195,9 @@ impl Sql {
                      ON {t} (namespace, state, updated_at)"
                 ),
                 format!("CREATE SEQUENCE IF NOT EXISTS {seq}"),
-            ],
-            claim,
+            ]],
+            claim: claim(false),
+            claim_bounded: claim(true),
             complete: format!(
                 "UPDATE {t} SET state = 'completed', response_status = $3, response_body = $4, \
                  completed_at = {NOW}, updated_at = {NOW}, \
@@ -200,22 +235,60 @@ impl PostgresStore {
         }
     }
 
-    /// Creates the table, its indexes (expiry; namespace + state + updated_at) and the token
-    /// sequence if missing. Safe to run concurrently (serialized by an advisory lock).
+    /// Brings the table, its indexes (expiry; namespace + state + updated_at) and the token
+    /// sequence to this release's schema version, creating them if missing (versions are kept
+    /// in `idempotency_schema`). Safe to run concurrently (serialized by an advisory lock), and
+    /// quiet when the table is up to date.
     pub async fn migrate(&self) -> Result<(), StoreError> {
+        let table = &self.settings.table;
         let mut tx = self.pool.begin().await.map_err(map_err)?;
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-            .bind(format!("idempotency-migrate:{}", self.settings.table))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        for statement in &self.sql.migrate {
+        for statement in [
+            "SET LOCAL client_min_messages = warning",
+            "SELECT pg_advisory_xact_lock(hashtext('idempotency-migrate:' || $1))",
+        ] {
             sqlx::query(statement)
+                .bind(table)
                 .execute(&mut *tx)
                 .await
                 .map_err(map_err)?;
         }
+        schema::migrate::<Postgres>(&mut tx, &VERSIONS, table, &self.sql.steps).await?;
         tx.commit().await.map_err(map_err)
+    }
+
+    /// [`TxStore::begin`].
+    async fn begin_tx(&self) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
+        self.pool.begin().await.map_err(map_err)
+    }
+
+    /// [`TxStore::claim_storage_key_in_tx`]: the claim statement with its wait bounded by
+    /// `lock_timeout` (1 ms to reject at once); a wait that ran out is in flight.
+    async fn claim_in_tx_on(
+        &self,
+        conn: &mut PgConnection,
+        request: TxClaimRequest<'_>,
+    ) -> Result<TxClaim, StoreError> {
+        let millis = request.in_flight.max_wait().as_millis().max(1);
+        let row: Result<Option<ClaimRow>, sqlx::Error> = sqlx::query_as(&self.sql.claim_bounded)
+            .bind(request.key.0.as_slice())
+            .bind(request.namespace)
+            .bind(request.fingerprint.0.as_slice())
+            .bind(micros(request.lease))
+            .bind(format!("{millis}ms"))
+            .fetch_optional(conn)
+            .await;
+        match row {
+            Ok(Some(row)) => Ok(tx_claim(row.into_claim(request.fingerprint)?, &request)),
+            Ok(None) => Err(StoreError::Backend(
+                "claim statement returned no row".to_owned(),
+            )),
+            Err(sqlx::Error::Database(error))
+                if error.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
+            {
+                Ok(still_running())
+            }
+            Err(error) => Err(map_err(error)),
+        }
     }
 
     /// Claims with the one statement, the same inside a transaction (`_in_tx`).

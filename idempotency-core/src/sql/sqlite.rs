@@ -8,8 +8,18 @@ use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 use super::common::{
     ClaimRow, Settings, map_err, micros, owned, token_param, unix_micros, validate_identifier,
 };
-use super::tx::TxStore;
+use super::schema::{self, Steps, VersionSql};
+use super::tx::{TxClaim, TxClaimRequest, TxStore, tx_claim};
 use crate::{Claim, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError};
+
+/// The schema versions table on SQLite.
+const VERSIONS: VersionSql = VersionSql {
+    create: "CREATE TABLE IF NOT EXISTS idempotency_schema (table_name TEXT PRIMARY KEY, \
+             version INTEGER NOT NULL, migrated_at INTEGER NOT NULL DEFAULT (unixepoch()))",
+    read: "SELECT version FROM idempotency_schema WHERE table_name = ?1",
+    exists: "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+    write: "INSERT OR REPLACE INTO idempotency_schema (table_name, version) VALUES (?1, ?2)",
+};
 
 /// How often a claim re-reads after losing a race (a row that changed between two statements).
 const CLAIM_ROUNDS: usize = 8;
@@ -45,7 +55,7 @@ pub struct SqliteStore {
 }
 
 struct Sql {
-    migrate: Vec<String>,
+    steps: Steps,
     read: String,
     upsert: String,
     complete: String,
@@ -64,7 +74,7 @@ impl Sql {
              created_at AS created_us, updated_at AS updated_us, completed_at AS completed_us, \
              expires_at AS expires_us, response_status, response_body";
         Self {
-            migrate: vec![
+            steps: vec![vec![
                 format!(
                     "CREATE TABLE IF NOT EXISTS {t} (\
                        key_hash BLOB NOT NULL PRIMARY KEY, \
@@ -85,7 +95,7 @@ impl Sql {
                     "CREATE INDEX IF NOT EXISTS \"{table}_reconcile_idx\" \
                      ON {t} (namespace, state, updated_at)"
                 ),
-            ],
+            ]],
             read: format!(
                 "SELECT state, fingerprint, token, attempts, expires_at - ?2 AS remaining_us, \
                  response_status, response_body FROM {t} WHERE key_hash = ?1"
@@ -145,16 +155,39 @@ impl SqliteStore {
         }
     }
 
-    /// Creates the table and its indexes (expiry; namespace + state + updated_at) if missing.
+    /// Brings the table and its indexes (expiry; namespace + state + updated_at) to this
+    /// release's schema version, creating them if missing (versions are kept in
+    /// `idempotency_schema`). Safe to run concurrently (`BEGIN IMMEDIATE` serializes it).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(map_err)?;
-        for statement in &self.sql.migrate {
-            sqlx::query(statement)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?;
-        }
+        let mut tx = self.begin_tx().await?;
+        schema::migrate::<Sqlite>(&mut tx, &VERSIONS, &self.settings.table, &self.sql.steps)
+            .await?;
         tx.commit().await.map_err(map_err)
+    }
+
+    /// [`TxStore::begin`]: `BEGIN IMMEDIATE`, so the transaction holds the write lock from its
+    /// start (waiting for it up to the busy timeout) and its claim is never refused.
+    async fn begin_tx(&self) -> Result<sqlx::Transaction<'static, Sqlite>, StoreError> {
+        self.pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_err)
+    }
+
+    /// [`TxStore::claim_storage_key_in_tx`]: SQLite only waits (for the write lock, at
+    /// `BEGIN IMMEDIATE` or at the claim's write, up to the busy timeout).
+    async fn claim_in_tx_on(
+        &self,
+        conn: &mut SqliteConnection,
+        request: TxClaimRequest<'_>,
+    ) -> Result<TxClaim, StoreError> {
+        let claim = ClaimRequest {
+            key: request.key,
+            namespace: request.namespace,
+            fingerprint: request.fingerprint,
+            lease: request.lease,
+        };
+        Ok(tx_claim(self.claim_on(conn, claim, true).await?, &request))
     }
 
     /// The live record's answer, if the key holds one.

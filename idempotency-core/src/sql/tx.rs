@@ -3,7 +3,45 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{Fingerprint, IdempotencyKey, Lease, Outcome, Scope, StorageKey, Store, StoreError};
+use crate::{
+    Error, Fingerprint, IdempotencyKey, InFlightPolicy, Lease, Mechanism, Outcome, Scope,
+    StorageKey, Store,
+};
+
+/// A transaction that transactional claims run in: a `sqlx::Transaction`, or the transaction
+/// that transactional HTTP hands a handler. Only transactions implement it, so a dedup record
+/// is never written outside one.
+///
+/// Library calls take the transaction (`&mut tx`); sqlx queries take its connection
+/// (`&mut *tx`), as with sqlx itself.
+pub trait InTransaction<DB: sqlx::Database>: Send {
+    /// The transaction's connection.
+    fn connection(&mut self) -> &mut DB::Connection;
+}
+
+impl<DB: sqlx::Database> InTransaction<DB> for sqlx::Transaction<'_, DB> {
+    fn connection(&mut self) -> &mut DB::Connection {
+        self
+    }
+}
+
+/// What [`TxStore::claim_storage_key_in_tx`] is asked to take, and how.
+#[derive(Clone, Copy, Debug)]
+pub struct TxClaimRequest<'a> {
+    /// The hashed, scoped key.
+    pub key: &'a StorageKey,
+    /// The scope's namespace, kept in the clear for reconciliation.
+    pub namespace: &'a str,
+    /// What the key is used with this time.
+    pub fingerprint: &'a Fingerprint,
+    /// How long a record committed without completion blocks the key before it may be taken
+    /// over (as after a crash).
+    pub lease: Duration,
+    /// How long the completed outcome is kept.
+    pub ttl: Duration,
+    /// What to do while another transaction's uncommitted claim holds the key.
+    pub in_flight: InFlightPolicy,
+}
 
 /// What [`TxStore::claim_in_tx`] found.
 #[derive(Debug)]
@@ -14,8 +52,9 @@ pub enum TxClaim {
     Execute(TxLease),
     /// A duplicate of committed work: answer with this stored outcome, run nothing.
     Replay(Outcome),
-    /// A committed, still live claim of another owner holds the key (for example one taken by
-    /// [`crate::Idempotency`] outside a transaction).
+    /// Another owner holds the key: its transaction had not committed within the in-flight
+    /// wait, or a committed claim still holds a live lease. On PostgreSQL the transaction can
+    /// no longer be used (the bounded wait aborted it): roll it back.
     InFlight {
         /// A hint for when to retry.
         retry_after: Duration,
@@ -35,6 +74,7 @@ pub enum TxClaim {
 pub struct TxLease {
     pub(crate) key: StorageKey,
     pub(crate) lease: Lease,
+    pub(crate) ttl: Duration,
 }
 
 impl TxLease {
@@ -54,17 +94,22 @@ impl TxLease {
 /// same transaction).
 ///
 /// With concurrent transactions on one key, the second one's claim waits on the first one's
-/// uncommitted row (the primary key): if the first commits, the second gets
-/// [`TxClaim::Replay`]; if it rolls back, the second gets [`TxClaim::Execute`]. Exactly one
-/// runs the business code.
+/// uncommitted row (the primary key), up to the request's [`InFlightPolicy`]: if the first
+/// commits, the second gets [`TxClaim::Replay`]; if it rolls back, [`TxClaim::Execute`]; if it
+/// is still running at the bound, [`TxClaim::InFlight`]. Exactly one runs the business code.
 ///
-/// Waiting duplicates hold a connection until the first transaction ends: keep these
-/// transactions short, and bound the wait where needed (PostgreSQL `SET LOCAL lock_timeout`,
-/// MySQL `innodb_lock_wait_timeout`, SQLite's busy timeout); a timed-out wait is an error, never
-/// a second execution. A transient error ([`StoreError::is_transient`]: a deadlock, a lost
-/// connection) means the database aborted the transaction: roll it back and retry it whole.
-/// Use `READ COMMITTED` (the PostgreSQL default) on PostgreSQL; on MySQL
-/// the claim reads with `FOR UPDATE`, so `REPEATABLE READ` (its default) works too.
+/// | database | wait bound | reject now |
+/// |---|---|---|
+/// | PostgreSQL | `lock_timeout`, set and restored inside the claim statement | `lock_timeout` of 1 ms |
+/// | MariaDB | `SET STATEMENT innodb_lock_wait_timeout = s FOR …` (whole seconds, rounded down) | `innodb_lock_wait_timeout = 0` |
+/// | MySQL 8 | the session's `innodb_lock_wait_timeout` (default 50 s; set it on the pool) | not available |
+/// | SQLite | the connection's busy timeout, at `BEGIN IMMEDIATE` ([`begin`](Self::begin)) | not available: SQLite only waits |
+///
+/// Begin transactions with [`begin`](Self::begin) (SQLite needs `BEGIN IMMEDIATE` so that the
+/// claim's write cannot be refused). A transient error ([`Error::is_transient`]: a deadlock, a
+/// lost connection) means the database aborted the transaction: roll it back and retry it
+/// whole. Use `READ COMMITTED` (the PostgreSQL default) on PostgreSQL; on MySQL the claim reads
+/// with `FOR UPDATE`, so `REPEATABLE READ` (its default) works too.
 ///
 /// ```no_run
 /// # #[cfg(feature = "postgres")]
@@ -77,7 +122,7 @@ impl TxLease {
 /// let (scope, key) = (Scope::new("pay.callback"), IdempotencyKey::parse("T1")?);
 /// let fingerprint = Fingerprint::of_bytes(b"order 42 paid");
 ///
-/// let mut tx = pool.begin().await?;
+/// let mut tx = store.begin().await?;
 /// match store.claim_in_tx(&mut tx, &scope, &key, &fingerprint).await? {
 ///     TxClaim::Execute(lease) => {
 ///         sqlx::query("INSERT INTO coupons (order_id) VALUES (42)").execute(&mut *tx).await?;
@@ -89,56 +134,94 @@ impl TxLease {
 /// }
 /// # Ok(()) }
 /// ```
-pub trait TxStore: Store {
+pub trait TxStore: Store + Clone {
     /// The database the transactions belong to.
     type Database: sqlx::Database;
 
-    /// Claims an already hashed key inside `tx`.
-    fn claim_storage_key_in_tx(
-        &self,
-        tx: &mut sqlx::Transaction<'_, Self::Database>,
-        namespace: &str,
-        key: StorageKey,
-        fingerprint: &Fingerprint,
-    ) -> impl Future<Output = Result<TxClaim, StoreError>> + Send;
+    /// The pool the store's records live in.
+    fn pool(&self) -> &sqlx::Pool<Self::Database>;
 
-    /// Stores the outcome inside `tx` (kept for the store's transactional TTL once committed).
-    /// Fails with [`StoreError::LeaseLost`] if the record is no longer this lease's.
-    fn complete_in_tx(
+    /// Begins a transaction fit for a transactional claim (`BEGIN IMMEDIATE` on SQLite).
+    fn begin(
         &self,
-        tx: &mut sqlx::Transaction<'_, Self::Database>,
+    ) -> impl Future<Output = Result<sqlx::Transaction<'static, Self::Database>, Error>> + Send;
+
+    /// A claim request for an already hashed key with the store's transactional settings:
+    /// `with_tx_lease` (default 60 s), `with_tx_ttl` (24 h) and `with_tx_in_flight` (wait 5 s).
+    fn tx_request<'a>(
+        &self,
+        namespace: &'a str,
+        key: &'a StorageKey,
+        fingerprint: &'a Fingerprint,
+    ) -> TxClaimRequest<'a>;
+
+    /// Claims an already hashed key inside `tx`.
+    fn claim_storage_key_in_tx<T: InTransaction<Self::Database> + ?Sized>(
+        &self,
+        tx: &mut T,
+        request: TxClaimRequest<'_>,
+    ) -> impl Future<Output = Result<TxClaim, Error>> + Send;
+
+    /// Stores the outcome inside `tx` (kept for the claim's TTL once committed). Fails with
+    /// [`Error::LeaseLost`] if the record is no longer this lease's.
+    fn complete_in_tx<T: InTransaction<Self::Database> + ?Sized>(
+        &self,
+        tx: &mut T,
         lease: TxLease,
         outcome: &Outcome,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Deletes the claim inside `tx`, for a transaction that commits other writes but wants the
     /// key to run again on retry. (To undo everything, roll the transaction back instead.)
-    fn release_in_tx(
+    fn release_in_tx<T: InTransaction<Self::Database> + ?Sized>(
         &self,
-        tx: &mut sqlx::Transaction<'_, Self::Database>,
+        tx: &mut T,
         lease: TxLease,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), Error>> + Send;
 
-    /// Claims `key` in `scope` inside `tx`.
-    fn claim_in_tx(
+    /// Claims `key` in `scope` inside `tx` ([`Mechanism::Transaction`]), with the store's
+    /// transactional settings.
+    fn claim_in_tx<T: InTransaction<Self::Database> + ?Sized>(
         &self,
-        tx: &mut sqlx::Transaction<'_, Self::Database>,
+        tx: &mut T,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
-    ) -> impl Future<Output = Result<TxClaim, StoreError>> + Send {
-        self.claim_storage_key_in_tx(tx, scope.namespace(), scope.storage_key(key), fingerprint)
+    ) -> impl Future<Output = Result<TxClaim, Error>> + Send {
+        let storage_key = scope.storage_key_for(Mechanism::Transaction, key.as_str());
+        let namespace = scope.namespace().to_owned();
+        let fingerprint = *fingerprint;
+        async move {
+            let request = self.tx_request(&namespace, &storage_key, &fingerprint);
+            self.claim_storage_key_in_tx(tx, request).await
+        }
     }
 }
 
 /// Turns a store claim into a transactional one.
-pub(crate) fn tx_claim(claim: crate::Claim, key: StorageKey) -> TxClaim {
+pub(crate) fn tx_claim(claim: crate::Claim, request: &TxClaimRequest<'_>) -> TxClaim {
     match claim {
-        crate::Claim::Acquired(lease) => TxClaim::Execute(TxLease { key, lease }),
+        crate::Claim::Acquired(lease) => TxClaim::Execute(TxLease {
+            key: *request.key,
+            lease,
+            ttl: request.ttl,
+        }),
         crate::Claim::Completed(outcome) => TxClaim::Replay(outcome),
         crate::Claim::InProgress { lease_remaining } => TxClaim::InFlight {
-            retry_after: lease_remaining.clamp(Duration::from_secs(1), Duration::from_secs(5)),
+            retry_after: retry_hint(lease_remaining),
         },
         crate::Claim::Mismatch => TxClaim::Mismatch,
+    }
+}
+
+/// The retry hint of an in-flight answer: the lease left, between 1 and 5 s.
+pub(crate) fn retry_hint(lease_remaining: Duration) -> Duration {
+    lease_remaining.clamp(Duration::from_secs(1), Duration::from_secs(5))
+}
+
+/// The in-flight answer of a claim whose bounded wait on another transaction ran out.
+pub(crate) fn still_running() -> TxClaim {
+    TxClaim::InFlight {
+        retry_after: Duration::from_secs(1),
     }
 }

@@ -14,11 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency_core::function::sql::TransitionExecutor;
-use idempotency_core::sql::{ListFilter, Transition, TransitionOutcome, TxClaim, TxStore};
+use idempotency_core::sql::{
+    ListFilter, SCHEMA_TABLE, SCHEMA_VERSION, Transition, TransitionOutcome, TxClaim, TxStore,
+};
 use idempotency_core::testing::{Walk, unique_key};
 use idempotency_core::{
-    Claim, ClaimRequest, Fingerprint, IdempotencyKey, Outcome, RecordState, Scope, Store,
-    StoreError,
+    Claim, ClaimRequest, Fingerprint, IdempotencyKey, Mechanism, Outcome, RecordState, Scope,
+    Store, StoreError,
 };
 use sqlx::{Database, Executor, IntoArguments, Pool};
 
@@ -201,7 +203,7 @@ where
             .unwrap(),
         Seen::Executed
     );
-    let key = Scope::new("pay.callback").storage_key(&IdempotencyKey::parse(&trade_no).unwrap());
+    let key = Scope::new("pay.callback").storage_key_for(Mechanism::Transaction, &trade_no);
     assert_eq!(store.get(&key).await.unwrap(), None, "no dedup record");
     assert_eq!(count(&pool, &sql).await, 0, "no coupon");
 
@@ -302,7 +304,10 @@ where
         }
         let granted = format!("SELECT COUNT(*) FROM {coupons} WHERE trade_no = '{trade_no}'");
         assert_eq!(count(&pool, &granted).await, model[k].1, "{at}: coupons");
-        let record = store.get(&scope.storage_key(&key)).await.unwrap();
+        let record = store
+            .get(&scope.storage_key_for(Mechanism::Transaction, key.as_str()))
+            .await
+            .unwrap();
         match (&model[k].0, record) {
             (None, None) => {}
             (Some((fp, outcome)), Some(record)) => {
@@ -397,7 +402,8 @@ where
 {
     let scope = Scope::new("pay.callback");
     let key = IdempotencyKey::parse(&format!("K{}", &unique_key().to_hex()[..16])).unwrap();
-    let storage_key = scope.storage_key(&key);
+    // A committed claim of another owner (taken outside any transaction) on the key.
+    let storage_key = scope.storage_key_for(Mechanism::Transaction, key.as_str());
     let fp = Fingerprint::of_bytes(b"a");
     let claim = store
         .claim(ClaimRequest {
@@ -790,6 +796,15 @@ pub async fn drop_tables<DB: TransitionDb>(pool: &Pool<DB>, tables: &[String]) {
     }
 }
 
+/// Deletes a dropped store table's schema version.
+pub async fn forget_version<DB: TransitionDb>(pool: &Pool<DB>, table: &str) {
+    DB::run(
+        pool,
+        &format!("DELETE FROM {SCHEMA_TABLE} WHERE table_name = '{table}'"),
+    )
+    .await;
+}
+
 /// Applied once, then already in the target five times, an illegal source and a missing row:
 /// one coupon, `trade_no` set with the transition, and a transition outside a transaction.
 pub async fn transition_applied_once<DB: Dialect>(pool: Pool<DB>) {
@@ -904,6 +919,88 @@ pub(crate) use transition_tests;
 /// The transactional, purge and sweeper scenarios above as `#[tokio::test]`s, for a test file
 /// with `fresh(max_connections) -> Option<(store, pool, coupons table)>` and
 /// `drop_tables(&pool, &[table])`, which runs once a scenario passed. `$store` is the store type.
+/// Versioned migrations: a table is at the latest schema version once migrated, and a table
+/// created by 0.1 (the same schema, no version row) is upgraded in place, its records kept;
+/// migrating an up-to-date table changes nothing (no DDL, the version row untouched); a table
+/// newer than this release is refused.
+/// The schema version this release writes.
+const LATEST_VERSION: i64 = SCHEMA_VERSION as i64;
+
+pub async fn migrations_are_versioned<S, M>(
+    store: S,
+    pool: Pool<S::Database>,
+    table: String,
+    migrate: M,
+) where
+    S: TxStore,
+    S::Database: Dialect,
+    M: AsyncFn(&S) -> Result<(), StoreError>,
+{
+    let version = format!("SELECT version FROM {SCHEMA_TABLE} WHERE table_name = '{table}'");
+    assert_eq!(S::Database::scalar(&pool, &version).await, LATEST_VERSION);
+
+    // A record written before the upgrade.
+    let key = unique_key();
+    let fp = Fingerprint::of_bytes(b"kept");
+    let Claim::Acquired(lease) = store
+        .claim(ClaimRequest {
+            key: &key,
+            namespace: "migrations",
+            fingerprint: &fp,
+            lease: Duration::from_secs(30),
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("a fresh key is claimed");
+    };
+    let outcome = Outcome::new(200, "before the upgrade");
+    store
+        .complete(&key, lease.token, &outcome, Duration::from_secs(3600))
+        .await
+        .unwrap();
+
+    // As 0.1 left it: the table, no version row.
+    S::Database::run(
+        &pool,
+        &format!("DELETE FROM {SCHEMA_TABLE} WHERE table_name = '{table}'"),
+    )
+    .await;
+    migrate(&store).await.unwrap();
+    assert_eq!(S::Database::scalar(&pool, &version).await, LATEST_VERSION);
+    let record = store.get(&key).await.unwrap().expect("the record survives");
+    assert_eq!(record.outcome, Some(outcome));
+
+    // Up to date: the version row is not written again (its stamp stays as set here).
+    let marked = "migrated_at = '2001-01-01 00:00:00'";
+    S::Database::run(
+        &pool,
+        &format!("UPDATE {SCHEMA_TABLE} SET {marked} WHERE table_name = '{table}'"),
+    )
+    .await;
+    migrate(&store).await.unwrap();
+    let untouched =
+        format!("SELECT COUNT(*) FROM {SCHEMA_TABLE} WHERE table_name = '{table}' AND {marked}");
+    assert_eq!(
+        S::Database::scalar(&pool, &untouched).await,
+        1,
+        "an up-to-date table is left as it is"
+    );
+
+    // A table from a newer release is refused, not downgraded.
+    S::Database::run(
+        &pool,
+        &format!("UPDATE {SCHEMA_TABLE} SET version = 99 WHERE table_name = '{table}'"),
+    )
+    .await;
+    assert!(matches!(migrate(&store).await, Err(StoreError::Config(_))));
+    S::Database::run(
+        &pool,
+        &format!("DELETE FROM {SCHEMA_TABLE} WHERE table_name = '{table}'"),
+    )
+    .await;
+}
+
 macro_rules! store_scenario_tests {
     ($store:ty) => {
         $crate::sql_support::store_scenario_tests!(@test tx_storm_200_duplicates_one_coupon, 20,
@@ -923,6 +1020,13 @@ macro_rules! store_scenario_tests {
                 store,
                 async |s: &$store, filter| s.list(&filter).await.unwrap(),
             ));
+        $crate::sql_support::store_scenario_tests!(@test migrations_are_versioned, 2,
+            |store, pool, _coupons| $crate::sql_support::migrations_are_versioned(
+                store.clone(),
+                pool,
+                store.table_name().to_owned(),
+                async |s: &$store| s.migrate().await,
+            ));
         $crate::sql_support::store_scenario_tests!(@test sweeper_purges_expired_records, 2,
             |store, _pool, _coupons| $crate::sql_support::sweeper_purges(
                 store.with_abandoned_grace(std::time::Duration::from_millis(200)),
@@ -936,6 +1040,7 @@ macro_rules! store_scenario_tests {
                 let cleanup = $pool.clone();
                 $scenario.await;
                 drop_tables(&cleanup, &tables).await;
+                $crate::sql_support::forget_version(&cleanup, &tables[0]).await;
             }
         }
     };

@@ -6,19 +6,31 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderName, Method};
-use idempotency_core::{Fingerprint, Idempotency, IdempotencyKey, KeyError, Scope, Store};
+use idempotency_core::{
+    DEFAULT_IN_FLIGHT_WAIT, Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, KeyError,
+    Scope, Store,
+};
 
 use super::layer::IdempotencyLayer;
 use super::settings::Settings;
 use crate::fingerprint::FingerprintSource;
 use crate::key_source::KeySource;
-use crate::policy::{InFlightPolicy, StoragePolicy};
+use crate::policy::StoragePolicy;
 use crate::refusal::RenderRefusal;
 
-/// Configures an [`IdempotencyLayer`]; start with [`IdempotencyLayer::builder`].
+/// Configures an [`IdempotencyLayer`] (or, over a SQL store, a
+/// [`TransactionalLayer`](crate::transactional::TransactionalLayer)); start with
+/// [`IdempotencyLayer::builder`].
+///
+/// The defaults are the **API preset** (the IETF draft's and Stripe's behaviour): key from the
+/// `Idempotency-Key` header, required; fingerprint of method, target and body; 2xx, 3xx and most
+/// 4xx stored; a duplicate in flight answered 409 at once. [`callback`](Self::callback) and
+/// [`grpc`](Self::grpc) are the other presets.
 pub struct IdempotencyLayerBuilder<S> {
-    engine: Idempotency<S>,
-    settings: Settings,
+    pub(crate) engine: Idempotency<S>,
+    pub(crate) settings: Settings,
+    /// Transactional HTTP: how many claims may wait on other transactions at once.
+    pub(crate) claim_permits: Option<usize>,
 }
 
 impl<S> std::fmt::Debug for IdempotencyLayerBuilder<S> {
@@ -44,6 +56,7 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
                 keep_alive,
                 ..Settings::default()
             },
+            claim_permits: None,
         }
     }
 
@@ -130,6 +143,35 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
         })
     }
 
+    /// Verifies each guarded request before its key is claimed (a payment gateway's callback
+    /// signature, say): `Err(detail)` answers 401 (gRPC `UNAUTHENTICATED`), claims nothing and
+    /// runs nothing, so a forged request carrying a real key can neither run nor take the key
+    /// from the real one, nor read its stored answer. The function sees the request head and the
+    /// whole body (which the layer then reads, within [`max_body_bytes`](Self::max_body_bytes)).
+    ///
+    /// ```
+    /// use idempotency_core::MemoryStore;
+    /// use idempotency_tower::IdempotencyLayer;
+    ///
+    /// let layer = IdempotencyLayer::builder(MemoryStore::new())
+    ///     .callback("/trade_no")
+    ///     .verify(|parts, body| {
+    ///         let signature = parts.headers.get("x-signature").ok_or("no signature")?;
+    ///         // check the gateway's HMAC of `body` against `signature` here
+    ///         let _ = (signature, body);
+    ///         Ok(())
+    ///     })
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn verify(
+        mut self,
+        verify: impl Fn(&Parts, &Bytes) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.settings.verify = Some(Arc::new(verify));
+        self
+    }
+
     /// Sets what the fingerprint covers (default [`FingerprintSource::Request`]).
     pub fn fingerprint(mut self, source: FingerprintSource) -> Self {
         self.settings.fingerprint = source;
@@ -185,6 +227,15 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
         self
     }
 
+    /// Transactional HTTP ([`build_transactional`](Self::build_transactional)): how many claims
+    /// may wait on another transaction's uncommitted record at once (default: half the pool's
+    /// connections). Duplicates of one key in one process already wait in memory, one at a
+    /// time; this bounds the connections that duplicates of many keys hold while they wait.
+    pub fn claim_permits(mut self, permits: usize) -> Self {
+        self.claim_permits = Some(permits);
+        self
+    }
+
     /// The largest request body the layer reads (default 1 MiB); larger → 413.
     pub fn max_body_bytes(mut self, limit: usize) -> Self {
         self.settings.max_body_bytes = limit;
@@ -211,7 +262,8 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
     }
 
     /// What a duplicate gets while the first is in flight (default
-    /// [`InFlightPolicy::Reject`]).
+    /// [`InFlightPolicy::Reject`]: 409 at once). A wait never outlives the caller's
+    /// [`Deadline`](crate::Deadline) (or, in gRPC mode, its `grpc-timeout`).
     pub fn in_flight(mut self, policy: InFlightPolicy) -> Self {
         self.settings.in_flight = policy;
         self
@@ -220,6 +272,29 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
     /// Duplicates wait up to `max` for the first to finish, then get its response.
     pub fn wait_in_flight(self, max: Duration) -> Self {
         self.in_flight(InFlightPolicy::Wait { max })
+    }
+
+    /// The **callback preset**, for a payment gateway's notifications: the key is the JSON body
+    /// field `key_pointer` (e.g. `/trade_no`); only 2xx answers are stored
+    /// ([`StoragePolicy::SuccessOnly`]), so a callback answered 404 (the order not committed
+    /// yet) or 400 releases its key and the gateway's identical retry runs again; a duplicate in
+    /// flight waits for the first ([`DEFAULT_IN_FLIGHT_WAIT`], 5 s) and gets its answer. Add
+    /// [`verify`](Self::verify) for the gateway's signature.
+    ///
+    /// ```
+    /// use idempotency_core::MemoryStore;
+    /// use idempotency_tower::IdempotencyLayer;
+    ///
+    /// let layer = IdempotencyLayer::builder(MemoryStore::new())
+    ///     .namespace("payments.callback")
+    ///     .callback("/trade_no")
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn callback(self, key_pointer: impl Into<String>) -> Self {
+        self.key_from_json(key_pointer)
+            .storage_policy(StoragePolicy::SuccessOnly)
+            .wait_in_flight(DEFAULT_IN_FLIGHT_WAIT)
     }
 
     /// Which responses are stored (default [`StoragePolicy::Standard`]).
@@ -264,7 +339,10 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
     /// POSTs guarded (`application/grpc[+…]`; gRPC-Web and everything else pass through), refusals
     /// as gRPC statuses ([`GrpcStatus`](crate::GrpcStatus)), storage decided by `grpc-status`
     /// ([`StoragePolicy::Grpc`]), replays with their metadata, message, trailers and
-    /// `idempotent-replayed: true`.
+    /// `idempotent-replayed: true`. A duplicate in flight waits for the first
+    /// ([`DEFAULT_IN_FLIGHT_WAIT`], 5 s, and never past the call's `grpc-timeout`): gRPC
+    /// clients retry on their deadline and read no retry hint, so an `ABORTED` would fail the
+    /// retry of a call that is about to succeed.
     ///
     /// Streaming calls must pass through, and the layer cannot tell them from unary calls by
     /// their headers. So: list the unary methods to guard with [`only_paths`](Self::only_paths)
@@ -294,6 +372,6 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
         self.settings.storage = StoragePolicy::Grpc;
         self.settings.renderer = Arc::new(crate::grpc::GrpcStatus);
         self.settings.grpc = true;
-        self
+        self.wait_in_flight(DEFAULT_IN_FLIGHT_WAIT)
     }
 }

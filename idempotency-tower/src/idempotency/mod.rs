@@ -1,13 +1,12 @@
 //! The idempotency middleware: [`IdempotencyLayer`], its builder, service and response future.
 //!
-//! A guarded request goes through `gate` (read what the key and fingerprint need, claim the
-//! key through the engine, then replay, refuse or run) and, when it runs, through `execute`
-//! (the handler inline, to its end, then complete or release; moved to a task of its own if the
-//! request is dropped before that end).
+//! A guarded request goes through `service` (is it guarded; its key header), `gate` (read what
+//! the key, fingerprint and verification need, claim the key through the engine, then replay,
+//! refuse or run) and, when it runs, through `execute` (the handler inline, to its end, then
+//! complete or release; moved to a task of its own if the request is dropped before that end).
 
 mod builder;
 mod execute;
-mod future;
 mod gate;
 mod layer;
 mod service;
@@ -16,10 +15,10 @@ mod settings;
 mod sizes;
 
 pub use builder::IdempotencyLayerBuilder;
-pub use future::ResponseFuture;
 pub use layer::IdempotencyLayer;
 pub use service::IdempotencyService;
+pub(crate) use settings::Settings;
 pub use settings::{
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES, DEFAULT_MAX_STORED_HEADER_BYTES,
-    DEFAULT_MAX_STORED_HEADERS, PrincipalFn,
+    DEFAULT_MAX_STORED_HEADERS, PrincipalFn, VerifyFn,
 };

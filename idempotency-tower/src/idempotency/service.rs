@@ -5,16 +5,16 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use idempotency_core::{KeyError, Store};
+use idempotency_core::Store;
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::future::{GatedFuture, ResponseFuture};
 use super::gate;
 use super::layer::IdempotencyLayer;
+use crate::answer::refuse;
 use crate::body::{RequestBody, ResponseBody};
-use crate::key_source::{KeySource, key_header};
-use crate::refusal::{Refusal, RefusalKind};
+use crate::future::{GatedFuture, ResponseFuture};
+use crate::request::{Entry, enter, span};
 
 /// The middleware [`IdempotencyLayer`] wraps a service in.
 ///
@@ -66,15 +66,6 @@ impl<T, S> IdempotencyService<T, S> {
     }
 }
 
-pub(crate) fn key_refusal(error: KeyError) -> Refusal {
-    let kind = match error {
-        KeyError::Missing => RefusalKind::MissingKey,
-        KeyError::Body(_) => RefusalKind::MalformedBody,
-        _ => RefusalKind::InvalidKey,
-    };
-    Refusal::new(kind, error.to_string())
-}
-
 impl<T, S, B, ResB> Service<Request<B>> for IdempotencyService<T, S>
 where
     S: Store,
@@ -96,62 +87,19 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let settings = self.layer.settings();
-        if !settings.applies(request.method(), request.uri().path(), request.headers()) {
-            return ResponseFuture::passthrough(
-                self.inner.call(request.map(RequestBody::streaming)),
-            );
+        match enter(settings, request) {
+            Entry::Pass(request) => ResponseFuture::passthrough(self.inner.call(request)),
+            Entry::Refuse(refusal) => ResponseFuture::ready(refuse(settings, refusal)),
+            Entry::Guard(parts, body, header_key) => {
+                // A body declared larger than the limit (hyper declares a request's
+                // `Content-Length`) is refused before any of it is read.
+                let span = span(settings, &parts);
+                let ready = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, ready);
+                let future = gate::run(self.layer.clone(), inner, parts, body, header_key);
+                let future: GatedFuture<ResB, T::Error> = Box::pin(future);
+                ResponseFuture::gated(future.instrument(span))
+            }
         }
-        let (parts, body) = request.into_parts();
-        // A header key is hashed here, straight from the header (no copy of the key is made).
-        let header_key = match &settings.key {
-            KeySource::Header(name) => match key_header(&parts.headers, name) {
-                Ok(Some(value)) => {
-                    match settings
-                        .scope_for(&parts)
-                        .storage_key_of_header(value.as_bytes())
-                    {
-                        Ok(key) => Some(key),
-                        Err(error) => {
-                            return ResponseFuture::ready(gate::refuse(
-                                settings,
-                                key_refusal(error),
-                            ));
-                        }
-                    }
-                }
-                Ok(None) if !settings.require_key => {
-                    tracing::trace!(
-                        path = parts.uri.path(),
-                        "no idempotency key; passing through"
-                    );
-                    let request = Request::from_parts(parts, RequestBody::streaming(body));
-                    return ResponseFuture::passthrough(self.inner.call(request));
-                }
-                Ok(None) => {
-                    let refusal = Refusal::new(
-                        RefusalKind::MissingKey,
-                        format!("an idempotency key is required ({name})"),
-                    );
-                    return ResponseFuture::ready(gate::refuse(settings, refusal));
-                }
-                Err(error) => {
-                    return ResponseFuture::ready(gate::refuse(settings, key_refusal(error)));
-                }
-            },
-            _ => None,
-        };
-        // A body declared larger than the limit (hyper declares a request's `Content-Length`) is
-        // refused by `collect_request` before any of it is read.
-        let span = tracing::debug_span!(
-            "idempotency",
-            namespace = settings.scope.namespace(),
-            method = %parts.method,
-            path = parts.uri.path(),
-        );
-        let ready = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, ready);
-        let future = gate::run(self.layer.clone(), inner, parts, body, header_key);
-        let future: GatedFuture<ResB, T::Error> = Box::pin(future);
-        ResponseFuture::gated(future.instrument(span))
     }
 }

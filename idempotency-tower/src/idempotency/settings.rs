@@ -4,20 +4,25 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, Method};
 use idempotency_core::metrics as names;
-use idempotency_core::{Namespace, Scope};
+use idempotency_core::{InFlightPolicy, Namespace, Scope};
 
 use crate::fingerprint::FingerprintSource;
 use crate::headers::IDEMPOTENCY_KEY;
 use crate::json::JsonPlan;
 use crate::key_source::KeySource;
-use crate::policy::{InFlightPolicy, StoragePolicy};
+use crate::policy::StoragePolicy;
 use crate::refusal::{ProblemJson, RefusalKind, RenderRefusal};
 
 /// A user function naming the principal (tenant, user, API client) a request acts for.
 pub type PrincipalFn = dyn Fn(&Parts) -> Option<String> + Send + Sync + 'static;
+
+/// A user function that verifies a request before its key is claimed (a callback's
+/// signature): `Err(detail)` refuses it with 401, and nothing is claimed.
+pub type VerifyFn = dyn Fn(&Parts, &Bytes) -> Result<(), String> + Send + Sync + 'static;
 
 /// Default limit of the request body the layer reads: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -28,6 +33,7 @@ pub const DEFAULT_MAX_STORED_HEADERS: usize = 100;
 /// Default limit of the bytes of those fields' names and values: 64 KiB.
 pub const DEFAULT_MAX_STORED_HEADER_BYTES: usize = 64 * 1024;
 
+/// Everything a layer is configured with, shared by its services.
 #[derive(Clone)]
 pub(crate) struct Settings {
     pub(crate) scope: Scope,
@@ -41,6 +47,7 @@ pub(crate) struct Settings {
     pub(crate) paths: Option<Arc<[String]>>,
     pub(crate) require_key: bool,
     pub(crate) principal: Option<Arc<PrincipalFn>>,
+    pub(crate) verify: Option<Arc<VerifyFn>>,
     pub(crate) fingerprint: FingerprintSource,
     pub(crate) max_body_bytes: usize,
     pub(crate) max_stored_bytes: usize,
@@ -68,6 +75,7 @@ impl Default for Settings {
             paths: None,
             require_key: true,
             principal: None,
+            verify: None,
             fingerprint: FingerprintSource::Request,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_stored_bytes: DEFAULT_MAX_STORED_BYTES,
@@ -93,6 +101,7 @@ impl std::fmt::Debug for Settings {
             .field("methods", &self.methods)
             .field("paths", &self.paths)
             .field("require_key", &self.require_key)
+            .field("verify", &self.verify.is_some())
             .field("fingerprint", &self.fingerprint)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("max_stored_bytes", &self.max_stored_bytes)
@@ -129,11 +138,13 @@ impl LayerCounters {
             InvalidKey,
             MalformedBody,
             BodyTooLarge,
+            Unverified,
             InFlight,
             Mismatch,
             StoreUnavailable,
             TokenRejected,
             NotReplayable,
+            TransactionUnavailable,
         ]
         .into_iter()
         .map(|kind| (kind, Self::refusal_key(namespace, kind)))
@@ -215,7 +226,12 @@ impl Settings {
 
     /// Whether the body must be collected before claiming.
     pub(crate) fn needs_body(&self) -> bool {
-        self.key.needs_body() || self.fingerprint.needs_body()
+        self.key.needs_body() || self.fingerprint.needs_body() || self.verify.is_some()
+    }
+
+    /// The caller's deadline, if it has one ([`Deadline`](crate::Deadline), `grpc-timeout`).
+    pub(crate) fn deadline(&self, parts: &Parts) -> Option<std::time::Instant> {
+        crate::deadline::of(parts, self.grpc)
     }
 
     /// The scope of a request: the namespace, and the principal if one is extracted (no

@@ -1,12 +1,13 @@
-//! SQL repositories: orders, coupons and the callback's dedup record in one database.
+//! SQL repositories: orders and coupons in the same database as the idempotency records.
 //!
-//! `pay` runs one transaction: it claims the trade number in the dedup table
-//! ([`TxStore::claim_in_tx`](idempotency_core::sql::TxStore::claim_in_tx), namespace
-//! [`LEDGER_NAMESPACE`]), applies the `WAIT_PAY → PAID` transition
-//! ([`idempotency_core::sql::Transition`]), grants the coupon only when the transition applied,
-//! completes the dedup record and commits: the record and the business writes commit or roll
-//! back together (the seed's iron rule: same database, same transaction). The state machine is
-//! the main guard, the dedup record the reconciliation trail of every trade.
+//! With transactional HTTP (`super::transactional`), the two guarded routes run their writes
+//! through [`SqlPayments`], on the connection of the request's own transaction: the layer
+//! claims the key in that transaction, the handler applies the `WAIT_PAY → PAID` transition
+//! ([`idempotency_core::sql::Transition`]) and grants the coupon only when it applied, and the
+//! layer stores the answer as the key's record and commits: the record and the business writes
+//! commit or roll back together (the post-mortem's iron rule: same database, same transaction).
+//! The state machine is the second guard: a payment with another trade number for a paid order
+//! is "already PAID", and grants nothing.
 
 #[cfg(feature = "mysql")]
 mod mysql;
@@ -22,14 +23,31 @@ pub use postgres::PostgresRepo;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteRepo;
 
-use idempotency_core::sql::{TxClaim, validate_identifier};
-use idempotency_core::{Fingerprint, IdempotencyKey, Scope};
+use idempotency_core::BoxFuture;
+use idempotency_core::sql::{TransitionOutcome, validate_identifier};
 
-use super::model::{Order, OrderId, OrderStatus};
+use super::model::{NewOrder, Order, OrderId, OrderStatus};
 use super::repo::{PaymentsRepo, RepoError, Transition};
 
-/// The namespace of the dedup records `pay` writes in its transaction (one per trade number).
-pub const LEDGER_NAMESPACE: &str = "payments.callback.ledger";
+/// The business writes of the two guarded routes, on the connection of a transaction the
+/// caller owns (the request's, with transactional HTTP): nothing here commits.
+pub trait SqlPayments<DB: sqlx::Database>: PaymentsRepo {
+    /// Creates an order in `WAIT_PAY`.
+    fn create_order_on<'a>(
+        &'a self,
+        conn: &'a mut DB::Connection,
+        new: NewOrder,
+    ) -> BoxFuture<'a, Result<Order, RepoError>>;
+
+    /// The payment transition `WAIT_PAY → PAID`; when it applies, the order records
+    /// `trade_no` and its user is granted one coupon, on the same connection.
+    fn pay_on<'a>(
+        &'a self,
+        conn: &'a mut DB::Connection,
+        order_id: OrderId,
+        trade_no: &'a str,
+    ) -> BoxFuture<'a, Result<Transition, RepoError>>;
+}
 
 /// The default table prefix: tables `payments_orders` and `payments_coupons`.
 pub const DEFAULT_TABLE_PREFIX: &str = "payments_";
@@ -73,42 +91,12 @@ fn to_order(
     })
 }
 
-fn ledger_scope() -> Scope {
-    Scope::new(LEDGER_NAMESPACE)
-}
-
-fn ledger_key(trade_no: &str) -> Result<IdempotencyKey, RepoError> {
-    IdempotencyKey::parse(trade_no).map_err(|error| RepoError(format!("trade_no: {error}")))
-}
-
-/// What the trade pays: the same trade number for another order is a mismatch.
-fn ledger_fingerprint(order_id: OrderId) -> Fingerprint {
-    Fingerprint::builder()
-        .field(b"order_id", &order_id.to_be_bytes())
-        .finish()
-}
-
-/// The answer when the dedup claim did not hand this transaction the trade.
-async fn without_ledger(
-    repo: &dyn PaymentsRepo,
-    order_id: OrderId,
-    claim: TxClaim,
-) -> Result<Transition, RepoError> {
-    match claim {
-        TxClaim::Execute(_) => Err(RepoError("internal: an acquired claim was dropped".into())),
-        TxClaim::Replay(_) => Ok(match repo.order(order_id).await? {
-            Some(order) => Transition::AlreadyInTarget(order),
-            None => Transition::NotFound,
-        }),
-        TxClaim::Mismatch => {
-            tracing::error!(order_id, "trade number already used for another order");
-            Ok(match repo.order(order_id).await? {
-                Some(order) => Transition::Illegal(order),
-                None => Transition::NotFound,
-            })
-        }
-        TxClaim::InFlight { retry_after } => Err(RepoError(format!(
-            "the trade is being processed; retry in {retry_after:?}"
-        ))),
+/// What a transition found, with the order as it is after it.
+fn transition_of(outcome: TransitionOutcome, order: Option<Order>) -> Transition {
+    match (outcome, order) {
+        (_, None) | (TransitionOutcome::NotFound, _) => Transition::NotFound,
+        (TransitionOutcome::Applied, Some(order)) => Transition::Applied(order),
+        (TransitionOutcome::AlreadyInTarget, Some(order)) => Transition::AlreadyInTarget(order),
+        (TransitionOutcome::Illegal { .. }, Some(order)) => Transition::Illegal(order),
     }
 }

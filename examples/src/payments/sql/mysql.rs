@@ -1,24 +1,20 @@
-//! Orders, coupons and the dedup record in MySQL / MariaDB.
+//! Orders and coupons in MySQL / MariaDB.
 
-use idempotency_core::sql::{
-    MySqlStore, Transition as StateTransition, TransitionOutcome, TxClaim, TxStore,
-};
-use idempotency_core::{BoxFuture, Outcome};
-use sqlx::{MySqlConnection, MySqlPool};
+use idempotency_core::BoxFuture;
+use idempotency_core::sql::{Transition as StateTransition, TransitionOutcome};
+use sqlx::{MySql, MySqlConnection, MySqlPool};
 
 use super::{
-    ORDER_COLUMNS, OrderRow, ledger_fingerprint, ledger_key, ledger_scope, repo_err, table_names,
-    to_i64, to_order, to_u64, without_ledger,
+    ORDER_COLUMNS, OrderRow, SqlPayments, repo_err, table_names, to_i64, to_order, to_u64,
 };
 use crate::payments::model::{NewOrder, Order, OrderId, UserId};
 use crate::payments::repo::{PaymentsRepo, RepoError, Transition};
 
-/// [`PaymentsRepo`] on MySQL / MariaDB, sharing the database (and `pay`'s transaction) with the
-/// [`MySqlStore`] dedup records.
+/// [`PaymentsRepo`] on MySQL / MariaDB; its writes also run in a request's transaction
+/// ([`SqlPayments`]), beside the idempotency record.
 #[derive(Clone, Debug)]
 pub struct MySqlRepo {
     pool: MySqlPool,
-    store: MySqlStore,
     orders: String,
     coupons: String,
     pay: StateTransition,
@@ -26,20 +22,19 @@ pub struct MySqlRepo {
 }
 
 impl MySqlRepo {
-    /// Creates the tables `{prefix}orders` and `{prefix}coupons` if missing. `store` must live
-    /// in the same database as `pool` (its table migrated).
-    pub async fn new(pool: MySqlPool, store: MySqlStore, prefix: &str) -> Result<Self, RepoError> {
+    /// Creates the tables `{prefix}orders` and `{prefix}coupons` if missing.
+    pub async fn new(pool: MySqlPool, prefix: &str) -> Result<Self, RepoError> {
         let (orders, coupons) = table_names(prefix)?;
         for ddl in [
             format!(
-                "CREATE TABLE IF NOT EXISTS `{orders}` (order_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
-                 user_id BIGINT NOT NULL, amount_cents BIGINT NOT NULL, \
+                "CREATE TABLE IF NOT EXISTS `{orders}` (order_id BIGINT NOT NULL AUTO_INCREMENT \
+                 PRIMARY KEY, user_id BIGINT NOT NULL, amount_cents BIGINT NOT NULL, \
                  status VARCHAR(16) NOT NULL, trade_no VARCHAR(255) NULL) ENGINE=InnoDB"
             ),
             format!(
-                "CREATE TABLE IF NOT EXISTS `{coupons}` (coupon_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
-                 user_id BIGINT NOT NULL, order_id BIGINT NULL, KEY `{coupons}_user` (user_id)) \
-                 ENGINE=InnoDB"
+                "CREATE TABLE IF NOT EXISTS `{coupons}` (coupon_id BIGINT NOT NULL AUTO_INCREMENT \
+                 PRIMARY KEY, user_id BIGINT NOT NULL, order_id BIGINT NULL, \
+                 KEY `{coupons}_user` (user_id)) ENGINE=InnoDB"
             ),
         ] {
             sqlx::query(&ddl).execute(&pool).await.map_err(repo_err)?;
@@ -53,7 +48,6 @@ impl MySqlRepo {
             pay: transition("PAID")?,
             cancel: transition("CANCELLED")?,
             pool,
-            store,
             orders,
             coupons,
         })
@@ -72,102 +66,98 @@ impl MySqlRepo {
         row.map(to_order).transpose()
     }
 
-    async fn pay_in_tx(&self, order_id: OrderId, trade_no: &str) -> Result<Transition, RepoError> {
-        let id = to_i64(order_id)?;
-        let key = ledger_key(trade_no)?;
-        let mut tx = self.pool.begin().await.map_err(repo_err)?;
-        let claim = self
-            .store
-            .claim_in_tx(
-                &mut tx,
-                &ledger_scope(),
-                &key,
-                &ledger_fingerprint(order_id),
-            )
+    async fn insert_order(
+        &self,
+        conn: &mut MySqlConnection,
+        new: NewOrder,
+    ) -> Result<Order, RepoError> {
+        let sql = format!(
+            "INSERT INTO `{}` (user_id, amount_cents, status) VALUES (?, ?, 'WAIT_PAY')",
+            self.orders
+        );
+        let id = sqlx::query(&sql)
+            .bind(to_i64(new.user_id)?)
+            .bind(to_i64(new.amount_cents)?)
+            .execute(&mut *conn)
             .await
-            .map_err(repo_err)?;
-        let lease = match claim {
-            TxClaim::Execute(lease) => lease,
-            other => {
-                drop(tx);
-                return without_ledger(self, order_id, other).await;
-            }
-        };
-        let outcome = self.pay.apply_mysql(&mut tx, id).await.map_err(repo_err)?;
-        let answer = match outcome {
-            TransitionOutcome::Applied => {
-                let sql = format!(
-                    "UPDATE `{}` SET trade_no = ? WHERE order_id = ?",
-                    self.orders
-                );
-                sqlx::query(&sql)
-                    .bind(trade_no)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(repo_err)?;
-                let sql = format!("SELECT user_id FROM `{}` WHERE order_id = ?", self.orders);
-                let (user_id,): (i64,) = sqlx::query_as(&sql)
-                    .bind(id)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(repo_err)?;
-                let sql = format!(
-                    "INSERT INTO `{}` (user_id, order_id) VALUES (?, ?)",
-                    self.coupons
-                );
-                sqlx::query(&sql)
-                    .bind(user_id)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(repo_err)?;
-                Outcome::new(200, "paid")
-            }
-            TransitionOutcome::AlreadyInTarget => Outcome::new(200, "already paid"),
-            TransitionOutcome::Illegal { .. } => {
-                let order = self.fetch(&mut tx, id).await?;
-                // Rolled back: no dedup record, so a retry is judged again.
-                drop(tx);
-                return Ok(order.map_or(Transition::NotFound, Transition::Illegal));
-            }
-            TransitionOutcome::NotFound => return Ok(Transition::NotFound),
-        };
-        self.store
-            .complete_in_tx(&mut tx, lease, &answer)
-            .await
-            .map_err(repo_err)?;
-        let order = self
-            .fetch(&mut tx, id)
+            .map_err(repo_err)?
+            .last_insert_id();
+        self.fetch(conn, to_i64(id)?)
             .await?
-            .ok_or_else(|| RepoError(format!("order {order_id} vanished")))?;
-        tx.commit().await.map_err(repo_err)?;
-        Ok(if outcome.is_applied() {
-            Transition::Applied(order)
-        } else {
-            Transition::AlreadyInTarget(order)
-        })
+            .ok_or_else(|| RepoError(format!("order {id} vanished")))
+    }
+
+    /// The payment transition on `conn`; an applied one records the trade number and grants
+    /// the coupon on the same connection (in the caller's transaction).
+    async fn pay_with(
+        &self,
+        conn: &mut MySqlConnection,
+        order_id: OrderId,
+        trade_no: &str,
+    ) -> Result<Transition, RepoError> {
+        let id = to_i64(order_id)?;
+        let outcome = self
+            .pay
+            .apply_mysql(&mut *conn, id)
+            .await
+            .map_err(repo_err)?;
+        if outcome == TransitionOutcome::Applied {
+            let sql = format!(
+                "UPDATE `{}` SET trade_no = ? WHERE order_id = ?",
+                self.orders
+            );
+            sqlx::query(&sql)
+                .bind(trade_no)
+                .bind(id)
+                .execute(&mut *conn)
+                .await
+                .map_err(repo_err)?;
+            let sql = format!("SELECT user_id FROM `{}` WHERE order_id = ?", self.orders);
+            let (user_id,): (i64,) = sqlx::query_as(&sql)
+                .bind(id)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(repo_err)?;
+            let sql = format!(
+                "INSERT INTO `{}` (user_id, order_id) VALUES (?, ?)",
+                self.coupons
+            );
+            sqlx::query(&sql)
+                .bind(user_id)
+                .bind(id)
+                .execute(&mut *conn)
+                .await
+                .map_err(repo_err)?;
+        }
+        let order = self.fetch(conn, id).await?;
+        Ok(super::transition_of(outcome, order))
+    }
+}
+
+impl SqlPayments<MySql> for MySqlRepo {
+    fn create_order_on<'a>(
+        &'a self,
+        conn: &'a mut MySqlConnection,
+        new: NewOrder,
+    ) -> BoxFuture<'a, Result<Order, RepoError>> {
+        Box::pin(self.insert_order(conn, new))
+    }
+
+    fn pay_on<'a>(
+        &'a self,
+        conn: &'a mut MySqlConnection,
+        order_id: OrderId,
+        trade_no: &'a str,
+    ) -> BoxFuture<'a, Result<Transition, RepoError>> {
+        Box::pin(self.pay_with(conn, order_id, trade_no))
     }
 }
 
 impl PaymentsRepo for MySqlRepo {
     fn create_order(&self, new: NewOrder) -> BoxFuture<'_, Result<Order, RepoError>> {
         Box::pin(async move {
-            let sql = format!(
-                "INSERT INTO `{}` (user_id, amount_cents, status) VALUES (?, ?, 'WAIT_PAY')",
-                self.orders
-            );
             let mut conn = self.pool.acquire().await.map_err(repo_err)?;
-            let id = sqlx::query(&sql)
-                .bind(to_i64(new.user_id)?)
-                .bind(to_i64(new.amount_cents)?)
-                .execute(&mut *conn)
-                .await
-                .map_err(repo_err)?
-                .last_insert_id();
-            self.fetch(&mut conn, to_i64(id)?)
-                .await?
-                .ok_or_else(|| RepoError(format!("order {id} vanished")))
+            self.insert_order(&mut conn, new).await
         })
     }
 
@@ -183,7 +173,12 @@ impl PaymentsRepo for MySqlRepo {
         order_id: OrderId,
         trade_no: &'a str,
     ) -> BoxFuture<'a, Result<Transition, RepoError>> {
-        Box::pin(self.pay_in_tx(order_id, trade_no))
+        Box::pin(async move {
+            let mut tx = self.pool.begin().await.map_err(repo_err)?;
+            let transition = self.pay_with(&mut tx, order_id, trade_no).await?;
+            tx.commit().await.map_err(repo_err)?;
+            Ok(transition)
+        })
     }
 
     fn cancel(&self, order_id: OrderId) -> BoxFuture<'_, Result<Transition, RepoError>> {
@@ -196,14 +191,7 @@ impl PaymentsRepo for MySqlRepo {
                 .await
                 .map_err(repo_err)?;
             let order = self.fetch(&mut conn, id).await?;
-            Ok(match (outcome, order) {
-                (_, None) | (TransitionOutcome::NotFound, _) => Transition::NotFound,
-                (TransitionOutcome::Applied, Some(order)) => Transition::Applied(order),
-                (TransitionOutcome::AlreadyInTarget, Some(order)) => {
-                    Transition::AlreadyInTarget(order)
-                }
-                (TransitionOutcome::Illegal { .. }, Some(order)) => Transition::Illegal(order),
-            })
+            Ok(super::transition_of(outcome, order))
         })
     }
 

@@ -1,24 +1,20 @@
-//! Orders, coupons and the dedup record in SQLite.
+//! Orders and coupons in SQLite.
 
-use idempotency_core::sql::{
-    SqliteStore, Transition as StateTransition, TransitionOutcome, TxClaim, TxStore,
-};
-use idempotency_core::{BoxFuture, Outcome};
-use sqlx::{SqliteConnection, SqlitePool};
+use idempotency_core::BoxFuture;
+use idempotency_core::sql::{Transition as StateTransition, TransitionOutcome};
+use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
 use super::{
-    ORDER_COLUMNS, OrderRow, ledger_fingerprint, ledger_key, ledger_scope, repo_err, table_names,
-    to_i64, to_order, to_u64, without_ledger,
+    ORDER_COLUMNS, OrderRow, SqlPayments, repo_err, table_names, to_i64, to_order, to_u64,
 };
 use crate::payments::model::{NewOrder, Order, OrderId, UserId};
 use crate::payments::repo::{PaymentsRepo, RepoError, Transition};
 
-/// [`PaymentsRepo`] on SQLite, sharing the database (and `pay`'s transaction) with the
-/// [`SqliteStore`] dedup records.
+/// [`PaymentsRepo`] on SQLite; its writes also run in a request's transaction
+/// ([`SqlPayments`]), beside the idempotency record.
 #[derive(Clone, Debug)]
 pub struct SqliteRepo {
     pool: SqlitePool,
-    store: SqliteStore,
     orders: String,
     coupons: String,
     pay: StateTransition,
@@ -26,23 +22,19 @@ pub struct SqliteRepo {
 }
 
 impl SqliteRepo {
-    /// Creates the tables `{prefix}orders` and `{prefix}coupons` if missing. `store` must live
-    /// in the same database as `pool` (its table migrated).
-    pub async fn new(
-        pool: SqlitePool,
-        store: SqliteStore,
-        prefix: &str,
-    ) -> Result<Self, RepoError> {
+    /// Creates the tables `{prefix}orders` and `{prefix}coupons` if missing.
+    pub async fn new(pool: SqlitePool, prefix: &str) -> Result<Self, RepoError> {
         let (orders, coupons) = table_names(prefix)?;
         for ddl in [
             format!(
-                "CREATE TABLE IF NOT EXISTS \"{orders}\" (order_id INTEGER PRIMARY KEY AUTOINCREMENT, \
-                 user_id INTEGER NOT NULL, amount_cents INTEGER NOT NULL, status TEXT NOT NULL, \
-                 trade_no TEXT)"
+                "CREATE TABLE IF NOT EXISTS \"{orders}\" \
+                 (order_id INTEGER PRIMARY KEY AUTOINCREMENT, user_id INTEGER NOT NULL, \
+                 amount_cents INTEGER NOT NULL, status TEXT NOT NULL, trade_no TEXT)"
             ),
             format!(
-                "CREATE TABLE IF NOT EXISTS \"{coupons}\" (coupon_id INTEGER PRIMARY KEY AUTOINCREMENT, \
-                 user_id INTEGER NOT NULL, order_id INTEGER)"
+                "CREATE TABLE IF NOT EXISTS \"{coupons}\" \
+                 (coupon_id INTEGER PRIMARY KEY AUTOINCREMENT, user_id INTEGER NOT NULL, \
+                 order_id INTEGER)"
             ),
             format!("CREATE INDEX IF NOT EXISTS \"{coupons}_user\" ON \"{coupons}\" (user_id)"),
         ] {
@@ -57,7 +49,6 @@ impl SqliteRepo {
             pay: transition("PAID")?,
             cancel: transition("CANCELLED")?,
             pool,
-            store,
             orders,
             coupons,
         })
@@ -69,7 +60,7 @@ impl SqliteRepo {
         id: i64,
     ) -> Result<Option<Order>, RepoError> {
         let sql = format!(
-            "SELECT {ORDER_COLUMNS} FROM \"{}\" WHERE order_id = ?",
+            "SELECT {ORDER_COLUMNS} FROM \"{}\" WHERE order_id = ?1",
             self.orders
         );
         let row: Option<OrderRow> = sqlx::query_as(&sql)
@@ -80,93 +71,90 @@ impl SqliteRepo {
         row.map(to_order).transpose()
     }
 
-    async fn pay_in_tx(&self, order_id: OrderId, trade_no: &str) -> Result<Transition, RepoError> {
+    async fn insert_order(
+        &self,
+        conn: &mut SqliteConnection,
+        new: NewOrder,
+    ) -> Result<Order, RepoError> {
+        let sql = format!(
+            "INSERT INTO \"{}\" (user_id, amount_cents, status) VALUES (?1, ?2, 'WAIT_PAY') \
+             RETURNING {ORDER_COLUMNS}",
+            self.orders
+        );
+        let row: OrderRow = sqlx::query_as(&sql)
+            .bind(to_i64(new.user_id)?)
+            .bind(to_i64(new.amount_cents)?)
+            .fetch_one(conn)
+            .await
+            .map_err(repo_err)?;
+        to_order(row)
+    }
+
+    /// The payment transition on `conn`; an applied one records the trade number and grants
+    /// the coupon on the same connection (in the caller's transaction).
+    async fn pay_with(
+        &self,
+        conn: &mut SqliteConnection,
+        order_id: OrderId,
+        trade_no: &str,
+    ) -> Result<Transition, RepoError> {
         let id = to_i64(order_id)?;
-        let key = ledger_key(trade_no)?;
-        let mut tx = self.pool.begin().await.map_err(repo_err)?;
-        let claim = self
-            .store
-            .claim_in_tx(
-                &mut tx,
-                &ledger_scope(),
-                &key,
-                &ledger_fingerprint(order_id),
-            )
+        let outcome = self
+            .pay
+            .apply_sqlite(&mut *conn, id)
             .await
             .map_err(repo_err)?;
-        let lease = match claim {
-            TxClaim::Execute(lease) => lease,
-            other => {
-                drop(tx);
-                return without_ledger(self, order_id, other).await;
-            }
-        };
-        let outcome = self.pay.apply_sqlite(&mut tx, id).await.map_err(repo_err)?;
-        let answer = match outcome {
-            TransitionOutcome::Applied => {
-                let sql = format!(
-                    "UPDATE \"{}\" SET trade_no = ? WHERE order_id = ? RETURNING user_id",
-                    self.orders
-                );
-                let (user_id,): (i64,) = sqlx::query_as(&sql)
-                    .bind(trade_no)
-                    .bind(id)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(repo_err)?;
-                let sql = format!(
-                    "INSERT INTO \"{}\" (user_id, order_id) VALUES (?, ?)",
-                    self.coupons
-                );
-                sqlx::query(&sql)
-                    .bind(user_id)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(repo_err)?;
-                Outcome::new(200, "paid")
-            }
-            TransitionOutcome::AlreadyInTarget => Outcome::new(200, "already paid"),
-            TransitionOutcome::Illegal { .. } => {
-                let order = self.fetch(&mut tx, id).await?;
-                // Rolled back: no dedup record, so a retry is judged again.
-                drop(tx);
-                return Ok(order.map_or(Transition::NotFound, Transition::Illegal));
-            }
-            TransitionOutcome::NotFound => return Ok(Transition::NotFound),
-        };
-        self.store
-            .complete_in_tx(&mut tx, lease, &answer)
-            .await
-            .map_err(repo_err)?;
-        let order = self
-            .fetch(&mut tx, id)
-            .await?
-            .ok_or_else(|| RepoError(format!("order {order_id} vanished")))?;
-        tx.commit().await.map_err(repo_err)?;
-        Ok(if outcome.is_applied() {
-            Transition::Applied(order)
-        } else {
-            Transition::AlreadyInTarget(order)
-        })
+        if outcome == TransitionOutcome::Applied {
+            let sql = format!(
+                "UPDATE \"{}\" SET trade_no = ?2 WHERE order_id = ?1 RETURNING user_id",
+                self.orders
+            );
+            let (user_id,): (i64,) = sqlx::query_as(&sql)
+                .bind(id)
+                .bind(trade_no)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(repo_err)?;
+            let sql = format!(
+                "INSERT INTO \"{}\" (user_id, order_id) VALUES (?1, ?2)",
+                self.coupons
+            );
+            sqlx::query(&sql)
+                .bind(user_id)
+                .bind(id)
+                .execute(&mut *conn)
+                .await
+                .map_err(repo_err)?;
+        }
+        let order = self.fetch(conn, id).await?;
+        Ok(super::transition_of(outcome, order))
+    }
+}
+
+impl SqlPayments<Sqlite> for SqliteRepo {
+    fn create_order_on<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        new: NewOrder,
+    ) -> BoxFuture<'a, Result<Order, RepoError>> {
+        Box::pin(self.insert_order(conn, new))
+    }
+
+    fn pay_on<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        order_id: OrderId,
+        trade_no: &'a str,
+    ) -> BoxFuture<'a, Result<Transition, RepoError>> {
+        Box::pin(self.pay_with(conn, order_id, trade_no))
     }
 }
 
 impl PaymentsRepo for SqliteRepo {
     fn create_order(&self, new: NewOrder) -> BoxFuture<'_, Result<Order, RepoError>> {
         Box::pin(async move {
-            let sql = format!(
-                "INSERT INTO \"{}\" (user_id, amount_cents, status) VALUES (?, ?, 'WAIT_PAY') \
-                 RETURNING {ORDER_COLUMNS}",
-                self.orders
-            );
-            let row: OrderRow = sqlx::query_as(&sql)
-                .bind(to_i64(new.user_id)?)
-                .bind(to_i64(new.amount_cents)?)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(repo_err)?;
-            to_order(row)
+            let mut conn = self.pool.acquire().await.map_err(repo_err)?;
+            self.insert_order(&mut conn, new).await
         })
     }
 
@@ -182,7 +170,12 @@ impl PaymentsRepo for SqliteRepo {
         order_id: OrderId,
         trade_no: &'a str,
     ) -> BoxFuture<'a, Result<Transition, RepoError>> {
-        Box::pin(self.pay_in_tx(order_id, trade_no))
+        Box::pin(async move {
+            let mut tx = self.pool.begin().await.map_err(repo_err)?;
+            let transition = self.pay_with(&mut tx, order_id, trade_no).await?;
+            tx.commit().await.map_err(repo_err)?;
+            Ok(transition)
+        })
     }
 
     fn cancel(&self, order_id: OrderId) -> BoxFuture<'_, Result<Transition, RepoError>> {
@@ -195,20 +188,13 @@ impl PaymentsRepo for SqliteRepo {
                 .await
                 .map_err(repo_err)?;
             let order = self.fetch(&mut conn, id).await?;
-            Ok(match (outcome, order) {
-                (_, None) | (TransitionOutcome::NotFound, _) => Transition::NotFound,
-                (TransitionOutcome::Applied, Some(order)) => Transition::Applied(order),
-                (TransitionOutcome::AlreadyInTarget, Some(order)) => {
-                    Transition::AlreadyInTarget(order)
-                }
-                (TransitionOutcome::Illegal { .. }, Some(order)) => Transition::Illegal(order),
-            })
+            Ok(super::transition_of(outcome, order))
         })
     }
 
     fn grant_coupon(&self, user_id: UserId) -> BoxFuture<'_, Result<(), RepoError>> {
         Box::pin(async move {
-            let sql = format!("INSERT INTO \"{}\" (user_id) VALUES (?)", self.coupons);
+            let sql = format!("INSERT INTO \"{}\" (user_id) VALUES (?1)", self.coupons);
             sqlx::query(&sql)
                 .bind(to_i64(user_id)?)
                 .execute(&self.pool)
@@ -225,13 +211,13 @@ impl PaymentsRepo for SqliteRepo {
     ) -> BoxFuture<'a, Result<Option<Order>, RepoError>> {
         Box::pin(async move {
             let sql = format!(
-                "UPDATE \"{}\" SET status = 'PAID', trade_no = ? WHERE order_id = ? \
+                "UPDATE \"{}\" SET status = 'PAID', trade_no = ?2 WHERE order_id = ?1 \
                  RETURNING {ORDER_COLUMNS}",
                 self.orders
             );
             let row: Option<OrderRow> = sqlx::query_as(&sql)
-                .bind(trade_no)
                 .bind(to_i64(order_id)?)
+                .bind(trade_no)
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(repo_err)?;
@@ -242,7 +228,7 @@ impl PaymentsRepo for SqliteRepo {
     fn coupon_count(&self, user_id: UserId) -> BoxFuture<'_, Result<u64, RepoError>> {
         Box::pin(async move {
             let sql = format!(
-                "SELECT COUNT(*) FROM \"{}\" WHERE user_id = ?",
+                "SELECT COUNT(*) FROM \"{}\" WHERE user_id = ?1",
                 self.coupons
             );
             let (count,): (i64,) = sqlx::query_as(&sql)

@@ -1,13 +1,13 @@
 #![allow(unused)]
-use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
 
 #[idempotent(key = id, store = engine, ttl = "24 hours")]
-async fn bad_ttl(engine: &Idempotency<MemoryStore>, id: u64) -> Result<u64, IdempotentError> {
+async fn bad_ttl(engine: &Idempotency<MemoryStore>, id: u64) -> Result<u64, Error> {
     Ok(id)
 }
 
 #[idempotent(key = id, store = engine, lease = "0s")]
-async fn zero_lease(engine: &Idempotency<MemoryStore>, id: u64) -> Result<u64, IdempotentError> {
+async fn zero_lease(engine: &Idempotency<MemoryStore>, id: u64) -> Result<u64, Error> {
     Ok(id)
 }
 

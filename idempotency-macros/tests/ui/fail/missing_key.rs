@@ -1,8 +1,8 @@
 #![allow(unused)]
-use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
 
 #[idempotent(store = engine)]
-async fn no_key(engine: &Idempotency<MemoryStore>, id: u64) -> Result<u64, IdempotentError> {
+async fn no_key(engine: &Idempotency<MemoryStore>, id: u64) -> Result<u64, Error> {
     Ok(id)
 }
 

@@ -1,8 +1,8 @@
 #![allow(unused)]
-use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
 
 #[idempotent(key = id, store = engine)]
-fn not_async(engine: &Idempotency<MemoryStore>, id: u64) -> Result<u64, IdempotentError> {
+fn not_async(engine: &Idempotency<MemoryStore>, id: u64) -> Result<u64, Error> {
     Ok(id)
 }
 

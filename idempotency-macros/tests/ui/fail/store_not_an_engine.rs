@@ -1,12 +1,12 @@
 #![allow(unused)]
-use idempotency_core::{IdempotentError, idempotent};
+use idempotency_core::{Error, idempotent};
 
 struct Settings {
     retries: u32,
 }
 
 #[idempotent(key = id, store = settings)]
-async fn wrong_store(settings: &Settings, id: u64) -> Result<u64, IdempotentError> {
+async fn wrong_store(settings: &Settings, id: u64) -> Result<u64, Error> {
     Ok(id)
 }
 

@@ -1,10 +1,10 @@
 #![allow(unused)]
-use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
 
 struct NotStorable;
 
 #[idempotent(key = id, store = engine)]
-async fn value_not_serializable(engine: &Idempotency<MemoryStore>, id: u64) -> Result<NotStorable, IdempotentError> {
+async fn value_not_serializable(engine: &Idempotency<MemoryStore>, id: u64) -> Result<NotStorable, Error> {
     Ok(NotStorable)
 }
 

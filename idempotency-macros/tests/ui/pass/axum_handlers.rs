@@ -4,7 +4,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone)]
@@ -20,11 +20,11 @@ struct Callback {
 
 struct AppError(StatusCode);
 
-impl From<IdempotentError> for AppError {
-    fn from(error: IdempotentError) -> Self {
+impl From<Error> for AppError {
+    fn from(error: Error) -> Self {
         Self(match error {
-            IdempotentError::InFlight { .. } => StatusCode::CONFLICT,
-            IdempotentError::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::InFlight { .. } => StatusCode::CONFLICT,
+            Error::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         })
     }

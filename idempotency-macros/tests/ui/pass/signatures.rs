@@ -3,14 +3,14 @@
 //! `Result` aliases, and every argument of the dedup mode.
 use std::sync::Arc;
 
-use idempotency_core::{Idempotency, IdempotentError, MemoryStore, Store, idempotent};
+use idempotency_core::{Idempotency, Error, MemoryStore, Store, idempotent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct AppError(String);
 
-impl From<IdempotentError> for AppError {
-    fn from(error: IdempotentError) -> Self {
+impl From<Error> for AppError {
+    fn from(error: Error) -> Self {
         Self(error.to_string())
     }
 }
@@ -89,7 +89,7 @@ impl Handler for Consumer {
     }
 }
 
-fn status(error: IdempotentError) -> std::io::Error {
+fn status(error: Error) -> std::io::Error {
     std::io::Error::other(error)
 }
 

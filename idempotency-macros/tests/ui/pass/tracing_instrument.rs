@@ -1,16 +1,16 @@
 //! `#[tracing::instrument]` stacked on either side, with `err` and `skip`.
-use idempotency_core::{Idempotency, IdempotentError, MemoryStore, idempotent};
+use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
 
 #[tracing::instrument(skip(engine), err)]
 #[idempotent(key = order_id, store = engine, scope = "orders.pay")]
-async fn instrument_outside(engine: &Idempotency<MemoryStore>, order_id: u64) -> Result<u64, IdempotentError> {
+async fn instrument_outside(engine: &Idempotency<MemoryStore>, order_id: u64) -> Result<u64, Error> {
     tracing::info!("paying");
     Ok(order_id)
 }
 
 #[idempotent(key = order_id, store = engine, scope = "orders.ship")]
 #[tracing::instrument(skip(engine), ret)]
-async fn instrument_inside(engine: &Idempotency<MemoryStore>, order_id: u64) -> Result<u64, IdempotentError> {
+async fn instrument_inside(engine: &Idempotency<MemoryStore>, order_id: u64) -> Result<u64, Error> {
     Ok(order_id)
 }
 

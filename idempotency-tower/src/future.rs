@@ -1,4 +1,4 @@
-//! The response future.
+//! The response future of both layers' services.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,7 +17,8 @@ pub(crate) type GatedFuture<B, E> =
     Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send + 'static>>;
 
 pin_project! {
-    /// The response future of [`IdempotencyService`](crate::IdempotencyService).
+    /// The response future of [`IdempotencyService`](crate::IdempotencyService) and
+    /// [`TransactionalService`](crate::transactional::TransactionalService).
     pub struct ResponseFuture<F, B: Body, E> {
         #[pin]
         kind: Kind<F, B, E>,

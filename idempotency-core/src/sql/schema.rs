@@ -1,0 +1,107 @@
+//! Versioned schema migrations.
+//!
+//! Each store table's schema is a list of steps, version 1 first; the table `idempotency_schema`
+//! keeps the version every record table is at, and `migrate()` applies the steps after it, once
+//! and in order, under a lock (several processes may start at once). A table that exists
+//! without a version row was created before versions were kept: it is at version 1, the schema
+//! of release 0.1. An up-to-date table costs two reads and no DDL, so starting a service logs
+//! nothing.
+
+use sqlx::{Database, Decode, Encode, Executor, IntoArguments, Type};
+
+use super::common::map_err;
+use crate::Error;
+
+/// The table that keeps each record table's schema version.
+pub const SCHEMA_TABLE: &str = "idempotency_schema";
+
+/// The schema version this release brings record tables to (version 1: release 0.1's schema).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The statements a dialect runs to read and write versions. Each takes the record table's
+/// name as its one parameter, `write_version` the version as its second.
+pub(crate) struct VersionSql {
+    /// Creates [`SCHEMA_TABLE`] if missing.
+    pub(crate) create: &'static str,
+    /// The table's version, if recorded.
+    pub(crate) read: &'static str,
+    /// `1` if the record table exists (created before versions were kept), else no row.
+    pub(crate) exists: &'static str,
+    /// Records the table's version.
+    pub(crate) write: &'static str,
+}
+
+/// The schema of one record table: `steps[i]` brings it from version `i` to `i + 1`.
+pub(crate) type Steps = Vec<Vec<String>>;
+
+/// Brings `table` to the latest version of `steps` on `conn`, which the caller has locked
+/// against concurrent migrations (and, where DDL is transactional, opened a transaction on).
+pub(crate) async fn migrate<DB>(
+    conn: &mut DB::Connection,
+    sql: &VersionSql,
+    table: &str,
+    steps: &Steps,
+) -> Result<(), Error>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    i64: Type<DB> + for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    sqlx::query(sql.create)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    let recorded: Option<(i64,)> = sqlx::query_as(sql.read)
+        .bind(table)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    let current = match recorded {
+        Some((version,)) => version,
+        None => {
+            let existing: Option<(i64,)> = sqlx::query_as(sql.exists)
+                .bind(table)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(map_err)?;
+            i64::from(existing.is_some())
+        }
+    };
+    debug_assert_eq!(steps.len(), SCHEMA_VERSION as usize, "one step per version");
+    let latest = i64::from(SCHEMA_VERSION);
+    if current > latest {
+        return Err(Error::Config(format!(
+            "table {table} is at schema version {current}, newer than this release's \
+             {latest}: upgrade the service, or run the newer release's migrations"
+        )));
+    }
+    if current < latest {
+        let from = usize::try_from(current).unwrap_or(0);
+        for statements in &steps[from..] {
+            for statement in statements {
+                sqlx::query(statement)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(map_err)?;
+            }
+        }
+        tracing::info!(
+            table,
+            from = current,
+            to = latest,
+            "idempotency table migrated"
+        );
+    } else if recorded.is_some() {
+        return Ok(());
+    }
+    sqlx::query(sql.write)
+        .bind(table)
+        .bind(latest)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    Ok(())
+}

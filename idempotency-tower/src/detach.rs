@@ -1,0 +1,101 @@
+//! Finishing work whose awaiting future was dropped: a handler whose client went away runs to
+//! its end (and its record is settled) in a task of its own.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tracing::Instrument;
+
+/// Where unfinished work goes on: the runtime and span it was polled in.
+struct Home {
+    runtime: Option<tokio::runtime::Handle>,
+    span: tracing::Span,
+}
+
+impl Home {
+    fn current() -> Self {
+        Self {
+            runtime: tokio::runtime::Handle::try_current().ok(),
+            span: tracing::Span::current(),
+        }
+    }
+}
+
+/// Work that finishes in the background if its awaiting future is dropped unfinished.
+pub(crate) struct Detachable<F: Future + Send + 'static>
+where
+    F::Output: Send + 'static,
+{
+    /// `None` once finished, and while being polled (a panicking poll drops it, never detaches
+    /// it).
+    work: Option<Pin<Box<F>>>,
+    /// Captured when the work first waits: work done at its first poll (a handler that answers
+    /// at once, a store that answers at once) is never detached, and pays for neither.
+    home: Option<Home>,
+}
+
+impl<F: Future + Send + 'static> Future for Detachable<F>
+where
+    F::Output: Send + 'static,
+{
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let Some(mut work) = self.work.take() else {
+            panic!("Detachable polled after completion");
+        };
+        match work.as_mut().poll(cx) {
+            Poll::Ready(output) => Poll::Ready(output),
+            Poll::Pending => {
+                self.work = Some(work);
+                if self.home.is_none() {
+                    self.home = Some(Home::current());
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<F: Future + Send + 'static> Drop for Detachable<F>
+where
+    F::Output: Send + 'static,
+{
+    fn drop(&mut self) {
+        let Some(work) = self.work.take() else {
+            return;
+        };
+        let Home { runtime, span } = self.home.take().unwrap_or_else(Home::current);
+        match runtime {
+            Some(runtime) => {
+                tracing::debug!(
+                    parent: &span,
+                    "request dropped while its handler runs; finishing it in the background"
+                );
+                drop(runtime.spawn(work.instrument(span)));
+            }
+            None => {
+                tracing::warn!(
+                    parent: &span,
+                    "request dropped while its handler runs, outside a tokio runtime: the handler is abandoned"
+                );
+            }
+        }
+    }
+}
+
+impl<F: Future + Send + 'static> Detachable<F>
+where
+    F::Output: Send + 'static,
+{
+    /// `work`, to be awaited in place, and moved to a task of its own if dropped unfinished.
+    ///
+    /// The work is boxed so that it can be moved while running.
+    pub(crate) fn new(work: F) -> Self {
+        Self {
+            work: Some(Box::pin(work)),
+            home: None,
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! The path of a guarded request through a transactional layer: read, claim in a new
+//! transaction, run the handler in it, then store the response and commit (or roll back).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderValue, Request, Response};
+use http_body::Body;
+use idempotency_core::sql::{TxClaim, TxClaimRequest, TxLease, TxStore};
+use idempotency_core::{Error, Fingerprint, InFlightPolicy, StorageKey};
+use tower_service::Service;
+
+use super::flights::Flight;
+use super::layer::Shared;
+use super::tx::{Slot, TxHandle};
+use crate::answer::{in_flight, mismatch, refuse, replay_or_refuse, unavailable};
+use crate::body::{RequestBody, ResponseBody};
+use crate::collect::collect_request;
+use crate::detach::Detachable;
+use crate::refusal::{Refusal, RefusalKind};
+use crate::request::{Held, Read, collected, inspect, pass_through};
+use crate::stored::{Settlement, handle, respond, settle};
+
+/// The request's transaction.
+type Transaction<S> = sqlx::Transaction<'static, <S as TxStore>::Database>;
+
+/// Decides and answers one guarded request.
+pub(crate) async fn run<T, S, B, ResB>(
+    shared: Arc<Shared<S>>,
+    inner: T,
+    parts: Parts,
+    body: B,
+    header_key: Option<StorageKey>,
+) -> Result<Response<ResponseBody<ResB>>, T::Error>
+where
+    S: TxStore,
+    T: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
+    T::Future: Send + 'static,
+    T::Error: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
+    ResB::Error: Send + 'static,
+{
+    let settings = &shared.settings;
+    let held = if settings.needs_body() {
+        let body = collect_request(body, settings.max_body_bytes).await;
+        match collected(settings, body) {
+            Ok(held) => held,
+            Err(refusal) => return Ok(refuse(settings, refusal)),
+        }
+    } else {
+        Held::Streaming(body)
+    };
+    let (key, fingerprint) = match inspect(settings, &parts, &held, header_key) {
+        Read::Guard(key, fingerprint) => (key, fingerprint),
+        Read::PassThrough => return pass_through(inner, parts, held).await,
+        Read::Refuse(refusal) => return Ok(refuse(settings, refusal)),
+    };
+    let started = Instant::now();
+    let deadline = settings.deadline(&parts);
+    let policy = settings.in_flight.until(deadline);
+    // Duplicates in this process wait here, in memory, not on database connections.
+    let Some(flight) = shared.flights.enter(key, policy).await else {
+        return Ok(refuse(settings, in_flight(Duration::from_secs(1))));
+    };
+    let policy = after(policy, started.elapsed());
+    let (tx, lease) = match claim(&shared, &key, &fingerprint, policy, deadline).await {
+        Ok((tx, TxClaim::Execute(lease))) => (tx, lease),
+        // The transactions below wrote nothing; dropped, they roll back in the background.
+        Ok((_, TxClaim::Replay(outcome))) => return Ok(replay_or_refuse(settings, &outcome)),
+        Ok((_, TxClaim::InFlight { retry_after })) => {
+            return Ok(refuse(settings, in_flight(retry_after)));
+        }
+        Ok((_, TxClaim::Mismatch)) => return Ok(refuse(settings, mismatch())),
+        Err(error) => {
+            tracing::warn!(%error, "transactional claim failed");
+            return Ok(refuse(settings, unavailable(settings)));
+        }
+    };
+    tracing::debug!(
+        attempt = lease.lease().attempt,
+        "claimed in the request's transaction"
+    );
+    let slot = Slot::new(tx);
+    let mut parts = parts;
+    parts
+        .extensions
+        .insert(TxHandle::<S::Database>(Arc::clone(&slot)));
+    let mut inner = inner;
+    let handler = Box::pin(inner.call(Request::from_parts(parts, held.into_body())));
+    // A client that goes away does not abandon the handler: it runs to its commit.
+    Detachable::new(finish(shared, slot, lease, handler, flight)).await
+}
+
+/// `policy` with `elapsed` of its wait spent.
+fn after(policy: InFlightPolicy, elapsed: Duration) -> InFlightPolicy {
+    match policy {
+        InFlightPolicy::Wait { max } if max > elapsed => InFlightPolicy::wait(max - elapsed),
+        _ => InFlightPolicy::Reject,
+    }
+}
+
+/// Begins the request's transaction and claims the key in it, waiting on another
+/// transaction's uncommitted claim as `policy` allows, and never past `deadline`.
+///
+/// A claim that holds one of the layer's permits waits on the database (on the other
+/// transaction's row); one without asks without waiting and, while the key is in flight, polls
+/// with backoff from memory, holding no connection meanwhile: waiting duplicates never take all
+/// the pool's connections.
+async fn claim<S: TxStore>(
+    shared: &Shared<S>,
+    key: &StorageKey,
+    fingerprint: &Fingerprint,
+    policy: InFlightPolicy,
+    deadline: Option<Instant>,
+) -> Result<(Transaction<S>, TxClaim), Error> {
+    let timeout = shared.store_timeout;
+    let waits_until = Instant::now() + policy.max_wait();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let permit = shared.claims.try_enter();
+        let now = Instant::now();
+        let asked = match (policy, &permit) {
+            (InFlightPolicy::Wait { .. }, Some(_)) if now < waits_until => {
+                InFlightPolicy::wait(waits_until - now)
+            }
+            _ => InFlightPolicy::Reject,
+        };
+        // Never past the caller's deadline, even for the pool or SQLite's write lock.
+        let begin_bound = deadline.map_or(timeout, |deadline| {
+            timeout.min(
+                deadline
+                    .saturating_duration_since(now)
+                    .max(Duration::from_millis(1)),
+            )
+        });
+        let mut tx = within(begin_bound, shared.store.begin()).await?;
+        let request = TxClaimRequest {
+            key,
+            namespace: shared.settings.scope.namespace(),
+            fingerprint,
+            lease: shared.lease,
+            ttl: shared.ttl,
+            in_flight: asked,
+        };
+        let claimed = within(
+            timeout + asked.max_wait(),
+            shared.store.claim_storage_key_in_tx(&mut tx, request),
+        )
+        .await?;
+        let now = Instant::now();
+        match claimed {
+            // Without a permit, or where the database's bound is coarser (MariaDB's whole
+            // seconds), time is left: ask again shortly.
+            TxClaim::InFlight { .. } if now < waits_until => {
+                drop((tx, permit));
+                tokio::time::sleep(pause.min(waits_until - now)).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            claimed => return Ok((tx, claimed)),
+        }
+    }
+}
+
+/// Runs the handler to its end, then stores its response and commits, or rolls back.
+async fn finish<S, F, ResB, E>(
+    shared: Arc<Shared<S>>,
+    slot: Arc<Slot<S::Database>>,
+    lease: TxLease,
+    handler: Pin<Box<F>>,
+    flight: Flight,
+) -> Result<Response<ResponseBody<ResB>>, E>
+where
+    S: TxStore,
+    F: Future<Output = Result<Response<ResB>, E>>,
+    ResB: Body<Data = Bytes> + Unpin,
+{
+    let settings = &shared.settings;
+    let handled = handle(handler, settings.max_stored_bytes).await;
+    let settlement = settle(settings, &handled);
+    let (tx, without_record) = slot.reclaim();
+    let Some(tx) = tx else {
+        tracing::error!(
+            "the handler kept the request's transaction past its answer; nothing was committed"
+        );
+        let refusal = Refusal::new(
+            RefusalKind::TransactionUnavailable,
+            "the handler kept the request's transaction past its answer; nothing was committed",
+        );
+        return Ok(refuse(settings, refusal));
+    };
+    let committed = commit(&shared, tx, lease, settlement, without_record).await;
+    // Duplicates waiting in this process go on: they will find the committed record.
+    drop(flight);
+    match committed {
+        Ok(content_length) => respond(handled, content_length),
+        Err(error) => {
+            tracing::warn!(%error, "the request's transaction could not be committed");
+            Ok(refuse(settings, unavailable(settings)))
+        }
+    }
+}
+
+/// Stores the outcome in the transaction and commits; or commits without a record, as the
+/// handler asked; or rolls everything back. Returns the stored `Content-Length`, if one was
+/// added to the response.
+async fn commit<S: TxStore>(
+    shared: &Shared<S>,
+    mut tx: Transaction<S>,
+    lease: TxLease,
+    settlement: Settlement,
+    without_record: bool,
+) -> Result<Option<HeaderValue>, Error> {
+    let timeout = shared.store_timeout;
+    let store = &shared.store;
+    if without_record {
+        within(timeout, store.release_in_tx(&mut tx, lease)).await?;
+        within(timeout, async { Ok(tx.commit().await?) }).await?;
+        tracing::debug!("committed without a record, as the handler asked");
+        return Ok(None);
+    }
+    match settlement {
+        Settlement::Store {
+            outcome,
+            content_length,
+        } => {
+            within(timeout, store.complete_in_tx(&mut tx, lease, &outcome)).await?;
+            within(timeout, async { Ok(tx.commit().await?) }).await?;
+            tracing::debug!(status = outcome.status, "response stored and committed");
+            Ok(content_length)
+        }
+        Settlement::Release => {
+            // Nothing of the request stays: its business writes go with its claim.
+            let _ = within(timeout, async { Ok(tx.rollback().await?) }).await;
+            Ok(None)
+        }
+    }
+}
+
+/// `call`, failed with [`Error::Timeout`] once it has taken `bound`.
+async fn within<T>(
+    bound: Duration,
+    call: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    tokio::time::timeout(bound, call)
+        .await
+        .unwrap_or(Err(Error::Timeout(bound)))
+}
