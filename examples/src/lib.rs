@@ -3,6 +3,7 @@
 
 #[cfg(feature = "grpc")]
 pub mod grpc;
+pub mod load;
 pub mod payments;
 
 /// The README's code blocks, compiled and run as doctests so the README stays true.

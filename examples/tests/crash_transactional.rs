@@ -10,70 +10,15 @@
 
 mod hardening_support;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hardening_support::{temp_path, unique};
+use hardening_support::{Payments, temp_path, unique};
 use http::StatusCode;
 use idempotency_examples::payments::PaymentCallback;
 use idempotency_examples::payments::client::{Connection, Reply, post_json};
 use idempotency_examples::payments::gateway;
-
-/// A running `payments` process; killed (SIGKILL) when dropped.
-struct Payments {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Payments {
-    /// Starts `payments` on `store` (`postgres`, `mysql`, `sqlite`) with these extra settings.
-    fn start(store: &str, env: &[(&str, String)]) -> Self {
-        let stderr = temp_path("payments_stderr", "log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_payments"));
-        command
-            .env("IDEMPOTENCY_STORE", store)
-            .env("ADDR", "127.0.0.1:0")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap());
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let mut child = command.spawn().expect("start payments");
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        let Some(addr) = line.trim().strip_prefix("listening ") else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "payments did not start: {}",
-                std::fs::read_to_string(&stderr).unwrap_or_default()
-            );
-        };
-        Self {
-            addr: addr.parse().unwrap(),
-            child,
-        }
-    }
-
-    /// SIGKILL, then reap.
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Payments {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A user id no earlier run used: the SQL repositories keep orders and coupons across runs.
 fn fresh_user() -> u64 {

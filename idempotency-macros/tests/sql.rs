@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use idempotency_core::function::Recorded;
 use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{Error, idempotent};
 use serde::{Deserialize, Serialize};
@@ -83,6 +84,20 @@ macro_rules! scenarios {
                     return Err(AppError::Declined);
                 }
                 Ok(amount * 10)
+            }
+
+            /// Transactional mode, telling its caller whether it ran or replayed.
+            #[idempotent(tx = tx, key = trade_no, store = self.store, scope = "macro.recorded")]
+            async fn on_refund(
+                &self,
+                tx: &mut sqlx::Transaction<'_, $db>,
+                trade_no: &str,
+            ) -> Result<Recorded<i64>, AppError> {
+                let grant = format!(
+                    "INSERT INTO {COUPONS} (trade_no, order_id) VALUES ('{trade_no}', 0)"
+                );
+                sqlx::query(&grant).execute(&mut **tx).await?;
+                Ok(Recorded::new(11))
             }
         }
 
@@ -181,6 +196,21 @@ macro_rules! scenarios {
             assert_eq!(shop.on_paid(&mut tx, &trade_no, 8, false).await, Err(AppError::Mismatch));
             tx.commit().await.unwrap();
             assert_eq!(coupons(&pool, &filter).await, 1);
+        }
+
+        #[tokio::test]
+        async fn the_transactional_mode_reports_a_replay() {
+            let Some((shop, pool)) = shop().await else { return };
+            let trade_no = unique("F");
+            let mut seen = Vec::new();
+            for _ in 0..2 {
+                let mut tx = pool.begin().await.unwrap();
+                let recorded = shop.on_refund(&mut tx, &trade_no).await.unwrap();
+                tx.commit().await.unwrap();
+                seen.push((recorded.is_replay(), recorded.into_inner()));
+            }
+            assert_eq!(seen, [(false, 11), (true, 11)]);
+            assert_eq!(coupons(&pool, &format!("trade_no = '{trade_no}'")).await, 1);
         }
 
         #[tokio::test]

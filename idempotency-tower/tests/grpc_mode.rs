@@ -257,21 +257,33 @@ async fn refusals_are_grpc_statuses() {
     let key = unique("busy");
     let first = tokio::spawn(service.clone().oneshot(call(SLOW, Some(&key), b"x")));
     SLOW_STARTED.notified().await;
-    let busy = answer(
-        service
-            .clone()
-            .oneshot(call(SLOW, Some(&key), b"x"))
-            .await
-            .unwrap(),
-    )
-    .await;
+    // A retry whose deadline is near is refused in time (the preset waits, but never past the
+    // call's `grpc-timeout`), with a retry hint.
+    let mut impatient = call(SLOW, Some(&key), b"x");
+    impatient
+        .headers_mut()
+        .insert("grpc-timeout", HeaderValue::from_static("300m"));
+    let started = std::time::Instant::now();
+    let busy = answer(service.clone().oneshot(impatient).await.unwrap()).await;
     assert_eq!(busy.code(), "10", "ABORTED");
     assert!(
         busy.headers.contains_key("retry-after"),
         "ABORTED with a retry hint"
     );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "refused at its deadline, not at the 5 s wait"
+    );
+    // A retry with time to wait waits for the first call and gets its answer.
+    let waiting = tokio::spawn(service.clone().oneshot(call(SLOW, Some(&key), b"x")));
+    tokio::time::sleep(Duration::from_millis(100)).await;
     SLOW_RELEASE.notify_one();
-    assert_eq!(answer(first.await.unwrap().unwrap()).await.code(), "0");
+    let first = answer(first.await.unwrap().unwrap()).await;
+    assert_eq!(first.code(), "0");
+    let waited = answer(waiting.await.unwrap().unwrap()).await;
+    assert_eq!(waited.code(), "0");
+    assert_eq!(waited.headers["idempotent-replayed"], "true");
+    assert_eq!(waited.body, first.body);
 
     let mismatch = answer(
         service

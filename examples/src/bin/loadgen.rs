@@ -18,20 +18,17 @@
 //! number of concurrent callers call the router as a tower service, to isolate the layer's own
 //! CPU cost from HTTP parsing and the kernel).
 
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http::StatusCode;
 use idempotency_core::{BoxStore, MemoryStore};
-use idempotency_examples::payments::client::{Connection, post_json};
+use idempotency_examples::load::{
+    Drive, MakeRequest, RunResult, Target, describe, drive, load_average, median,
+};
+use idempotency_examples::payments::client::post_json;
 use idempotency_examples::payments::{AppState, HttpService, Server, app, bare, gateway};
 use serde_json::json;
-use tower::ServiceExt;
 
 struct Options {
     seconds: f64,
@@ -44,6 +41,15 @@ struct Options {
 }
 
 impl Options {
+    /// How each run drives the service.
+    fn drive(&self) -> Drive {
+        Drive {
+            seconds: self.seconds,
+            connections: self.connections,
+            max_requests: self.max_requests,
+        }
+    }
+
     fn parse() -> Result<Self, String> {
         let mut options = Self {
             seconds: 3.0,
@@ -80,172 +86,6 @@ impl Options {
         }
         Ok(options)
     }
-}
-
-/// What one run measured.
-#[derive(Default)]
-struct RunResult {
-    requests: u64,
-    replayed: u64,
-    statuses: BTreeMap<u16, u64>,
-    errors: u64,
-    elapsed: Duration,
-    /// CPU time of the whole process (client + server + the kernel on their behalf).
-    cpu: Option<Duration>,
-}
-
-impl RunResult {
-    fn throughput(&self) -> f64 {
-        self.requests as f64 / self.elapsed.as_secs_f64()
-    }
-
-    /// Microseconds of process CPU per request.
-    fn cpu_per_request(&self) -> Option<f64> {
-        let cpu = self.cpu?;
-        (self.requests > 0).then(|| cpu.as_secs_f64() * 1e6 / self.requests as f64)
-    }
-}
-
-/// User + system CPU time of this process so far, from `/proc/self/stat` (Linux; clock ticks of
-/// 1/100 s). `None` elsewhere.
-fn process_cpu() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after_name.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(Duration::from_millis((utime + stime) * 10))
-}
-
-/// The machine's 1, 5 and 15 minute load averages (`/proc/loadavg`; `?` elsewhere): numbers
-/// from a shared machine mean little without them.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .map(|text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_else(|| "?".to_owned())
-}
-
-/// Where requests go: a keep-alive connection, or the service itself.
-enum Sender<S> {
-    Tcp(Connection),
-    InProcess(S),
-}
-
-/// What a caller needs from an answer.
-struct Answer {
-    status: StatusCode,
-    replayed: bool,
-}
-
-impl<S: HttpService> Sender<S> {
-    async fn send(&mut self, request: Request<Full<Bytes>>) -> Result<Answer, String> {
-        match self {
-            Self::Tcp(connection) => {
-                let reply = connection.send(request).await.map_err(|e| e.to_string())?;
-                Ok(Answer {
-                    status: reply.status,
-                    replayed: reply.is_replay(),
-                })
-            }
-            Self::InProcess(service) => {
-                let ready = ServiceExt::<axum::extract::Request>::ready(service)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let response = ready
-                    .call(request.map(axum::body::Body::new))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let (parts, body) = response.into_parts();
-                body.collect().await.map_err(|e| e.to_string())?;
-                Ok(Answer {
-                    status: parts.status,
-                    replayed: parts.headers.contains_key("idempotent-replayed"),
-                })
-            }
-        }
-    }
-}
-
-type MakeRequest = dyn Fn(usize, u64) -> Result<Request<Full<Bytes>>, http::Error> + Send + Sync;
-
-/// Drives `addr` over `connections` keep-alive connections until the time or count bound.
-async fn drive<S: HttpService>(
-    server: &Server,
-    service: &S,
-    options: &Options,
-    make_request: Arc<MakeRequest>,
-) -> Result<RunResult, String> {
-    let mut connections = Vec::with_capacity(options.connections);
-    for _ in 0..options.connections {
-        connections.push(if options.in_process {
-            Sender::InProcess(service.clone())
-        } else {
-            Sender::Tcp(
-                Connection::open(server.addr())
-                    .await
-                    .map_err(|e| e.to_string())?,
-            )
-        });
-    }
-    let issued = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let max = options.max_requests;
-    let cpu_before = process_cpu();
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs_f64(options.seconds);
-    let mut tasks = Vec::with_capacity(connections.len());
-    for (index, mut connection) in connections.into_iter().enumerate() {
-        let issued = Arc::clone(&issued);
-        let stop = Arc::clone(&stop);
-        let make_request = Arc::clone(&make_request);
-        tasks.push(tokio::spawn(async move {
-            let mut result = RunResult::default();
-            let mut sequence = 0u64;
-            while !stop.load(Ordering::Relaxed) && issued.fetch_add(1, Ordering::Relaxed) < max {
-                let Ok(request) = make_request(index, sequence) else {
-                    result.errors += 1;
-                    break;
-                };
-                match connection.send(request).await {
-                    Ok(answer) => {
-                        result.requests += 1;
-                        result.replayed += u64::from(answer.replayed);
-                        *result.statuses.entry(answer.status.as_u16()).or_default() += 1;
-                    }
-                    Err(_) => {
-                        result.errors += 1;
-                        break;
-                    }
-                }
-                sequence += 1;
-                if Instant::now() >= deadline {
-                    stop.store(true, Ordering::Relaxed);
-                }
-            }
-            result
-        }));
-    }
-    let mut total = RunResult::default();
-    for task in tasks {
-        let part = task.await.map_err(|e| e.to_string())?;
-        total.requests += part.requests;
-        total.replayed += part.replayed;
-        total.errors += part.errors;
-        for (status, n) in part.statuses {
-            *total.statuses.entry(status).or_default() += n;
-        }
-    }
-    total.elapsed = started.elapsed();
-    total.cpu = process_cpu()
-        .zip(cpu_before)
-        .map(|(after, before)| after.saturating_sub(before));
-    Ok(total)
 }
 
 /// `POST /orders` with a new key on every request.
@@ -354,38 +194,14 @@ async fn measure_service<S: HttpService>(
         "replay" => (serve(service.clone(), false).await?, same_key(run)),
         _ => (serve(service.clone(), true).await?, callback(1)),
     };
-    let result = drive(&server, &service, options, requests).await;
+    let target = if options.in_process {
+        Target::InProcess(&service)
+    } else {
+        Target::Tcp(&server)
+    };
+    let result = drive(target, &options.drive(), requests).await;
     server.shutdown().await.map_err(|e| e.to_string())?;
     result
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-fn describe(result: &RunResult) -> String {
-    let statuses: Vec<String> = result
-        .statuses
-        .iter()
-        .map(|(status, n)| format!("{status}×{n}"))
-        .collect();
-    format!(
-        "{} requests in {:.2} s: {}{}{}",
-        result.requests,
-        result.elapsed.as_secs_f64(),
-        statuses.join(", "),
-        if result.replayed > 0 {
-            format!(" ({} replayed)", result.replayed)
-        } else {
-            String::new()
-        },
-        if result.errors > 0 {
-            format!(", {} errors", result.errors)
-        } else {
-            String::new()
-        }
-    )
 }
 
 #[tokio::main]

@@ -5,8 +5,12 @@
 //!   (server streaming, passes through).
 //! - [`idempotency_layer`] and [`serve`]: `Server::builder().layer(layer)` on a TCP listener.
 //! - [`create_order_with_retries`]: the client side: retry after a deadline with the same key.
+//! - With `postgres`, [`LedgerService`] and [`serve_transactional`]: the same service writing to
+//!   PostgreSQL in each call's own transaction, behind transactional gRPC.
 
 mod client;
+#[cfg(feature = "postgres")]
+mod ledger;
 mod server;
 mod service;
 
@@ -17,5 +21,7 @@ pub mod proto {
 }
 
 pub use client::{Attempt, create_order_with_retries, with_key};
+#[cfg(feature = "postgres")]
+pub use ledger::{FAILING_TRADE, LedgerService, serve_transactional, transactional_layer};
 pub use server::{CREATE_ORDER, PAYMENT_CALLBACK, idempotency_layer, serve};
 pub use service::PaymentsService;

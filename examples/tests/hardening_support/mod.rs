@@ -288,3 +288,63 @@ pub async fn sqlite_store(
     };
     (store, remove)
 }
+
+/// A running `payments` process; killed (SIGKILL) when dropped.
+pub struct Payments {
+    child: Child,
+    pub addr: SocketAddr,
+    pub stderr: PathBuf,
+}
+
+impl Payments {
+    /// Starts `payments` on `store` (`postgres`, `mysql`, `sqlite`) with these extra settings.
+    pub fn start(store: &str, env: &[(&str, String)]) -> Self {
+        let stderr = temp_path("payments_stderr", "log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_payments"));
+        command
+            .env("IDEMPOTENCY_STORE", store)
+            .env("ADDR", "127.0.0.1:0")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("start payments");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let Some(addr) = line.trim().strip_prefix("listening ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "payments did not start: {}",
+                std::fs::read_to_string(&stderr).unwrap_or_default()
+            );
+        };
+        Self {
+            addr: addr.parse().unwrap(),
+            child,
+            stderr,
+        }
+    }
+
+    /// What it logged so far.
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Payments {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

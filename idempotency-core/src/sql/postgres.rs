@@ -8,7 +8,7 @@ use sqlx::{PgConnection, PgPool, Postgres};
 use super::common::{ClaimRow, Settings, map_err, micros, owned, token_param, validate_identifier};
 use super::schema::{self, Steps, VersionSql};
 use super::tx::{TxClaim, TxClaimRequest, TxStore, still_running, tx_claim};
-use crate::{Claim, ClaimRequest, FencingToken, Outcome, StorageKey, Store, StoreError};
+use crate::{Claim, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError};
 
 /// SQLSTATE `lock_not_available`: a bounded wait (`lock_timeout`) ran out.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
@@ -64,6 +64,10 @@ struct Sql {
     /// The claim inside a transaction: the same statement, with its wait on a concurrent
     /// claimer's uncommitted row bounded by `lock_timeout` ($5), which it sets and restores.
     claim_bounded: String,
+    /// The first step of a claim inside a transaction: a plain insert of a fresh key (cheap to
+    /// plan and to run, the common case), its wait bounded as `claim_bounded`'s; the token it
+    /// returns is `NULL` when the key exists, which `claim_bounded` then decides.
+    insert_fresh: String,
     complete: String,
     touch: String,
     release: String,
@@ -171,8 +175,22 @@ impl Sql {
                 answer("c", "false"),
             )
         };
+        // `lt` sets the bound before `ins` runs (its `SELECT` reads `lt`); the target list reads
+        // `ins` before it restores the caller's setting.
+        let insert_fresh = format!(
+            "WITH lt AS (SELECT current_setting('lock_timeout') AS old, \
+               set_config('lock_timeout', $5, true) AS new), \
+             ins AS (INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, attempts, \
+               created_at, updated_at, expires_at) \
+               SELECT $1, $2, $3, 'in_progress', nextval('{seq}'), 1, {NOW}, {NOW}, \
+               {NOW} + $4 * interval '1 microsecond' FROM lt \
+               ON CONFLICT (key_hash) DO NOTHING RETURNING token) \
+             SELECT (SELECT token FROM ins) AS token, \
+               set_config('lock_timeout', lt.old, true) AS restored FROM lt"
+        );
         let owned = "key_hash = $1 AND token = $2 AND state = 'in_progress'";
         Self {
+            insert_fresh,
             steps: vec![vec![
                 format!(
                     "CREATE TABLE IF NOT EXISTS {t} (\
@@ -261,20 +279,52 @@ impl PostgresStore {
         self.pool.begin().await.map_err(map_err)
     }
 
-    /// [`TxStore::claim_storage_key_in_tx`]: the claim statement with its wait bounded by
-    /// `lock_timeout` (1 ms to reject at once); a wait that ran out is in flight.
+    /// [`TxStore::claim_storage_key_in_tx`]: a fresh key is inserted by one plain statement; a
+    /// key that exists is decided by the claim statement. Each waits on a concurrent claimer's
+    /// uncommitted row as long as `lock_timeout` allows (1 ms to reject at once); a wait that
+    /// ran out is in flight.
     async fn claim_in_tx_on(
         &self,
         conn: &mut PgConnection,
         request: TxClaimRequest<'_>,
     ) -> Result<TxClaim, StoreError> {
         let millis = request.in_flight.max_wait().as_millis().max(1);
+        let wait = format!("{millis}ms");
+        let fresh: Result<(Option<i64>, String), sqlx::Error> =
+            sqlx::query_as(&self.sql.insert_fresh)
+                .bind(request.key.0.as_slice())
+                .bind(request.namespace)
+                .bind(request.fingerprint.0.as_slice())
+                .bind(micros(request.lease))
+                .bind(&wait)
+                .fetch_one(&mut *conn)
+                .await;
+        match fresh {
+            Ok((Some(token), _)) => {
+                let lease =
+                    Lease {
+                        token: FencingToken(u64::try_from(token).map_err(|_| {
+                            StoreError::Codec(format!("token out of range: {token}"))
+                        })?),
+                        attempt: 1,
+                        took_over: false,
+                    };
+                return Ok(tx_claim(Claim::Acquired(lease), &request));
+            }
+            Ok((None, _)) => {}
+            Err(sqlx::Error::Database(error))
+                if error.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
+            {
+                return Ok(still_running());
+            }
+            Err(error) => return Err(map_err(error)),
+        }
         let row: Result<Option<ClaimRow>, sqlx::Error> = sqlx::query_as(&self.sql.claim_bounded)
             .bind(request.key.0.as_slice())
             .bind(request.namespace)
             .bind(request.fingerprint.0.as_slice())
             .bind(micros(request.lease))
-            .bind(format!("{millis}ms"))
+            .bind(&wait)
             .fetch_optional(conn)
             .await;
         match row {

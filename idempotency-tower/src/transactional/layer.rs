@@ -8,6 +8,7 @@ use tower_layer::Layer;
 
 use super::flights::{Claims, Flights};
 use super::service::TransactionalService;
+use super::settled::Settled;
 use crate::IdempotencyLayerBuilder;
 use crate::idempotency::Settings;
 
@@ -33,6 +34,7 @@ pub(crate) struct Shared<S> {
     pub(crate) store_timeout: Duration,
     pub(crate) flights: Flights,
     pub(crate) claims: Claims,
+    pub(crate) settled: Settled,
 }
 
 impl<S> Clone for TransactionalLayer<S> {
@@ -80,6 +82,7 @@ impl<S: TxStore> IdempotencyLayerBuilder<S> {
                 settings: self.settings,
                 flights: Flights::default(),
                 claims: Claims::new(permits),
+                settled: Settled::default(),
             }),
         }
     }

@@ -65,6 +65,7 @@ mod flights;
 mod layer;
 mod run;
 mod service;
+mod settled;
 mod tx;
 
 pub use layer::TransactionalLayer;

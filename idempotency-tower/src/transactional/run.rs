@@ -4,14 +4,14 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use http_body::Body;
 use idempotency_core::sql::{TxClaim, TxClaimRequest, TxLease, TxStore};
-use idempotency_core::{Error, Fingerprint, InFlightPolicy, StorageKey};
+use idempotency_core::{Error, Fingerprint, InFlightPolicy, Outcome, RecordState, StorageKey};
 use tower_service::Service;
 
 use super::flights::Flight;
@@ -61,6 +61,12 @@ where
         Read::PassThrough => return pass_through(inner, parts, held).await,
         Read::Refuse(refusal) => return Ok(refuse(settings, refusal)),
     };
+    // A duplicate of a key this layer saw completed: one read, no transaction, no turn.
+    if shared.settled.contains(&key)
+        && let Some(answer) = settled_answer(&shared, &key, &fingerprint).await
+    {
+        return Ok(answer);
+    }
     let started = Instant::now();
     let deadline = settings.deadline(&parts);
     let policy = settings.in_flight.until(deadline);
@@ -68,15 +74,25 @@ where
     let Some(flight) = shared.flights.enter(key, policy).await else {
         return Ok(refuse(settings, in_flight(Duration::from_secs(1))));
     };
+    // A duplicate whose first request completed while it waited lets the next one in at once.
+    let flight = if shared.settled.contains(&key) {
+        drop(flight);
+        if let Some(answer) = settled_answer(&shared, &key, &fingerprint).await {
+            return Ok(answer);
+        }
+        None
+    } else {
+        Some(flight)
+    };
     let policy = after(policy, started.elapsed());
     let (tx, lease) = match claim(&shared, &key, &fingerprint, policy, deadline).await {
-        Ok((tx, TxClaim::Execute(lease))) => (tx, lease),
-        // The transactions below wrote nothing; dropped, they roll back in the background.
-        Ok((_, TxClaim::Replay(outcome))) => return Ok(replay_or_refuse(settings, &outcome)),
-        Ok((_, TxClaim::InFlight { retry_after })) => {
-            return Ok(refuse(settings, in_flight(retry_after)));
+        Ok(Claimed::Execute(tx, lease)) => (tx, lease),
+        Ok(Claimed::Replay(outcome)) => {
+            shared.settled.insert(&key);
+            return Ok(replay_or_refuse(settings, &outcome));
         }
-        Ok((_, TxClaim::Mismatch)) => return Ok(refuse(settings, mismatch())),
+        Ok(Claimed::InFlight(retry_after)) => return Ok(refuse(settings, in_flight(retry_after))),
+        Ok(Claimed::Mismatch) => return Ok(refuse(settings, mismatch())),
         Err(error) => {
             tracing::warn!(%error, "transactional claim failed");
             return Ok(refuse(settings, unavailable(settings)));
@@ -95,6 +111,32 @@ where
     let handler = Box::pin(inner.call(Request::from_parts(parts, held.into_body())));
     // A client that goes away does not abandon the handler: it runs to its commit.
     Detachable::new(finish(shared, slot, lease, handler, flight)).await
+}
+
+/// The answer to a duplicate of a completed key, read outside any transaction: its stored
+/// response, or 422 for another payload. `None` when the record is no longer completed and live
+/// (purged, expired) or cannot be read: the key then takes the claim's path.
+async fn settled_answer<S: TxStore, B: Body>(
+    shared: &Shared<S>,
+    key: &StorageKey,
+    fingerprint: &Fingerprint,
+) -> Option<Response<ResponseBody<B>>> {
+    let record = match within(shared.store_timeout, shared.store.get(key)).await {
+        Ok(Some(record)) => record,
+        Ok(None) => {
+            shared.settled.remove(key);
+            return None;
+        }
+        Err(_) => return None,
+    };
+    let live = record.state == RecordState::Completed && record.expires_at > SystemTime::now();
+    let outcome = record.outcome.filter(|_| live)?;
+    let settings = &shared.settings;
+    Some(if record.fingerprint == *fingerprint {
+        replay_or_refuse(settings, &outcome)
+    } else {
+        refuse(settings, mismatch())
+    })
 }
 
 /// `policy` with `elapsed` of its wait spent.
@@ -118,10 +160,12 @@ async fn claim<S: TxStore>(
     fingerprint: &Fingerprint,
     policy: InFlightPolicy,
     deadline: Option<Instant>,
-) -> Result<(Transaction<S>, TxClaim), Error> {
+) -> Result<Claimed<S>, Error> {
     let timeout = shared.store_timeout;
     let waits_until = Instant::now() + policy.max_wait();
     let mut pause = Duration::from_millis(5);
+    // Once the key was seen in flight, running out of time is that answer, not a failure.
+    let mut seen_in_flight = None;
     loop {
         let permit = shared.claims.try_enter();
         let now = Instant::now();
@@ -139,32 +183,48 @@ async fn claim<S: TxStore>(
                     .max(Duration::from_millis(1)),
             )
         });
-        let mut tx = within(begin_bound, shared.store.begin()).await?;
-        let request = TxClaimRequest {
-            key,
-            namespace: shared.settings.scope.namespace(),
-            fingerprint,
-            lease: shared.lease,
-            ttl: shared.ttl,
-            in_flight: asked,
+        let attempt = async {
+            let mut tx = within(begin_bound, shared.store.begin()).await?;
+            let request = TxClaimRequest {
+                key,
+                namespace: shared.settings.scope.namespace(),
+                fingerprint,
+                lease: shared.lease,
+                ttl: shared.ttl,
+                in_flight: asked,
+            };
+            let claim = shared.store.claim_storage_key_in_tx(&mut tx, request);
+            let claimed = within(timeout + asked.max_wait(), claim).await?;
+            Ok::<_, Error>((tx, claimed))
         };
-        let claimed = within(
-            timeout + asked.max_wait(),
-            shared.store.claim_storage_key_in_tx(&mut tx, request),
-        )
-        .await?;
         let now = Instant::now();
-        match claimed {
+        match attempt.await {
+            Ok((tx, TxClaim::Execute(lease))) => return Ok(Claimed::Execute(tx, lease)),
             // Without a permit, or where the database's bound is coarser (MariaDB's whole
             // seconds), time is left: ask again shortly.
-            TxClaim::InFlight { .. } if now < waits_until => {
-                drop((tx, permit));
+            Ok((_, TxClaim::InFlight { retry_after })) if now < waits_until => {
+                seen_in_flight = Some(retry_after);
+                drop(permit);
                 tokio::time::sleep(pause.min(waits_until - now)).await;
                 pause = (pause * 2).min(Duration::from_millis(100));
             }
-            claimed => return Ok((tx, claimed)),
+            // The transactions below wrote nothing: dropped, they roll back in the background.
+            Ok((_, TxClaim::Replay(outcome))) => return Ok(Claimed::Replay(outcome)),
+            Ok((_, TxClaim::InFlight { retry_after })) => {
+                return Ok(Claimed::InFlight(retry_after));
+            }
+            Ok((_, TxClaim::Mismatch)) => return Ok(Claimed::Mismatch),
+            Err(error) => return seen_in_flight.map(Claimed::InFlight).ok_or(error),
         }
     }
+}
+
+/// What a claim came to: the key in the request's transaction, or the answer to a duplicate.
+enum Claimed<S: TxStore> {
+    Execute(Transaction<S>, TxLease),
+    Replay(Outcome),
+    InFlight(Duration),
+    Mismatch,
 }
 
 /// Runs the handler to its end, then stores its response and commits, or rolls back.
@@ -173,7 +233,7 @@ async fn finish<S, F, ResB, E>(
     slot: Arc<Slot<S::Database>>,
     lease: TxLease,
     handler: Pin<Box<F>>,
-    flight: Flight,
+    flight: Option<Flight>,
 ) -> Result<Response<ResponseBody<ResB>>, E>
 where
     S: TxStore,
@@ -194,7 +254,12 @@ where
         );
         return Ok(refuse(settings, refusal));
     };
+    let key = *lease.key();
+    let stored = !without_record && matches!(settlement, Settlement::Store { .. });
     let committed = commit(&shared, tx, lease, settlement, without_record).await;
+    if stored && committed.is_ok() {
+        shared.settled.insert(&key);
+    }
     // Duplicates waiting in this process go on: they will find the committed record.
     drop(flight);
     match committed {

@@ -1,0 +1,172 @@
+//! The Payments service on PostgreSQL, transactional: the layer claims each call's key in the
+//! call's own transaction, the handler writes in it ([`Tx`]), and the layer stores the answer
+//! (message, metadata, `grpc-status`) in the same transaction and commits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idempotency_core::sql::{PostgresStore, validate_identifier};
+use idempotency_tower::IdempotencyLayer;
+use idempotency_tower::transactional::{TransactionalLayer, Tx};
+use sqlx::Postgres;
+use tokio::net::TcpListener;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+
+use super::proto::payments_server::{Payments, PaymentsServer};
+use super::proto::{
+    CallbackAck, CreateOrderRequest, Order, PaymentCallbackRequest, WatchOrdersRequest,
+};
+use super::server::{CREATE_ORDER, PAYMENT_CALLBACK};
+
+/// `PaymentCallback` answers `UNAVAILABLE` (after its write, which then rolls back) for trade
+/// numbers that start with this: how a test makes a handler fail.
+pub const FAILING_TRADE: &str = "fail-";
+
+/// The Payments service writing orders and coupons to PostgreSQL in each call's transaction.
+#[derive(Clone, Debug)]
+pub struct LedgerService {
+    orders: Arc<str>,
+    coupons: Arc<str>,
+    callback_delay: Duration,
+}
+
+impl LedgerService {
+    /// A service on the tables `{prefix}orders` and `{prefix}coupons` (created by
+    /// [`migrate`](Self::migrate)).
+    pub fn new(prefix: &str) -> Result<Self, idempotency_core::Error> {
+        let (orders, coupons) = (format!("{prefix}orders"), format!("{prefix}coupons"));
+        validate_identifier(&orders)?;
+        validate_identifier(&coupons)?;
+        Ok(Self {
+            orders: orders.into(),
+            coupons: coupons.into(),
+            callback_delay: Duration::ZERO,
+        })
+    }
+
+    /// Makes `PaymentCallback` pause after its write, before it answers.
+    pub fn with_callback_delay(mut self, delay: Duration) -> Self {
+        self.callback_delay = delay;
+        self
+    }
+
+    /// Creates the tables if missing.
+    pub async fn migrate(&self, pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+        for ddl in [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (order_id BIGSERIAL PRIMARY KEY, \
+                 customer TEXT NOT NULL, amount_cents BIGINT NOT NULL)",
+                self.orders
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (coupon_id BIGSERIAL PRIMARY KEY, \
+                 trade_no TEXT NOT NULL)",
+                self.coupons
+            ),
+        ] {
+            sqlx::query(&ddl).execute(pool).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The request's transaction, or `INTERNAL` (a route without the transactional layer).
+fn transaction<T>(request: &Request<T>) -> Result<Tx<Postgres>, Status> {
+    Ok(Tx::from_extensions(request.extensions().get())?)
+}
+
+fn internal(error: sqlx::Error) -> Status {
+    Status::from(idempotency_core::Error::from(error))
+}
+
+#[tonic::async_trait]
+impl Payments for LedgerService {
+    async fn create_order(
+        &self,
+        request: Request<CreateOrderRequest>,
+    ) -> Result<Response<Order>, Status> {
+        let mut tx = transaction(&request)?;
+        let request = request.into_inner();
+        if request.amount_cents <= 0 {
+            return Err(Status::invalid_argument("amount_cents must be positive"));
+        }
+        let sql = format!(
+            "INSERT INTO {} (customer, amount_cents) VALUES ($1, $2) RETURNING order_id",
+            self.orders
+        );
+        let (id,): (i64,) = sqlx::query_as(&sql)
+            .bind(&request.customer)
+            .bind(request.amount_cents)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(internal)?;
+        Ok(Response::new(Order {
+            order_id: format!("ord-{id:06}"),
+            customer: request.customer,
+            amount_cents: request.amount_cents,
+            status: "CREATED".to_owned(),
+            sequence: u64::try_from(id).unwrap_or(0),
+        }))
+    }
+
+    async fn payment_callback(
+        &self,
+        request: Request<PaymentCallbackRequest>,
+    ) -> Result<Response<CallbackAck>, Status> {
+        let mut tx = transaction(&request)?;
+        let request = request.into_inner();
+        let sql = format!("INSERT INTO {} (trade_no) VALUES ($1)", self.coupons);
+        sqlx::query(&sql)
+            .bind(&request.trade_no)
+            .execute(&mut *tx)
+            .await
+            .map_err(internal)?;
+        tokio::time::sleep(self.callback_delay).await;
+        if request.trade_no.starts_with(FAILING_TRADE) {
+            return Err(Status::unavailable("the gateway's ledger is unreachable"));
+        }
+        let sql = format!("SELECT COUNT(*) FROM {}", self.coupons);
+        let (total,): (i64,) = sqlx::query_as(&sql)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(internal)?;
+        Ok(Response::new(CallbackAck {
+            trade_no: request.trade_no,
+            coupons_granted: 1,
+            coupons_total: u64::try_from(total).unwrap_or(0),
+        }))
+    }
+
+    type WatchOrdersStream = futures_util::stream::Empty<Result<Order, Status>>;
+
+    async fn watch_orders(
+        &self,
+        _request: Request<WatchOrdersRequest>,
+    ) -> Result<Response<Self::WatchOrdersStream>, Status> {
+        Err(Status::unimplemented("not served by the ledger"))
+    }
+}
+
+/// The transactional layer in gRPC mode, guarding the two unary methods.
+pub fn transactional_layer(store: PostgresStore) -> TransactionalLayer<PostgresStore> {
+    IdempotencyLayer::builder(store)
+        .grpc()
+        .namespace("payments.v1")
+        .only_paths([CREATE_ORDER, PAYMENT_CALLBACK])
+        .build_transactional()
+}
+
+/// Serves `service` on `listener` behind [`transactional_layer`] until the task is dropped.
+pub async fn serve_transactional(
+    listener: TcpListener,
+    service: LedgerService,
+    store: PostgresStore,
+) -> Result<(), tonic::transport::Error> {
+    Server::builder()
+        .layer(transactional_layer(store))
+        .add_service(PaymentsServer::new(service))
+        .serve_with_incoming(TcpIncoming::from(listener))
+        .await
+}
