@@ -59,6 +59,14 @@
 //! # }
 //! ```
 //!
+//! # Transactional HTTP
+//!
+//! With a SQL store (features `postgres`, `mysql`, `sqlite`),
+//! [`IdempotencyLayerBuilder::build_transactional`] claims each key inside the request's own
+//! database transaction, which the handler takes ([`transactional::Tx`], an axum extractor with
+//! the `axum` feature) for its business writes; the answer is stored and committed with them.
+//! See [`transactional`].
+//!
 //! # gRPC
 //!
 //! With the `grpc` feature, [`IdempotencyLayer::grpc`] (or

@@ -24,8 +24,9 @@
 //!
 //! ```no_run
 //! # #[cfg(all(feature = "postgres", feature = "axum"))]
-//! # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo(pool: sqlx::PgPool) -> Result<(), idempotency_core::Error> {
 //! use axum::{Json, Router, routing::post};
+//! use idempotency_core::Error;
 //! use idempotency_core::sql::PostgresStore;
 //! use idempotency_tower::IdempotencyLayer;
 //! use idempotency_tower::transactional::Tx;
@@ -34,18 +35,16 @@
 //! #[derive(serde::Deserialize)]
 //! struct Paid { trade_no: String, order_id: i64 }
 //!
-//! async fn paid(mut tx: Tx<Postgres>, Json(paid): Json<Paid>) -> Result<&'static str, String> {
+//! async fn paid(mut tx: Tx<Postgres>, Json(paid): Json<Paid>) -> Result<&'static str, Error> {
 //!     let moved = sqlx::query("UPDATE orders SET status = 'PAID' WHERE id = $1 AND status = 'WAIT_PAY'")
 //!         .bind(paid.order_id)
 //!         .execute(&mut *tx)
-//!         .await
-//!         .map_err(|e| e.to_string())?;
+//!         .await?;
 //!     if moved.rows_affected() == 1 {
 //!         sqlx::query("INSERT INTO coupons (order_id) VALUES ($1)")
 //!             .bind(paid.order_id)
 //!             .execute(&mut *tx)
-//!             .await
-//!             .map_err(|e| e.to_string())?;
+//!             .await?;
 //!     }
 //!     Ok("paid") // stored and committed with the coupon, by the layer
 //! }
