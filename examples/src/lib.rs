@@ -1,6 +1,7 @@
 //! Runnable examples.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod faults;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod load;

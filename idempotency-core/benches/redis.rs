@@ -206,6 +206,7 @@ fn request<'a>(key: &'a StorageKey, fingerprint: &'a Fingerprint) -> ClaimReques
         namespace: NAMESPACE,
         fingerprint,
         lease: LEASE,
+        claim_id: idempotency_core::ClaimId::random(),
     }
 }
 

@@ -149,6 +149,7 @@ fn request<'a>(key: &'a StorageKey, fp: &'a Fingerprint) -> ClaimRequest<'a> {
         namespace: "bench",
         fingerprint: fp,
         lease: LEASE,
+        claim_id: idempotency_core::ClaimId::random(),
     }
 }
 

@@ -34,6 +34,7 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod background;
 mod engine;
 mod error;
 mod fingerprint;
@@ -72,7 +73,7 @@ pub use error::{Error, StoreError};
 pub use fingerprint::{Fingerprint, FingerprintBuilder, canonical_json};
 pub use in_flight::{DEFAULT_IN_FLIGHT_WAIT, InFlightPolicy};
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
-pub use record::{FencingToken, Outcome, Record, RecordState};
+pub use record::{ClaimId, FencingToken, Outcome, Record, RecordState};
 pub use scope::{Mechanism, Scope, StorageKey};
 pub use store::{
     BoxFuture, BoxStore, Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, DynStore, Lease, Store,

@@ -84,10 +84,17 @@ pub(crate) enum StoreOp {
     Complete,
     Release,
     Touch,
+    Undo,
 }
 
 impl StoreOp {
-    const ALL: [Self; 4] = [Self::Claim, Self::Complete, Self::Release, Self::Touch];
+    const ALL: [Self; 5] = [
+        Self::Claim,
+        Self::Complete,
+        Self::Release,
+        Self::Touch,
+        Self::Undo,
+    ];
 
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -95,6 +102,7 @@ impl StoreOp {
             Self::Complete => "complete",
             Self::Release => "release",
             Self::Touch => "touch",
+            Self::Undo => "undo",
         }
     }
 }

@@ -10,6 +10,65 @@ use crate::{Fingerprint, StorageKey};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FencingToken(pub u64);
 
+/// The claimer's own name for one claim: chosen at random before the claim is sent, kept by the
+/// store with the claim, so that a claim whose answer never came (a timeout, a reset
+/// connection) can be undone exactly, once the store answers again, without touching anyone
+/// else's claim of the key ([`Store::undo_claim`](crate::Store::undo_claim)).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClaimId([u8; 16]);
+
+impl ClaimId {
+    /// A new claim id, unique with overwhelming probability: a per-thread random 128-bit base
+    /// (from the OS, once) and a counter, mixed (no system call per claim).
+    pub fn random() -> Self {
+        thread_local! {
+            static NEXT: std::cell::Cell<(u64, u64)> = std::cell::Cell::new({
+                let mut seed = [0u8; 16];
+                // A failure leaves zeros: the ids of this thread then differ from each other
+                // still, and only the exactness of an undo across processes weakens.
+                let _ = getrandom::fill(&mut seed);
+                let (high, low) = seed.split_at(8);
+                (
+                    u64::from_le_bytes(high.try_into().unwrap_or_default()),
+                    u64::from_le_bytes(low.try_into().unwrap_or_default()),
+                )
+            });
+        }
+        let (base, count) = NEXT.with(|next| {
+            let (base, count) = next.get();
+            next.set((base, count.wrapping_add(1)));
+            (base, count)
+        });
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&mix(base ^ count).to_le_bytes());
+        bytes[8..].copy_from_slice(&mix(count.wrapping_add(base.rotate_left(32))).to_le_bytes());
+        Self(bytes)
+    }
+
+    /// The id's bytes, as stores keep them.
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+
+    /// The id of these bytes (as a store read them back).
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(bytes)
+    }
+}
+
+/// SplitMix64's finalizer: every output bit depends on every input bit.
+fn mix(mut value: u64) -> u64 {
+    value = (value ^ (value >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    value = (value ^ (value >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    value ^ (value >> 31)
+}
+
+impl std::fmt::Debug for ClaimId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClaimId({})", hex::encode(&self.0[..6]))
+    }
+}
+
 /// The stored result of a completed execution.
 ///
 /// `status` is the front end's status (HTTP status, gRPC code, 0 for functions) kept for
@@ -85,4 +144,20 @@ pub struct Record {
     pub expires_at: SystemTime,
     /// The stored outcome, once completed.
     pub outcome: Option<Outcome>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_ids_differ() {
+        let ids: std::collections::HashSet<ClaimId> =
+            (0..10_000).map(|_| ClaimId::random()).collect();
+        assert_eq!(ids.len(), 10_000);
+        let other_thread = std::thread::spawn(ClaimId::random)
+            .join()
+            .unwrap_or(ClaimId([0; 16]));
+        assert!(!ids.contains(&other_thread));
+    }
 }

@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{FencingToken, Fingerprint, Outcome, Record, StorageKey, StoreError};
+use crate::{ClaimId, FencingToken, Fingerprint, Outcome, Record, StorageKey, StoreError};
 
 /// How long every store keeps an abandoned in-progress record after its lease ended (default of
 /// each store's `with_abandoned_grace`): long enough that the next claim reports the takeover of
@@ -23,6 +23,8 @@ pub struct ClaimRequest<'a> {
     pub fingerprint: &'a Fingerprint,
     /// How long the claim holds before another caller may take it over.
     pub lease: Duration,
+    /// The claimer's name for this claim, kept with it ([`Store::undo_claim`]).
+    pub claim_id: ClaimId,
 }
 
 /// A lease on a key: the right to execute and then complete or release it.
@@ -118,6 +120,16 @@ pub trait Store: Send + Sync + 'static {
         token: FencingToken,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Undoes a claim whose answer never came (a timeout, a reset connection): deletes the
+    /// record if it is in progress under `claim_id`, and changes nothing otherwise (no such
+    /// claim landed, or not yet, it was completed, or another claim holds the key). Returns
+    /// whether it deleted the claim. Idempotent.
+    fn undo_claim(
+        &self,
+        key: &StorageKey,
+        claim_id: ClaimId,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Renews the lease to `lease` from now (keep-alive of a running handler).
     fn touch(
         &self,
@@ -169,6 +181,11 @@ pub trait DynStore: Send + Sync + 'static {
         key: &'a StorageKey,
         token: FencingToken,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn undo_claim_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        claim_id: ClaimId,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
     fn touch_dyn<'a>(
         &'a self,
         key: &'a StorageKey,
@@ -217,6 +234,13 @@ impl<S: Store> DynStore for S {
         token: FencingToken,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.release(key, token))
+    }
+    fn undo_claim_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        claim_id: ClaimId,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(self.undo_claim(key, claim_id))
     }
     fn touch_dyn<'a>(
         &'a self,
@@ -291,6 +315,9 @@ impl Store for BoxStore {
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
         self.0.release_dyn(key, token).await
     }
+    async fn undo_claim(&self, key: &StorageKey, claim_id: ClaimId) -> Result<bool, StoreError> {
+        self.0.undo_claim_dyn(key, claim_id).await
+    }
     async fn touch(
         &self,
         key: &StorageKey,
@@ -344,6 +371,13 @@ impl<S: Store> Store for Arc<S> {
         token: FencingToken,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).release(key, token)
+    }
+    fn undo_claim(
+        &self,
+        key: &StorageKey,
+        claim_id: ClaimId,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).undo_claim(key, claim_id)
     }
     fn touch(
         &self,

@@ -200,6 +200,13 @@ impl Store for SlowStore {
     async fn release(&self, _: &StorageKey, _: FencingToken) -> Result<(), StoreError> {
         std::future::pending().await
     }
+    async fn undo_claim(
+        &self,
+        _: &StorageKey,
+        _: idempotency_core::ClaimId,
+    ) -> Result<bool, StoreError> {
+        std::future::pending().await
+    }
     async fn touch(&self, _: &StorageKey, _: FencingToken, _: Duration) -> Result<(), StoreError> {
         std::future::pending().await
     }
@@ -317,6 +324,7 @@ async fn bounded_memory_store_refuses_rather_than_evicting_live_records() {
             namespace: "cap",
             fingerprint: &fp,
             lease: Duration::from_secs(30),
+            claim_id: idempotency_core::ClaimId::random(),
         };
         match store.claim(request).await {
             Ok(Claim::Acquired(_)) => {}
@@ -336,6 +344,7 @@ async fn bounded_memory_store_refuses_rather_than_evicting_live_records() {
             namespace: "cap",
             fingerprint: &fp,
             lease: Duration::from_millis(20),
+            claim_id: idempotency_core::ClaimId::random(),
         };
         let _ = short.claim(request).await.unwrap();
     }
@@ -348,6 +357,7 @@ async fn bounded_memory_store_refuses_rather_than_evicting_live_records() {
             namespace: "cap",
             fingerprint: &fp,
             lease: Duration::from_secs(30),
+            claim_id: idempotency_core::ClaimId::random(),
         };
         let _ = short.claim(request).await;
     }

@@ -20,6 +20,7 @@ async fn abandoned_lease_is_purged_after_its_grace() {
         namespace: "grace",
         fingerprint: &fingerprint,
         lease,
+        claim_id: idempotency_core::ClaimId::random(),
     };
     let Claim::Acquired(first) = store
         .claim(request(Duration::from_millis(50)))

@@ -97,6 +97,7 @@ fn request<'a>(key: &'a idempotency_core::StorageKey, fp: &'a Fingerprint) -> Cl
         namespace: "faults",
         fingerprint: fp,
         lease: Duration::from_secs(30),
+        claim_id: idempotency_core::ClaimId::random(),
     }
 }
 

@@ -133,6 +133,7 @@ fn leased<'a>(
         namespace: "round-trips",
         fingerprint,
         lease,
+        claim_id: idempotency_core::ClaimId::random(),
     }
 }
 

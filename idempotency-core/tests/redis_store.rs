@@ -31,6 +31,7 @@ fn request<'a>(key: &'a StorageKey, fp: &'a Fingerprint, lease: Duration) -> Cla
         namespace: "orders",
         fingerprint: fp,
         lease,
+        claim_id: idempotency_core::ClaimId::random(),
     }
 }
 

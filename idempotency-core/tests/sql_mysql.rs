@@ -113,6 +113,7 @@ async fn killed_connections_are_unavailable_then_recover() {
                 namespace: "fault",
                 fingerprint: &fp,
                 lease: Duration::from_secs(30),
+                claim_id: idempotency_core::ClaimId::random(),
             })
             .await
     };

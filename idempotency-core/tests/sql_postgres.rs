@@ -141,6 +141,7 @@ async fn terminated_connections_are_unavailable_then_recover() {
                 namespace: "fault",
                 fingerprint: &fp,
                 lease: Duration::from_secs(30),
+                claim_id: idempotency_core::ClaimId::random(),
             })
             .await
     };

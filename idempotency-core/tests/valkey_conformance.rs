@@ -31,6 +31,7 @@ async fn a_lease_renewed_unbeknown_to_the_store_still_completes() {
         namespace: "conformance",
         fingerprint: &fingerprint,
         lease: Duration::from_secs(30),
+        claim_id: idempotency_core::ClaimId::random(),
     };
     let Claim::Acquired(lease) = owner.claim(request).await.unwrap() else {
         panic!("a new key is acquired");

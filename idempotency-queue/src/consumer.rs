@@ -1,12 +1,9 @@
 //! The broker-agnostic consumer step: key → claim → handle → complete → verdict.
 
 use std::panic::AssertUnwindSafe;
-use std::time::Duration;
 
 use futures_util::FutureExt;
-use idempotency_core::{
-    Decision, Fingerprint, Idempotency, IdempotencyKey, Outcome, Scope, Store, StoreError,
-};
+use idempotency_core::{Decision, Fingerprint, Idempotency, IdempotencyKey, Outcome, Scope, Store};
 
 use crate::{Backoff, Handled, Handler, Job, KeyExtractor, Message, RejectReason, Stats, Verdict};
 
@@ -176,7 +173,6 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             }
         };
         let storage_key = *execution.key();
-        let token = execution.token();
         let job = Job {
             key,
             message,
@@ -193,14 +189,15 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
                 Verdict::Rejected(RejectReason::Mismatch)
             }
             Ok(handled @ (Handled::Done | Handled::AlreadyDone)) => {
+                // A transient failure is retried by the engine in the background; the message
+                // is acked either way, since redelivering it would run the work again.
                 let recorded = match execution.complete(Outcome::new(0, "")).await {
                     Ok(()) => true,
-                    Err(StoreError::LeaseLost) => false,
-                    Err(_) => self.retry_complete(&storage_key, token).await,
+                    Err(error) => {
+                        tracing::warn!(namespace = self.scope.namespace(), key = %storage_key, %error, "work done but its outcome is not stored yet; acking anyway");
+                        false
+                    }
                 };
-                if !recorded {
-                    tracing::error!(namespace = self.scope.namespace(), key = %storage_key, "work done but its outcome could not be stored; acking anyway");
-                }
                 if handled == Handled::AlreadyDone {
                     Verdict::AlreadyDone
                 } else {
@@ -255,31 +252,6 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
                 Err("handler panicked".to_owned())
             }
         }
-    }
-
-    /// Retries storing the outcome after a transient failure (three tries, 50/100/200 ms apart).
-    async fn retry_complete(
-        &self,
-        key: &idempotency_core::StorageKey,
-        token: idempotency_core::FencingToken,
-    ) -> bool {
-        let config = self.engine.config();
-        let outcome = Outcome::new(0, "");
-        let mut pause = Duration::from_millis(50);
-        for _ in 0..3 {
-            tokio::time::sleep(pause).await;
-            pause *= 2;
-            let call = self
-                .engine
-                .store()
-                .complete(key, token, &outcome, config.ttl);
-            match tokio::time::timeout(config.store_timeout, call).await {
-                Ok(Ok(())) => return true,
-                Ok(Err(StoreError::LeaseLost)) => return false,
-                Ok(Err(_)) | Err(_) => {}
-            }
-        }
-        false
     }
 }
 

@@ -46,6 +46,8 @@ mod consumer;
 mod extract;
 mod handler;
 mod message;
+#[cfg(any(feature = "rabbitmq", feature = "nats"))]
+mod reconnect;
 mod stats;
 mod verdict;
 

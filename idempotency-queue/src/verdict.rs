@@ -32,8 +32,9 @@ pub enum RejectReason {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// The handler ran for the first time and succeeded. `recorded` is false if the outcome
-    /// could not be stored afterwards (logged and counted; the message is acked anyway, since
-    /// redelivering it would run the work again).
+    /// was not stored when the message was settled (logged and counted; the engine retries a
+    /// transient failure in the background; the message is acked anyway, since redelivering it
+    /// would run the work again).
     Processed {
         /// Whether the outcome was stored.
         recorded: bool,

@@ -73,7 +73,10 @@ where
                     parent: &span,
                     "request dropped while its handler runs; finishing it in the background"
                 );
-                drop(runtime.spawn(work.instrument(span)));
+                drop(idempotency_core::background::spawn_on(
+                    &runtime,
+                    work.instrument(span),
+                ));
             }
             None => {
                 tracing::warn!(

@@ -227,6 +227,13 @@ impl idempotency_core::Store for HeldClaim {
     ) -> Result<(), idempotency_core::StoreError> {
         self.inner.release(key, token).await
     }
+    async fn undo_claim(
+        &self,
+        key: &idempotency_core::StorageKey,
+        claim_id: idempotency_core::ClaimId,
+    ) -> Result<bool, idempotency_core::StoreError> {
+        self.inner.undo_claim(key, claim_id).await
+    }
     async fn touch(
         &self,
         key: &idempotency_core::StorageKey,

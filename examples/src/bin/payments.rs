@@ -8,8 +8,13 @@
 //! `HANDLER_DELAY_MS` pauses the POST handlers after their writes (crash drills);
 //! `CALLBACK_SECRET` makes the callback check the gateway's signature. Once it accepts
 //! connections it prints `listening <addr>` on stdout.
+//!
+//! On SIGTERM or Ctrl-C it shuts down gracefully: it stops accepting, lets open requests
+//! finish, then waits for the background work (handlers whose clients left, completes being
+//! retried) to end; all of it within `SHUTDOWN_GRACE_SECS` (default 20), then exits.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use idempotency_examples::payments::service::{self, Mode};
 use idempotency_examples::payments::{config, init_logging};
@@ -52,12 +57,71 @@ async fn main() -> ExitCode {
     tracing::info!(addr = %server.addr(), store = kind.as_str(), ?mode, "payments service listening");
     // For scripts and tests that start it on port 0.
     println!("listening {}", server.addr());
-    let _ = tokio::signal::ctrl_c().await;
-    match server.shutdown().await {
-        Ok(()) => ExitCode::SUCCESS,
+    let grace = match shutdown_grace() {
+        Ok(grace) => grace,
         Err(error) => {
+            eprintln!("payments: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    stop_requested().await;
+    tracing::info!(
+        ?grace,
+        "shutting down: open requests and background work finish first"
+    );
+    let deadline = tokio::time::Instant::now() + grace;
+    let served = tokio::time::timeout_at(deadline, server.shutdown()).await;
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let drained = idempotency_core::background::drained(left).await;
+    match served {
+        Ok(Ok(())) if drained => ExitCode::SUCCESS,
+        Ok(Ok(())) => {
+            eprintln!(
+                "payments: {} background tasks still running after {grace:?}",
+                idempotency_core::background::pending()
+            );
+            ExitCode::FAILURE
+        }
+        Ok(Err(error)) => {
             eprintln!("payments: {error}");
             ExitCode::FAILURE
         }
+        Err(_) => {
+            eprintln!("payments: open requests still running after {grace:?}");
+            ExitCode::FAILURE
+        }
     }
+}
+
+/// `SHUTDOWN_GRACE_SECS`: how long a shutdown waits for open requests and background work.
+fn shutdown_grace() -> Result<Duration, String> {
+    match std::env::var("SHUTDOWN_GRACE_SECS") {
+        Err(_) => Ok(Duration::from_secs(20)),
+        Ok(value) => value
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|_| format!("SHUTDOWN_GRACE_SECS must be whole seconds, got {value:?}")),
+    }
+}
+
+/// Resolves at SIGTERM (what an orchestrator sends) or Ctrl-C.
+async fn stop_requested() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = terminate.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "no SIGTERM handler; stopping on Ctrl-C only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }

@@ -16,8 +16,8 @@ use self::micros::Micros;
 use crate::time::unix_micros_now;
 use crate::token::{OneTimeToken, TokenOutcome, TokenStore};
 use crate::{
-    Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Fingerprint, Lease, Outcome,
-    Record, RecordState, Scope, StorageKey, Store, StoreError,
+    Claim, ClaimId, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Fingerprint, Lease,
+    Outcome, Record, RecordState, Scope, StorageKey, Store, StoreError,
 };
 
 const SHARDS: usize = 64;
@@ -179,13 +179,14 @@ type SharedName = Arc<Box<str>>;
 
 /// What the store keeps per key: a [`Record`] without its key (the [`Keyed`] box's), packed:
 /// a shared namespace, times in microseconds (8 bytes each, not 16), and the outcome's status
-/// beside the state (its body alone is optional). 120 bytes.
+/// beside the state (its body alone is optional), and the claim's id. 136 bytes.
 #[derive(Clone)]
 struct Entry {
     namespace: SharedName,
     fingerprint: Fingerprint,
     state: RecordState,
     token: FencingToken,
+    claim_id: ClaimId,
     attempts: u32,
     created_at: Micros,
     updated_at: Micros,
@@ -472,6 +473,7 @@ fn new_entry(
         fingerprint: *request.fingerprint,
         state: RecordState::InProgress,
         token: lease.token,
+        claim_id: request.claim_id,
         attempts: lease.attempt,
         created_at,
         updated_at: now,
@@ -521,6 +523,20 @@ impl Store for MemoryStore {
             }
             _ => Err(StoreError::LeaseLost),
         }
+    }
+
+    /// Claims here end before their caller can give up (nothing is awaited), so none is ever
+    /// left unanswered; the undo is exact all the same, as every store's.
+    async fn undo_claim(&self, key: &StorageKey, claim_id: ClaimId) -> Result<bool, StoreError> {
+        let mut shard = self.records.lock(key);
+        let undone = shard.get(key).is_some_and(|record| {
+            record.state == RecordState::InProgress && record.claim_id == claim_id
+        });
+        if undone {
+            shard.remove(key);
+            self.len.fetch_sub(1, Ordering::Relaxed);
+        }
+        Ok(undone)
     }
 
     async fn touch(
@@ -652,6 +668,7 @@ mod tests {
             namespace,
             fingerprint,
             lease,
+            claim_id: ClaimId::random(),
         }
     }
 
@@ -761,10 +778,10 @@ mod footprint {
     /// What each record costs in memory: its map slot and its box (glibc rounds the box up to
     /// 16 bytes and adds 8). A service that keeps a day of keys keeps this many bytes per key.
     #[test]
-    fn a_record_box_stays_within_152_bytes_and_its_slot_16() {
+    fn a_record_box_stays_within_168_bytes_and_its_slot_16() {
         assert_eq!(std::mem::size_of::<Slot<Entry>>(), 16);
-        // 152: glibc's 160-byte blocks (the next size up is 176).
+        // 168: glibc's 176-byte blocks (the next size up is 192).
         let boxed = std::mem::size_of::<Keyed<Entry>>();
-        assert!(boxed <= 152, "Keyed<Entry> is {boxed} bytes");
+        assert!(boxed <= 168, "Keyed<Entry> is {boxed} bytes");
     }
 }

@@ -31,6 +31,7 @@ mod scripts;
 mod settled;
 mod store;
 mod tokens;
+mod unanswered;
 
 pub use connect::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, connect, connect_client, connect_cluster};
 pub use store::{DEFAULT_CALL_TIMEOUT, DEFAULT_CLOCK_MARGIN, DEFAULT_KEY_PREFIX, RedisStore};

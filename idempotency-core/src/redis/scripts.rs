@@ -35,9 +35,11 @@ macro_rules! owned {
 ///
 /// The lease of an in-progress record ends `grace` before its key expires, so the time left is
 /// `PTTL - grace` (grace at offset 69): the server's own TTL decides, never a client clock. An
-/// ended lease is taken over with token `max(old + 1, candidate)`, strictly greater than the
-/// crashed owner's. The record may have changed since the `SET` (completed, released, taken
-/// over), so every state is handled again here.
+/// ended lease is taken over with exactly the candidate token, which the caller chose greater
+/// than the crashed owner's it saw, so that it can name its claim should the answer not come
+/// (`undo_claim`); an owner newer than the candidate is reported in flight. The record may
+/// have changed since the `SET` (completed, released, taken over), so every state is handled
+/// again here.
 ///
 /// Returns `{1, token, attempt, took_over}` (acquired), `{2, lease_remaining_ms}` (in progress),
 /// `{3, record}` (completed: replay the record's outcome), or `{4}` (mismatch).
@@ -57,7 +59,9 @@ if v then
     return {2, left}
   end
   local old, attempts = struct.unpack('>I8I4', v, 34)
-  token, attempt, took_over, created = math.max(old + 1, token), attempts + 1, 1, string.sub(v, 46, 53)
+  -- The caller chose a token past the one it saw; a newer owner came since: still in flight.
+  if old >= token then return {2, 0} end
+  attempt, took_over, created = attempts + 1, 1, string.sub(v, 46, 53)
 end
 redis.call('SET', KEYS[1], 'p' .. fp .. struct.pack('>I8I4', token, attempt) .. created .. ARGV[3],
   'PX', ARGV[4])

@@ -12,11 +12,12 @@ use super::codec::{self, Existing};
 use super::error::{bounded, map_error, millis};
 use super::held::Held;
 use super::settled::Settled;
+use super::unanswered::{Sent, Unanswered};
 use super::{fencing, scripts};
 use crate::time::{unix_micros_now, unix_millis};
 use crate::{
-    Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Lease, Outcome, Record, StorageKey,
-    Store, StoreError,
+    Claim, ClaimId, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Lease, Outcome, Record,
+    StorageKey, Store, StoreError,
 };
 
 /// Default prefix of every key the store writes.
@@ -115,6 +116,7 @@ pub struct RedisStore<C = ConnectionManager> {
     scripts: Arc<Scripts>,
     held: Arc<Held>,
     settled: Arc<Settled>,
+    unanswered: Arc<Unanswered>,
 }
 
 impl<C: Clone> Clone for RedisStore<C> {
@@ -128,6 +130,7 @@ impl<C: Clone> Clone for RedisStore<C> {
             scripts: Arc::clone(&self.scripts),
             held: Arc::clone(&self.held),
             settled: Arc::clone(&self.settled),
+            unanswered: Arc::clone(&self.unanswered),
         }
     }
 }
@@ -190,6 +193,7 @@ where
             }),
             held: Arc::new(Held::new()),
             settled: Arc::new(Settled::new()),
+            unanswered: Arc::default(),
         }
     }
 
@@ -319,13 +323,15 @@ where
                 Ok(claim)
             }
             Existing::LeaseEnding => {
-                // A takeover token exceeds the old one and every token this process issued.
+                // A takeover token exceeds the old one (seen by `existing`) and every token this
+                // process issued; the script takes the key over with exactly this token.
                 let (lease_ms, grace_ms) = (millis(request.lease), millis(self.grace));
+                let token = fencing::next_at(now_us);
                 let mut invocation = self.scripts.claim.prepare_invoke();
                 invocation
                     .key(record_key)
                     .arg(&request.fingerprint.0[..])
-                    .arg(fencing::next_at(now_us))
+                    .arg(token)
                     .arg(codec::in_progress_tail(
                         now_ms,
                         lease_ms,
@@ -333,7 +339,10 @@ where
                         request.namespace,
                     ))
                     .arg(lease_ms.saturating_add(grace_ms));
-                codec::claim_reply(self.invoke(&invocation).await?)
+                let sent = Sent::new(&self.unanswered, request.claim_id, *request.key, token);
+                let reply = self.invoke(&invocation).await?;
+                sent.answered();
+                codec::claim_reply(reply)
             }
         }
     }
@@ -419,7 +428,9 @@ where
             .arg("GET")
             .arg("PX")
             .arg(lease_ms.saturating_add(grace_ms));
+        let sent = Sent::new(&self.unanswered, request.claim_id, *request.key, token);
         let found: Option<Vec<u8>> = self.query(&command).await?;
+        sent.answered();
         let Some(found) = found else {
             self.held.hold(request.key, token, record);
             return Ok(Claim::Acquired(Lease {
@@ -548,6 +559,24 @@ where
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
         bounded(self.call_timeout, self.release_op(key, token)).await
+    }
+
+    /// Releases the claim with the token it was sent with, if this process sent it and saw no
+    /// answer; a claim that did not land, or was completed or taken over since, is left as it
+    /// is. The token is forgotten once the store answered (a call that fails or is dropped
+    /// leaves it for the next undo).
+    async fn undo_claim(&self, key: &StorageKey, claim_id: ClaimId) -> Result<bool, StoreError> {
+        let Some(token) = self.unanswered.token(claim_id, key) else {
+            return Ok(false);
+        };
+        let undone =
+            match bounded(self.call_timeout, self.release_op(key, FencingToken(token))).await {
+                Ok(()) => true,
+                Err(StoreError::LeaseLost) => false,
+                Err(error) => return Err(error),
+            };
+        self.unanswered.forget(claim_id);
+        Ok(undone)
     }
 
     async fn touch(

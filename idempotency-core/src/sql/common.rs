@@ -382,7 +382,8 @@ pub(crate) use sql_store_settings;
 /// The store brings the per-database steps: `claim_on(conn, request, in_tx)`,
 /// `claim_in_tx_on(conn, tx_request)`, `begin_tx()`,
 /// `complete_on(conn, key, token, outcome, ttl)`, `touch_lease(key, token, lease)` and
-/// `purge(limit)`, and the statements `sql.release`, `sql.get` and `sql.select_records`.
+/// `purge(limit)`, and the statements `sql.release`, `sql.undo` (key, claim id), `sql.get` and
+/// `sql.select_records`.
 macro_rules! sql_store_impls {
     ($store:ident, $db:ty, $conn:ty, list_time: $at:expr) => {
         impl std::fmt::Debug for $store {
@@ -477,6 +478,20 @@ macro_rules! sql_store_impls {
             ) -> Result<(), StoreError> {
                 let mut conn = self.connection().await?;
                 self.release_on(&mut conn, key, token).await
+            }
+
+            async fn undo_claim(
+                &self,
+                key: &StorageKey,
+                claim_id: $crate::ClaimId,
+            ) -> Result<bool, StoreError> {
+                let done = sqlx::query(&self.sql.undo)
+                    .bind(key.0.as_slice())
+                    .bind(claim_id.as_bytes().as_slice())
+                    .execute(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                Ok(done.rows_affected() > 0)
             }
 
             async fn touch(

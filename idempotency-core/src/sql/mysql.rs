@@ -11,7 +11,9 @@ use std::sync::OnceLock;
 use super::common::{ClaimRow, Settings, map_err, micros, owned, token_param, validate_identifier};
 use super::schema::{self, Steps, VersionSql};
 use super::tx::{TxClaim, TxClaimRequest, TxStore, still_running, tx_claim};
-use crate::{Claim, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError};
+use crate::{
+    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError,
+};
 
 /// MySQL's error number for a lock wait that ran out (`innodb_lock_wait_timeout`).
 const LOCK_WAIT_TIMEOUT: u16 = 1205;
@@ -82,6 +84,7 @@ struct Sql {
     complete: String,
     touch: String,
     release: String,
+    undo: String,
     get: String,
     purge: String,
     select_records: String,
@@ -109,8 +112,9 @@ impl Sql {
         );
         let owned = "key_hash = ? AND token = ? AND state = 'in_progress'";
         Self {
-            steps: vec![vec![format!(
-                "CREATE TABLE IF NOT EXISTS {t} (\
+            steps: vec![
+                vec![format!(
+                    "CREATE TABLE IF NOT EXISTS {t} (\
                    key_hash BINARY(32) NOT NULL PRIMARY KEY, \
                    namespace VARCHAR(255) NOT NULL, \
                    fingerprint BINARY(32) NOT NULL, \
@@ -126,16 +130,24 @@ impl Sql {
                    KEY `{table}_expires_idx` (expires_at), \
                    KEY `{table}_reconcile_idx` (namespace, state, updated_at)\
                  ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4"
-            )]],
+                )],
+                vec![
+                    // 2: the claimer's id of an in-progress claim (`undo_claim`).
+                    format!("ALTER TABLE {t} ADD COLUMN claim_id BINARY(16) NULL"),
+                ],
+            ],
+            undo: format!(
+                "DELETE FROM {t} WHERE key_hash = ? AND claim_id = ? AND state = 'in_progress'"
+            ),
             mariadb: OnceLock::new(),
             // Assignments of ON DUPLICATE KEY UPDATE run left to right and see earlier ones, so
             // every column the condition or a later value reads (`state`, `expires_at`) is
-            // assigned after its readers. Parameters: key, namespace, fingerprint, lease µs,
-            // namespace, fingerprint, lease µs.
+            // assigned after its readers. Parameters: key, namespace, fingerprint, claim id,
+            // lease µs, namespace, fingerprint, claim id, lease µs.
             upsert: format!(
-                "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, attempts, \
-                   created_at, updated_at, expires_at) \
-                 VALUES (?, ?, ?, 'in_progress', LAST_INSERT_ID({NOW_US}), 1, {NOW}, {NOW}, \
+                "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
+                   attempts, created_at, updated_at, expires_at) \
+                 VALUES (?, ?, ?, 'in_progress', LAST_INSERT_ID({NOW_US}), ?, 1, {NOW}, {NOW}, \
                    {NOW} + INTERVAL ? MICROSECOND) \
                  ON DUPLICATE KEY UPDATE \
                    attempts = IF({expired}, IF(state = 'in_progress', attempts + 1, 1), attempts), \
@@ -145,6 +157,7 @@ impl Sql {
                      token + LAST_INSERT_ID(0)), \
                    namespace = IF({expired}, ?, namespace), \
                    fingerprint = IF({expired}, ?, fingerprint), \
+                   claim_id = IF({expired}, ?, claim_id), \
                    state = IF({expired}, 'in_progress', state), \
                    updated_at = IF({expired}, {NOW}, updated_at), \
                    completed_at = IF({expired}, NULL, completed_at), \
@@ -298,6 +311,8 @@ impl MySqlStore {
             namespace: request.namespace,
             fingerprint: request.fingerprint,
             lease: request.lease,
+            // Never undone: a claim in a transaction that fails is rolled back with it.
+            claim_id: ClaimId::random(),
         };
         match self.claim_with(conn, claim, true, &upsert).await {
             Ok(claimed) => Ok(tx_claim(claimed, &request)),
@@ -313,13 +328,16 @@ impl MySqlStore {
         statement: &str,
     ) -> Result<Upsert, Waited> {
         let lease = micros(request.lease);
+        let claim_id = request.claim_id.as_bytes().as_slice();
         let done = sqlx::query(statement)
             .bind(request.key.0.as_slice())
             .bind(request.namespace)
             .bind(request.fingerprint.0.as_slice())
+            .bind(claim_id)
             .bind(lease)
             .bind(request.namespace)
             .bind(request.fingerprint.0.as_slice())
+            .bind(claim_id)
             .bind(lease)
             .execute(conn)
             .await

@@ -8,7 +8,9 @@ use sqlx::{PgConnection, PgPool, Postgres};
 use super::common::{ClaimRow, Settings, map_err, micros, owned, token_param, validate_identifier};
 use super::schema::{self, Steps, VersionSql};
 use super::tx::{TxClaim, TxClaimRequest, TxStore, still_running, tx_claim};
-use crate::{Claim, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError};
+use crate::{
+    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError,
+};
 
 /// SQLSTATE `lock_not_available`: a bounded wait (`lock_timeout`) ran out.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
@@ -62,7 +64,7 @@ struct Sql {
     steps: Steps,
     claim: String,
     /// The claim inside a transaction: the same statement, with its wait on a concurrent
-    /// claimer's uncommitted row bounded by `lock_timeout` ($5), which it sets and restores.
+    /// claimer's uncommitted row bounded by `lock_timeout` ($6), which it sets and restores.
     claim_bounded: String,
     /// The first step of a claim inside a transaction: a plain insert of a fresh key (cheap to
     /// plan and to run, the common case), its wait bounded as `claim_bounded`'s; the token it
@@ -71,6 +73,7 @@ struct Sql {
     complete: String,
     touch: String,
     release: String,
+    undo: String,
     get: String,
     purge: String,
     select_records: String,
@@ -109,6 +112,7 @@ impl Sql {
             ("fingerprint", "excluded.fingerprint"),
             ("state", "'in_progress'"),
             ("token", "excluded.token"),
+            ("claim_id", "excluded.claim_id"),
             (
                 "attempts",
                 "CASE WHEN r.state = 'in_progress' THEN r.attempts + 1 ELSE 1 END",
@@ -145,7 +149,7 @@ impl Sql {
             let (lt, from_lt, back, with_back) = if bounded {
                 (
                     "lt AS (SELECT current_setting('lock_timeout') AS old, \
-                     set_config('lock_timeout', $5, true) AS new), ",
+                     set_config('lock_timeout', $6, true) AS new), ",
                     " FROM lt",
                     ", back AS (SELECT set_config('lock_timeout', lt.old, true) AS old FROM lt \
                      WHERE (SELECT count(*) FROM ins) >= 0)",
@@ -160,9 +164,9 @@ impl Sql {
                response_body FROM {t} WHERE key_hash = $1), \
              tok AS (SELECT nextval('{seq}') AS v{from_lt}), \
              ins AS (\
-               INSERT INTO {t} AS r (key_hash, namespace, fingerprint, state, token, attempts, \
-               created_at, updated_at, expires_at) \
-               SELECT $1, $2, $3, 'in_progress', tok.v, 1, {NOW}, {NOW}, \
+               INSERT INTO {t} AS r (key_hash, namespace, fingerprint, state, token, claim_id, \
+               attempts, created_at, updated_at, expires_at) \
+               SELECT $1, $2, $3, 'in_progress', tok.v, $5, 1, {NOW}, {NOW}, \
                {NOW} + $4 * interval '1 microsecond' FROM tok \
                WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > {NOW}) \
                ON CONFLICT (key_hash) DO UPDATE SET {takeover} \
@@ -179,10 +183,10 @@ impl Sql {
         // `ins` before it restores the caller's setting.
         let insert_fresh = format!(
             "WITH lt AS (SELECT current_setting('lock_timeout') AS old, \
-               set_config('lock_timeout', $5, true) AS new), \
-             ins AS (INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, attempts, \
-               created_at, updated_at, expires_at) \
-               SELECT $1, $2, $3, 'in_progress', nextval('{seq}'), 1, {NOW}, {NOW}, \
+               set_config('lock_timeout', $6, true) AS new), \
+             ins AS (INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
+               attempts, created_at, updated_at, expires_at) \
+               SELECT $1, $2, $3, 'in_progress', nextval('{seq}'), $5, 1, {NOW}, {NOW}, \
                {NOW} + $4 * interval '1 microsecond' FROM lt \
                ON CONFLICT (key_hash) DO NOTHING RETURNING token) \
              SELECT (SELECT token FROM ins) AS token, \
@@ -191,9 +195,10 @@ impl Sql {
         let owned = "key_hash = $1 AND token = $2 AND state = 'in_progress'";
         Self {
             insert_fresh,
-            steps: vec![vec![
-                format!(
-                    "CREATE TABLE IF NOT EXISTS {t} (\
+            steps: vec![
+                vec![
+                    format!(
+                        "CREATE TABLE IF NOT EXISTS {t} (\
                        key_hash BYTEA PRIMARY KEY, \
                        namespace TEXT NOT NULL, \
                        fingerprint BYTEA NOT NULL, \
@@ -206,14 +211,24 @@ impl Sql {
                        expires_at TIMESTAMPTZ NOT NULL, \
                        response_status INTEGER, \
                        response_body BYTEA)"
-                ),
-                format!("CREATE INDEX IF NOT EXISTS \"{table}_expires_idx\" ON {t} (expires_at)"),
-                format!(
-                    "CREATE INDEX IF NOT EXISTS \"{table}_reconcile_idx\" \
+                    ),
+                    format!(
+                        "CREATE INDEX IF NOT EXISTS \"{table}_expires_idx\" ON {t} (expires_at)"
+                    ),
+                    format!(
+                        "CREATE INDEX IF NOT EXISTS \"{table}_reconcile_idx\" \
                      ON {t} (namespace, state, updated_at)"
-                ),
-                format!("CREATE SEQUENCE IF NOT EXISTS {seq}"),
-            ]],
+                    ),
+                    format!("CREATE SEQUENCE IF NOT EXISTS {seq}"),
+                ],
+                vec![
+                    // 2: the claimer's id of an in-progress claim (`undo_claim`).
+                    format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS claim_id BYTEA"),
+                ],
+            ],
+            undo: format!(
+                "DELETE FROM {t} WHERE key_hash = $1 AND claim_id = $2 AND state = 'in_progress'"
+            ),
             claim: claim(false),
             claim_bounded: claim(true),
             complete: format!(
@@ -296,6 +311,7 @@ impl PostgresStore {
                 .bind(request.namespace)
                 .bind(request.fingerprint.0.as_slice())
                 .bind(micros(request.lease))
+                .bind(ClaimId::random().as_bytes().as_slice())
                 .bind(&wait)
                 .fetch_one(&mut *conn)
                 .await;
@@ -324,6 +340,7 @@ impl PostgresStore {
             .bind(request.namespace)
             .bind(request.fingerprint.0.as_slice())
             .bind(micros(request.lease))
+            .bind(ClaimId::random().as_bytes().as_slice())
             .bind(&wait)
             .fetch_optional(conn)
             .await;
@@ -353,6 +370,7 @@ impl PostgresStore {
             .bind(request.namespace)
             .bind(request.fingerprint.0.as_slice())
             .bind(micros(request.lease))
+            .bind(request.claim_id.as_bytes().as_slice())
             .fetch_optional(conn)
             .await
             .map_err(map_err)?;

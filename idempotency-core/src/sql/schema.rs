@@ -15,8 +15,9 @@ use crate::Error;
 /// The table that keeps each record table's schema version.
 pub const SCHEMA_TABLE: &str = "idempotency_schema";
 
-/// The schema version this release brings record tables to (version 1: release 0.1's schema).
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema version this release brings record tables to: 1 is release 0.1's schema, 2 adds
+/// the claim id of in-progress records.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The statements a dialect runs to read and write versions. Each takes the record table's
 /// name as its one parameter, `write_version` the version as its second.
@@ -82,10 +83,11 @@ where
         let from = usize::try_from(current).unwrap_or(0);
         for statements in &steps[from..] {
             for statement in statements {
-                sqlx::query(statement)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(map_err)?;
+                match sqlx::query(statement).execute(&mut *conn).await {
+                    Ok(_) => {}
+                    Err(error) if already_applied(&error) => {}
+                    Err(error) => return Err(map_err(error)),
+                }
             }
         }
         tracing::info!(
@@ -104,4 +106,19 @@ where
         .await
         .map_err(map_err)?;
     Ok(())
+}
+
+/// Whether a step failed because it had been applied already: a column added by a migration
+/// that stopped before it recorded its version (MySQL's DDL commits at once; SQLite and MySQL
+/// have no `ADD COLUMN IF NOT EXISTS`).
+fn already_applied(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(error) = error else {
+        return false;
+    };
+    // MySQL and MariaDB: ER_DUP_FIELDNAME; SQLite: a generic error with this message.
+    error.code().as_deref() == Some("42S21")
+        || error
+            .message()
+            .to_ascii_lowercase()
+            .starts_with("duplicate column name")
 }

@@ -10,7 +10,9 @@ use super::common::{
 };
 use super::schema::{self, Steps, VersionSql};
 use super::tx::{TxClaim, TxClaimRequest, TxStore, tx_claim};
-use crate::{Claim, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError};
+use crate::{
+    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError,
+};
 
 /// The schema versions table on SQLite.
 const VERSIONS: VersionSql = VersionSql {
@@ -61,6 +63,7 @@ struct Sql {
     complete: String,
     touch: String,
     release: String,
+    undo: String,
     get: String,
     purge: String,
     select_records: String,
@@ -74,9 +77,10 @@ impl Sql {
              created_at AS created_us, updated_at AS updated_us, completed_at AS completed_us, \
              expires_at AS expires_us, response_status, response_body";
         Self {
-            steps: vec![vec![
-                format!(
-                    "CREATE TABLE IF NOT EXISTS {t} (\
+            steps: vec![
+                vec![
+                    format!(
+                        "CREATE TABLE IF NOT EXISTS {t} (\
                        key_hash BLOB NOT NULL PRIMARY KEY, \
                        namespace TEXT NOT NULL, \
                        fingerprint BLOB NOT NULL, \
@@ -89,24 +93,35 @@ impl Sql {
                        expires_at INTEGER NOT NULL, \
                        response_status INTEGER, \
                        response_body BLOB) WITHOUT ROWID"
-                ),
-                format!("CREATE INDEX IF NOT EXISTS \"{table}_expires_idx\" ON {t} (expires_at)"),
-                format!(
-                    "CREATE INDEX IF NOT EXISTS \"{table}_reconcile_idx\" \
+                    ),
+                    format!(
+                        "CREATE INDEX IF NOT EXISTS \"{table}_expires_idx\" ON {t} (expires_at)"
+                    ),
+                    format!(
+                        "CREATE INDEX IF NOT EXISTS \"{table}_reconcile_idx\" \
                      ON {t} (namespace, state, updated_at)"
-                ),
-            ]],
+                    ),
+                ],
+                vec![
+                    // 2: the claimer's id of an in-progress claim (`undo_claim`).
+                    format!("ALTER TABLE {t} ADD COLUMN claim_id BLOB"),
+                ],
+            ],
+            undo: format!(
+                "DELETE FROM {t} WHERE key_hash = ?1 AND claim_id = ?2 AND state = 'in_progress'"
+            ),
             read: format!(
                 "SELECT state, fingerprint, token, attempts, expires_at - ?2 AS remaining_us, \
                  response_status, response_body FROM {t} WHERE key_hash = ?1"
             ),
             // ?4 is now in µs; a fresh token is `now`, a takeover's `max(previous + 1, now)`.
             upsert: format!(
-                "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, attempts, \
-                   created_at, updated_at, expires_at) \
-                 VALUES (?1, ?2, ?3, 'in_progress', ?4, 1, ?4, ?4, ?4 + ?5) \
+                "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
+                   attempts, created_at, updated_at, expires_at) \
+                 VALUES (?1, ?2, ?3, 'in_progress', ?4, ?6, 1, ?4, ?4, ?4 + ?5) \
                  ON CONFLICT (key_hash) DO UPDATE SET \
                    namespace = excluded.namespace, fingerprint = excluded.fingerprint, \
+                   claim_id = excluded.claim_id, \
                    state = 'in_progress', token = max(token + 1, excluded.token), \
                    attempts = CASE WHEN state = 'in_progress' THEN attempts + 1 ELSE 1 END, \
                    created_at = CASE WHEN state = 'in_progress' THEN created_at \
@@ -186,6 +201,8 @@ impl SqliteStore {
             namespace: request.namespace,
             fingerprint: request.fingerprint,
             lease: request.lease,
+            // Never undone: a claim in a transaction that fails is rolled back with it.
+            claim_id: ClaimId::random(),
         };
         Ok(tx_claim(self.claim_on(conn, claim, true).await?, &request))
     }
@@ -220,6 +237,7 @@ impl SqliteStore {
             .bind(request.fingerprint.0.as_slice())
             .bind(now_us())
             .bind(micros(request.lease))
+            .bind(request.claim_id.as_bytes().as_slice())
             .fetch_optional(conn)
             .await
             .map_err(map_err)?;

@@ -411,6 +411,7 @@ where
             namespace: scope.namespace(),
             fingerprint: &fp,
             lease: Duration::from_secs(30),
+            claim_id: idempotency_core::ClaimId::random(),
         })
         .await
         .unwrap();
@@ -447,6 +448,7 @@ pub async fn purge_batches_and_list<S: Store>(
                 namespace: &namespace,
                 fingerprint: &fp,
                 lease: Duration::from_secs(30),
+                claim_id: idempotency_core::ClaimId::random(),
             })
             .await
             .unwrap()
@@ -536,6 +538,7 @@ pub async fn sweeper_purges<S: Store>(store: S) {
             namespace: "sweeper",
             fingerprint: &fp,
             lease: Duration::from_secs(30),
+            claim_id: idempotency_core::ClaimId::random(),
         })
         .await
         .unwrap()
@@ -559,6 +562,7 @@ pub async fn sweeper_purges<S: Store>(store: S) {
             namespace: "sweeper",
             fingerprint: &fp,
             lease: Duration::from_millis(100),
+            claim_id: idempotency_core::ClaimId::random(),
         })
         .await
         .unwrap();
@@ -948,6 +952,7 @@ pub async fn migrations_are_versioned<S, M>(
             namespace: "migrations",
             fingerprint: &fp,
             lease: Duration::from_secs(30),
+            claim_id: idempotency_core::ClaimId::random(),
         })
         .await
         .unwrap()
@@ -960,12 +965,15 @@ pub async fn migrations_are_versioned<S, M>(
         .await
         .unwrap();
 
-    // As 0.1 left it: the table, no version row.
-    S::Database::run(
-        &pool,
-        &format!("DELETE FROM {SCHEMA_TABLE} WHERE table_name = '{table}'"),
-    )
-    .await;
+    // As 0.1 left it: the table without the claim id, no version row.
+    let forget_version = format!("DELETE FROM {SCHEMA_TABLE} WHERE table_name = '{table}'");
+    S::Database::run(&pool, &format!("ALTER TABLE {table} DROP COLUMN claim_id")).await;
+    S::Database::run(&pool, &forget_version).await;
+    migrate(&store).await.unwrap();
+    assert_eq!(S::Database::scalar(&pool, &version).await, LATEST_VERSION);
+    // A migration that stopped after its DDL (MySQL commits each at once), before it recorded
+    // the version: run again, it completes.
+    S::Database::run(&pool, &forget_version).await;
     migrate(&store).await.unwrap();
     assert_eq!(S::Database::scalar(&pool, &version).await, LATEST_VERSION);
     let record = store.get(&key).await.unwrap().expect("the record survives");

@@ -58,6 +58,24 @@ where
     Ok(())
 }
 
+/// [`consume_pull`] across server outages: whenever the message stream fails or ends (the
+/// client lost the server: `async-nats` reconnects by itself underneath), the pull is started
+/// again, after a pause (100 ms doubling to 5 s). Runs until dropped.
+///
+/// A message whose ack was lost is redelivered after `ack_wait`, and the store answers it as a
+/// duplicate: it is not run again.
+pub async fn consume_pull_reconnecting<S, K, H>(
+    consumer: &IdempotentConsumer<S, K, H>,
+    pull: &jetstream::consumer::PullConsumer,
+    concurrency: usize,
+) where
+    S: Store,
+    K: KeyExtractor,
+    H: Handler,
+{
+    crate::reconnect::forever("nats", || consume_pull(consumer, pull, concurrency)).await;
+}
+
 /// Processes messages from `messages`, up to `concurrency` at a time, until the stream ends
 /// (returns `Ok`) or fails (returns its error; unacked messages are redelivered after
 /// `ack_wait`, and the store keeps them from running twice).

@@ -49,8 +49,8 @@ mod convert;
 mod settle;
 
 pub use consume::{
-    DEFAULT_ACK_WAIT, DEFAULT_PROGRESS_INTERVAL, consume, consume_pull, consume_with_progress,
-    progress_interval,
+    DEFAULT_ACK_WAIT, DEFAULT_PROGRESS_INTERVAL, consume, consume_pull, consume_pull_reconnecting,
+    consume_with_progress, progress_interval,
 };
 pub use convert::message;
 pub use settle::settle;

@@ -6,6 +6,9 @@
 //! [`settle`]: ack, `basic.nack` with `requeue = true` after the verdict's delay, or
 //! `basic.reject` without requeue (dead-lettered if the queue has a dead-letter exchange).
 //!
+//! [`consume_reconnecting`] does the same across broker outages: it connects again whenever the
+//! connection fails.
+//!
 //! Consume with manual acks (`no_ack = false`, the default) and a prefetch (`basic_qos`) of at
 //! least the concurrency, so a message waiting for its delayed requeue does not stall the rest.
 //!
@@ -41,6 +44,6 @@ mod consume;
 mod convert;
 mod settle;
 
-pub use consume::consume;
+pub use consume::{consume, consume_reconnecting};
 pub use convert::{DELIVERY_COUNT_HEADER, message};
 pub use settle::settle;

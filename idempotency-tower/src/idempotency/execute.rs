@@ -74,10 +74,8 @@ where
                 let status = outcome.status;
                 match execution.complete(outcome).await {
                     Ok(()) => tracing::debug!(status, "response stored"),
-                    Err(error) => tracing::warn!(
-                        %error,
-                        "the response could not be stored; a retry may run the handler again"
-                    ),
+                    // Retried by the engine in the background until it lands or the lease ends.
+                    Err(error) => tracing::warn!(%error, "the response is not stored yet"),
                 }
                 content_length
             }

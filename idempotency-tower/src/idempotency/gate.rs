@@ -108,7 +108,7 @@ impl<S: Store> Drop for ClaimGuard<S> {
             tracing::debug!(
                 "request dropped during its claim; finishing the claim in the background"
             );
-            runtime.spawn(async move {
+            idempotency_core::background::spawn_on(&runtime, async move {
                 // A key won here has no handler to run: give it back at once, so that the
                 // client's retry runs rather than meeting a lease nobody renews.
                 if let Ok(Decision::Execute(execution)) = claim.await {

@@ -203,6 +203,14 @@ impl Store for Partitionable {
         self.gate().await;
         self.inner.release(key, token).await
     }
+    async fn undo_claim(
+        &self,
+        key: &StorageKey,
+        claim_id: idempotency_core::ClaimId,
+    ) -> Result<bool, StoreError> {
+        self.gate().await;
+        self.inner.undo_claim(key, claim_id).await
+    }
     async fn touch(
         &self,
         key: &StorageKey,

@@ -10,8 +10,15 @@
 //! The factory is an `async` expression giving `Option<Store>`; `None` skips the suite (use
 //! [`unavailable`] so that under `CI=true` an unreachable server fails instead). Every check uses
 //! fresh random keys, so suites may run in parallel against one shared server.
+//!
+//! [`FaultProxy`] fails the link to a real server (latency, black hole, reset, refusal) for the
+//! fault tests of every front end.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod fault_proxy;
+
+pub use fault_proxy::{FaultProxy, LinkFault};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +27,8 @@ use bytes::Bytes;
 
 use crate::token::{TokenOutcome, TokenStore};
 use crate::{
-    Claim, ClaimRequest, FencingToken, Fingerprint, Lease, Outcome, RecordState, Scope, StorageKey,
-    Store, StoreError,
+    Claim, ClaimId, ClaimRequest, FencingToken, Fingerprint, Lease, Outcome, RecordState, Scope,
+    StorageKey, Store, StoreError,
 };
 
 /// Lease used by checks that do not wait for expiry.
@@ -58,6 +65,7 @@ fn request<'a>(key: &'a StorageKey, fp: &'a Fingerprint, lease: Duration) -> Cla
         namespace: "conformance",
         fingerprint: fp,
         lease,
+        claim_id: ClaimId::random(),
     }
 }
 
@@ -352,6 +360,40 @@ pub async fn release_and_reclaim<S: Store>(store: &S) {
         .complete(&key, second.token, &Outcome::new(200, "y"), LONG)
         .await
         .unwrap();
+}
+
+/// An undo deletes nothing but an in-progress claim under its own claim id: not another claim,
+/// not a completed record, not an absent key. (That it deletes a claim whose answer never came
+/// is shown end to end, through a fault proxy, by each store's fault tests.)
+pub async fn undo_spares_other_claims<S: Store>(store: &S) {
+    let key = unique_key();
+    let fp = fingerprint("a");
+    let undo = |claim_id| store.undo_claim(&key, claim_id);
+    assert!(!undo(ClaimId::random()).await.unwrap(), "an absent key");
+    let claim_id = ClaimId::random();
+    let claimed = store
+        .claim(ClaimRequest {
+            claim_id,
+            ..request(&key, &fp, LONG)
+        })
+        .await
+        .unwrap();
+    let Claim::Acquired(lease) = claimed else {
+        panic!("a fresh key is acquired: {claimed:?}");
+    };
+    assert!(
+        !undo(ClaimId::random()).await.unwrap(),
+        "another claim's id"
+    );
+    let record = store.get(&key).await.unwrap().expect("the claim stays");
+    assert_eq!(record.state, RecordState::InProgress);
+    store
+        .complete(&key, lease.token, &Outcome::new(200, "ok"), LONG)
+        .await
+        .unwrap();
+    assert!(!undo(claim_id).await.unwrap(), "a completed record");
+    let record = store.get(&key).await.unwrap().expect("the outcome stays");
+    assert_eq!(record.state, RecordState::Completed);
 }
 
 /// What a key holds, as the contract says (no lease expires during a walk).
@@ -802,7 +844,8 @@ macro_rules! store_conformance_tests {
             lifecycle, mismatch, takeover_and_fencing, takeover_with_other_payload,
             touch_extends_lease, release_and_reclaim, unknown_key_is_refused,
             completed_expiry_and_purge, abandoned_lease_outlives_purge,
-            ready_claims_answer_as_claim, ready_completes_answer_as_complete, model_walk);
+            ready_claims_answer_as_claim, ready_completes_answer_as_complete, model_walk,
+            undo_spares_other_claims);
         $crate::store_conformance_tests!(@shared $make; keys_are_independent, claim_storm);
     };
     (@tests $make:expr; $($check:ident),*) => {$(

@@ -1,4 +1,7 @@
 //! The engine: claim a key, keep its lease alive while work runs, store or release the outcome.
+//! What it does when a store call fails at the wire is in [`recovery`].
+
+mod recovery;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,8 +13,8 @@ use tokio::task::JoinHandle;
 
 use crate::metrics::{DecisionLabel, NamespaceCounters, StoreOp, adhoc};
 use crate::{
-    Claim, ClaimRequest, FencingToken, Fingerprint, IdempotencyKey, InFlightPolicy, Lease, Outcome,
-    Scope, StorageKey, Store, StoreError,
+    Claim, ClaimId, ClaimRequest, FencingToken, Fingerprint, IdempotencyKey, InFlightPolicy, Lease,
+    Outcome, Scope, StorageKey, Store, StoreError,
 };
 
 /// Engine settings. Every default can be changed with the `with_*` methods of [`Idempotency`].
@@ -341,7 +344,7 @@ impl<S: Store> Idempotency<S> {
         fingerprint: &Fingerprint,
     ) -> Option<Result<Decision<S>, StoreError>> {
         let namespace = namespace.by_ref();
-        let request = self.claim_request(namespace, &key, fingerprint);
+        let request = self.claim_request(namespace, &key, fingerprint, ClaimId::random());
         let claim = self.inner.store.claim_ready(request)?;
         if let Err(error) = &claim {
             self.note_failure(StoreOp::Claim, namespace, error);
@@ -394,10 +397,21 @@ impl<S: Store> Idempotency<S> {
         key: StorageKey,
         fingerprint: &Fingerprint,
     ) -> Result<Decision<S>, StoreError> {
-        let request = self.claim_request(namespace, &key, fingerprint);
+        let claim_id = ClaimId::random();
+        let request = self.claim_request(namespace, &key, fingerprint, claim_id);
+        // Until the store answers, the claim may have landed unanswered: if the call fails at
+        // the wire or is dropped, the guard undoes it in the background.
+        let mut unanswered = Unanswered {
+            engine: self,
+            namespace,
+            key,
+            claim_id,
+            armed: true,
+        };
         let call = std::pin::pin!(self.inner.store.claim(request));
-        let claim = self.timed(StoreOp::Claim, namespace, call).await?;
-        Ok(self.decide(namespace, key, claim))
+        let claim = self.timed(StoreOp::Claim, namespace, call).await;
+        unanswered.armed = matches!(&claim, Err(error) if error.is_transient());
+        Ok(self.decide(namespace, key, claim?))
     }
 
     fn claim_request<'a>(
@@ -405,12 +419,14 @@ impl<S: Store> Idempotency<S> {
         namespace: NamespaceRef<'a>,
         key: &'a StorageKey,
         fingerprint: &'a Fingerprint,
+        claim_id: ClaimId,
     ) -> ClaimRequest<'a> {
         ClaimRequest {
             key,
             namespace: namespace.as_str(),
             fingerprint,
             lease: self.inner.config.lease,
+            claim_id,
         }
     }
 
@@ -504,6 +520,29 @@ impl<S: Store> Idempotency<S> {
     }
 }
 
+/// A claim sent whose answer has not come: undone in the background when dropped armed (the
+/// call failed at the wire, or its caller went away).
+struct Unanswered<'a, S: Store> {
+    engine: &'a Idempotency<S>,
+    namespace: NamespaceRef<'a>,
+    key: StorageKey,
+    claim_id: ClaimId,
+    armed: bool,
+}
+
+impl<S: Store> Drop for Unanswered<'_, S> {
+    fn drop(&mut self) {
+        if self.armed {
+            recovery::undo_unanswered(
+                self.engine.clone(),
+                self.namespace.to_owned(),
+                self.key,
+                self.claim_id,
+            );
+        }
+    }
+}
+
 /// The right to run the work for a claimed key, with its lease renewed in the background.
 ///
 /// Finish with [`complete`](Self::complete) (store the outcome for replay) or
@@ -566,7 +605,9 @@ impl<S: Store> Execution<S> {
     }
 
     /// Stores `outcome` for replay. Fails with [`StoreError::LeaseLost`] if another owner took
-    /// the key over meanwhile (the outcome is then not stored).
+    /// the key over meanwhile (the outcome is then not stored). A transient failure (a timeout,
+    /// a lost connection) is returned, and the complete retried in the background meanwhile,
+    /// the lease renewed, until it lands or the lease ends.
     ///
     /// (An `async` block rather than an `async fn`: the execution and the outcome are then kept
     /// once in the future, not twice.)
@@ -585,14 +626,22 @@ impl<S: Store> Execution<S> {
                 }
                 return result;
             }
-            let call = std::pin::pin!(store.complete(&self.key, self.lease.token, &outcome, ttl));
-            engine
-                .timed(StoreOp::Complete, self.namespace.by_ref(), call)
-                .await
+            let result = {
+                let call =
+                    std::pin::pin!(store.complete(&self.key, self.lease.token, &outcome, ttl));
+                engine
+                    .timed(StoreOp::Complete, self.namespace.by_ref(), call)
+                    .await
+            };
+            if matches!(&result, Err(error) if error.is_transient()) {
+                self.finish_later(recovery::Finish::Complete(outcome), true);
+            }
+            result
         }
     }
 
-    /// Deletes the claim so that a retry runs the work again.
+    /// Deletes the claim so that a retry runs the work again. A transient failure is returned,
+    /// and the release retried in the background meanwhile.
     #[allow(clippy::manual_async_fn)] // an `async fn` would keep `self` twice
     pub fn release(mut self) -> impl Future<Output = Result<(), StoreError>> {
         async move {
@@ -600,11 +649,29 @@ impl<S: Store> Execution<S> {
             self.finished = true;
             self.namespace.by_ref().count_released();
             let engine = &self.engine;
-            let call = std::pin::pin!(engine.inner.store.release(&self.key, self.lease.token));
-            engine
-                .timed(StoreOp::Release, self.namespace.by_ref(), call)
-                .await
+            let result = {
+                let call = std::pin::pin!(engine.inner.store.release(&self.key, self.lease.token));
+                engine
+                    .timed(StoreOp::Release, self.namespace.by_ref(), call)
+                    .await
+            };
+            if matches!(&result, Err(error) if error.is_transient()) {
+                self.finish_later(recovery::Finish::Release, true);
+            }
+            result
         }
+    }
+
+    /// Hands `finish` to the background ([`recovery::retry_finish`]).
+    fn finish_later(&self, finish: recovery::Finish, failed_before: bool) {
+        recovery::retry_finish(
+            self.engine.clone(),
+            self.namespace.clone(),
+            self.key,
+            self.lease,
+            finish,
+            failed_before,
+        );
     }
 
     /// Runs `work` to its end while renewing the lease every `lease / 3` (up to the keep-alive
@@ -692,18 +759,7 @@ impl<S: Store> Drop for Execution<S> {
             return;
         }
         tracing::warn!(namespace = %self.namespace, key = %self.key, "execution dropped unfinished; releasing the key");
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let engine = self.engine.clone();
-            let namespace = self.namespace.clone();
-            let key = self.key;
-            let token = self.lease.token;
-            runtime.spawn(async move {
-                let call = std::pin::pin!(engine.inner.store.release(&key, token));
-                let _ = engine
-                    .timed(StoreOp::Release, namespace.by_ref(), call)
-                    .await;
-            });
-        }
+        self.finish_later(recovery::Finish::Release, false);
     }
 }
 

@@ -1,0 +1,37 @@
+//! Consuming across broker outages: a consume loop that ends with its connection is started
+//! again, after a pause that grows while the broker stays away.
+
+use std::future::Future;
+use std::time::Duration;
+
+/// The first pause after a failure; it doubles up to [`LONGEST_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+/// The longest pause between two attempts.
+const LONGEST_PAUSE: Duration = Duration::from_secs(5);
+/// A session that lasted this long was healthy: the next failure pauses from the start again.
+const HEALTHY: Duration = Duration::from_secs(30);
+
+/// Runs `session` again and again: each call connects and consumes until its connection fails
+/// (or ends). Runs until the returned future is dropped.
+pub(crate) async fn forever<F, Fut, E>(what: &'static str, mut session: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let started = tokio::time::Instant::now();
+        match session().await {
+            Ok(()) => tracing::warn!(broker = what, "the deliveries ended; consuming again"),
+            Err(error) => {
+                tracing::warn!(broker = what, %error, ?pause, "consuming failed; reconnecting");
+            }
+        }
+        if started.elapsed() >= HEALTHY {
+            pause = FIRST_PAUSE;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(LONGEST_PAUSE);
+    }
+}
