@@ -62,4 +62,5 @@ runs!("mysql", MariaDb:
 );
 runs!("sqlite", Sqlite:
     sqlite_locked => Locked,
+    sqlite_full => DiskFull,
 );

@@ -36,7 +36,7 @@ fn main() -> ExitCode {
     if runs.is_empty() {
         eprintln!(
             "no run matches; backends: redis, postgres, mariadb, sqlite; faults: pause, restart, \
-             black-hole, latency, resets, refuse, locked"
+             black-hole, latency, resets, refuse, locked, disk-full"
         );
         return ExitCode::from(2);
     }

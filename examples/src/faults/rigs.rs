@@ -61,6 +61,9 @@ pub enum Fault {
     Refuse,
     /// Another connection holds the database's write lock (SQLite).
     Locked,
+    /// The database may not grow (SQLite `max_page_count` set to its size: `SQLITE_FULL`, what a
+    /// full disk answers).
+    DiskFull,
 }
 
 impl Backend {
@@ -83,7 +86,7 @@ impl Backend {
         match self {
             Self::Redis => &[Pause, Restart, BlackHole, Latency, Resets, Refuse],
             Self::Postgres | Self::MariaDb => &[BlackHole, Latency, Resets, Refuse],
-            Self::Sqlite => &[Locked],
+            Self::Sqlite => &[Locked, DiskFull],
         }
     }
 }
@@ -99,6 +102,7 @@ impl Fault {
             Self::Resets => "resets",
             Self::Refuse => "refuse",
             Self::Locked => "locked",
+            Self::DiskFull => "disk-full",
         }
     }
 
@@ -112,6 +116,7 @@ impl Fault {
             Self::Resets => "connections reset every 100 ms",
             Self::Refuse => "connections refused",
             Self::Locked => "write lock held elsewhere",
+            Self::DiskFull => "database full (max_page_count)",
         }
     }
 }
@@ -167,6 +172,11 @@ enum Injector {
     SqliteLock {
         locker: sqlx::SqliteConnection,
     },
+    /// Read by every connection of the store's pool as it is acquired.
+    #[cfg(feature = "sqlite")]
+    SqliteFull {
+        full: Arc<std::sync::atomic::AtomicBool>,
+    },
 }
 
 impl Rig {
@@ -190,7 +200,7 @@ impl Rig {
             Backend::Redis => redis(fault).await?,
             Backend::Postgres => postgres(fault, &run_id).await?,
             Backend::MariaDb => mysql(fault, &run_id).await?,
-            Backend::Sqlite => sqlite(&run_id).await?,
+            Backend::Sqlite => sqlite(fault, &run_id).await?,
         };
         let app = store.app(&run_id, store_timeout, log);
         Ok(Self {
@@ -249,6 +259,8 @@ impl Rig {
                     .await
                     .map_err(|error| Unavailable::Failed(format!("BEGIN EXCLUSIVE: {error}")))?;
             }
+            #[cfg(feature = "sqlite")]
+            Injector::SqliteFull { full } => full.store(true, std::sync::atomic::Ordering::SeqCst),
         }
         Ok(())
     }
@@ -273,6 +285,8 @@ impl Rig {
                     .await
                     .map_err(|error| Unavailable::Failed(format!("ROLLBACK: {error}")))?;
             }
+            #[cfg(feature = "sqlite")]
+            Injector::SqliteFull { full } => full.store(false, std::sync::atomic::Ordering::SeqCst),
         }
         Ok(())
     }
@@ -421,7 +435,9 @@ async fn mysql(_: Fault, _: &str) -> Result<(AnyStore, Injector, Duration), Unav
 }
 
 #[cfg(feature = "sqlite")]
-async fn sqlite(run_id: &str) -> Result<(AnyStore, Injector, Duration), Unavailable> {
+async fn sqlite(fault: Fault, run_id: &str) -> Result<(AnyStore, Injector, Duration), Unavailable> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     use sqlx::Connection;
     use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
     let dir = std::env::temp_dir().join("idempotency-example-tests");
@@ -432,25 +448,43 @@ async fn sqlite(run_id: &str) -> Result<(AnyStore, Injector, Duration), Unavaila
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .busy_timeout(Duration::from_secs(10));
+    let full = Arc::new(AtomicBool::new(false));
+    let limit = Arc::clone(&full);
     let pool = SqlitePoolOptions::new()
         .max_connections(4)
+        // Full: no page beyond the file's size (SQLite raises a lower limit to the size);
+        // otherwise SQLite's default limit.
+        .before_acquire(move |connection, _| {
+            let pages = if limit.load(Ordering::SeqCst) {
+                1
+            } else {
+                1_073_741_823
+            };
+            Box::pin(async move {
+                sqlx::query(&format!("PRAGMA max_page_count = {pages}"))
+                    .execute(&mut *connection)
+                    .await?;
+                Ok(true)
+            })
+        })
         .connect_with(options.clone())
         .await
         .map_err(|error| missing(&error))?;
     let store = idempotency_core::sql::SqliteStore::new(pool);
     store.migrate().await.map_err(|error| missing(&error))?;
-    let locker = sqlx::SqliteConnection::connect_with(&options)
-        .await
-        .map_err(|error| missing(&error))?;
-    Ok((
-        AnyStore::Sqlite(store),
-        Injector::SqliteLock { locker },
-        SQLITE_STORE_TIMEOUT,
-    ))
+    let injector = if fault == Fault::DiskFull {
+        Injector::SqliteFull { full }
+    } else {
+        let locker = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .map_err(|error| missing(&error))?;
+        Injector::SqliteLock { locker }
+    };
+    Ok((AnyStore::Sqlite(store), injector, SQLITE_STORE_TIMEOUT))
 }
 
 #[cfg(not(feature = "sqlite"))]
-async fn sqlite(_: &str) -> Result<(AnyStore, Injector, Duration), Unavailable> {
+async fn sqlite(_: Fault, _: &str) -> Result<(AnyStore, Injector, Duration), Unavailable> {
     Err(Unavailable::Missing(
         "built without the `sqlite` feature".to_owned(),
     ))
