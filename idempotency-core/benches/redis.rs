@@ -6,7 +6,7 @@
 //!
 //! - *claim+complete*: `RedisStore::claim` of a fresh key (one native `SET k record NX GET PX`)
 //!   then `complete` (one script) against raw `SET k v NX PX` then `SET k outcome PX`.
-//! - *claim+complete through the engine*: the same through `Idempotency` (`begin_in`, then the
+//! - *claim+complete through the engine*: the same through `Idempotency` (`claim`, then the
 //!   execution's `complete`: what the layer runs), against the same raw pair.
 //! - *the store's own commands, raw*: a raw client sending the commands the store sends for a
 //!   claim+complete (`SET NX GET`, then `SET … IFEQ` where the server has it, else the
@@ -46,7 +46,8 @@ use std::time::{Duration, Instant};
 use idempotency_core::redis::{ConnectionManager, RedisStore, connect, driver};
 use idempotency_core::testing::unique_key;
 use idempotency_core::{
-    Claim, ClaimRequest, Decision, Fingerprint, Idempotency, Namespace, Outcome, StorageKey, Store,
+    Claim, ClaimRequest, Decision, Fingerprint, Idempotency, InFlightPolicy, Namespace, Outcome,
+    StorageKey, Store,
 };
 
 const LEASE: Duration = Duration::from_secs(60);
@@ -263,7 +264,7 @@ async fn store_claim_complete(
     run
 }
 
-/// [`store_claim_complete`] through the engine, as the layer runs it: `begin_in` (a prepared
+/// [`store_claim_complete`] through the engine, as the layer runs it: `claim` (a prepared
 /// namespace), then `complete` of the execution.
 async fn engine_claim_complete(
     store: Arc<RedisStore>,
@@ -281,7 +282,7 @@ async fn engine_claim_complete(
         let namespace = Arc::clone(&namespace);
         async move {
             let key = key_of(&salt, index);
-            let decision = engine.begin_in(&namespace, key, &fingerprint);
+            let decision = engine.claim(&namespace, key, &fingerprint, InFlightPolicy::Reject);
             let Decision::Execute(execution) = decision.await.unwrap() else {
                 panic!("fresh key");
             };

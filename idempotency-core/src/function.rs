@@ -219,8 +219,15 @@ impl Call {
         let key = self.storage_key();
         let fingerprint = self.fingerprint.finish();
         let namespace = self.scope.namespace();
+        if engine.config().keys_of_0_1 {
+            // 0.1 keyed functions as requests ([`Config::keys_of_0_1`]).
+            let key_of_0_1 = self.scope.storage_key_for(Mechanism::Request, &self.key);
+            return engine
+                .claim_bridged(namespace, key, key_of_0_1, &fingerprint, self.in_flight)
+                .await;
+        }
         engine
-            .begin_storage_key_with(namespace, key, &fingerprint, self.in_flight)
+            .claim_named(namespace, key, &fingerprint, self.in_flight)
             .await
     }
 }

@@ -60,10 +60,35 @@ impl IdempotencyKey {
     /// Parses a header value: an RFC 8941 sf-string (`"…"`, with `\"` and `\\` escapes) or a bare
     /// token, then validates the result.
     pub fn from_header(value: &[u8]) -> Result<Self, KeyError> {
-        // Validation guarantees ASCII, so the conversion cannot fail.
-        String::from_utf8(header_text(value)?.into_owned())
-            .map(Self)
-            .map_err(|_| KeyError::InvalidCharacter(0))
+        Ok(Self(Self::header_text(value)?.into_owned()))
+    }
+
+    /// The key text of a header value, validated as [`from_header`](Self::from_header) validates
+    /// it: borrowed from `value` for a bare token (a caller that only hashes the key copies
+    /// nothing), unescaped for an sf-string.
+    ///
+    /// ```
+    /// use idempotency_core::IdempotencyKey;
+    ///
+    /// assert_eq!(IdempotencyKey::header_text(b"k-1").unwrap(), "k-1");
+    /// assert_eq!(IdempotencyKey::header_text(b"\"k-1\"").unwrap(), "k-1");
+    /// assert!(IdempotencyKey::header_text(b"").is_err());
+    /// ```
+    pub fn header_text(value: &[u8]) -> Result<Cow<'_, str>, KeyError> {
+        match value.first() {
+            Some(b'"') => {
+                let unquoted = unquote_sf_string(value)?;
+                validate(unquoted.as_bytes())?;
+                Ok(Cow::Owned(unquoted))
+            }
+            _ => {
+                validate(value)?;
+                // Validation guarantees ASCII, so the conversion cannot fail.
+                std::str::from_utf8(value)
+                    .map(Cow::Borrowed)
+                    .map_err(|_| KeyError::InvalidCharacter(0))
+            }
+        }
     }
 
     /// The key as text.
@@ -88,22 +113,6 @@ impl std::str::FromStr for IdempotencyKey {
     type Err = KeyError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::parse(s)
-    }
-}
-
-/// The text of a key header's value, validated as [`IdempotencyKey::from_header`] validates it:
-/// borrowed from `value` for a bare token, unescaped for an sf-string.
-pub(crate) fn header_text(value: &[u8]) -> Result<Cow<'_, [u8]>, KeyError> {
-    match value.first() {
-        Some(b'"') => {
-            let unquoted = unquote_sf_string(value)?;
-            validate(unquoted.as_bytes())?;
-            Ok(Cow::Owned(unquoted.into_bytes()))
-        }
-        _ => {
-            validate(value)?;
-            Ok(Cow::Borrowed(value))
-        }
     }
 }
 

@@ -12,6 +12,34 @@
 //! - [`Idempotency`]: the engine that claims a key, keeps the lease alive while work runs, and
 //!   stores or releases the outcome.
 //!
+//! # Glossary
+//!
+//! Every crate of the workspace uses these words, and only in these senses.
+//!
+//! - **key**: what names one operation (a client's `Idempotency-Key`, a trade number, a message
+//!   id). A [`Scope`] (namespace + principal) and a [`Mechanism`] turn it into the
+//!   **storage key**, a digest: stores never see raw keys.
+//! - **record**: what a store keeps per storage key: in progress (claimed) or completed.
+//! - **claim**: taking a key for one execution ([`Store::claim`], [`Idempotency::claim`]). The
+//!   store answers with what it found ([`Claim`]: acquired, in progress, completed, mismatch);
+//!   the engine turns that into the caller's [`Decision`].
+//! - **lease**: how long a claim holds before another caller may take it over (a crashed
+//!   owner's key is not lost); renewed while the work runs (**keep-alive**).
+//! - **fencing token**: issued by the store with each claim, strictly greater for every new
+//!   owner; completes, releases and renewals carry it, so a stale owner changes nothing.
+//! - **outcome**: what an execution produced (a status and a body), stored by **complete** and
+//!   answered to duplicates.
+//! - **decision**: what a caller does with a claim: **execute** (run the work, then complete or
+//!   release), **replay** (answer with the stored outcome, run nothing), **in flight** (the first
+//!   owner is still running: answer at once or wait, by [`InFlightPolicy`]), **mismatch** (the
+//!   key was used with another payload, told by its [`Fingerprint`]). `sql::TxClaim` is the
+//!   same decision inside a database transaction.
+//! - **release**: deleting an in-progress record so that a retry runs the work again (a failed
+//!   handler, an outcome not worth keeping). **Undo** is the release of a claim whose answer
+//!   never came, named by its [`ClaimId`].
+//! - **takeover**: a claim of a key whose lease ended; its owner is attempt `n + 1`.
+//! - **settle** (queue consumers only): ack, requeue or reject a delivery, by its verdict.
+//!
 //! ```
 //! use idempotency_core::{Decision, Fingerprint, Idempotency, IdempotencyKey, MemoryStore, Outcome, Scope};
 //!

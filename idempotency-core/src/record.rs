@@ -7,8 +7,24 @@ use crate::{Fingerprint, StorageKey};
 
 /// A fencing token: strictly greater for every new owner of a key, so a stale owner (one whose
 /// lease expired and was taken over) can be told apart and refused.
+///
+/// Only a store issues one (with each [`Claim::Acquired`](crate::Claim::Acquired)); a caller
+/// holds it in its [`Execution`](crate::Execution) and never makes one up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FencingToken(pub u64);
+pub struct FencingToken(u64);
+
+impl FencingToken {
+    /// The token a store issued as `value`: for [`Store`](crate::Store) implementations, which
+    /// keep the value with the record and compare it on every fenced call.
+    pub const fn new(value: u64) -> Self {
+        Self(value)
+    }
+
+    /// The value, as the store keeps it.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
 
 /// The claimer's own name for one claim: chosen at random before the claim is sent, kept by the
 /// store with the claim, so that a claim whose answer never came (a timeout, a reset

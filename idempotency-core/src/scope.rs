@@ -2,9 +2,8 @@
 
 use std::fmt;
 
+use crate::IdempotencyKey;
 use crate::framing::FramedHasher;
-use crate::key::header_text;
-use crate::{IdempotencyKey, KeyError};
 
 /// Which kind of front end a record belongs to.
 ///
@@ -23,7 +22,9 @@ pub enum Mechanism {
     Function,
     /// Claims taken by hand in a transaction ([`TxStore::claim_in_tx`](crate::sql::TxStore::claim_in_tx)).
     Transaction,
-    /// Queue consumers.
+    /// Queue consumers' own records. Not used yet: consumers key their fast (Redis) tier as
+    /// requests, as 0.1 did, and their SQL tier as transactions; moving them here needs the
+    /// upgrade path functions and transactions have ([`Config::keys_of_0_1`](crate::Config::keys_of_0_1)).
     Message,
 }
 
@@ -98,22 +99,6 @@ impl Scope {
     /// them as [`IdempotencyKey`]s).
     pub fn storage_key_for(&self, mechanism: Mechanism, key: &str) -> StorageKey {
         self.hash(mechanism.tag(), key.as_bytes())
-    }
-
-    /// The hashed key for a key header's raw value (a bare token or an RFC 8941 sf-string),
-    /// validated as [`IdempotencyKey::from_header`] validates it: the same digest as
-    /// [`storage_key`](Self::storage_key) of that key, without copying the key out of the header.
-    ///
-    /// ```
-    /// use idempotency_core::{IdempotencyKey, Scope};
-    ///
-    /// let scope = Scope::new("orders");
-    /// let key = IdempotencyKey::from_header(b"k-1").unwrap();
-    /// assert_eq!(scope.storage_key_of_header(b"k-1"), Ok(scope.storage_key(&key)));
-    /// assert!(scope.storage_key_of_header(b"").is_err());
-    /// ```
-    pub fn storage_key_of_header(&self, value: &[u8]) -> Result<StorageKey, KeyError> {
-        Ok(self.hash(Mechanism::Request.tag(), &header_text(value)?))
     }
 
     /// The hashed key for an arbitrary byte string in this scope, under a distinct domain `tag`
@@ -193,37 +178,6 @@ impl fmt::Display for StorageKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_header_value_hashes_as_the_key_it_parses_to() {
-        let scope = Scope::new("ns").with_principal("p");
-        for value in [
-            &b"k"[..],
-            b"7c9e6679-7425-40de-944b-e07fc1f90ae7",
-            b"\"quoted\"",
-            b"\"with\\\"escapes\\\\\"",
-        ] {
-            let key = IdempotencyKey::from_header(value).unwrap();
-            assert_eq!(
-                scope.storage_key_of_header(value),
-                Ok(scope.storage_key(&key))
-            );
-        }
-        for value in [
-            &b""[..],
-            b"caf\xc3\xa9",
-            b"a b",
-            b"\"open",
-            b"\"\"",
-            &[b'k'; 256],
-        ] {
-            assert_eq!(
-                scope.storage_key_of_header(value),
-                Err(IdempotencyKey::from_header(value).unwrap_err()),
-                "{value:?}"
-            );
-        }
-    }
 
     #[test]
     fn scopes_separate_keys() {

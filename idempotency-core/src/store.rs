@@ -75,8 +75,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Claim, StoreError>> + Send;
 
     /// The answer [`claim`](Store::claim) would give, given at once, by a store that answers
-    /// without awaiting anything (the memory store): callers then set up no future for the
-    /// claim. `None`, the default, means: call `claim`.
+    /// without awaiting anything (the memory store): front ends then set up no future for the
+    /// claim (a replay through the HTTP layer costs 4 % more instructions without it;
+    /// `BENCHMARKS.md`). `None`, the default, means: call `claim`.
     fn claim_ready(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
         let _ = request;
         None
@@ -90,20 +91,6 @@ pub trait Store: Send + Sync + 'static {
         outcome: &Outcome,
         ttl: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// [`complete`](Store::complete) done at once, by a store that completes without awaiting
-    /// anything (the memory store): callers then set up no future for it. `None`, the default,
-    /// means: call `complete` (nothing was done).
-    fn complete_ready(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Option<Result<(), StoreError>> {
-        let _ = (key, token, outcome, ttl);
-        None
-    }
 
     /// The longest any call of this store takes, if the store bounds each call (all its round
     /// trips) itself and fails it with [`StoreError::Timeout`] past that. Callers that bound
@@ -169,13 +156,6 @@ pub trait DynStore: Send + Sync + 'static {
         outcome: &'a Outcome,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
-    fn complete_ready_dyn(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Option<Result<(), StoreError>>;
     fn release_dyn<'a>(
         &'a self,
         key: &'a StorageKey,
@@ -218,15 +198,6 @@ impl<S: Store> DynStore for S {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.complete(key, token, outcome, ttl))
-    }
-    fn complete_ready_dyn(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Option<Result<(), StoreError>> {
-        self.complete_ready(key, token, outcome, ttl)
     }
     fn release_dyn<'a>(
         &'a self,
@@ -303,15 +274,6 @@ impl Store for BoxStore {
     ) -> Result<(), StoreError> {
         self.0.complete_dyn(key, token, outcome, ttl).await
     }
-    fn complete_ready(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Option<Result<(), StoreError>> {
-        self.0.complete_ready_dyn(key, token, outcome, ttl)
-    }
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
         self.0.release_dyn(key, token).await
     }
@@ -355,15 +317,6 @@ impl<S: Store> Store for Arc<S> {
         ttl: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).complete(key, token, outcome, ttl)
-    }
-    fn complete_ready(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Option<Result<(), StoreError>> {
-        (**self).complete_ready(key, token, outcome, ttl)
     }
     fn release(
         &self,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use idempotency_core::{
     Claim, ClaimRequest, Decision, FencingToken, Fingerprint, Idempotency, IdempotencyKey,
-    MemoryStore, Outcome, Record, Scope, StorageKey, Store, StoreError,
+    InFlightPolicy, MemoryStore, Namespace, Outcome, Record, Scope, StorageKey, Store, StoreError,
 };
 
 fn key(text: &str) -> IdempotencyKey {
@@ -133,7 +133,12 @@ async fn waiting_mode_replays_the_first_outcome() {
         let (engine, scope) = (engine.clone(), scope.clone());
         tokio::spawn(async move {
             engine
-                .begin_waiting(&scope, &key("k"), &fp, Duration::from_secs(5))
+                .claim(
+                    &Namespace::new(scope.namespace()),
+                    scope.storage_key(&key("k")),
+                    &fp,
+                    InFlightPolicy::wait(Duration::from_secs(5)),
+                )
                 .await
                 .unwrap()
         })
@@ -156,7 +161,12 @@ async fn waiting_is_bounded() {
     let fp = Fingerprint::of_bytes(b"a");
     let _running = engine.begin(&scope, &key("k"), &fp).await.unwrap();
     let decision = engine
-        .begin_waiting(&scope, &key("k"), &fp, Duration::from_millis(100))
+        .claim(
+            &Namespace::new(scope.namespace()),
+            scope.storage_key(&key("k")),
+            &fp,
+            InFlightPolicy::wait(Duration::from_millis(100)),
+        )
         .await
         .unwrap();
     assert!(matches!(decision, Decision::InFlight { .. }));
@@ -285,11 +295,11 @@ async fn concurrent_duplicates_execute_once() {
             tokio::spawn(async move {
                 let scope = Scope::new("engine");
                 let decision = engine
-                    .begin_waiting(
-                        &scope,
-                        &key("once"),
+                    .claim(
+                        &Namespace::new(scope.namespace()),
+                        scope.storage_key(&key("once")),
                         &Fingerprint::of_bytes(b"a"),
-                        Duration::from_secs(10),
+                        InFlightPolicy::wait(Duration::from_secs(10)),
                     )
                     .await
                     .unwrap();

@@ -111,7 +111,7 @@ async fn records_are_one_packed_binary_string_with_a_native_ttl() {
     );
     assert_eq!(stored[0], b'c');
     assert_eq!(&stored[1..33], &fp.0[..], "raw fingerprint bytes");
-    assert_eq!(&stored[33..41], &lease.token.0.to_be_bytes()[..]);
+    assert_eq!(&stored[33..41], &lease.token.get().to_be_bytes()[..]);
     assert_eq!(&stored[81..87], b"orders");
     assert!(stored.ends_with(&body), "the body is stored as raw bytes");
 
@@ -162,9 +162,9 @@ async fn a_released_token_ahead_of_the_clock_orders_the_next_claim() {
 
     // Simulate a token ahead of this process's clock (issued by a process whose clock is a
     // second ahead, or before this clock was set back): rewrite it in place.
-    let ahead = FencingToken(lease.token.0 + 1_000_000);
+    let ahead = FencingToken::new(lease.token.get() + 1_000_000);
     let mut stored = raw(&store, &key).await.unwrap();
-    stored[33..41].copy_from_slice(&ahead.0.to_be_bytes());
+    stored[33..41].copy_from_slice(&ahead.get().to_be_bytes());
     let mut connection = store.connection().clone();
     let () = driver::cmd("SET")
         .arg(store.record_key(&key))
@@ -205,7 +205,7 @@ async fn the_native_claim_and_the_claim_script_write_one_layout() {
     );
     assert_eq!(native[0], b'p');
     assert_eq!(&native[1..33], &fp.0[..]);
-    assert_eq!(u64_at(&native, 33), first.token.0);
+    assert_eq!(u64_at(&native, 33), first.token.get());
     assert_eq!(&native[41..45], &1u32.to_be_bytes()[..], "attempt 1");
     assert_eq!(
         u64_at(&native, 61) - u64_at(&native, 53),
@@ -233,7 +233,7 @@ async fn the_native_claim_and_the_claim_script_write_one_layout() {
     let scripted = raw(&store, &key).await.unwrap();
     assert_eq!(scripted.len(), native.len());
     assert_eq!(scripted[..33], native[..33]);
-    assert_eq!(u64_at(&scripted, 33), second.token.0);
+    assert_eq!(u64_at(&scripted, 33), second.token.get());
     assert_eq!(&scripted[41..45], &2u32.to_be_bytes()[..], "attempt 2");
     assert_eq!(scripted[45..53], native[45..53], "created is kept");
     assert_eq!(u64_at(&scripted, 61) - u64_at(&scripted, 53), 30_000);
@@ -367,7 +367,7 @@ async fn tokens_ahead_of_the_clock_are_exceeded_by_takeovers_and_later_claims() 
     let taker = acquire(&store, &key, &fp, Duration::from_secs(30)).await;
     assert!(taker.took_over);
     assert!(
-        taker.token.0 > ahead,
+        taker.token.get() > ahead,
         "the takeover token exceeds the taken-over one"
     );
     let later = acquire(&store, &unique_key(), &fp, Duration::from_secs(30)).await;
@@ -379,7 +379,7 @@ async fn tokens_ahead_of_the_clock_are_exceeded_by_takeovers_and_later_claims() 
     // A token only seen in a record (a live lease of another process) orders later tokens too.
     let key = unique_key();
     acquire(&store, &key, &fp, Duration::from_secs(30)).await;
-    let further = later.token.0 + 3_600_000_000;
+    let further = later.token.get() + 3_600_000_000;
     rewrite(&store, &key, |record| {
         record[33..41].copy_from_slice(&further.to_be_bytes());
     })
@@ -392,7 +392,7 @@ async fn tokens_ahead_of_the_clock_are_exceeded_by_takeovers_and_later_claims() 
         Claim::InProgress { .. }
     ));
     let after = acquire(&store, &unique_key(), &fp, Duration::from_secs(30)).await;
-    assert!(after.token.0 > further);
+    assert!(after.token.get() > further);
 }
 
 /// A process remembers the keys it completed and reads their duplicates with `GET`. What it

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, Request, Response};
 use http_body::Body;
-use idempotency_core::{Fingerprint, KeyError, StorageKey};
+use idempotency_core::{Fingerprint, IdempotencyKey, KeyError, Mechanism, StorageKey};
 use tower_service::Service;
 
 use crate::body::{RequestBody, ResponseBody};
@@ -156,7 +156,7 @@ pub(crate) enum Entry<B> {
     /// Refuse it at once (a missing or malformed key header).
     Refuse(Refusal),
     /// Read it and claim; a key found in its header is given here, validated and hashed
-    /// straight from the header (no copy of the key is made).
+    /// straight from the header (no copy of a bare key is made).
     Guard(Parts, B, Option<StorageKey>),
 }
 
@@ -170,11 +170,13 @@ pub(crate) fn enter<B>(settings: &Settings, request: Request<B>) -> Entry<B> {
         return Entry::Guard(parts, body, None);
     };
     let refusal = match crate::key_source::key_header(&parts.headers, name) {
-        Ok(Some(value)) => match settings
-            .scope_for(&parts)
-            .storage_key_of_header(value.as_bytes())
-        {
-            Ok(key) => return Entry::Guard(parts, body, Some(key)),
+        Ok(Some(value)) => match IdempotencyKey::header_text(value.as_bytes()) {
+            Ok(text) => {
+                let key = settings
+                    .scope_for(&parts)
+                    .storage_key_for(Mechanism::Request, &text);
+                return Entry::Guard(parts, body, Some(key));
+            }
             Err(error) => key_refusal(error),
         },
         Ok(None) if !settings.require_key => {

@@ -1,7 +1,9 @@
 //! The engine: claim a key, keep its lease alive while work runs, store or release the outcome.
-//! What it does when a store call fails at the wire is in [`recovery`].
+//! What it does when a store call fails at the wire is in [`recovery`]; how it claims the keys
+//! of 0.1 beside its own during an upgrade, in [`upgrade`].
 
 mod recovery;
+mod upgrade;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -30,6 +32,11 @@ pub struct Config {
     pub keep_alive_ceiling: Duration,
     /// The longest any single store call may take before it counts as failed. Default 2 s.
     pub store_timeout: Duration,
+    /// Whether functions ([`Call`](crate::function::Call), `#[idempotent]`) also claim, first,
+    /// the key 0.1 gave them, so that a fleet running 0.1 and 0.2 side by side never runs one
+    /// twice and records 0.1 wrote are replayed. For the upgrade from 0.1 only (CHANGELOG).
+    /// Default off.
+    pub keys_of_0_1: bool,
 }
 
 impl Default for Config {
@@ -40,6 +47,7 @@ impl Default for Config {
             keep_alive: true,
             keep_alive_ceiling: Duration::from_secs(600),
             store_timeout: Duration::from_secs(2),
+            keys_of_0_1: false,
         }
     }
 }
@@ -63,9 +71,8 @@ pub enum Decision<S: Store> {
 /// A namespace prepared once for the engine: its name and its metric keys, built when it is
 /// created rather than on every request. Cheap to clone (one reference count).
 ///
-/// A front end that serves one namespace (an HTTP layer, a consumer) keeps one and claims with
-/// [`Idempotency::begin_in`]; [`Idempotency::begin`] and [`Idempotency::begin_storage_key`] take
-/// the namespace as text and count the same metrics.
+/// A front end keeps one per namespace it serves and claims with [`Idempotency::claim`];
+/// [`Idempotency::begin`] takes the namespace from a [`Scope`] and counts the same metrics.
 #[derive(Clone)]
 pub struct Namespace(NamespaceRepr);
 
@@ -253,6 +260,12 @@ impl<S: Store> Idempotency<S> {
         })
     }
 
+    /// Also claims, first, the key 0.1 gave each function call ([`Config::keys_of_0_1`]): on
+    /// while a fleet upgrades from 0.1, and until records 0.1 wrote have expired.
+    pub fn with_keys_of_0_1(self, enabled: bool) -> Self {
+        self.map_config(|c| c.keys_of_0_1 = enabled)
+    }
+
     /// The settings in force.
     pub fn config(&self) -> &Config {
         &self.inner.config
@@ -268,76 +281,54 @@ impl<S: Store> Idempotency<S> {
         Arc::clone(&self.inner.store)
     }
 
-    /// Claims `key` in `scope` for a request with `fingerprint`.
+    /// Claims `key` in `scope` for a request with `fingerprint` (the hashed key
+    /// [`Scope::storage_key`]); a duplicate in flight is answered at once. Shorthand for
+    /// [`claim`](Self::claim) with [`InFlightPolicy::Reject`].
     pub async fn begin(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
     ) -> Result<Decision<S>, StoreError> {
-        self.begin_storage_key(scope.namespace(), scope.storage_key(key), fingerprint)
-            .await
-    }
-
-    /// Like [`begin`](Self::begin), but while another owner is in flight, polls (with backoff)
-    /// for up to `max_wait` for it to finish, then answers with its outcome.
-    pub async fn begin_waiting(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        max_wait: Duration,
-    ) -> Result<Decision<S>, StoreError> {
         let namespace = NamespaceRef::Name(scope.namespace());
-        self.claim_waiting(namespace, scope.storage_key(key), fingerprint, max_wait)
+        self.claim_once(namespace, scope.storage_key(key), fingerprint)
             .await
     }
 
-    /// Claims an already hashed key (see [`Scope::storage_key_for`]).
-    pub async fn begin_storage_key(
-        &self,
-        namespace: &str,
-        key: StorageKey,
-        fingerprint: &Fingerprint,
-    ) -> Result<Decision<S>, StoreError> {
-        self.claim(NamespaceRef::Name(namespace), key, fingerprint)
-            .await
-    }
-
-    /// [`begin_storage_key`](Self::begin_storage_key) whose duplicate in flight follows
-    /// `in_flight` (waiting polls with backoff, then answers with the first one's outcome).
-    pub async fn begin_storage_key_with(
-        &self,
-        namespace: &str,
-        key: StorageKey,
-        fingerprint: &Fingerprint,
-        in_flight: InFlightPolicy,
-    ) -> Result<Decision<S>, StoreError> {
-        let namespace = NamespaceRef::Name(namespace);
-        match in_flight {
-            InFlightPolicy::Reject => self.claim(namespace, key, fingerprint).await,
-            InFlightPolicy::Wait { max } => {
-                self.claim_waiting(namespace, key, fingerprint, max).await
-            }
-        }
-    }
-
-    /// Claims an already hashed key in a prepared [`Namespace`]: the same as
-    /// [`begin_storage_key`](Self::begin_storage_key), without building metric labels or
-    /// copying the namespace per call.
-    pub async fn begin_in(
+    /// Claims a hashed key (see [`Scope::storage_key_for`]) in a prepared [`Namespace`]: the
+    /// entry point of every front end. While another owner is in flight, `in_flight` answers
+    /// [`Decision::InFlight`] at once ([`InFlightPolicy::Reject`]), or polls with backoff up to
+    /// its bound and then answers with the first owner's outcome (or runs, if it was released).
+    ///
+    /// ```
+    /// use idempotency_core::{Decision, Fingerprint, Idempotency, InFlightPolicy, MemoryStore, Namespace, Scope};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idempotency_core::Error> {
+    /// let engine = Idempotency::new(MemoryStore::new());
+    /// let namespace = Namespace::new("payments.callback"); // once, at start-up
+    /// let key = Scope::new("payments.callback").storage_key_for(idempotency_core::Mechanism::Request, "T1");
+    /// let wait = InFlightPolicy::wait(Duration::from_secs(5));
+    /// let decision = engine.claim(&namespace, key, &Fingerprint::of_bytes(b"order 42"), wait).await?;
+    /// assert!(matches!(decision, Decision::Execute(_)));
+    /// # Ok(()) }
+    /// ```
+    pub async fn claim(
         &self,
         namespace: &Namespace,
         key: StorageKey,
         fingerprint: &Fingerprint,
+        in_flight: InFlightPolicy,
     ) -> Result<Decision<S>, StoreError> {
-        self.claim(namespace.by_ref(), key, fingerprint).await
+        self.claim_in(namespace.by_ref(), key, fingerprint, in_flight)
+            .await
     }
 
-    /// [`begin_in`](Self::begin_in) answered at once, if the store answers claims without
-    /// awaiting ([`Store::claim_ready`], the memory store): then no future is set up for the
-    /// claim. `None` means: await `begin_in` (or `begin_waiting_in`).
-    pub fn begin_ready_in(
+    /// [`claim`](Self::claim) answered at once, for a front end that would otherwise box the
+    /// claim's future: `Some` if the store answers without awaiting ([`Store::claim_ready`],
+    /// the memory store), `None` otherwise (then await `claim`). A duplicate in flight is
+    /// answered at once: a front end that waits for it awaits `claim` then.
+    pub fn claim_at_once(
         &self,
         namespace: &Namespace,
         key: StorageKey,
@@ -352,18 +343,32 @@ impl<S: Store> Idempotency<S> {
         Some(claim.map(|claim| self.decide(namespace, key, claim)))
     }
 
-    /// [`begin_in`](Self::begin_in) that, while another owner is in flight, polls (with backoff)
-    /// for up to `max_wait` for it to finish, then answers with its outcome (as
-    /// [`begin_waiting`](Self::begin_waiting)).
-    pub async fn begin_waiting_in(
+    /// [`claim`](Self::claim) in a namespace given by name (counters built per event): for
+    /// front ends that claim in a namespace once per call, as [`Call`](crate::function::Call).
+    pub(crate) async fn claim_named(
         &self,
-        namespace: &Namespace,
+        namespace: &str,
         key: StorageKey,
         fingerprint: &Fingerprint,
-        max_wait: Duration,
+        in_flight: InFlightPolicy,
     ) -> Result<Decision<S>, StoreError> {
-        self.claim_waiting(namespace.by_ref(), key, fingerprint, max_wait)
+        self.claim_in(NamespaceRef::Name(namespace), key, fingerprint, in_flight)
             .await
+    }
+
+    async fn claim_in(
+        &self,
+        namespace: NamespaceRef<'_>,
+        key: StorageKey,
+        fingerprint: &Fingerprint,
+        in_flight: InFlightPolicy,
+    ) -> Result<Decision<S>, StoreError> {
+        match in_flight {
+            InFlightPolicy::Reject => self.claim_once(namespace, key, fingerprint).await,
+            InFlightPolicy::Wait { max } => {
+                self.claim_waiting(namespace, key, fingerprint, max).await
+            }
+        }
     }
 
     async fn claim_waiting(
@@ -377,7 +382,7 @@ impl<S: Store> Idempotency<S> {
         // Set at the first in-flight answer: most claims are answered at once, without a clock.
         let mut deadline = None;
         loop {
-            let decision = self.claim(namespace, key, fingerprint).await?;
+            let decision = self.claim_once(namespace, key, fingerprint).await?;
             if !matches!(decision, Decision::InFlight { .. }) {
                 return Ok(decision);
             }
@@ -391,7 +396,7 @@ impl<S: Store> Idempotency<S> {
         }
     }
 
-    async fn claim(
+    async fn claim_once(
         &self,
         namespace: NamespaceRef<'_>,
         key: StorageKey,
@@ -555,6 +560,9 @@ pub struct Execution<S: Store> {
     lease: Lease,
     keep_alive: Option<JoinHandle<()>>,
     finished: bool,
+    /// The same call's claim of the key 0.1 gave it ([`Config::keys_of_0_1`]): completed
+    /// first (0.1 nodes look only there) and released with this one.
+    key_of_0_1: Option<Box<Execution<S>>>,
 }
 
 impl<S: Store> std::fmt::Debug for Execution<S> {
@@ -581,6 +589,7 @@ impl<S: Store> Execution<S> {
             lease,
             keep_alive,
             finished: false,
+            key_of_0_1: None,
         }
     }
 
@@ -614,18 +623,15 @@ impl<S: Store> Execution<S> {
     #[allow(clippy::manual_async_fn)] // an `async fn` would keep `self` and `outcome` twice
     pub fn complete(mut self, outcome: Outcome) -> impl Future<Output = Result<(), StoreError>> {
         async move {
+            if let Some(twin) = self.key_of_0_1.take() {
+                // Logged and retried by the twin itself; this key is completed whatever it says.
+                let _ = Box::pin(twin.complete(outcome.clone())).await;
+            }
             self.stop_keep_alive();
             self.finished = true;
             let engine = &self.engine;
             let ttl = engine.inner.config.ttl;
             let store = &engine.inner.store;
-            // A store that completes at once (the memory store) needs no future, nor a timer.
-            if let Some(result) = store.complete_ready(&self.key, self.lease.token, &outcome, ttl) {
-                if let Err(error) = &result {
-                    engine.note_failure(StoreOp::Complete, self.namespace.by_ref(), error);
-                }
-                return result;
-            }
             let result = {
                 let call =
                     std::pin::pin!(store.complete(&self.key, self.lease.token, &outcome, ttl));
@@ -645,6 +651,9 @@ impl<S: Store> Execution<S> {
     #[allow(clippy::manual_async_fn)] // an `async fn` would keep `self` twice
     pub fn release(mut self) -> impl Future<Output = Result<(), StoreError>> {
         async move {
+            if let Some(twin) = self.key_of_0_1.take() {
+                let _ = Box::pin(twin.release()).await;
+            }
             self.stop_keep_alive();
             self.finished = true;
             self.namespace.by_ref().count_released();

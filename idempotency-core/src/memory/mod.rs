@@ -305,7 +305,7 @@ impl MemoryStore {
     }
 
     fn next_token(&self) -> FencingToken {
-        FencingToken(self.next_token.fetch_add(1, Ordering::Relaxed) + 1)
+        FencingToken::new(self.next_token.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
     /// Reserves room for a new key in a bounded store, evicting expired records (all shards)
@@ -501,16 +501,6 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         self.complete_now(key, token, outcome, ttl)
-    }
-
-    fn complete_ready(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Option<Result<(), StoreError>> {
-        Some(self.complete_now(key, token, outcome, ttl))
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {

@@ -100,7 +100,7 @@ pub(super) fn claim_reply(reply: Value) -> Result<Claim, StoreError> {
             let token = unsigned(&items[1])?;
             fencing::observe(token);
             Ok(Claim::Acquired(Lease {
-                token: FencingToken(token),
+                token: FencingToken::new(token),
                 attempt: unsigned(&items[2])?,
                 took_over: int(&items[3])? == 1,
             }))
@@ -224,7 +224,7 @@ pub(super) fn existing(
 
 /// Encodes a fencing token as the script compares it (8 bytes, big-endian).
 pub(super) fn token_bytes(token: FencingToken) -> [u8; 8] {
-    token.0.to_be_bytes()
+    token.get().to_be_bytes()
 }
 
 /// The in-progress record the touch script would write over `in_progress`: its lease fields
@@ -274,7 +274,7 @@ pub(super) fn record(
         namespace,
         fingerprint: Fingerprint(be(&stored, 1)),
         state,
-        token: FencingToken(u64_at(&stored, 33)),
+        token: FencingToken::new(u64_at(&stored, 33)),
         attempts: u32::from_be_bytes(be(&stored, 41)),
         created_at: from_unix_millis(u64_at(&stored, 45)),
         updated_at: from_unix_millis(u64_at(&stored, 53)),
@@ -319,7 +319,7 @@ mod tests {
         assert_eq!(
             claim_reply(acquired).unwrap(),
             Claim::Acquired(Lease {
-                token: FencingToken(7),
+                token: FencingToken::new(7),
                 attempt: 2,
                 took_over: true
             })
@@ -350,7 +350,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(completed.namespace, "orders");
-        assert_eq!(completed.token, FencingToken(42));
+        assert_eq!(completed.token, FencingToken::new(42));
         assert_eq!(completed.attempts, 2);
         assert_eq!(completed.fingerprint, Fingerprint([7; 32]));
         assert_eq!(completed.expires_at, from_unix_millis(3_000));
@@ -384,7 +384,7 @@ mod tests {
         let record = record(&key, Some(written)).unwrap().unwrap();
         assert_eq!(record.state, RecordState::InProgress);
         assert_eq!(record.fingerprint, fp);
-        assert_eq!(record.token, FencingToken(77));
+        assert_eq!(record.token, FencingToken::new(77));
         assert_eq!(record.attempts, 1);
         assert_eq!(record.created_at, from_unix_millis(5_000));
         assert_eq!(record.updated_at, from_unix_millis(5_000));

@@ -434,7 +434,7 @@ where
         let Some(found) = found else {
             self.held.hold(request.key, token, record);
             return Ok(Claim::Acquired(Lease {
-                token: FencingToken(token),
+                token: FencingToken::new(token),
                 attempt: 1,
                 took_over: false,
             }));
@@ -453,7 +453,7 @@ where
         let now_ms = unix_millis(SystemTime::now());
         let fields = codec::completed_fields(now_ms, ttl_ms, outcome.status);
         if self.held.native()
-            && let Some(in_progress) = self.held.take(key, token.0)
+            && let Some(in_progress) = self.held.take(key, token.get())
         {
             let completed = codec::completed_from(&in_progress, &fields, &outcome.body);
             if let Some(done) = self
@@ -481,7 +481,7 @@ where
             .arg(&codec::token_bytes(token)[..]);
         // The record and its token go (no fence key is kept): this process's later tokens still
         // exceed it, even if the token was not issued here.
-        fencing::observe(token.0);
+        fencing::observe(token.get());
         self.held.forget(key);
         self.owned_step(invocation).await
     }
@@ -497,12 +497,12 @@ where
         let fields = codec::lease_fields(now_ms, lease_ms, grace_ms);
         let px = lease_ms.saturating_add(grace_ms);
         if self.held.native()
-            && let Some(in_progress) = self.held.get(key, token.0)
+            && let Some(in_progress) = self.held.get(key, token.get())
         {
             let renewed = codec::renewed(&in_progress, &fields);
             match self.compare_and_set(key, renewed, &in_progress, px).await {
                 Some(Ok(())) => {
-                    self.held.touched(key, token.0, &fields);
+                    self.held.touched(key, token.get(), &fields);
                     return Ok(());
                 }
                 Some(Err(error)) => {
@@ -520,7 +520,7 @@ where
             .arg(px);
         let touched = self.owned_step(invocation).await;
         match &touched {
-            Ok(()) => self.held.touched(key, token.0, &fields),
+            Ok(()) => self.held.touched(key, token.get(), &fields),
             // Lost, or perhaps applied (a time-out): the record is no longer known exactly.
             Err(_) => self.held.forget(key),
         }
@@ -569,12 +569,16 @@ where
         let Some(token) = self.unanswered.token(claim_id, key) else {
             return Ok(false);
         };
-        let undone =
-            match bounded(self.call_timeout, self.release_op(key, FencingToken(token))).await {
-                Ok(()) => true,
-                Err(StoreError::LeaseLost) => false,
-                Err(error) => return Err(error),
-            };
+        let undone = match bounded(
+            self.call_timeout,
+            self.release_op(key, FencingToken::new(token)),
+        )
+        .await
+        {
+            Ok(()) => true,
+            Err(StoreError::LeaseLost) => false,
+            Err(error) => return Err(error),
+        };
         self.unanswered.forget(claim_id);
         Ok(undone)
     }

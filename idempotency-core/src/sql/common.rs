@@ -42,6 +42,7 @@ pub(crate) struct Settings {
     pub(crate) tx_lease: Duration,
     pub(crate) tx_ttl: Duration,
     pub(crate) tx_in_flight: InFlightPolicy,
+    pub(crate) keys_of_0_1: bool,
     pub(crate) abandoned_grace: Duration,
 }
 
@@ -52,6 +53,7 @@ impl Default for Settings {
             tx_lease: Duration::from_secs(60),
             tx_ttl: Duration::from_secs(24 * 60 * 60),
             tx_in_flight: InFlightPolicy::wait(crate::DEFAULT_IN_FLIGHT_WAIT),
+            keys_of_0_1: false,
             abandoned_grace: crate::DEFAULT_ABANDONED_GRACE,
         }
     }
@@ -203,7 +205,7 @@ impl RecordRow {
             namespace: self.namespace,
             fingerprint: Fingerprint(digest(&self.fingerprint, "fingerprint")?),
             state: state(&self.state)?,
-            token: FencingToken(to_u64(self.token, "token")?),
+            token: FencingToken::new(to_u64(self.token, "token")?),
             attempts: to_u32(self.attempts, "attempts")?,
             created_at: from_micros(self.created_us),
             updated_at: from_micros(self.updated_us),
@@ -234,7 +236,7 @@ impl ClaimRow {
     pub(crate) fn into_claim(self, fingerprint: &Fingerprint) -> Result<Claim, StoreError> {
         if self.acquired {
             return Ok(Claim::Acquired(Lease {
-                token: FencingToken(to_u64(self.token, "token")?),
+                token: FencingToken::new(to_u64(self.token, "token")?),
                 attempt: to_u32(self.attempts, "attempts")?,
                 // A takeover of an expired lease counts on from the crashed attempt; a fresh
                 // record (absent, or completed and expired) starts again at 1.
@@ -289,7 +291,7 @@ pub(crate) fn map_err(error: sqlx::Error) -> StoreError {
 
 /// A fencing token as a SQL parameter (tokens beyond `i64` were never issued: stale).
 pub(crate) fn token_param(token: FencingToken) -> Result<i64, StoreError> {
-    i64::try_from(token.0).map_err(|_| StoreError::LeaseLost)
+    i64::try_from(token.get()).map_err(|_| StoreError::LeaseLost)
 }
 
 /// `Ok` if a fenced write hit its row, else [`StoreError::LeaseLost`].
@@ -348,6 +350,14 @@ macro_rules! sql_store_settings {
             /// [`TxClaim::InFlight`](crate::sql::TxClaim::InFlight)).
             pub fn with_tx_in_flight(mut self, policy: crate::InFlightPolicy) -> Self {
                 self.settings.tx_in_flight = policy;
+                self
+            }
+
+            /// Transactional claims of transactions and functions also take, first, the key 0.1
+            /// gave them ([`TxStore::keys_of_0_1`](crate::sql::TxStore::keys_of_0_1)): on while
+            /// a fleet upgrades from 0.1, and until records 0.1 wrote have expired.
+            pub fn with_keys_of_0_1(mut self, enabled: bool) -> Self {
+                self.settings.keys_of_0_1 = enabled;
                 self
             }
 
@@ -542,6 +552,7 @@ macro_rules! sql_store_impls {
                     lease: self.settings.tx_lease,
                     ttl: self.settings.tx_ttl,
                     in_flight: self.settings.tx_in_flight,
+                    key_of_0_1: None,
                 }
             }
 
@@ -550,7 +561,43 @@ macro_rules! sql_store_impls {
                 tx: &mut T,
                 request: $crate::sql::TxClaimRequest<'_>,
             ) -> Result<$crate::sql::TxClaim, StoreError> {
-                self.claim_in_tx_on(tx.connection(), request).await
+                use $crate::sql::{TxClaim, TxClaimRequest};
+                let Some(key_of_0_1) = request.key_of_0_1 else {
+                    return self.claim_in_tx_on(tx.connection(), request).await;
+                };
+                // The upgrade from 0.1 (`keys_of_0_1`): the key of 0.1 first, where 0.1 nodes
+                // claim, then this release's own.
+                let older = TxClaimRequest {
+                    key: key_of_0_1,
+                    key_of_0_1: None,
+                    ..request
+                };
+                let older = match self.claim_in_tx_on(tx.connection(), older).await? {
+                    TxClaim::Execute(lease) => lease,
+                    answered => return Ok(answered),
+                };
+                let own = TxClaimRequest {
+                    key_of_0_1: None,
+                    ..request
+                };
+                match self.claim_in_tx_on(tx.connection(), own).await? {
+                    TxClaim::Execute(mut lease) => {
+                        lease.key_of_0_1 = Some(Box::new(older));
+                        Ok(TxClaim::Execute(lease))
+                    }
+                    answered => {
+                        // Given back in case the caller commits; a transaction its wait aborted
+                        // (PostgreSQL) rolls back whole anyway.
+                        let _ = self
+                            .release_on(tx.connection(), &older.key, older.lease.token)
+                            .await;
+                        Ok(answered)
+                    }
+                }
+            }
+
+            fn keys_of_0_1(&self) -> bool {
+                self.settings.keys_of_0_1
             }
 
             async fn complete_in_tx<T: $crate::sql::InTransaction<$db> + ?Sized>(
@@ -559,6 +606,16 @@ macro_rules! sql_store_impls {
                 lease: $crate::sql::TxLease,
                 outcome: &Outcome,
             ) -> Result<(), StoreError> {
+                if let Some(older) = &lease.key_of_0_1 {
+                    self.complete_on(
+                        tx.connection(),
+                        &older.key,
+                        older.lease.token,
+                        outcome,
+                        older.ttl,
+                    )
+                    .await?;
+                }
                 self.complete_on(
                     tx.connection(),
                     &lease.key,
@@ -574,6 +631,10 @@ macro_rules! sql_store_impls {
                 tx: &mut T,
                 lease: $crate::sql::TxLease,
             ) -> Result<(), StoreError> {
+                if let Some(older) = &lease.key_of_0_1 {
+                    self.release_on(tx.connection(), &older.key, older.lease.token)
+                        .await?;
+                }
                 self.release_on(tx.connection(), &lease.key, lease.lease.token)
                     .await
             }

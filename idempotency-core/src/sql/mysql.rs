@@ -230,8 +230,8 @@ super::common::sql_store_settings!(MySqlStore, MySqlPool);
 
 impl MySqlStore {
     /// The SQL text of one of the store's statements (upsert, read, complete, get), for benchmarks
-    /// that run the identical statements through raw sqlx.
-    #[doc(hidden)]
+    /// that run the identical statements through raw sqlx (feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn statement(&self, name: &str) -> Option<&str> {
         match name {
             "upsert" => Some(&self.sql.upsert),
@@ -342,8 +342,8 @@ impl MySqlStore {
             .execute(conn)
             .await
             .map_err(Waited::from)?;
-        let token = FencingToken(done.last_insert_id());
-        Ok(match (token.0, done.rows_affected()) {
+        let token = FencingToken::new(done.last_insert_id());
+        Ok(match (token.get(), done.rows_affected()) {
             (0, _) => Upsert::Live,
             (_, 1) => Upsert::Inserted(token),
             _ => Upsert::TookOver(token),

@@ -257,8 +257,8 @@ super::common::sql_store_settings!(PostgresStore, PgPool);
 
 impl PostgresStore {
     /// The SQL text of one of the store's statements (claim, complete, get), for benchmarks
-    /// that run the identical statements through raw sqlx.
-    #[doc(hidden)]
+    /// that run the identical statements through raw sqlx (feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn statement(&self, name: &str) -> Option<&str> {
         match name {
             "claim" => Some(&self.sql.claim),
@@ -319,7 +319,7 @@ impl PostgresStore {
             Ok((Some(token), _)) => {
                 let lease =
                     Lease {
-                        token: FencingToken(u64::try_from(token).map_err(|_| {
+                        token: FencingToken::new(u64::try_from(token).map_err(|_| {
                             StoreError::Codec(format!("token out of range: {token}"))
                         })?),
                         attempt: 1,

@@ -158,8 +158,8 @@ super::common::sql_store_settings!(SqliteStore, SqlitePool);
 
 impl SqliteStore {
     /// The SQL text of one of the store's statements (read, upsert, complete, get), for benchmarks
-    /// that run the identical statements through raw sqlx.
-    #[doc(hidden)]
+    /// that run the identical statements through raw sqlx (feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn statement(&self, name: &str) -> Option<&str> {
         match name {
             "read" => Some(&self.sql.read),
@@ -243,7 +243,7 @@ impl SqliteStore {
             .map_err(map_err)?;
         row.map(|(token, attempts)| {
             Ok(Claim::Acquired(Lease {
-                token: FencingToken(
+                token: FencingToken::new(
                     u64::try_from(token)
                         .map_err(|_| StoreError::Codec(format!("token out of range: {token}")))?,
                 ),

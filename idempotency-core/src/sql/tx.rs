@@ -41,6 +41,9 @@ pub struct TxClaimRequest<'a> {
     pub ttl: Duration,
     /// What to do while another transaction's uncommitted claim holds the key.
     pub in_flight: InFlightPolicy,
+    /// The key 0.1 gave the same claim, claimed first while a fleet upgrades from 0.1
+    /// ([`TxStore::keys_of_0_1`]); `None` otherwise.
+    pub key_of_0_1: Option<&'a StorageKey>,
 }
 
 /// What [`TxStore::claim_in_tx`] found.
@@ -75,6 +78,9 @@ pub struct TxLease {
     pub(crate) key: StorageKey,
     pub(crate) lease: Lease,
     pub(crate) ttl: Duration,
+    /// The claim of the key of 0.1 taken with it ([`TxStore::keys_of_0_1`]), completed first
+    /// and released with it.
+    pub(crate) key_of_0_1: Option<Box<TxLease>>,
 }
 
 impl TxLease {
@@ -155,7 +161,13 @@ pub trait TxStore: Store + Clone {
         fingerprint: &'a Fingerprint,
     ) -> TxClaimRequest<'a>;
 
-    /// Claims an already hashed key inside `tx`.
+    /// Whether claims of transactions and transactional functions also take, first, the key
+    /// 0.1 gave them (`with_keys_of_0_1`), so that a fleet running 0.1 and 0.2 side by side
+    /// never runs one twice and records 0.1 wrote are replayed. For the upgrade from 0.1 only
+    /// (CHANGELOG). Default off.
+    fn keys_of_0_1(&self) -> bool;
+
+    /// Claims an already hashed key inside `tx` (and, first, `request.key_of_0_1` if set).
     fn claim_storage_key_in_tx<T: InTransaction<Self::Database> + ?Sized>(
         &self,
         tx: &mut T,
@@ -189,10 +201,17 @@ pub trait TxStore: Store + Clone {
         fingerprint: &Fingerprint,
     ) -> impl Future<Output = Result<TxClaim, Error>> + Send {
         let storage_key = scope.storage_key_for(Mechanism::Transaction, key.as_str());
+        // 0.1 keyed transactions as requests.
+        let key_of_0_1 = self
+            .keys_of_0_1()
+            .then(|| scope.storage_key_for(Mechanism::Request, key.as_str()));
         let namespace = scope.namespace().to_owned();
         let fingerprint = *fingerprint;
         async move {
-            let request = self.tx_request(&namespace, &storage_key, &fingerprint);
+            let request = TxClaimRequest {
+                key_of_0_1: key_of_0_1.as_ref(),
+                ..self.tx_request(&namespace, &storage_key, &fingerprint)
+            };
             self.claim_storage_key_in_tx(tx, request).await
         }
     }
@@ -205,6 +224,7 @@ pub(crate) fn tx_claim(claim: crate::Claim, request: &TxClaimRequest<'_>) -> TxC
             key: *request.key,
             lease,
             ttl: request.ttl,
+            key_of_0_1: None,
         }),
         crate::Claim::Completed(outcome) => TxClaim::Replay(outcome),
         crate::Claim::InProgress { lease_remaining } => TxClaim::InFlight {

@@ -127,40 +127,6 @@ pub async fn ready_claims_answer_as_claim<S: Store>(store: &S) {
     );
 }
 
-/// A completion done at once ([`Store::complete_ready`]) is the one `complete` does: a stale
-/// token is refused and changes nothing, the current one stores the outcome, and completing
-/// again is refused. A store that does not complete at once has nothing to check here.
-pub async fn ready_completes_answer_as_complete<S: Store>(store: &S) {
-    let key = unique_key();
-    let fp = fingerprint("ready-complete");
-    let lease = acquire(store, &key, &fp, LONG).await;
-    let outcome = binary_outcome();
-    let stale = FencingToken(lease.token.0.wrapping_sub(1));
-    let Some(refused) = store.complete_ready(&key, stale, &outcome, LONG) else {
-        return;
-    };
-    assert!(
-        matches!(refused, Err(StoreError::LeaseLost)),
-        "a stale token: {refused:?}"
-    );
-    let live = store.claim(request(&key, &fp, LONG)).await.unwrap();
-    assert!(
-        matches!(live, Claim::InProgress { .. }),
-        "a refused completion changes nothing: {live:?}"
-    );
-    let done = store.complete_ready(&key, lease.token, &outcome, LONG);
-    assert!(matches!(done, Some(Ok(()))), "{done:?}");
-    assert_eq!(
-        store.claim(request(&key, &fp, LONG)).await.unwrap(),
-        Claim::Completed(outcome.clone())
-    );
-    let again = store.complete_ready(&key, lease.token, &outcome, LONG);
-    assert!(
-        matches!(again, Some(Err(StoreError::LeaseLost))),
-        "completed already: {again:?}"
-    );
-}
-
 /// absent → in_progress → completed, with replay of the exact outcome.
 pub async fn lifecycle<S: Store>(store: &S) {
     let key = unique_key();
@@ -337,7 +303,10 @@ pub async fn release_and_reclaim<S: Store>(store: &S) {
     let first = acquire(store, &key, &fp, LONG).await;
     assert!(matches!(
         store
-            .release(&key, FencingToken(first.token.0.wrapping_add(1000)))
+            .release(
+                &key,
+                FencingToken::new(first.token.get().wrapping_add(1000))
+            )
             .await,
         Err(StoreError::LeaseLost)
     ));
@@ -482,7 +451,7 @@ pub async fn model_walk<S: Store>(store: &S) {
         let at = format!("seed {seed}, step {step}, key {k}, model {:?}", model[k]);
         // The owner's token if any was issued, an older one, or one never issued.
         let token = match (walk.below(5), issued[k].as_slice()) {
-            (0, _) | (_, []) => FencingToken(walk.next_u64() | 1 << 62),
+            (0, _) | (_, []) => FencingToken::new(walk.next_u64() | 1 << 62),
             (1, older) => older[walk.below(older.len())],
             (_, tokens) => tokens[tokens.len() - 1],
         };
@@ -491,15 +460,10 @@ pub async fn model_walk<S: Store>(store: &S) {
             0 | 1 => {
                 let fp = &fps[walk.below(fps.len())];
                 let claim = request(key, fp, LONG);
-                let answer = match walk.below(2) {
-                    0 => store.claim_ready(claim),
-                    _ => None,
-                };
-                let answer = match answer {
-                    Some(answer) => answer,
-                    None => store.claim(claim).await,
-                }
-                .unwrap_or_else(|error| panic!("{at}: claim failed: {error}"));
+                let answer = store
+                    .claim(claim)
+                    .await
+                    .unwrap_or_else(|error| panic!("{at}: claim failed: {error}"));
                 model[k] = match (&model[k], answer) {
                     (Modelled::Absent, Claim::Acquired(lease)) => {
                         assert_eq!((lease.attempt, lease.took_over), (1, false), "{at}");
@@ -541,14 +505,7 @@ pub async fn model_walk<S: Store>(store: &S) {
             }
             2 => {
                 let outcome = &outcomes[walk.below(outcomes.len())];
-                let answer = match walk.below(2) {
-                    0 => store.complete_ready(key, token, outcome, LONG),
-                    _ => None,
-                };
-                let answer = match answer {
-                    Some(answer) => answer,
-                    None => store.complete(key, token, outcome, LONG).await,
-                };
+                let answer = store.complete(key, token, outcome, LONG).await;
                 match (owns, answer) {
                     (true, Ok(())) => {
                         let Modelled::InProgress { fp, .. } = model[k] else {
@@ -624,7 +581,7 @@ pub async fn model_walk<S: Store>(store: &S) {
 /// Steps on a key that was never claimed are refused.
 pub async fn unknown_key_is_refused<S: Store>(store: &S) {
     let key = unique_key();
-    let token = FencingToken(1);
+    let token = FencingToken::new(1);
     assert!(matches!(
         store
             .complete(&key, token, &Outcome::new(200, "x"), LONG)
@@ -844,8 +801,7 @@ macro_rules! store_conformance_tests {
             lifecycle, mismatch, takeover_and_fencing, takeover_with_other_payload,
             touch_extends_lease, release_and_reclaim, unknown_key_is_refused,
             completed_expiry_and_purge, abandoned_lease_outlives_purge,
-            ready_claims_answer_as_claim, ready_completes_answer_as_complete, model_walk,
-            undo_spares_other_claims);
+            ready_claims_answer_as_claim, model_walk, undo_spares_other_claims);
         $crate::store_conformance_tests!(@shared $make; keys_are_independent, claim_storm);
     };
     (@tests $make:expr; $($check:ident),*) => {$(

@@ -35,74 +35,56 @@ fn claim<S: Store>(
     fingerprint: Fingerprint,
     in_flight: InFlightPolicy,
 ) -> ClaimGuard<S> {
-    let settings = layer.settings();
-    let ready = layer
-        .shared
-        .engine
-        .begin_ready_in(&settings.namespace, storage_key, &fingerprint);
-    match ready {
+    let engine = &layer.shared.engine;
+    match engine.claim_at_once(&layer.settings().namespace, storage_key, &fingerprint) {
         Some(Ok(Decision::InFlight { .. })) if in_flight != InFlightPolicy::Reject => {}
-        Some(decision) => return ClaimGuard::ready(decision),
+        Some(decision) => return ClaimGuard::Ready(Some(decision)),
         None => {}
     }
     let shared = Arc::clone(&layer.shared);
-    let claim: BoxedClaim<S> = match in_flight {
-        InFlightPolicy::Reject => Box::pin(async move {
-            let namespace = &shared.settings.namespace;
-            shared
-                .engine
-                .begin_in(namespace, storage_key, &fingerprint)
-                .await
-        }),
-        InFlightPolicy::Wait { max } => Box::pin(async move {
-            let namespace = &shared.settings.namespace;
-            shared
-                .engine
-                .begin_waiting_in(namespace, storage_key, &fingerprint, max)
-                .await
-        }),
-    };
-    ClaimGuard {
-        claim: Some(claim),
-        ready: None,
-    }
+    ClaimGuard::Pending(Some(Box::pin(async move {
+        let namespace = &shared.settings.namespace;
+        shared
+            .engine
+            .claim(namespace, storage_key, &fingerprint, in_flight)
+            .await
+    })))
 }
 
 /// A claim that is finished in the background if dropped unfinished.
-struct ClaimGuard<S: Store> {
-    claim: Option<BoxedClaim<S>>,
+enum ClaimGuard<S: Store> {
     /// The answer of a store that answered at once.
-    ready: Option<Result<Decision<S>, StoreError>>,
-}
-
-impl<S: Store> ClaimGuard<S> {
-    fn ready(decision: Result<Decision<S>, StoreError>) -> Self {
-        Self {
-            claim: None,
-            ready: Some(decision),
-        }
-    }
+    Ready(Option<Result<Decision<S>, StoreError>>),
+    /// The store's answer to come.
+    Pending(Option<BoxedClaim<S>>),
 }
 
 impl<S: Store> Future for ClaimGuard<S> {
     type Output = Result<Decision<S>, StoreError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let Some(decision) = self.ready.take() {
-            return Poll::Ready(decision);
-        }
-        let Some(claim) = self.claim.as_mut() else {
-            panic!("ClaimGuard polled after completion");
+        let decision = match &mut *self {
+            Self::Ready(decision) => decision.take(),
+            Self::Pending(pending) => match pending.as_mut() {
+                Some(claim) => {
+                    let decision = ready!(claim.as_mut().poll(cx));
+                    *pending = None;
+                    Some(decision)
+                }
+                None => None,
+            },
         };
-        let decision = ready!(claim.as_mut().poll(cx));
-        self.claim = None;
-        Poll::Ready(decision)
+        match decision {
+            Some(decision) => Poll::Ready(decision),
+            None => panic!("ClaimGuard polled after completion"),
+        }
     }
 }
 
 impl<S: Store> Drop for ClaimGuard<S> {
     fn drop(&mut self) {
-        if let Some(claim) = self.claim.take()
+        if let Self::Pending(pending) = self
+            && let Some(claim) = pending.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             tracing::debug!(

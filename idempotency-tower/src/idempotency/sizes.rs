@@ -57,7 +57,12 @@ async fn boxed_futures_fit_the_allocators_thread_cache() {
     let engine = &orders.shared.engine;
     let fingerprint = Fingerprint::of_bytes(b"work");
     let Ok(Decision::Execute(execution)) = engine
-        .begin_in(&orders.settings().namespace, unique_key(), &fingerprint)
+        .claim(
+            &orders.settings().namespace,
+            unique_key(),
+            &fingerprint,
+            idempotency_core::InFlightPolicy::Reject,
+        )
         .await
     else {
         panic!("a new key is claimed");

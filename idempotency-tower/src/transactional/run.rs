@@ -192,6 +192,8 @@ async fn claim<S: TxStore>(
                 lease: shared.lease,
                 ttl: shared.ttl,
                 in_flight: asked,
+                // Requests keep the keys 0.1 gave them.
+                key_of_0_1: None,
             };
             let claim = shared.store.claim_storage_key_in_tx(&mut tx, request);
             let claimed = within(timeout + asked.max_wait(), claim).await?;

@@ -158,11 +158,19 @@ impl<DB: sqlx::Database> Tx<DB> {
     /// Takes the request's transaction from the request's extensions: `http::Extensions`, or
     /// tonic's (`request.extensions()`), through anything that finds a [`TxHandle`].
     ///
-    /// ```ignore
-    /// async fn pay(&self, request: tonic::Request<PayRequest>) -> Result<tonic::Response<PayReply>, tonic::Status> {
-    ///     let mut tx = Tx::<Postgres>::from_extensions(request.extensions().get())?;
+    /// ```
+    /// # #[cfg(feature = "postgres")] {
+    /// use idempotency_tower::transactional::{Tx, TxUnavailable};
+    ///
+    /// // In a tonic handler: `request.extensions().get()` of its `tonic::Request`.
+    /// fn pay(extensions: &http::Extensions) -> Result<(), TxUnavailable> {
+    ///     let tx = Tx::<sqlx::Postgres>::from_extensions(extensions.get())?;
     ///     // … business writes on &mut *tx …
+    ///     # drop(tx);
+    ///     Ok(())
     /// }
+    /// assert_eq!(pay(&http::Extensions::new()).unwrap_err(), TxUnavailable::NoTransaction);
+    /// # }
     /// ```
     pub fn from_extensions(handle: Option<&TxHandle<DB>>) -> Result<Self, TxUnavailable> {
         Self::from_handle(handle.ok_or(TxUnavailable::NoTransaction)?)
