@@ -63,6 +63,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod background;
+mod completed_keys;
 mod engine;
 mod error;
 mod fingerprint;
@@ -96,6 +97,7 @@ pub mod sql;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use completed_keys::CompletedKeys;
 pub use engine::{Config, Decision, Execution, Idempotency, Namespace};
 pub use error::{Error, StoreError};
 pub use fingerprint::{Fingerprint, FingerprintBuilder, canonical_json};

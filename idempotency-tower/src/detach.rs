@@ -1,5 +1,5 @@
 //! Finishing work whose awaiting future was dropped: a handler whose client went away runs to
-//! its end (and its record is settled) in a task of its own.
+//! its end (and its record completed or released) in a task of its own.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -88,6 +88,7 @@ mod fingerprint;
 mod future;
 #[cfg(feature = "grpc")]
 mod grpc;
+mod guarded;
 mod headers;
 mod idempotency;
 mod json;
@@ -107,6 +108,7 @@ pub use fingerprint::{FingerprintFn, FingerprintSource};
 pub use future::ResponseFuture;
 #[cfg(feature = "grpc")]
 pub use grpc::GrpcStatus;
+pub use guarded::GuardedService;
 pub use headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use idempotency::{
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES, DEFAULT_MAX_STORED_HEADER_BYTES,

@@ -16,12 +16,12 @@ use crate::refusal::{Refusal, RefusalKind};
 
 /// The request body: still streaming, or collected once for the key, the fingerprint, the
 /// verification and the handler.
-pub(crate) enum Held<B> {
+pub(crate) enum Payload<B> {
     Streaming(B),
     Buffered(Bytes, Option<HeaderMap>),
 }
 
-impl<B> Held<B> {
+impl<B> Payload<B> {
     /// The body the handler reads.
     pub(crate) fn into_body(self) -> RequestBody<B> {
         match self {
@@ -35,7 +35,7 @@ impl<B> Held<B> {
 pub(crate) fn pass_through<T, B, ResB>(
     mut inner: T,
     parts: Parts,
-    held: Held<B>,
+    held: Payload<B>,
 ) -> impl Future<Output = Result<Response<ResponseBody<ResB>>, T::Error>>
 where
     T: Service<Request<RequestBody<B>>, Response = Response<ResB>>,
@@ -85,9 +85,9 @@ pub(crate) fn too_large(settings: &Settings) -> Refusal {
 pub(crate) fn collected<B>(
     settings: &Settings,
     collected: Result<(Bytes, Option<HeaderMap>), RequestCollectError>,
-) -> Result<Held<B>, Refusal> {
+) -> Result<Payload<B>, Refusal> {
     match collected {
-        Ok((data, trailers)) => Ok(Held::Buffered(data, trailers)),
+        Ok((data, trailers)) => Ok(Payload::Buffered(data, trailers)),
         Err(RequestCollectError::TooLarge) => Err(too_large(settings)),
         Err(RequestCollectError::Stream) => Err(Refusal::new(
             RefusalKind::MalformedBody,
@@ -102,23 +102,25 @@ pub(crate) fn collected<B>(
 pub(crate) fn inspect<B>(
     settings: &Settings,
     parts: &Parts,
-    held: &Held<B>,
+    held: &Payload<B>,
     header_key: Option<StorageKey>,
 ) -> Read {
     static EMPTY: Bytes = Bytes::new();
     let bytes = match held {
-        Held::Buffered(data, _) => data,
-        Held::Streaming(_) => &EMPTY,
+        Payload::Buffered(data, _) => data,
+        Payload::Streaming(_) => &EMPTY,
     };
 
     #[cfg(feature = "grpc")]
-    if settings.grpc && matches!(held, Held::Buffered(..)) && !crate::grpc::is_single_message(bytes)
+    if settings.grpc
+        && matches!(held, Payload::Buffered(..))
+        && !crate::grpc::is_single_message(bytes)
     {
         tracing::debug!("not a single gRPC message (a streaming call?); passing through");
         return Read::PassThrough;
     }
 
-    if let (Some(verify), Held::Buffered(data, _)) = (&settings.verify, held)
+    if let (Some(verify), Payload::Buffered(data, _)) = (&settings.verify, held)
         && let Err(detail) = verify(parts, data)
     {
         return Read::Refuse(Refusal::new(RefusalKind::Unverified, detail));

@@ -28,10 +28,10 @@ where
 }
 
 /// What to do with a handler's answer.
-pub(crate) enum Settlement {
-    /// Store this outcome. The response carries `content_length` (a slice of the stored bytes)
-    /// if one was added to it.
-    Store {
+pub(crate) enum Ending {
+    /// Complete the key with this outcome. The response carries `content_length` (a slice of
+    /// the stored bytes) if one was added to it.
+    Complete {
         outcome: Outcome,
         content_length: Option<HeaderValue>,
     },
@@ -44,11 +44,11 @@ pub(crate) enum Settlement {
 /// a response the storage policy does not store release the key; a response the stored bounds
 /// cannot hold is completed with a [`RefusalKind::NotReplayable`] marker (the work is done and
 /// must not run again); the rest is stored whole.
-pub(crate) fn settle<ResB: Body, E>(settings: &Settings, handled: &Handled<ResB, E>) -> Settlement {
+pub(crate) fn ending_of<ResB: Body, E>(settings: &Settings, handled: &Handled<ResB, E>) -> Ending {
     let (parts, collected) = match handled {
         Err(_) => {
             tracing::debug!("the service failed; releasing the key");
-            return Settlement::Release;
+            return Ending::Release;
         }
         Ok(handled) => handled,
     };
@@ -63,7 +63,7 @@ pub(crate) fn settle<ResB: Body, E>(settings: &Settings, handled: &Handled<ResB,
         }
         Collected::Failed(..) => {
             tracing::warn!("the response body failed; key released");
-            return Settlement::Release;
+            return Ending::Release;
         }
     };
     let status = parts.status;
@@ -75,10 +75,10 @@ pub(crate) fn settle<ResB: Body, E>(settings: &Settings, handled: &Handled<ResB,
             status = status.as_u16(),
             "response not stored; releasing the key"
         );
-        return Settlement::Release;
+        return Ending::Release;
     }
     match encode_storable(settings, parts, data, trailers) {
-        Some((record_status, encoded, length)) => Settlement::Store {
+        Some((record_status, encoded, length)) => Ending::Complete {
             // A slice of the stored bytes (shared, not copied).
             content_length: length
                 .and_then(|range| HeaderValue::from_maybe_shared(encoded.slice(range)).ok()),
@@ -118,7 +118,7 @@ pub(crate) fn respond<ResB: Body, E>(
     })
 }
 
-/// The settlement of a response the store cannot hold. One the storage policy would not store
+/// The ending of a response the store cannot hold. One the storage policy would not store
 /// anyway (5xx, 429, …) releases the key as usual. Otherwise the handler's work is done and must
 /// not run again: the key is completed with a [`RefusalKind::NotReplayable`] answer, which
 /// retries get (with `Idempotent-Replayed`), while the first client still receives the whole
@@ -128,12 +128,12 @@ fn not_replayable(
     parts: &http::response::Parts,
     trailers: Option<&http::HeaderMap>,
     why: String,
-) -> Settlement {
+) -> Ending {
     if !settings
         .storage
         .should_store(parts.status, &parts.headers, trailers)
     {
-        return Settlement::Release;
+        return Ending::Release;
     }
     tracing::warn!(status = parts.status.as_u16(), %why, "response not storable; retries will be told it was processed");
     let refusal = Refusal::new(
@@ -150,7 +150,7 @@ fn not_replayable(
         body,
         trailers: None,
     };
-    Settlement::Store {
+    Ending::Complete {
         outcome: Outcome::new(parts.status.as_u16(), stored.encode()),
         content_length: None,
     }

@@ -182,7 +182,7 @@ pub(super) fn completed_fields(now_ms: u64, ttl_ms: u64, status: u16) -> [u8; 26
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Existing {
     /// The answer, from the record alone.
-    Settled(Claim),
+    Decided(Claim),
     /// An in-progress record whose lease is at or near its end by the client's clock: the
     /// claim script, which goes by the server's TTL, decides.
     LeaseEnding,
@@ -202,12 +202,12 @@ pub(super) fn existing(
     fencing::observe(u64_at(&stored, 33));
     let same = stored[1..33] == fingerprint.0;
     match stored[0] {
-        b'c' if same => Ok(Existing::Settled(Claim::Completed(outcome(stored)?))),
-        b'c' => Ok(Existing::Settled(Claim::Mismatch)),
+        b'c' if same => Ok(Existing::Decided(Claim::Completed(outcome(stored)?))),
+        b'c' => Ok(Existing::Decided(Claim::Mismatch)),
         b'p' => {
             let lease_end = u64_at(&stored, 61);
             if lease_end > now_ms.saturating_add(margin_ms) {
-                Ok(Existing::Settled(if same {
+                Ok(Existing::Decided(if same {
                     Claim::InProgress {
                         lease_remaining: Duration::from_millis(lease_end - now_ms),
                     }
@@ -399,24 +399,24 @@ mod tests {
         let completed = packed(b'c', "ns", b"body");
         assert_eq!(
             existing(completed.clone(), &fp, u64::MAX / 2, 1_000).unwrap(),
-            Existing::Settled(Claim::Completed(Outcome::new(201, "body"))),
+            Existing::Decided(Claim::Completed(Outcome::new(201, "body"))),
             "a completed record needs no clock"
         );
         assert_eq!(
             existing(completed, &other, 0, 1_000).unwrap(),
-            Existing::Settled(Claim::Mismatch)
+            Existing::Decided(Claim::Mismatch)
         );
         // In progress, lease end (offset 61) at 3_000 ms.
         let live = packed(b'p', "ns", b"");
         assert_eq!(
             existing(live.clone(), &fp, 1_000, 1_000).unwrap(),
-            Existing::Settled(Claim::InProgress {
+            Existing::Decided(Claim::InProgress {
                 lease_remaining: Duration::from_millis(2_000)
             })
         );
         assert_eq!(
             existing(live.clone(), &other, 1_000, 1_000).unwrap(),
-            Existing::Settled(Claim::Mismatch)
+            Existing::Decided(Claim::Mismatch)
         );
         for now in [2_000, 2_500, 3_000, 9_000] {
             assert_eq!(

@@ -28,7 +28,6 @@ mod error;
 mod fencing;
 mod held;
 mod scripts;
-mod settled;
 mod store;
 mod tokens;
 mod unanswered;

@@ -11,7 +11,6 @@ use ::redis::{FromRedisValue, Script, Value};
 use super::codec::{self, Existing};
 use super::error::{bounded, map_error, millis};
 use super::held::Held;
-use super::settled::Settled;
 use super::unanswered::{Sent, Unanswered};
 use super::{fencing, scripts};
 use crate::time::{unix_micros_now, unix_millis};
@@ -115,7 +114,7 @@ pub struct RedisStore<C = ConnectionManager> {
     clock_margin: Duration,
     scripts: Arc<Scripts>,
     held: Arc<Held>,
-    settled: Arc<Settled>,
+    completed: Arc<crate::CompletedKeys>,
     unanswered: Arc<Unanswered>,
 }
 
@@ -129,7 +128,7 @@ impl<C: Clone> Clone for RedisStore<C> {
             clock_margin: self.clock_margin,
             scripts: Arc::clone(&self.scripts),
             held: Arc::clone(&self.held),
-            settled: Arc::clone(&self.settled),
+            completed: Arc::clone(&self.completed),
             unanswered: Arc::clone(&self.unanswered),
         }
     }
@@ -192,7 +191,7 @@ where
                 touch: Script::new(scripts::TOUCH),
             }),
             held: Arc::new(Held::new()),
-            settled: Arc::new(Settled::new()),
+            completed: Arc::new(crate::CompletedKeys::new()),
             unanswered: Arc::default(),
         }
     }
@@ -316,9 +315,9 @@ where
             now_ms,
             millis(self.clock_margin),
         )? {
-            Existing::Settled(claim) => {
+            Existing::Decided(claim) => {
                 if matches!(claim, Claim::Completed(_)) {
-                    self.settled.remember(request.key);
+                    self.completed.remember(request.key);
                 }
                 Ok(claim)
             }
@@ -350,7 +349,7 @@ where
     /// Remembers a key this process completed: its duplicates' claims are a `GET`.
     fn completed(&self, key: &StorageKey, done: Result<(), StoreError>) -> Result<(), StoreError> {
         if done.is_ok() {
-            self.settled.remember(key);
+            self.completed.remember(key);
         }
         done
     }
@@ -398,14 +397,14 @@ where
             ));
         }
         let record_key = self.record_key(request.key);
-        if self.settled.knows(request.key) {
+        if self.completed.knows(request.key) {
             let mut command = ::redis::cmd("GET");
             command.arg(&record_key);
             let found: Option<Vec<u8>> = self.query(&command).await?;
             match found {
                 Some(found) => return self.decide(request, record_key, found).await,
                 // Expired or deleted: claimed with the `SET` below.
-                None => self.settled.forget(request.key),
+                None => self.completed.forget(request.key),
             }
         }
         let (lease_ms, grace_ms) = (millis(request.lease), millis(self.grace));

@@ -324,39 +324,8 @@ impl Transition {
     where
         I: for<'q> sqlx::Encode<'q, sqlx::MySql> + sqlx::Type<sqlx::MySql> + Send + Clone,
     {
-        let target = self.checked_target()?;
-        let update = self.update_with_markers('`');
-        let mut query = bind_state(sqlx::query(&update), target);
-        for (_, value) in &self.also_set {
-            query = query.bind(value.as_str());
-        }
-        let mut query = query.bind(id.clone());
-        for from in &self.from {
-            query = bind_state(query, from);
-        }
-        // The connection reports matched rows (CLIENT_FOUND_ROWS), so from == to counts too.
-        let changed = query
-            .execute(&mut *conn)
+        self.apply_in_two_statements::<sqlx::MySql, I>(conn, id)
             .await
-            .map_err(super::common::map_err)?
-            .rows_affected();
-        if changed > 0 {
-            return Ok(TransitionOutcome::Applied);
-        }
-        let select = format!(
-            "SELECT CAST(`{}` AS CHAR) FROM `{}` WHERE `{}` = ? FOR UPDATE",
-            self.state_column, self.table, self.id_column
-        );
-        let current: Option<(String,)> = sqlx::query_as(&select)
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(super::common::map_err)?;
-        Ok(TransitionOutcome::classify(
-            false,
-            current.map(|(state,)| state),
-            target,
-        ))
     }
 
     /// Applies the transition on SQLite: the update, and when it changed nothing, a read in the
@@ -370,8 +339,30 @@ impl Transition {
     where
         I: for<'q> sqlx::Encode<'q, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite> + Send + Clone,
     {
+        self.apply_in_two_statements::<sqlx::Sqlite, I>(conn, id)
+            .await
+    }
+
+    /// The update, and when it changed nothing, a read of the current state (locking where the
+    /// database reads a snapshot otherwise): MySQL/MariaDB and SQLite, which differ only by
+    /// their [`TwoStatements`] dialect.
+    #[cfg(any(feature = "mysql", feature = "sqlite"))]
+    async fn apply_in_two_statements<DB, I>(
+        &self,
+        conn: &mut DB::Connection,
+        id: I,
+    ) -> Result<TransitionOutcome, StoreError>
+    where
+        DB: TwoStatements,
+        for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+        for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+        for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        (String,): for<'r> sqlx::FromRow<'r, DB::Row>,
+        I: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB> + Send + Clone,
+    {
         let target = self.checked_target()?;
-        let update = self.update_with_markers('"');
+        let update = self.update_with_markers(DB::QUOTE);
         let mut query = bind_state(sqlx::query(&update), target);
         for (_, value) in &self.also_set {
             query = query.bind(value.as_str());
@@ -380,17 +371,22 @@ impl Transition {
         for from in &self.from {
             query = bind_state(query, from);
         }
-        let changed = query
+        // MySQL connections report matched rows (CLIENT_FOUND_ROWS), so from == to counts too.
+        let done = query
             .execute(&mut *conn)
             .await
-            .map_err(super::common::map_err)?
-            .rows_affected();
-        if changed > 0 {
+            .map_err(super::common::map_err)?;
+        if DB::rows_affected(&done) > 0 {
             return Ok(TransitionOutcome::Applied);
         }
+        let q = DB::QUOTE;
         let select = format!(
-            "SELECT CAST(\"{}\" AS TEXT) FROM \"{}\" WHERE \"{}\" = ?",
-            self.state_column, self.table, self.id_column
+            "SELECT CAST({q}{}{q} AS {}) FROM {q}{}{q} WHERE {q}{}{q} = ?{}",
+            self.state_column,
+            DB::TEXT,
+            self.table,
+            self.id_column,
+            DB::LOCKING_READ
         );
         let current: Option<(String,)> = sqlx::query_as(&select)
             .bind(id)
@@ -402,6 +398,40 @@ impl Transition {
             current.map(|(state,)| state),
             target,
         ))
+    }
+}
+
+/// What the two-statement transition (MySQL/MariaDB, SQLite) writes differently per database.
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+trait TwoStatements: sqlx::Database {
+    /// The identifier quote.
+    const QUOTE: char;
+    /// The text type a state is cast to.
+    const TEXT: &'static str;
+    /// What makes the read of the current state see (and lock) the latest committed row.
+    const LOCKING_READ: &'static str;
+    /// Rows the update changed (matched, on MySQL).
+    fn rows_affected(done: &Self::QueryResult) -> u64;
+}
+
+#[cfg(feature = "mysql")]
+impl TwoStatements for sqlx::MySql {
+    const QUOTE: char = '`';
+    const TEXT: &'static str = "CHAR";
+    const LOCKING_READ: &'static str = " FOR UPDATE";
+    fn rows_affected(done: &sqlx::mysql::MySqlQueryResult) -> u64 {
+        done.rows_affected()
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl TwoStatements for sqlx::Sqlite {
+    const QUOTE: char = '"';
+    const TEXT: &'static str = "TEXT";
+    // The transaction holds the write lock already (`BEGIN IMMEDIATE`).
+    const LOCKING_READ: &'static str = "";
+    fn rows_affected(done: &sqlx::sqlite::SqliteQueryResult) -> u64 {
+        done.rows_affected()
     }
 }
 

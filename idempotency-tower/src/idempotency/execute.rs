@@ -7,12 +7,12 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use idempotency_core::{Execution, Store};
-use tower_service::Service;
 
 use super::layer::IdempotencyLayer;
 use crate::body::{RequestBody, ResponseBody};
 use crate::detach::Detachable;
-use crate::stored::{Settlement, handle, respond, settle};
+use crate::guarded::{Handler, ReadBody, StoredBody};
+use crate::stored::{Ending, ending_of, handle, respond};
 
 /// Runs the handler for a claimed key to its end (handler, lease renewal, complete or release).
 ///
@@ -28,13 +28,9 @@ pub(crate) fn run<T, S, B, ResB>(
 ) -> impl Future<Output = Result<Response<ResponseBody<ResB>>, T::Error>> + Send + 'static
 where
     S: Store,
-    T: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
-    T::Future: Send + 'static,
-    T::Error: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
-    ResB::Error: Send + 'static,
+    T: Handler<B, ResB>,
+    B: ReadBody,
+    ResB: StoredBody,
 {
     let mut inner = inner;
     // The handler's future, boxed apart: moved into the work's future (by value, as futures
@@ -66,8 +62,8 @@ where
             let work = std::pin::pin!(handle(handler, settings.max_stored_bytes));
             renewing(&execution, settings.keep_alive, work).await
         };
-        let content_length = match settle(settings, &handled) {
-            Settlement::Store {
+        let content_length = match ending_of(settings, &handled) {
+            Ending::Complete {
                 outcome,
                 content_length,
             } => {
@@ -79,7 +75,7 @@ where
                 }
                 content_length
             }
-            Settlement::Release => {
+            Ending::Release => {
                 // The engine logs and counts a failed release; the lease then ends on its own.
                 let _ = execution.release().await;
                 None

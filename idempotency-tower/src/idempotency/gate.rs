@@ -1,23 +1,21 @@
 //! The decision for a guarded request: read what is needed, claim, then run, replay or refuse.
 
-use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
-use http_body::Body;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use idempotency_core::{Decision, Fingerprint, InFlightPolicy, StorageKey, Store, StoreError};
-use tower_service::Service;
 
 use super::execute;
 use super::layer::IdempotencyLayer;
 use crate::answer::{in_flight, mismatch, refuse, replay, unavailable};
-use crate::body::{RequestBody, ResponseBody};
+use crate::body::ResponseBody;
 use crate::collect::collect_request;
-use crate::request::{Held, Read, collected, inspect, pass_through};
+use crate::guarded::{Handler, ReadBody, StoredBody};
+use crate::request::{Payload, Read, collected, inspect, pass_through};
 
 type BoxedClaim<S> = Pin<Box<dyn Future<Output = Result<Decision<S>, StoreError>> + Send>>;
 
@@ -116,13 +114,9 @@ pub(crate) fn run<T, S, B, ResB>(
 ) -> impl Future<Output = Result<Response<ResponseBody<ResB>>, T::Error>> + Send + 'static
 where
     S: Store,
-    T: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
-    T::Future: Send + 'static,
-    T::Error: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
-    ResB::Error: Send + 'static,
+    T: Handler<B, ResB>,
+    B: ReadBody,
+    ResB: StoredBody,
 {
     async move {
         let settings = layer.settings();
@@ -133,7 +127,7 @@ where
                 Err(refusal) => return Ok(refuse(settings, refusal)),
             }
         } else {
-            Held::Streaming(body)
+            Payload::Streaming(body)
         };
         let (key, fingerprint) = match inspect(settings, &parts, &held, header_key) {
             Read::Guard(key, fingerprint) => (key, fingerprint),

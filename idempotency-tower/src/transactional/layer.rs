@@ -8,7 +8,6 @@ use tower_layer::Layer;
 
 use super::flights::{Claims, Flights};
 use super::service::TransactionalService;
-use super::settled::Settled;
 use crate::IdempotencyLayerBuilder;
 use crate::idempotency::Settings;
 
@@ -34,7 +33,7 @@ pub(crate) struct Shared<S> {
     pub(crate) store_timeout: Duration,
     pub(crate) flights: Flights,
     pub(crate) claims: Claims,
-    pub(crate) settled: Settled,
+    pub(crate) completed: idempotency_core::CompletedKeys,
 }
 
 impl<S> Clone for TransactionalLayer<S> {
@@ -82,7 +81,7 @@ impl<S: TxStore> IdempotencyLayerBuilder<S> {
                 settings: self.settings,
                 flights: Flights::default(),
                 claims: Claims::new(permits),
-                settled: Settled::default(),
+                completed: idempotency_core::CompletedKeys::new(),
             }),
         }
     }

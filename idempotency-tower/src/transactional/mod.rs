@@ -64,7 +64,6 @@ mod flights;
 mod layer;
 mod run;
 mod service;
-mod settled;
 mod tx;
 
 pub use layer::TransactionalLayer;

@@ -12,18 +12,18 @@ use http::{HeaderValue, Request, Response};
 use http_body::Body;
 use idempotency_core::sql::{TxClaim, TxClaimRequest, TxLease, TxStore};
 use idempotency_core::{Error, Fingerprint, InFlightPolicy, Outcome, RecordState, StorageKey};
-use tower_service::Service;
 
 use super::flights::Flight;
 use super::layer::Shared;
 use super::tx::{Slot, TxHandle};
 use crate::answer::{in_flight, mismatch, refuse, replay_or_refuse, unavailable};
-use crate::body::{RequestBody, ResponseBody};
+use crate::body::ResponseBody;
 use crate::collect::collect_request;
 use crate::detach::Detachable;
+use crate::guarded::{Handler, ReadBody, StoredBody};
 use crate::refusal::{Refusal, RefusalKind};
-use crate::request::{Held, Read, collected, inspect, pass_through};
-use crate::stored::{Settlement, handle, respond, settle};
+use crate::request::{Payload, Read, collected, inspect, pass_through};
+use crate::stored::{Ending, ending_of, handle, respond};
 
 /// The request's transaction.
 type Transaction<S> = sqlx::Transaction<'static, <S as TxStore>::Database>;
@@ -38,13 +38,9 @@ pub(crate) async fn run<T, S, B, ResB>(
 ) -> Result<Response<ResponseBody<ResB>>, T::Error>
 where
     S: TxStore,
-    T: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
-    T::Future: Send + 'static,
-    T::Error: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
-    ResB::Error: Send + 'static,
+    T: Handler<B, ResB>,
+    B: ReadBody,
+    ResB: StoredBody,
 {
     let settings = &shared.settings;
     let held = if settings.needs_body() {
@@ -54,7 +50,7 @@ where
             Err(refusal) => return Ok(refuse(settings, refusal)),
         }
     } else {
-        Held::Streaming(body)
+        Payload::Streaming(body)
     };
     let (key, fingerprint) = match inspect(settings, &parts, &held, header_key) {
         Read::Guard(key, fingerprint) => (key, fingerprint),
@@ -62,8 +58,8 @@ where
         Read::Refuse(refusal) => return Ok(refuse(settings, refusal)),
     };
     // A duplicate of a key this layer saw completed: one read, no transaction, no turn.
-    if shared.settled.contains(&key)
-        && let Some(answer) = settled_answer(&shared, &key, &fingerprint).await
+    if shared.completed.knows(&key)
+        && let Some(answer) = completed_answer(&shared, &key, &fingerprint).await
     {
         return Ok(answer);
     }
@@ -75,9 +71,9 @@ where
         return Ok(refuse(settings, in_flight(Duration::from_secs(1))));
     };
     // A duplicate whose first request completed while it waited lets the next one in at once.
-    let flight = if shared.settled.contains(&key) {
+    let flight = if shared.completed.knows(&key) {
         drop(flight);
-        if let Some(answer) = settled_answer(&shared, &key, &fingerprint).await {
+        if let Some(answer) = completed_answer(&shared, &key, &fingerprint).await {
             return Ok(answer);
         }
         None
@@ -88,7 +84,7 @@ where
     let (tx, lease) = match claim(&shared, &key, &fingerprint, policy, deadline).await {
         Ok(Claimed::Execute(tx, lease)) => (tx, lease),
         Ok(Claimed::Replay(outcome)) => {
-            shared.settled.insert(&key);
+            shared.completed.remember(&key);
             return Ok(replay_or_refuse(settings, &outcome));
         }
         Ok(Claimed::InFlight(retry_after)) => return Ok(refuse(settings, in_flight(retry_after))),
@@ -116,7 +112,7 @@ where
 /// The answer to a duplicate of a completed key, read outside any transaction: its stored
 /// response, or 422 for another payload. `None` when the record is no longer completed and live
 /// (purged, expired) or cannot be read: the key then takes the claim's path.
-async fn settled_answer<S: TxStore, B: Body>(
+async fn completed_answer<S: TxStore, B: Body>(
     shared: &Shared<S>,
     key: &StorageKey,
     fingerprint: &Fingerprint,
@@ -124,7 +120,7 @@ async fn settled_answer<S: TxStore, B: Body>(
     let record = match within(shared.store_timeout, shared.store.get(key)).await {
         Ok(Some(record)) => record,
         Ok(None) => {
-            shared.settled.remove(key);
+            shared.completed.forget(key);
             return None;
         }
         Err(_) => return None,
@@ -244,7 +240,7 @@ where
 {
     let settings = &shared.settings;
     let handled = handle(handler, settings.max_stored_bytes).await;
-    let settlement = settle(settings, &handled);
+    let ending = ending_of(settings, &handled);
     let (tx, without_record) = slot.reclaim();
     let Some(tx) = tx else {
         tracing::error!(
@@ -257,10 +253,10 @@ where
         return Ok(refuse(settings, refusal));
     };
     let key = *lease.key();
-    let stored = !without_record && matches!(settlement, Settlement::Store { .. });
-    let committed = commit(&shared, tx, lease, settlement, without_record).await;
+    let stored = !without_record && matches!(ending, Ending::Complete { .. });
+    let committed = commit(&shared, tx, lease, ending, without_record).await;
     if stored && committed.is_ok() {
-        shared.settled.insert(&key);
+        shared.completed.remember(&key);
     }
     // Duplicates waiting in this process go on: they will find the committed record.
     drop(flight);
@@ -280,7 +276,7 @@ async fn commit<S: TxStore>(
     shared: &Shared<S>,
     mut tx: Transaction<S>,
     lease: TxLease,
-    settlement: Settlement,
+    ending: Ending,
     without_record: bool,
 ) -> Result<Option<HeaderValue>, Error> {
     let timeout = shared.store_timeout;
@@ -291,8 +287,8 @@ async fn commit<S: TxStore>(
         tracing::debug!("committed without a record, as the handler asked");
         return Ok(None);
     }
-    match settlement {
-        Settlement::Store {
+    match ending {
+        Ending::Complete {
             outcome,
             content_length,
         } => {
@@ -301,7 +297,7 @@ async fn commit<S: TxStore>(
             tracing::debug!(status = outcome.status, "response stored and committed");
             Ok(content_length)
         }
-        Settlement::Release => {
+        Ending::Release => {
             // Nothing of the request stays: its business writes go with its claim.
             let _ = within(timeout, async { Ok(tx.rollback().await?) }).await;
             Ok(None)

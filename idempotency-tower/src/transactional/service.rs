@@ -1,104 +1,39 @@
-//! The transactional service.
+//! The service [`TransactionalLayer`] wraps a handler in, and what a request it guards runs.
 
-use std::task::{Context, Poll};
+use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{Request, Response};
-use http_body::Body;
+use http::request::Parts;
+use idempotency_core::StorageKey;
 use idempotency_core::sql::TxStore;
-use tower_service::Service;
-use tracing::Instrument;
 
 use super::layer::TransactionalLayer;
 use super::run;
-use crate::answer::refuse;
-use crate::body::{RequestBody, ResponseBody};
-use crate::future::{GatedFuture, ResponseFuture};
-use crate::request::{Entry, enter, span};
+use crate::future::GatedFuture;
+use crate::guarded::{Guard, GuardedService, Handler, ReadBody, StoredBody};
+use crate::idempotency::Settings;
 
-/// The middleware [`TransactionalLayer`] wraps a service in.
-///
-/// The inner service receives `Request<RequestBody<B>>` with the request's transaction in its
-/// extensions ([`Tx`](super::Tx) takes it) and may answer with any body of `Bytes` that is
-/// `Unpin` (axum's, hyper's and tonic's bodies are).
-pub struct TransactionalService<T, S> {
-    inner: T,
-    layer: TransactionalLayer<S>,
-}
+/// The middleware [`TransactionalLayer`] wraps a service in (see [`GuardedService`]): the
+/// handler finds the request's transaction in its extensions ([`Tx`](super::Tx) takes it).
+pub type TransactionalService<T, S> = GuardedService<T, TransactionalLayer<S>>;
 
-impl<T: Clone, S> Clone for TransactionalService<T, S> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            layer: self.layer.clone(),
-        }
-    }
-}
-
-impl<T: std::fmt::Debug, S> std::fmt::Debug for TransactionalService<T, S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TransactionalService")
-            .field("inner", &self.inner)
-            .field("layer", &self.layer)
-            .finish()
-    }
-}
-
-impl<T, S> TransactionalService<T, S> {
-    /// Wraps `inner`.
-    pub fn new(inner: T, layer: TransactionalLayer<S>) -> Self {
-        Self { inner, layer }
+impl<S: TxStore> Guard for TransactionalLayer<S> {
+    fn settings(&self) -> &Settings {
+        &self.shared.settings
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &T {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut T {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> T {
-        self.inner
-    }
-}
-
-impl<T, S, B, ResB> Service<Request<B>> for TransactionalService<T, S>
-where
-    S: TxStore,
-    T: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Clone + Send + 'static,
-    T::Future: Send + 'static,
-    T::Error: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
-    ResB::Error: Send + 'static,
-{
-    type Response = Response<ResponseBody<ResB>>;
-    type Error = T::Error;
-    type Future = ResponseFuture<T::Future, ResB, T::Error>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        let settings = &self.layer.shared.settings;
-        match enter(settings, request) {
-            Entry::Pass(request) => ResponseFuture::passthrough(self.inner.call(request)),
-            Entry::Refuse(refusal) => ResponseFuture::ready(refuse(settings, refusal)),
-            Entry::Guard(parts, body, header_key) => {
-                let span = span(settings, &parts);
-                let ready = self.inner.clone();
-                let inner = std::mem::replace(&mut self.inner, ready);
-                let shared = std::sync::Arc::clone(&self.layer.shared);
-                let future = run::run(shared, inner, parts, body, header_key);
-                let future: GatedFuture<ResB, T::Error> = Box::pin(future);
-                ResponseFuture::gated(future.instrument(span))
-            }
-        }
+    fn run<T, B, ResB>(
+        &self,
+        inner: T,
+        parts: Parts,
+        body: B,
+        header_key: Option<StorageKey>,
+    ) -> GatedFuture<ResB, T::Error>
+    where
+        T: Handler<B, ResB>,
+        B: ReadBody,
+        ResB: StoredBody,
+    {
+        let shared = Arc::clone(&self.shared);
+        Box::pin(run::run(shared, inner, parts, body, header_key))
     }
 }
