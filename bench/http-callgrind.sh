@@ -6,6 +6,9 @@
 #   bench/http-callgrind.sh [seconds=20] [scenario...]   scenarios: new-keys replay callback-replay
 #   TOP=25 bench/http-callgrind.sh ...                    also the functions whose self cost the
 #                                                         layer changes most, per request
+#   BINARY=path bench/http-callgrind.sh ...               another server with the payments
+#                                                         binary's ADDR and IDEMPOTENCY_LAYER=on|off
+#                                                         (the peer: bench/peer/README.md)
 #   KEEP=dir bench/http-callgrind.sh ...                  keeps the callgrind files in dir (for
 #                                                         callgrind_annotate --inclusive=yes)
 #   REFERENCE=1 bench/http-callgrind.sh ...               new keys also through the benchmark
@@ -34,8 +37,12 @@ for tool in valgrind callgrind_control wrk python3; do
 done
 # Line tables, so that inlined code is named after its function.
 export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
-cargo build --release -q -p idempotency-examples --bin payments
-binary=${CARGO_TARGET_DIR:-target}/release/payments
+if [ -n "${BINARY:-}" ]; then
+  binary=$BINARY
+else
+  cargo build --release -q -p idempotency-examples --bin payments
+  binary=${CARGO_TARGET_DIR:-target}/release/payments
+fi
 work=$(mktemp -d /tmp/idempotency-callgrind.XXXXXX)
 port=${PORT:-3931} url=http://127.0.0.1:${PORT:-3931}
 server=

@@ -32,7 +32,7 @@ stop() { if [ -n "$server" ]; then kill "$server" 2>/dev/null; wait "$server" 2>
 trap 'stop; rm -rf "$work"' EXIT
 
 for mode in "${modes[@]}"; do
-  ADDR=127.0.0.1:$port IDEMPOTENCY_LAYER=$mode RUST_LOG=warn taskset -c 1 "$binary" &
+  ADDR=127.0.0.1:$port IDEMPOTENCY_LAYER=$mode RUST_LOG=warn taskset -c 1 "$binary" >/dev/null &
   server=$!
   for _ in $(seq 100); do curl -s -o /dev/null "$url/orders/0" && break; sleep 0.05; done
   taskset -c 0 wrk -t1 -c64 -d3s -s bench/wrk/new_keys.lua "$url" -- 1 >/dev/null

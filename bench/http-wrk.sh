@@ -42,7 +42,7 @@ stop() { [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev
 trap stop EXIT
 
 start() { # $1 = on|off
-  ADDR=$addr IDEMPOTENCY_STORE=$store IDEMPOTENCY_LAYER=$1 RUST_LOG=warn "${server_cpu[@]}" "$binary" &
+  ADDR=$addr IDEMPOTENCY_STORE=$store IDEMPOTENCY_LAYER=$1 RUST_LOG=warn "${server_cpu[@]}" "$binary" >/dev/null &
   server=$!
   for _ in $(seq 100); do curl -s -o /dev/null "$url/orders/0" && return; sleep 0.05; done
   echo "payments did not start" >&2; exit 1

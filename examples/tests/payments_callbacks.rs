@@ -93,7 +93,7 @@ async fn two_hundred_concurrent_callbacks_grant_one_coupon() {
     server.shutdown().await.unwrap();
 }
 
-/// The incident router really reproduces the seed's bug (so the demo's "6" is measured, not
+/// The incident router really reproduces the incident's bug (so the demo's "6" is measured, not
 /// printed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_incident_handler_grants_on_every_callback() {

@@ -1,5 +1,5 @@
 //! A gRPC client that retries after a deadline with the same idempotency key and gets the same
-//! answer; then replays a payment callback six times (the seed's incident) for one coupon.
+//! answer; then replays a payment callback six times (the incident) for one coupon.
 //!
 //! ```text
 //! cargo run -p idempotency-examples --features grpc --bin grpc_server &

@@ -1,7 +1,7 @@
-//! The seed article's incident, replayed: `cargo run -p idempotency-examples --bin incident_demo`.
+//! The incident of the post-mortem, replayed: `cargo run -p idempotency-examples --bin incident_demo`.
 //!
 //! A payment gateway retried one callback six times and the user received six coupons. The
-//! demo starts the payments service in-process on a loopback port, first with the seed's
+//! demo starts the payments service in-process on a loopback port, first with the incident's
 //! original callback handler and no idempotency layer, then as this toolkit serves it, and plays
 //! the gateway: the same callback six times one after the other, then six times at once (a new
 //! order each time). It prints the coupons granted in each case.
@@ -14,7 +14,7 @@ use idempotency_examples::payments::{
     AppState, HttpService, PaymentCallback, Server, UserId, app, bare, gateway, incident,
 };
 
-/// How often the gateway sends the same callback (the seed's count).
+/// How often the gateway sends the same callback (the post-mortem's count).
 const TIMES: usize = 6;
 
 /// Coupons granted in the sequential and the concurrent case.
@@ -113,7 +113,7 @@ async fn run() -> Result<bool, ClientError> {
     );
     println!("creates a new order, and sends the same payment callback {TIMES} times.\n");
 
-    println!("[1] WITHOUT the idempotency layer: the seed's original callback handler.");
+    println!("[1] WITHOUT the idempotency layer: the original callback handler of the incident.");
     println!(
         "    It grants the coupon in the entry point on every call (no dedup) and then writes"
     );

@@ -1,4 +1,4 @@
-//! The seed's coupon-grant consumer on NATS JetStream: every trade's "paid" event is published
+//! The incident's coupon-grant consumer on NATS JetStream: every trade's "paid" event is published
 //! six times, one delivery fails once and is redelivered (`-NAK` with a delay); the consumer
 //! grants one coupon per trade and prints the counts.
 //!

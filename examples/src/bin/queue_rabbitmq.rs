@@ -1,4 +1,4 @@
-//! The seed's coupon-grant consumer on RabbitMQ: the payment gateway's "paid" event for each
+//! The incident's coupon-grant consumer on RabbitMQ: the payment gateway's "paid" event for each
 //! trade is delivered six times (producer retries), one delivery fails once and is redelivered;
 //! the consumer grants one coupon per trade and prints the counts.
 //!

@@ -114,7 +114,7 @@ impl Payments for PaymentsService {
         if request.trade_no.is_empty() {
             return Err(Status::invalid_argument("trade_no is required"));
         }
-        // The side effect the seed's incident repeated six times: grant a coupon.
+        // The side effect the incident repeated six times: grant a coupon.
         let total = self.coupons.fetch_add(1, Ordering::SeqCst) + 1;
         Ok(Response::new(CallbackAck {
             trade_no: request.trade_no,

@@ -1,4 +1,4 @@
-//! The incident, reproduced: the seed's original callback handler.
+//! The incident, reproduced: the original callback handler of the incident.
 //!
 //! It grants the coupon in the entry point, on every call, with no dedup and no state machine
 //! guarding the grant ("callbacks surely won't repeat"). The gateway retried the same callback

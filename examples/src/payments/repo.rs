@@ -4,7 +4,7 @@ use idempotency_core::BoxFuture;
 
 use super::model::{NewOrder, Order, OrderId, UserId};
 
-/// What a state transition found, as the seed's `update … where status = 'WAIT_PAY'` tells it.
+/// What a state transition found, as the post-mortem's `update … where status = 'WAIT_PAY'` tells it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transition {
     /// The order was in the expected state and moved: run the side effects (they ran, inside the

@@ -120,7 +120,7 @@ pub fn bare(state: AppState) -> Router {
     routes(state, post(create_order), post(payment_callback))
 }
 
-/// The incident: [`bare`], except that the callback is the seed's original handler, which grants
+/// The incident: [`bare`], except that the callback is the incident's original handler, which grants
 /// a coupon on every call ([`naive_payment_callback`]).
 pub fn incident(state: AppState) -> Router {
     routes(state, post(create_order), post(naive_payment_callback))

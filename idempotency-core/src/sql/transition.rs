@@ -165,7 +165,7 @@ impl Transition {
         self
     }
 
-    /// Also sets a text `column` to `value` when the transition applies (the seed's
+    /// Also sets a text `column` to `value` when the transition applies (the post-mortem's
     /// `SET status = 'PAID', trade_no = ?`). The column name is validated when applied.
     pub fn also_set(mut self, column: &str, value: impl Into<String>) -> Self {
         self.also_set.push((column.to_owned(), value.into()));

@@ -909,7 +909,7 @@ pub async fn orders<DB: Dialect>(pool: &Pool<DB>) -> (String, String) {
     (orders, coupons)
 }
 
-/// The seed's fix: the callback moves the order WAIT_PAY → PAID and grants the coupon only
+/// The post-mortem's fix: the callback moves the order WAIT_PAY → PAID and grants the coupon only
 /// when the transition applied, in the same transaction.
 pub async fn paid_callback<DB: Dialect>(
     pool: &Pool<DB>,

@@ -1,6 +1,6 @@
 //! Two tiers: a fast-path store answers most duplicates, the SQL record decides execution.
 //!
-//! The seed's consumer puts a Redis `SET NX` in front and writes its dedup row *after* the
+//! The post-mortem's consumer puts a Redis `SET NX` in front and writes its dedup row *after* the
 //! business change; after a Redis flush or fail-over two consumers both pass the check and both
 //! grant. Here the tiers are split the other way round:
 //!

@@ -1,0 +1,33 @@
+//! The payments service's bare router (`routes::bare`), served with the crates.io peer
+//! `idempotent` 1.0 around it (`IDEMPOTENCY_LAYER=on`: `IdempotencyLayer::new(store)
+//! .require_key(true)` over its memory store, as its README shows) or without
+//! (`IDEMPOTENCY_LAYER=off`). It listens on `ADDR` (default 127.0.0.1:3000), as the payments
+//! binary does, so the benchmark scripts drive both alike.
+
+use std::sync::Arc;
+
+use idempotency_examples::payments::{AppState, MemoryRepo, bare};
+
+#[tokio::main]
+async fn main() {
+    let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
+    let state = AppState::new(Arc::new(MemoryRepo::new()));
+    let bare = bare(state);
+    let app = match std::env::var("IDEMPOTENCY_LAYER").as_deref() {
+        Ok("off") => bare,
+        Ok("on") | Err(_) => {
+            let store = idempotent::memory::MemoryStore::builder()
+                .try_build()
+                .expect("the peer's memory store starts");
+            bare.layer(idempotent::middleware::IdempotencyLayer::new(store).require_key(true))
+        }
+        Ok(other) => {
+            eprintln!("IDEMPOTENCY_LAYER={other}: expected on or off");
+            std::process::exit(2);
+        }
+    };
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .expect("the address is free");
+    axum::serve(listener, app).await.expect("serves");
+}
