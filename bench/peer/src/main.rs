@@ -1,8 +1,10 @@
-//! The payments service's bare router (`routes::bare`), served with the crates.io peer
-//! `idempotent` 1.0 around it (`IDEMPOTENCY_LAYER=on`: `IdempotencyLayer::new(store)
-//! .require_key(true)` over its memory store, as its README shows) or without
-//! (`IDEMPOTENCY_LAYER=off`). It listens on `ADDR` (default 127.0.0.1:3000), as the payments
-//! binary does, so the benchmark scripts drive both alike.
+//! The payments service's bare router (`bare`), served with the crates.io peer `idempotent` 1.0
+//! around it (`IDEMPOTENCY_LAYER=on`: `IdempotencyLayer::new(store).require_key(true)`, as its
+//! README shows) or without (`IDEMPOTENCY_LAYER=off`). The peer's store is its memory store, or
+//! its Valkey/Redis store with `IDEMPOTENCY_STORE=redis` (`REDIS_URL`, default
+//! redis://127.0.0.1:6379), as the payments binary keeps its records in Redis then and its
+//! orders in memory. It listens on `ADDR` (default 127.0.0.1:3000), as the payments binary
+//! does, so the benchmark scripts drive both alike.
 
 use std::sync::Arc;
 
@@ -15,12 +17,24 @@ async fn main() {
     let bare = bare(state);
     let app = match std::env::var("IDEMPOTENCY_LAYER").as_deref() {
         Ok("off") => bare,
-        Ok("on") | Err(_) => {
-            let store = idempotent::memory::MemoryStore::builder()
-                .try_build()
-                .expect("the peer's memory store starts");
-            bare.layer(idempotent::middleware::IdempotencyLayer::new(store).require_key(true))
-        }
+        Ok("on") | Err(_) => match std::env::var("IDEMPOTENCY_STORE").as_deref() {
+            Ok("redis") => {
+                let url = std::env::var("REDIS_URL")
+                    .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+                let store = idempotent::store::valkey::ValkeyStore::with_url(url)
+                    .prefix("peer-bench")
+                    .try_build()
+                    .await
+                    .expect("the peer's Redis store connects");
+                bare.layer(idempotent::middleware::IdempotencyLayer::new(store).require_key(true))
+            }
+            _ => {
+                let store = idempotent::memory::MemoryStore::builder()
+                    .try_build()
+                    .expect("the peer's memory store starts");
+                bare.layer(idempotent::middleware::IdempotencyLayer::new(store).require_key(true))
+            }
+        },
         Ok(other) => {
             eprintln!("IDEMPOTENCY_LAYER={other}: expected on or off");
             std::process::exit(2);

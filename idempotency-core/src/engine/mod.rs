@@ -806,7 +806,9 @@ mod tests {
     #[tokio::test]
     async fn inline_keep_alive_holds_the_lease_while_work_runs() {
         let engine = Idempotency::new(MemoryStore::new())
-            .with_lease(Duration::from_millis(90))
+            // A lease long enough that a loaded machine (CI beside other builds) renews it in
+            // time: renewed every third of it.
+            .with_lease(Duration::from_millis(500))
             .with_keep_alive(false, Duration::from_secs(60));
         let (scope, key) = (Scope::new("t"), IdempotencyKey::parse("k").unwrap());
         let fingerprint = Fingerprint::of_bytes(b"x");
@@ -818,7 +820,7 @@ mod tests {
         let (scope2, key2) = (scope.clone(), key.clone());
         let work = async move {
             // Three leases later the key is still held: renewed inline.
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
             rival.begin(&scope2, &key2, &fingerprint).await.unwrap()
         };
         let seen = execution.keep_alive_while(work).await;
