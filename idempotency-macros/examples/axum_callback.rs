@@ -1,4 +1,4 @@
-//! The seed incident fixed with `#[idempotent]`: a payment provider retries its "paid" callback
+//! The incident fixed with `#[idempotent]`: a payment provider retries its "paid" callback
 //! six times; the coupon is granted once and every retry gets the same answer.
 //!
 //! Run: `cargo run -p idempotency-macros --example axum_callback`

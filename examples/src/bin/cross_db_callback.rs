@@ -1,7 +1,7 @@
 //! The dedup table's iron rule: **the dedup record and the business change live in the same
 //! database and commit in the same transaction**.
 //!
-//! The seed incident's second trap: the coupon service had its own database, the dedup table
+//! The post-mortem's second trap: the coupon service had its own database, the dedup table
 //! lived in the callback service's database, and no transaction spans two databases. Whatever
 //! the order of the two commits, a crash between them breaks exactly-once:
 //!

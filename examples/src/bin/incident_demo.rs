@@ -106,7 +106,7 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result<bool, ClientError> {
     println!(
-        "The seed incident: a payment gateway retried one callback {TIMES} times and the user got {TIMES} coupons."
+        "The incident: a payment gateway retried one callback {TIMES} times and the user got {TIMES} coupons."
     );
     println!(
         "Each case below starts the payments service on 127.0.0.1 (ephemeral port, memory store),"

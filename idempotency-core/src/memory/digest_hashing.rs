@@ -6,9 +6,9 @@ use std::hash::{BuildHasher, Hasher};
 /// of their 64-bit words, XORed with a per-store random seed, goes through MurmurHash3's 64-bit
 /// finalizer (two multiplies, three shifts) in place of SipHash's rounds.
 ///
-/// The seed is what keeps buckets unpredictable: storage keys are unkeyed digests anyone can
-/// compute, so a client could search for keys whose digests share their low bits; after the
-/// seeded mix, which keys share a bucket depends on a seed it cannot see.
+/// The random word is what keeps buckets unpredictable: storage keys are unkeyed digests anyone
+/// can compute, so a client could search for keys whose digests share their low bits; after the
+/// mix, which keys share a bucket depends on a word it cannot see.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct DigestHashing {
     seed: u64,

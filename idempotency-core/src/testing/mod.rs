@@ -395,7 +395,7 @@ impl Walk {
         Self(seed)
     }
 
-    /// The seed in the environment variable `name` (to replay a walk), else a random one.
+    /// The walk's random start from the environment variable `name` (to replay a walk), else a fresh one.
     pub fn seed_from_env(name: &str) -> u64 {
         std::env::var(name)
             .ok()
@@ -676,7 +676,7 @@ pub async fn claim_storm<S: Store>(store: Arc<S>) {
     const CALLERS: usize = 1000;
     let key = unique_key();
     let fp = fingerprint("storm");
-    let claims = run_concurrently(CALLERS, |_| {
+    let claims = concurrently(CALLERS, |_| {
         let store = Arc::clone(&store);
         async move { store.claim(request(&key, &fp, LONG)).await.unwrap() }
     })
@@ -705,7 +705,7 @@ pub async fn claim_storm<S: Store>(store: Arc<S>) {
         .complete(&key, winners[0].token, &outcome, LONG)
         .await
         .unwrap();
-    let replays = run_concurrently(CALLERS, |_| {
+    let replays = concurrently(CALLERS, |_| {
         let store = Arc::clone(&store);
         async move { store.claim(request(&key, &fp, LONG)).await.unwrap() }
     })
@@ -717,7 +717,10 @@ pub async fn claim_storm<S: Store>(store: Arc<S>) {
     );
 }
 
-async fn run_concurrently<T, F>(count: usize, make: impl Fn(usize) -> F) -> Vec<T>
+/// Runs `count` futures made by `make(index)` as tasks released together (a barrier), and
+/// returns their outputs in index order: the storms of the conformance suite and of the SQL
+/// scenarios.
+pub async fn concurrently<T, F>(count: usize, make: impl Fn(usize) -> F) -> Vec<T>
 where
     T: Send + 'static,
     F: std::future::Future<Output = T> + Send + 'static,
@@ -778,7 +781,7 @@ pub async fn tokens<T: TokenStore>(tokens: Arc<T>) {
     );
 
     let contested = tokens.issue(&scope, LONG).await.unwrap();
-    let outcomes = run_concurrently(100, |_| {
+    let outcomes = concurrently(100, |_| {
         let tokens = Arc::clone(&tokens);
         let scope = scope.clone();
         let value = contested.value.clone();

@@ -17,7 +17,7 @@ use idempotency_core::function::sql::TransitionExecutor;
 use idempotency_core::sql::{
     ListFilter, SCHEMA_TABLE, SCHEMA_VERSION, Transition, TransitionOutcome, TxClaim, TxStore,
 };
-use idempotency_core::testing::{Walk, unique_key};
+use idempotency_core::testing::{Walk, concurrently, unique_key};
 use idempotency_core::{
     Claim, ClaimRequest, Fingerprint, IdempotencyKey, Mechanism, Outcome, RecordState, Scope,
     Store, StoreError,
@@ -118,30 +118,6 @@ where
     let mut conn = pool.acquire().await.unwrap();
     let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&mut *conn).await.unwrap();
     n
-}
-
-/// Runs `count` copies of `make` at once (after a barrier).
-pub async fn concurrently<T, F>(count: usize, make: impl Fn(usize) -> F) -> Vec<T>
-where
-    T: Send + 'static,
-    F: Future<Output = T> + Send + 'static,
-{
-    let barrier = Arc::new(tokio::sync::Barrier::new(count));
-    let tasks: Vec<_> = (0..count)
-        .map(|index| {
-            let barrier = Arc::clone(&barrier);
-            let work = make(index);
-            tokio::spawn(async move {
-                barrier.wait().await;
-                work.await
-            })
-        })
-        .collect();
-    let mut out = Vec::with_capacity(count);
-    for task in tasks {
-        out.push(task.await.unwrap());
-    }
-    out
 }
 
 /// 200 duplicate callbacks in 200 concurrent transactions: exactly one grants a coupon, every
