@@ -289,6 +289,34 @@ pub(crate) fn map_err(error: sqlx::Error) -> StoreError {
     }
 }
 
+/// The rows a statement wrote, as each database's driver reports them.
+pub(crate) trait RowsAffected {
+    /// Rows the statement wrote (on MySQL those it matched: sqlx connects with
+    /// `CLIENT_FOUND_ROWS`).
+    fn rows(&self) -> u64;
+}
+
+#[cfg(feature = "postgres")]
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl RowsAffected for sqlx::mysql::MySqlQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
 /// A fencing token as a SQL parameter (tokens beyond `i64` were never issued: stale).
 pub(crate) fn token_param(token: FencingToken) -> Result<i64, StoreError> {
     i64::try_from(token.get()).map_err(|_| StoreError::LeaseLost)
@@ -302,346 +330,6 @@ pub(crate) fn owned(rows: u64) -> Result<(), StoreError> {
         Ok(())
     }
 }
-
-/// The constructor, settings and accessors every SQL store shares, written once: `new(pool)`,
-/// `with_table_name`, `with_tx_lease`, `with_tx_ttl`, `with_abandoned_grace`, `table_name` and
-/// `pool`. The store has the fields `pool`, `settings: Settings` and `sql: Arc<Sql>`, with
-/// `Sql::new(table)` building its statements.
-macro_rules! sql_store_settings {
-    ($store:ident, $pool:ty) => {
-        impl $store {
-            /// A store on `pool`, table `idempotency_records`. Call [`migrate`](Self::migrate)
-            /// once.
-            pub fn new(pool: $pool) -> Self {
-                let settings = Settings::default();
-                let sql = Arc::new(Sql::new(&settings.table));
-                Self {
-                    pool,
-                    settings,
-                    sql,
-                }
-            }
-
-            /// Uses another table (its indexes, and PostgreSQL's token sequence, are named after
-            /// it). Names that are not plain identifiers are refused with [`StoreError::Config`].
-            pub fn with_table_name(mut self, table: &str) -> Result<Self, StoreError> {
-                validate_identifier(table)?;
-                self.settings.table = table.to_owned();
-                self.sql = Arc::new(Sql::new(table));
-                Ok(self)
-            }
-
-            /// The lease of transactional claims (default 60 s): how long a record committed
-            /// without completion blocks the key before it may be taken over.
-            pub fn with_tx_lease(mut self, lease: Duration) -> Self {
-                self.settings.tx_lease = lease;
-                self
-            }
-
-            /// How long outcomes completed in a transaction are kept (default 24 h).
-            pub fn with_tx_ttl(mut self, ttl: Duration) -> Self {
-                self.settings.tx_ttl = ttl;
-                self
-            }
-
-            /// What a transactional claim does while another transaction's uncommitted claim
-            /// holds its key (default: wait up to
-            /// [`DEFAULT_IN_FLIGHT_WAIT`](crate::DEFAULT_IN_FLIGHT_WAIT), 5 s, then
-            /// [`TxClaim::InFlight`](crate::sql::TxClaim::InFlight)).
-            pub fn with_tx_in_flight(mut self, policy: crate::InFlightPolicy) -> Self {
-                self.settings.tx_in_flight = policy;
-                self
-            }
-
-            /// Transactional claims of transactions and functions also take, first, the key 0.1
-            /// gave them ([`TxStore::keys_of_0_1`](crate::sql::TxStore::keys_of_0_1)): on while
-            /// a fleet upgrades from 0.1, and until records 0.1 wrote have expired.
-            pub fn with_keys_of_0_1(mut self, enabled: bool) -> Self {
-                self.settings.keys_of_0_1 = enabled;
-                self
-            }
-
-            /// How long [`purge_expired`](Store::purge_expired) keeps an in-progress record
-            /// after its lease ended (default
-            /// [`DEFAULT_ABANDONED_GRACE`](crate::DEFAULT_ABANDONED_GRACE), 1 h; at most ten
-            /// years), so the claim after a crash reports the takeover.
-            pub fn with_abandoned_grace(mut self, grace: Duration) -> Self {
-                self.settings.set_abandoned_grace(grace);
-                self
-            }
-
-            /// The table name.
-            pub fn table_name(&self) -> &str {
-                &self.settings.table
-            }
-
-            /// The pool.
-            pub fn pool(&self) -> &$pool {
-                &self.pool
-            }
-        }
-    };
-}
-pub(crate) use sql_store_settings;
-
-/// The trait plumbing every SQL store shares, written once: its `Debug`, `list`, the
-/// [`Store`](crate::Store) and [`TxStore`](super::TxStore) impls, `connection` and `release_on`.
-///
-/// Arguments: the store, its `sqlx::Database`, its connection type and the text `list` puts
-/// around a bound Unix-microseconds parameter to compare it with `updated_at` (before, after).
-/// The store brings the per-database steps: `claim_on(conn, request, in_tx)`,
-/// `claim_in_tx_on(conn, tx_request)`, `begin_tx()`,
-/// `complete_on(conn, key, token, outcome, ttl)`, `touch_lease(key, token, lease)` and
-/// `purge(limit)`, and the statements `sql.release`, `sql.undo` (key, claim id), `sql.get` and
-/// `sql.select_records`.
-macro_rules! sql_store_impls {
-    ($store:ident, $db:ty, $conn:ty, list_time: $at:expr) => {
-        impl std::fmt::Debug for $store {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($store))
-                    .field("settings", &self.settings)
-                    .finish_non_exhaustive()
-            }
-        }
-
-        impl $store {
-            /// Records for reconciliation, oldest `updated_at` first.
-            pub async fn list(
-                &self,
-                filter: &$crate::sql::ListFilter,
-            ) -> Result<Vec<$crate::Record>, StoreError> {
-                use $crate::sql::common::{RecordRow, unix_micros};
-                let (prefix, suffix): (&str, &str) = $at;
-                let mut query = sqlx::QueryBuilder::<$db>::new(&self.sql.select_records);
-                if let Some(namespace) = &filter.namespace {
-                    query.push(" AND namespace = ").push_bind(namespace.clone());
-                }
-                if let Some(state) = filter.state {
-                    query.push(" AND state = ").push_bind(state.as_str());
-                }
-                if let Some(from) = filter.updated_from {
-                    query
-                        .push(" AND updated_at >= ")
-                        .push(prefix)
-                        .push_bind(unix_micros(from))
-                        .push(suffix);
-                }
-                if let Some(before) = filter.updated_before {
-                    query
-                        .push(" AND updated_at < ")
-                        .push(prefix)
-                        .push_bind(unix_micros(before))
-                        .push(suffix);
-                }
-                query
-                    .push(" ORDER BY updated_at LIMIT ")
-                    .push_bind(filter.limit_param());
-                let rows: Vec<RecordRow> = query
-                    .build_query_as()
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                rows.into_iter().map(RecordRow::into_record).collect()
-            }
-
-            async fn connection(&self) -> Result<sqlx::pool::PoolConnection<$db>, StoreError> {
-                self.pool.acquire().await.map_err(map_err)
-            }
-
-            async fn release_on(
-                &self,
-                conn: &mut $conn,
-                key: &StorageKey,
-                token: FencingToken,
-            ) -> Result<(), StoreError> {
-                let done = sqlx::query(&self.sql.release)
-                    .bind(key.0.as_slice())
-                    .bind(token_param(token)?)
-                    .execute(conn)
-                    .await
-                    .map_err(map_err)?;
-                owned(done.rows_affected())
-            }
-        }
-
-        impl Store for $store {
-            async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-                let mut conn = self.connection().await?;
-                self.claim_on(&mut conn, request, false).await
-            }
-
-            async fn complete(
-                &self,
-                key: &StorageKey,
-                token: FencingToken,
-                outcome: &Outcome,
-                ttl: Duration,
-            ) -> Result<(), StoreError> {
-                let mut conn = self.connection().await?;
-                self.complete_on(&mut conn, key, token, outcome, ttl).await
-            }
-
-            async fn release(
-                &self,
-                key: &StorageKey,
-                token: FencingToken,
-            ) -> Result<(), StoreError> {
-                let mut conn = self.connection().await?;
-                self.release_on(&mut conn, key, token).await
-            }
-
-            async fn undo_claim(
-                &self,
-                key: &StorageKey,
-                claim_id: $crate::ClaimId,
-            ) -> Result<bool, StoreError> {
-                let done = sqlx::query(&self.sql.undo)
-                    .bind(key.0.as_slice())
-                    .bind(claim_id.as_bytes().as_slice())
-                    .execute(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                Ok(done.rows_affected() > 0)
-            }
-
-            async fn touch(
-                &self,
-                key: &StorageKey,
-                token: FencingToken,
-                lease: Duration,
-            ) -> Result<(), StoreError> {
-                self.touch_lease(key, token, lease).await
-            }
-
-            async fn get(&self, key: &StorageKey) -> Result<Option<$crate::Record>, StoreError> {
-                use $crate::sql::common::RecordRow;
-                let row: Option<RecordRow> = sqlx::query_as(&self.sql.get)
-                    .bind(key.0.as_slice())
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                row.map(RecordRow::into_record).transpose()
-            }
-
-            async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
-                self.purge(limit).await
-            }
-        }
-
-        impl TxStore for $store {
-            type Database = $db;
-
-            fn pool(&self) -> &sqlx::Pool<$db> {
-                &self.pool
-            }
-
-            async fn begin(&self) -> Result<sqlx::Transaction<'static, $db>, StoreError> {
-                self.begin_tx().await
-            }
-
-            fn tx_request<'a>(
-                &self,
-                namespace: &'a str,
-                key: &'a StorageKey,
-                fingerprint: &'a $crate::Fingerprint,
-            ) -> $crate::sql::TxClaimRequest<'a> {
-                $crate::sql::TxClaimRequest {
-                    key,
-                    namespace,
-                    fingerprint,
-                    lease: self.settings.tx_lease,
-                    ttl: self.settings.tx_ttl,
-                    in_flight: self.settings.tx_in_flight,
-                    key_of_0_1: None,
-                }
-            }
-
-            async fn claim_storage_key_in_tx<T: $crate::sql::InTransaction<$db> + ?Sized>(
-                &self,
-                tx: &mut T,
-                request: $crate::sql::TxClaimRequest<'_>,
-            ) -> Result<$crate::sql::TxClaim, StoreError> {
-                use $crate::sql::{TxClaim, TxClaimRequest};
-                let Some(key_of_0_1) = request.key_of_0_1 else {
-                    return self.claim_in_tx_on(tx.connection(), request).await;
-                };
-                // The upgrade from 0.1 (`keys_of_0_1`): the key of 0.1 first, where 0.1 nodes
-                // claim, then this release's own.
-                let older = TxClaimRequest {
-                    key: key_of_0_1,
-                    key_of_0_1: None,
-                    ..request
-                };
-                let older = match self.claim_in_tx_on(tx.connection(), older).await? {
-                    TxClaim::Execute(lease) => lease,
-                    answered => return Ok(answered),
-                };
-                let own = TxClaimRequest {
-                    key_of_0_1: None,
-                    ..request
-                };
-                match self.claim_in_tx_on(tx.connection(), own).await? {
-                    TxClaim::Execute(mut lease) => {
-                        lease.key_of_0_1 = Some(Box::new(older));
-                        Ok(TxClaim::Execute(lease))
-                    }
-                    answered => {
-                        // Given back in case the caller commits; a transaction its wait aborted
-                        // (PostgreSQL) rolls back whole anyway.
-                        let _ = self
-                            .release_on(tx.connection(), &older.key, older.lease.token)
-                            .await;
-                        Ok(answered)
-                    }
-                }
-            }
-
-            fn keys_of_0_1(&self) -> bool {
-                self.settings.keys_of_0_1
-            }
-
-            async fn complete_in_tx<T: $crate::sql::InTransaction<$db> + ?Sized>(
-                &self,
-                tx: &mut T,
-                lease: $crate::sql::TxLease,
-                outcome: &Outcome,
-            ) -> Result<(), StoreError> {
-                if let Some(older) = &lease.key_of_0_1 {
-                    self.complete_on(
-                        tx.connection(),
-                        &older.key,
-                        older.lease.token,
-                        outcome,
-                        older.ttl,
-                    )
-                    .await?;
-                }
-                self.complete_on(
-                    tx.connection(),
-                    &lease.key,
-                    lease.lease.token,
-                    outcome,
-                    lease.ttl,
-                )
-                .await
-            }
-
-            async fn release_in_tx<T: $crate::sql::InTransaction<$db> + ?Sized>(
-                &self,
-                tx: &mut T,
-                lease: $crate::sql::TxLease,
-            ) -> Result<(), StoreError> {
-                if let Some(older) = &lease.key_of_0_1 {
-                    self.release_on(tx.connection(), &older.key, older.lease.token)
-                        .await?;
-                }
-                self.release_on(tx.connection(), &lease.key, lease.lease.token)
-                    .await
-            }
-        }
-    };
-}
-pub(crate) use sql_store_impls;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -1,10 +1,12 @@
 //! SQL stores (sqlx): PostgreSQL, SQLite, MySQL/MariaDB; transactional dedup and state machines.
 //!
 //! - `PostgresStore`, `SqliteStore`, `MySqlStore` (features `postgres`, `sqlite`, `mysql`):
-//!   [`Store`](crate::Store)s that pass the shared conformance suite, with `new(pool)`,
-//!   `with_table_name(..)`, `migrate()` (DDL issued from code, no compile-time database),
-//!   `purge_expired(limit)` in bounded batches and [`ListFilter`]-based `list` for
-//!   reconciliation. Run [`crate::spawn_sweeper`] for background purging.
+//!   [`SqlStore`] on each [`Dialect`], a [`Store`](crate::Store) that passes the shared
+//!   conformance suite, with `new(pool)`, `with_table_name(..)`, `migrate()` (DDL issued from
+//!   code, no compile-time database), `purge_expired(limit)` in bounded batches and
+//!   [`ListFilter`]-based `list` for reconciliation. Run [`crate::spawn_sweeper`] for
+//!   background purging. What differs per database (the claim statements, how a wait is
+//!   bounded, the clock) lives in one file each; the rest is written once.
 //! - [`TxStore`]: the dedup record claimed and completed **inside the caller's transaction**,
 //!   so the record and the business writes commit or roll back together. This only holds when
 //!   the record lives in the same database as the business tables: a dedup record in another
@@ -28,7 +30,9 @@
 //! agree; SQLite is embedded and uses the host clock (microseconds), read once per statement.
 
 mod common;
+mod dialect;
 mod schema;
+mod store;
 mod transition;
 mod tx;
 
@@ -40,7 +44,9 @@ mod postgres;
 mod sqlite;
 
 pub use common::{ListFilter, validate_identifier};
+pub use dialect::Dialect;
 pub use schema::{SCHEMA_TABLE, SCHEMA_VERSION};
+pub use store::SqlStore;
 pub use transition::{StateValue, Transition, TransitionOutcome};
 pub use tx::{InTransaction, TxClaim, TxClaimRequest, TxLease, TxStore};
 

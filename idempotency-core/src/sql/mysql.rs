@@ -1,19 +1,17 @@
 //! The MySQL/MariaDB store: `INSERT … ON DUPLICATE KEY UPDATE` with conditional takeover.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use sqlx::{MySql, MySqlConnection, MySqlPool};
-
 use std::borrow::Cow;
 use std::sync::OnceLock;
+use std::time::Duration;
 
-use super::common::{ClaimRow, Settings, map_err, micros, owned, token_param, validate_identifier};
-use super::schema::{self, Steps, VersionSql};
-use super::tx::{TxClaim, TxClaimRequest, TxStore, still_running, tx_claim};
-use crate::{
-    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError,
-};
+use sqlx::{MySql, MySqlConnection};
+
+use super::common::{ClaimRow, map_err, micros, owned, token_param};
+use super::dialect::{TableSql, sealed::Steps};
+use super::schema::{self, VersionSql};
+use super::store::SqlStore;
+use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
+use crate::{Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, StoreError};
 
 /// MySQL's error number for a lock wait that ran out (`innodb_lock_wait_timeout`).
 const LOCK_WAIT_TIMEOUT: u16 = 1205;
@@ -36,18 +34,19 @@ const CLAIM_ROUNDS: usize = 8;
 const NOW: &str = "UTC_TIMESTAMP(6)";
 const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
 
-/// A [`Store`] on MySQL 8 or MariaDB 10.5+ (sqlx), also usable inside the caller's
-/// transactions ([`TxStore`]).
+/// A [`Store`](crate::Store) on MySQL 8 or MariaDB 10.5+ (sqlx), also usable inside the
+/// caller's transactions ([`TxStore`](super::TxStore)); settings and `migrate` on
+/// [`SqlStore`].
 ///
 /// - **Clock**: lease and TTL comparisons use the database clock (`UTC_TIMESTAMP(6)`, constant
 ///   within a statement); columns are `DATETIME(6)` in UTC.
-/// - **Statements**: [`claim`](Store::claim) first reads the row without locking it: a replay,
+/// - **Statements**: [`claim`](crate::Store::claim) first reads the row without locking it: a replay,
 ///   an in-flight answer or a mismatch is that **one** statement (no row lock, so a storm of
 ///   duplicates of one key does not queue). An absent or expired key is then claimed by one
 ///   `INSERT … ON DUPLICATE KEY UPDATE` whose update takes an expired row over and leaves a
 ///   live one untouched; `LAST_INSERT_ID(expr)` reports the new fencing token (0 when nothing
 ///   was taken): **two** statements for a new key, three for a takeover or a lost race.
-///   Inside a transaction ([`TxStore`]) the upsert comes first (it must wait on a concurrent
+///   Inside a transaction ([`TxStore`](super::TxStore)) the upsert comes first (it must wait on a concurrent
 ///   claimer's row), then a `FOR UPDATE` read unless it inserted. Other steps are one
 ///   statement.
 /// - **Fencing tokens**: `GREATEST(previous + 1, now in µs)` from the database clock, so they
@@ -67,15 +66,10 @@ const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIME
 /// store.migrate().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct MySqlStore {
-    pool: MySqlPool,
-    settings: Settings,
-    sql: Arc<Sql>,
-}
+pub type MySqlStore = SqlStore<MySql>;
 
-struct Sql {
-    steps: Steps,
+/// MySQL's own statements, built once per table name.
+pub struct Sql {
     upsert: String,
     /// Whether the server is MariaDB (`SET STATEMENT` bounds a claim's wait), read once.
     mariadb: OnceLock<bool>,
@@ -83,15 +77,12 @@ struct Sql {
     read_locked: String,
     complete: String,
     touch: String,
-    release: String,
-    undo: String,
-    get: String,
     purge: String,
-    select_records: String,
 }
 
-impl Sql {
-    fn new(table: &str) -> Self {
+/// The statements of `table`.
+fn statements(table: &str) -> TableSql<Sql> {
+    {
         let t = format!("`{table}`");
         let expired = format!("expires_at <= {NOW}");
         let us = |column: &str| {
@@ -111,7 +102,51 @@ impl Sql {
              response_body FROM {t} WHERE key_hash = ?"
         );
         let owned = "key_hash = ? AND token = ? AND state = 'in_progress'";
-        Self {
+        TableSql {
+            own: Sql {
+                mariadb: OnceLock::new(),
+                // Assignments of ON DUPLICATE KEY UPDATE run left to right and see earlier ones, so
+                // every column the condition or a later value reads (`state`, `expires_at`) is
+                // assigned after its readers. Parameters: key, namespace, fingerprint, claim id,
+                // lease µs, namespace, fingerprint, claim id, lease µs.
+                upsert: format!(
+                    "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
+                   attempts, created_at, updated_at, expires_at) \
+                 VALUES (?, ?, ?, 'in_progress', LAST_INSERT_ID({NOW_US}), ?, 1, {NOW}, {NOW}, \
+                   {NOW} + INTERVAL ? MICROSECOND) \
+                 ON DUPLICATE KEY UPDATE \
+                   attempts = IF({expired}, IF(state = 'in_progress', attempts + 1, 1), attempts), \
+                   created_at = IF({expired}, IF(state = 'in_progress', created_at, {NOW}), \
+                     created_at), \
+                   token = IF({expired}, LAST_INSERT_ID(GREATEST(token + 1, {NOW_US})), \
+                     token + LAST_INSERT_ID(0)), \
+                   namespace = IF({expired}, ?, namespace), \
+                   fingerprint = IF({expired}, ?, fingerprint), \
+                   claim_id = IF({expired}, ?, claim_id), \
+                   state = IF({expired}, 'in_progress', state), \
+                   updated_at = IF({expired}, {NOW}, updated_at), \
+                   completed_at = IF({expired}, NULL, completed_at), \
+                   response_status = IF({expired}, NULL, response_status), \
+                   response_body = IF({expired}, NULL, response_body), \
+                   expires_at = IF({expired}, {NOW} + INTERVAL ? MICROSECOND, expires_at)"
+                ),
+                read_locked: format!("{read} FOR UPDATE"),
+                read,
+                complete: format!(
+                    "UPDATE {t} SET state = 'completed', response_status = ?, response_body = ?, \
+                 completed_at = {NOW}, updated_at = {NOW}, \
+                 expires_at = {NOW} + INTERVAL ? MICROSECOND WHERE {owned}"
+                ),
+                touch: format!(
+                    "UPDATE {t} SET expires_at = {NOW} + INTERVAL ? MICROSECOND, updated_at = {NOW} \
+                 WHERE {owned}"
+                ),
+                // Completed past the TTL, or an abandoned lease past its end plus the grace.
+                purge: format!(
+                    "DELETE FROM {t} WHERE expires_at <= {NOW} AND (state = 'completed' OR \
+                 expires_at <= {NOW} - INTERVAL ? MICROSECOND) ORDER BY expires_at LIMIT ?"
+                ),
+            },
             steps: vec![
                 vec![format!(
                     "CREATE TABLE IF NOT EXISTS {t} (\
@@ -139,50 +174,8 @@ impl Sql {
             undo: format!(
                 "DELETE FROM {t} WHERE key_hash = ? AND claim_id = ? AND state = 'in_progress'"
             ),
-            mariadb: OnceLock::new(),
-            // Assignments of ON DUPLICATE KEY UPDATE run left to right and see earlier ones, so
-            // every column the condition or a later value reads (`state`, `expires_at`) is
-            // assigned after its readers. Parameters: key, namespace, fingerprint, claim id,
-            // lease µs, namespace, fingerprint, claim id, lease µs.
-            upsert: format!(
-                "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
-                   attempts, created_at, updated_at, expires_at) \
-                 VALUES (?, ?, ?, 'in_progress', LAST_INSERT_ID({NOW_US}), ?, 1, {NOW}, {NOW}, \
-                   {NOW} + INTERVAL ? MICROSECOND) \
-                 ON DUPLICATE KEY UPDATE \
-                   attempts = IF({expired}, IF(state = 'in_progress', attempts + 1, 1), attempts), \
-                   created_at = IF({expired}, IF(state = 'in_progress', created_at, {NOW}), \
-                     created_at), \
-                   token = IF({expired}, LAST_INSERT_ID(GREATEST(token + 1, {NOW_US})), \
-                     token + LAST_INSERT_ID(0)), \
-                   namespace = IF({expired}, ?, namespace), \
-                   fingerprint = IF({expired}, ?, fingerprint), \
-                   claim_id = IF({expired}, ?, claim_id), \
-                   state = IF({expired}, 'in_progress', state), \
-                   updated_at = IF({expired}, {NOW}, updated_at), \
-                   completed_at = IF({expired}, NULL, completed_at), \
-                   response_status = IF({expired}, NULL, response_status), \
-                   response_body = IF({expired}, NULL, response_body), \
-                   expires_at = IF({expired}, {NOW} + INTERVAL ? MICROSECOND, expires_at)"
-            ),
-            read_locked: format!("{read} FOR UPDATE"),
-            read,
-            complete: format!(
-                "UPDATE {t} SET state = 'completed', response_status = ?, response_body = ?, \
-                 completed_at = {NOW}, updated_at = {NOW}, \
-                 expires_at = {NOW} + INTERVAL ? MICROSECOND WHERE {owned}"
-            ),
-            touch: format!(
-                "UPDATE {t} SET expires_at = {NOW} + INTERVAL ? MICROSECOND, updated_at = {NOW} \
-                 WHERE {owned}"
-            ),
             release: format!("DELETE FROM {t} WHERE {owned}"),
             get: format!("SELECT {record_columns} FROM {t} WHERE key_hash = ?"),
-            // Completed past the TTL, or an abandoned lease past its end plus the grace.
-            purge: format!(
-                "DELETE FROM {t} WHERE expires_at <= {NOW} AND (state = 'completed' OR \
-                 expires_at <= {NOW} - INTERVAL ? MICROSECOND) ORDER BY expires_at LIMIT ?"
-            ),
             select_records: format!("SELECT {record_columns} FROM {t} WHERE 1 = 1"),
         }
     }
@@ -226,29 +219,32 @@ enum Upsert {
     Live,
 }
 
-super::common::sql_store_settings!(MySqlStore, MySqlPool);
+impl Steps for MySql {
+    type Own = Sql;
 
-impl MySqlStore {
-    /// The SQL text of one of the store's statements (upsert, read, complete, get), for benchmarks
-    /// that run the identical statements through raw sqlx (feature `testing`).
+    const LIST_TIME: (&'static str, &'static str) =
+        ("TIMESTAMPADD(MICROSECOND, ", ", '1970-01-01 00:00:00')");
+
+    fn statements(table: &str) -> TableSql<Sql> {
+        statements(table)
+    }
+
     #[cfg(feature = "testing")]
-    pub fn statement(&self, name: &str) -> Option<&str> {
+    fn statement<'a>(sql: &'a TableSql<Sql>, name: &str) -> Option<&'a str> {
         match name {
-            "upsert" => Some(&self.sql.upsert),
-            "read" => Some(&self.sql.read),
-            "complete" => Some(&self.sql.complete),
-            "get" => Some(&self.sql.get),
+            "upsert" => Some(&sql.own.upsert),
+            "read" => Some(&sql.own.read),
+            "complete" => Some(&sql.own.complete),
+            "get" => Some(&sql.get),
             _ => None,
         }
     }
 
-    /// Brings the table and its indexes (expiry; namespace + state + updated_at) to this
-    /// release's schema version, creating them if missing (versions are kept in
-    /// `idempotency_schema`). Safe to run concurrently (serialized by a named lock).
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        let table = &self.settings.table;
+    /// Runs the schema steps under a named lock (MySQL's DDL is not transactional).
+    async fn migrate(store: &MySqlStore) -> Result<(), StoreError> {
+        let table = store.table_name();
         let lock = format!("idempotency-migrate:{table}");
-        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        let mut conn = store.pool.acquire().await.map_err(map_err)?;
         let (locked,): (Option<i64>,) = sqlx::query_as("SELECT GET_LOCK(?, 60)")
             .bind(&lock)
             .fetch_one(&mut *conn)
@@ -259,7 +255,8 @@ impl MySqlStore {
                 "could not take the migration lock {lock:?} within 60 s"
             )));
         }
-        let migrated = schema::migrate::<MySql>(&mut conn, &VERSIONS, table, &self.sql.steps).await;
+        let migrated =
+            schema::migrate::<MySql>(&mut conn, &VERSIONS, table, &store.sql.steps).await;
         let released = sqlx::query("SELECT RELEASE_LOCK(?)")
             .bind(&lock)
             .execute(&mut *conn)
@@ -267,44 +264,27 @@ impl MySqlStore {
             .map_err(map_err);
         migrated?;
         released?;
-        self.is_mariadb(&mut conn).await?;
+        store.sql.own.is_mariadb(&mut conn).await?;
         Ok(())
     }
 
-    /// Whether the server is MariaDB, asked once.
-    async fn is_mariadb(&self, conn: &mut MySqlConnection) -> Result<bool, StoreError> {
-        if let Some(mariadb) = self.sql.mariadb.get() {
-            return Ok(*mariadb);
-        }
-        let (version,): (String,) = sqlx::query_as("SELECT VERSION()")
-            .fetch_one(conn)
-            .await
-            .map_err(map_err)?;
-        Ok(*self.sql.mariadb.get_or_init(|| version.contains("MariaDB")))
-    }
-
-    /// [`TxStore::begin`].
-    async fn begin_tx(&self) -> Result<sqlx::Transaction<'static, MySql>, StoreError> {
-        self.pool.begin().await.map_err(map_err)
-    }
-
-    /// [`TxStore::claim_storage_key_in_tx`]: the upsert first, its wait on a concurrent
-    /// claimer's row bounded by `SET STATEMENT innodb_lock_wait_timeout` on MariaDB (whole
-    /// seconds; 0 rejects at once); on MySQL the session's timeout applies. A wait that ran out
-    /// is in flight.
+    /// The upsert first, its wait on a concurrent claimer's row bounded by `SET STATEMENT
+    /// innodb_lock_wait_timeout` on MariaDB (whole seconds; 0 rejects at once); on MySQL the
+    /// session's timeout applies. A wait that ran out is in flight.
     async fn claim_in_tx_on(
-        &self,
+        store: &MySqlStore,
         conn: &mut MySqlConnection,
         request: TxClaimRequest<'_>,
     ) -> Result<TxClaim, StoreError> {
-        let upsert = if self.is_mariadb(conn).await? {
+        let sql = &store.sql.own;
+        let upsert = if sql.is_mariadb(conn).await? {
             let secs = request.in_flight.max_wait().as_secs();
             Cow::Owned(format!(
                 "SET STATEMENT innodb_lock_wait_timeout = {secs} FOR {}",
-                self.sql.upsert
+                sql.upsert
             ))
         } else {
-            Cow::Borrowed(self.sql.upsert.as_str())
+            Cow::Borrowed(sql.upsert.as_str())
         };
         let claim = ClaimRequest {
             key: request.key,
@@ -314,11 +294,86 @@ impl MySqlStore {
             // Never undone: a claim in a transaction that fails is rolled back with it.
             claim_id: ClaimId::random(),
         };
-        match self.claim_with(conn, claim, true, &upsert).await {
+        match sql.claim_with(conn, claim, true, &upsert).await {
             Ok(claimed) => Ok(tx_claim(claimed, &request)),
             Err(Waited::Out) => Ok(still_running()),
             Err(Waited::Failed(error)) => Err(error),
         }
+    }
+
+    /// A consistent read first, then the upsert.
+    async fn claim_on(
+        store: &MySqlStore,
+        conn: &mut MySqlConnection,
+        request: ClaimRequest<'_>,
+    ) -> Result<Claim, StoreError> {
+        let sql = &store.sql.own;
+        sql.claim_with(conn, request, false, &sql.upsert)
+            .await
+            .map_err(|waited| match waited {
+                Waited::Out => StoreError::Backend("lock wait timeout exceeded".to_owned()),
+                Waited::Failed(error) => error,
+            })
+    }
+
+    async fn complete_on(
+        store: &MySqlStore,
+        conn: &mut MySqlConnection,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&store.sql.own.complete)
+            .bind(i32::from(outcome.status))
+            .bind(outcome.body.as_ref())
+            .bind(micros(ttl))
+            .bind(key.0.as_slice())
+            .bind(token_param(token)?)
+            .execute(conn)
+            .await
+            .map_err(map_err)?;
+        owned(done.rows_affected())
+    }
+
+    async fn touch(
+        store: &MySqlStore,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&store.sql.own.touch)
+            .bind(micros(lease))
+            .bind(key.0.as_slice())
+            .bind(token_param(token)?)
+            .execute(&store.pool)
+            .await
+            .map_err(map_err)?;
+        owned(done.rows_affected())
+    }
+
+    async fn purge(store: &MySqlStore, limit: usize) -> Result<u64, StoreError> {
+        let done = sqlx::query(&store.sql.own.purge)
+            .bind(micros(store.settings.abandoned_grace))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(&store.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(done.rows_affected())
+    }
+}
+
+impl Sql {
+    /// Whether the server is MariaDB, asked once.
+    async fn is_mariadb(&self, conn: &mut MySqlConnection) -> Result<bool, StoreError> {
+        if let Some(mariadb) = self.mariadb.get() {
+            return Ok(*mariadb);
+        }
+        let (version,): (String,) = sqlx::query_as("SELECT VERSION()")
+            .fetch_one(conn)
+            .await
+            .map_err(map_err)?;
+        Ok(*self.mariadb.get_or_init(|| version.contains("MariaDB")))
     }
 
     async fn upsert(
@@ -358,9 +413,9 @@ impl MySqlStore {
         locked: bool,
     ) -> Result<Option<ClaimRow>, StoreError> {
         let sql = if locked {
-            &self.sql.read_locked
+            &self.read_locked
         } else {
-            &self.sql.read
+            &self.read
         };
         sqlx::query_as(sql)
             .bind(key.0.as_slice())
@@ -369,22 +424,8 @@ impl MySqlStore {
             .map_err(map_err)
     }
 
-    /// Claims the key (`locked` inside a transaction: the upsert first, then locking reads).
-    async fn claim_on(
-        &self,
-        conn: &mut MySqlConnection,
-        request: ClaimRequest<'_>,
-        locked: bool,
-    ) -> Result<Claim, StoreError> {
-        self.claim_with(conn, request, locked, &self.sql.upsert)
-            .await
-            .map_err(|waited| match waited {
-                Waited::Out => StoreError::Backend("lock wait timeout exceeded".to_owned()),
-                Waited::Failed(error) => error,
-            })
-    }
-
-    /// [`claim_on`](Self::claim_on) with the upsert statement given.
+    /// Claims the key with `upsert` (`locked` inside a transaction: the upsert first, then
+    /// locking reads).
     async fn claim_with(
         &self,
         conn: &mut MySqlConnection,
@@ -433,59 +474,4 @@ impl MySqlStore {
             "claim lost {CLAIM_ROUNDS} races in a row on one key"
         ))))
     }
-
-    async fn complete_on(
-        &self,
-        conn: &mut MySqlConnection,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let done = sqlx::query(&self.sql.complete)
-            .bind(i32::from(outcome.status))
-            .bind(outcome.body.as_ref())
-            .bind(micros(ttl))
-            .bind(key.0.as_slice())
-            .bind(token_param(token)?)
-            .execute(conn)
-            .await
-            .map_err(map_err)?;
-        owned(done.rows_affected())
-    }
-
-    /// [`Store::touch`]: renews the lease of an owned record.
-    async fn touch_lease(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        let done = sqlx::query(&self.sql.touch)
-            .bind(micros(lease))
-            .bind(key.0.as_slice())
-            .bind(token_param(token)?)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        owned(done.rows_affected())
-    }
-
-    /// [`Store::purge_expired`]: one bounded delete.
-    async fn purge(&self, limit: usize) -> Result<u64, StoreError> {
-        let done = sqlx::query(&self.sql.purge)
-            .bind(micros(self.settings.abandoned_grace))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected())
-    }
 }
-
-super::common::sql_store_impls!(
-    MySqlStore,
-    MySql,
-    MySqlConnection,
-    list_time: ("TIMESTAMPADD(MICROSECOND, ", ", '1970-01-01 00:00:00')")
-);

@@ -1,16 +1,15 @@
 //! The PostgreSQL store: one statement per step, a sequence for fencing tokens.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::{PgConnection, Postgres};
 
-use super::common::{ClaimRow, Settings, map_err, micros, owned, token_param, validate_identifier};
-use super::schema::{self, Steps, VersionSql};
-use super::tx::{TxClaim, TxClaimRequest, TxStore, still_running, tx_claim};
-use crate::{
-    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError,
-};
+use super::common::{ClaimRow, map_err, micros, owned, token_param};
+use super::dialect::{TableSql, sealed::Steps};
+use super::schema::{self, VersionSql};
+use super::store::SqlStore;
+use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
+use crate::{Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, StoreError};
 
 /// SQLSTATE `lock_not_available`: a bounded wait (`lock_timeout`) ran out.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
@@ -25,12 +24,12 @@ const VERSIONS: VersionSql = VersionSql {
             ON CONFLICT (table_name) DO UPDATE SET version = excluded.version, migrated_at = now()",
 };
 
-/// A [`Store`] on PostgreSQL (sqlx), also usable inside the caller's transactions
-/// ([`TxStore`]).
+/// A [`Store`](crate::Store) on PostgreSQL (sqlx), also usable inside the caller's
+/// transactions ([`TxStore`](super::TxStore)); settings and `migrate` on [`SqlStore`].
 ///
 /// - **Clock**: every lease and TTL comparison uses the database's `statement_timestamp()`, so
 ///   application servers with skewed clocks agree.
-/// - **Statements**: [`claim`](Store::claim) is *one* statement (a replay too):
+/// - **Statements**: [`claim`](crate::Store::claim) is *one* statement (a replay too):
 ///   `WITH cur AS (SELECT …), ins AS (INSERT … ON CONFLICT DO UPDATE …) SELECT … FROM ins UNION ALL
 ///   SELECT … FROM cur`. A live row visible in the statement's snapshot is answered without any
 ///   write; an absent or expired key is inserted or taken over; a row that appeared after the
@@ -52,16 +51,10 @@ const VERSIONS: VersionSql = VersionSql {
 /// let engine = Idempotency::new(store);
 /// # let _ = engine; Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct PostgresStore {
-    pool: PgPool,
-    settings: Settings,
-    sql: Arc<Sql>,
-}
+pub type PostgresStore = SqlStore<Postgres>;
 
-/// The statements, built once per table name.
-struct Sql {
-    steps: Steps,
+/// PostgreSQL's own statements, built once per table name.
+pub struct Sql {
     claim: String,
     /// The claim inside a transaction: the same statement, with its wait on a concurrent
     /// claimer's uncommitted row bounded by `lock_timeout` ($6), which it sets and restores.
@@ -72,11 +65,7 @@ struct Sql {
     insert_fresh: String,
     complete: String,
     touch: String,
-    release: String,
-    undo: String,
-    get: String,
     purge: String,
-    select_records: String,
 }
 
 const NOW: &str = "statement_timestamp()";
@@ -94,8 +83,9 @@ fn record_columns() -> String {
     )
 }
 
-impl Sql {
-    fn new(table: &str) -> Self {
+/// The statements of `table`.
+fn statements(table: &str) -> TableSql<Sql> {
+    {
         let t = format!("\"{table}\"");
         let seq = format!("\"{table}_token_seq\"");
         let expired = format!("r.expires_at <= {NOW}");
@@ -193,8 +183,27 @@ impl Sql {
                set_config('lock_timeout', lt.old, true) AS restored FROM lt"
         );
         let owned = "key_hash = $1 AND token = $2 AND state = 'in_progress'";
-        Self {
-            insert_fresh,
+        TableSql {
+            own: Sql {
+                insert_fresh,
+                claim: claim(false),
+                claim_bounded: claim(true),
+                complete: format!(
+                    "UPDATE {t} SET state = 'completed', response_status = $3, response_body = $4, \
+                 completed_at = {NOW}, updated_at = {NOW}, \
+                 expires_at = {NOW} + $5 * interval '1 microsecond' WHERE {owned}"
+                ),
+                touch: format!(
+                    "UPDATE {t} SET expires_at = {NOW} + $3 * interval '1 microsecond', \
+                 updated_at = {NOW} WHERE {owned}"
+                ),
+                purge: format!(
+                    "DELETE FROM {t} WHERE key_hash IN (\
+                   SELECT key_hash FROM {t} WHERE {purgeable} \
+                   ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
+                 AND {purgeable}"
+                ),
+            },
             steps: vec![
                 vec![
                     format!(
@@ -229,52 +238,37 @@ impl Sql {
             undo: format!(
                 "DELETE FROM {t} WHERE key_hash = $1 AND claim_id = $2 AND state = 'in_progress'"
             ),
-            claim: claim(false),
-            claim_bounded: claim(true),
-            complete: format!(
-                "UPDATE {t} SET state = 'completed', response_status = $3, response_body = $4, \
-                 completed_at = {NOW}, updated_at = {NOW}, \
-                 expires_at = {NOW} + $5 * interval '1 microsecond' WHERE {owned}"
-            ),
-            touch: format!(
-                "UPDATE {t} SET expires_at = {NOW} + $3 * interval '1 microsecond', \
-                 updated_at = {NOW} WHERE {owned}"
-            ),
             release: format!("DELETE FROM {t} WHERE {owned}"),
             get: format!("SELECT {} FROM {t} WHERE key_hash = $1", record_columns()),
-            purge: format!(
-                "DELETE FROM {t} WHERE key_hash IN (\
-                   SELECT key_hash FROM {t} WHERE {purgeable} \
-                   ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
-                 AND {purgeable}"
-            ),
             select_records: format!("SELECT {} FROM {t} WHERE TRUE", record_columns()),
         }
     }
 }
 
-super::common::sql_store_settings!(PostgresStore, PgPool);
+impl Steps for Postgres {
+    type Own = Sql;
 
-impl PostgresStore {
-    /// The SQL text of one of the store's statements (claim, complete, get), for benchmarks
-    /// that run the identical statements through raw sqlx (feature `testing`).
+    const LIST_TIME: (&'static str, &'static str) =
+        ("", " * interval '1 microsecond' + TIMESTAMPTZ 'epoch'");
+
+    fn statements(table: &str) -> TableSql<Sql> {
+        statements(table)
+    }
+
     #[cfg(feature = "testing")]
-    pub fn statement(&self, name: &str) -> Option<&str> {
+    fn statement<'a>(sql: &'a TableSql<Sql>, name: &str) -> Option<&'a str> {
         match name {
-            "claim" => Some(&self.sql.claim),
-            "complete" => Some(&self.sql.complete),
-            "get" => Some(&self.sql.get),
+            "claim" => Some(&sql.own.claim),
+            "complete" => Some(&sql.own.complete),
+            "get" => Some(&sql.get),
             _ => None,
         }
     }
 
-    /// Brings the table, its indexes (expiry; namespace + state + updated_at) and the token
-    /// sequence to this release's schema version, creating them if missing (versions are kept
-    /// in `idempotency_schema`). Safe to run concurrently (serialized by an advisory lock), and
-    /// quiet when the table is up to date.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        let table = &self.settings.table;
-        let mut tx = self.pool.begin().await.map_err(map_err)?;
+    /// Runs the schema steps in one transaction, serialized by an advisory lock.
+    async fn migrate(store: &PostgresStore) -> Result<(), StoreError> {
+        let table = store.table_name();
+        let mut tx = store.pool.begin().await.map_err(map_err)?;
         for statement in [
             "SET LOCAL client_min_messages = warning",
             "SELECT pg_advisory_xact_lock(hashtext('idempotency-migrate:' || $1))",
@@ -285,36 +279,30 @@ impl PostgresStore {
                 .await
                 .map_err(map_err)?;
         }
-        schema::migrate::<Postgres>(&mut tx, &VERSIONS, table, &self.sql.steps).await?;
+        schema::migrate::<Postgres>(&mut tx, &VERSIONS, table, &store.sql.steps).await?;
         tx.commit().await.map_err(map_err)
     }
 
-    /// [`TxStore::begin`].
-    async fn begin_tx(&self) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
-        self.pool.begin().await.map_err(map_err)
-    }
-
-    /// [`TxStore::claim_storage_key_in_tx`]: a fresh key is inserted by one plain statement; a
-    /// key that exists is decided by the claim statement. Each waits on a concurrent claimer's
-    /// uncommitted row as long as `lock_timeout` allows (1 ms to reject at once); a wait that
-    /// ran out is in flight.
+    /// A fresh key is inserted by one plain statement; a key that exists is decided by the
+    /// claim statement. Each waits on a concurrent claimer's uncommitted row as long as
+    /// `lock_timeout` allows (1 ms to reject at once); a wait that ran out is in flight.
     async fn claim_in_tx_on(
-        &self,
+        store: &PostgresStore,
         conn: &mut PgConnection,
         request: TxClaimRequest<'_>,
     ) -> Result<TxClaim, StoreError> {
+        let sql = &store.sql.own;
         let millis = request.in_flight.max_wait().as_millis().max(1);
         let wait = format!("{millis}ms");
-        let fresh: Result<(Option<i64>, String), sqlx::Error> =
-            sqlx::query_as(&self.sql.insert_fresh)
-                .bind(request.key.0.as_slice())
-                .bind(request.namespace)
-                .bind(request.fingerprint.0.as_slice())
-                .bind(micros(request.lease))
-                .bind(ClaimId::random().as_bytes().as_slice())
-                .bind(&wait)
-                .fetch_one(&mut *conn)
-                .await;
+        let fresh: Result<(Option<i64>, String), sqlx::Error> = sqlx::query_as(&sql.insert_fresh)
+            .bind(request.key.0.as_slice())
+            .bind(request.namespace)
+            .bind(request.fingerprint.0.as_slice())
+            .bind(micros(request.lease))
+            .bind(ClaimId::random().as_bytes().as_slice())
+            .bind(&wait)
+            .fetch_one(&mut *conn)
+            .await;
         match fresh {
             Ok((Some(token), _)) => {
                 let lease =
@@ -335,7 +323,7 @@ impl PostgresStore {
             }
             Err(error) => return Err(map_err(error)),
         }
-        let row: Result<Option<ClaimRow>, sqlx::Error> = sqlx::query_as(&self.sql.claim_bounded)
+        let row: Result<Option<ClaimRow>, sqlx::Error> = sqlx::query_as(&sql.claim_bounded)
             .bind(request.key.0.as_slice())
             .bind(request.namespace)
             .bind(request.fingerprint.0.as_slice())
@@ -358,14 +346,13 @@ impl PostgresStore {
         }
     }
 
-    /// Claims with the one statement, the same inside a transaction (`_in_tx`).
+    /// The one claim statement.
     async fn claim_on(
-        &self,
+        store: &PostgresStore,
         conn: &mut PgConnection,
         request: ClaimRequest<'_>,
-        _in_tx: bool,
     ) -> Result<Claim, StoreError> {
-        let row: Option<ClaimRow> = sqlx::query_as(&self.sql.claim)
+        let row: Option<ClaimRow> = sqlx::query_as(&store.sql.own.claim)
             .bind(request.key.0.as_slice())
             .bind(request.namespace)
             .bind(request.fingerprint.0.as_slice())
@@ -383,14 +370,14 @@ impl PostgresStore {
     }
 
     async fn complete_on(
-        &self,
+        store: &PostgresStore,
         conn: &mut PgConnection,
         key: &StorageKey,
         token: FencingToken,
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let done = sqlx::query(&self.sql.complete)
+        let done = sqlx::query(&store.sql.own.complete)
             .bind(key.0.as_slice())
             .bind(token_param(token)?)
             .bind(i32::from(outcome.status))
@@ -402,38 +389,29 @@ impl PostgresStore {
         owned(done.rows_affected())
     }
 
-    /// [`Store::touch`]: renews the lease of an owned record.
-    async fn touch_lease(
-        &self,
+    async fn touch(
+        store: &PostgresStore,
         key: &StorageKey,
         token: FencingToken,
         lease: Duration,
     ) -> Result<(), StoreError> {
-        let done = sqlx::query(&self.sql.touch)
+        let done = sqlx::query(&store.sql.own.touch)
             .bind(key.0.as_slice())
             .bind(token_param(token)?)
             .bind(micros(lease))
-            .execute(&self.pool)
+            .execute(&store.pool)
             .await
             .map_err(map_err)?;
         owned(done.rows_affected())
     }
 
-    /// [`Store::purge_expired`]: one bounded delete.
-    async fn purge(&self, limit: usize) -> Result<u64, StoreError> {
-        let done = sqlx::query(&self.sql.purge)
+    async fn purge(store: &PostgresStore, limit: usize) -> Result<u64, StoreError> {
+        let done = sqlx::query(&store.sql.own.purge)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(micros(self.settings.abandoned_grace))
-            .execute(&self.pool)
+            .bind(micros(store.settings.abandoned_grace))
+            .execute(&store.pool)
             .await
             .map_err(map_err)?;
         Ok(done.rows_affected())
     }
 }
-
-super::common::sql_store_impls!(
-    PostgresStore,
-    Postgres,
-    PgConnection,
-    list_time: ("", " * interval '1 microsecond' + TIMESTAMPTZ 'epoch'")
-);

@@ -1,18 +1,15 @@
 //! The SQLite store: an upsert with `RETURNING` to claim, plain reads to replay.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sqlx::{Sqlite, SqliteConnection, SqlitePool};
+use sqlx::{Sqlite, SqliteConnection};
 
-use super::common::{
-    ClaimRow, Settings, map_err, micros, owned, token_param, unix_micros, validate_identifier,
-};
-use super::schema::{self, Steps, VersionSql};
+use super::common::{ClaimRow, map_err, micros, owned, token_param, unix_micros};
+use super::dialect::{TableSql, sealed::Steps};
+use super::schema::{self, VersionSql};
+use super::store::SqlStore;
 use super::tx::{TxClaim, TxClaimRequest, TxStore, tx_claim};
-use crate::{
-    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError,
-};
+use crate::{Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, StoreError};
 
 /// The schema versions table on SQLite.
 const VERSIONS: VersionSql = VersionSql {
@@ -26,11 +23,12 @@ const VERSIONS: VersionSql = VersionSql {
 /// How often a claim re-reads after losing a race (a row that changed between two statements).
 const CLAIM_ROUNDS: usize = 8;
 
-/// A [`Store`] on SQLite (sqlx), also usable inside the caller's transactions ([`TxStore`]).
+/// A [`Store`](crate::Store) on SQLite (sqlx), also usable inside the caller's transactions
+/// ([`TxStore`]); settings and `migrate` on [`SqlStore`].
 ///
 /// - **Clock**: SQLite is embedded, so times are the host clock in microseconds, read once per
 ///   call and passed to the statement (columns hold Unix microseconds).
-/// - **Statements**: [`claim`](Store::claim) reads first (a replay or an in-flight answer is
+/// - **Statements**: [`claim`](crate::Store::claim) reads first (a replay or an in-flight answer is
 ///   one read, which never waits for writers in WAL mode), then claims an absent or expired
 ///   key with one `INSERT … ON CONFLICT DO UPDATE … WHERE expired RETURNING` (two statements
 ///   for a new key; a lost race reads again). Other steps are one statement.
@@ -49,34 +47,63 @@ const CLAIM_ROUNDS: usize = 8;
 /// store.migrate().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct SqliteStore {
-    pool: SqlitePool,
-    settings: Settings,
-    sql: Arc<Sql>,
-}
+pub type SqliteStore = SqlStore<Sqlite>;
 
-struct Sql {
-    steps: Steps,
+/// SQLite's own statements, built once per table name.
+pub struct Sql {
     read: String,
     upsert: String,
     complete: String,
     touch: String,
-    release: String,
-    undo: String,
-    get: String,
     purge: String,
-    select_records: String,
 }
 
-impl Sql {
-    fn new(table: &str) -> Self {
+/// The statements of `table`.
+fn statements(table: &str) -> TableSql<Sql> {
+    {
         let t = format!("\"{table}\"");
         let owned = "key_hash = ?1 AND token = ?2 AND state = 'in_progress'";
         let record_columns = "key_hash, namespace, fingerprint, state, token, attempts, \
              created_at AS created_us, updated_at AS updated_us, completed_at AS completed_us, \
              expires_at AS expires_us, response_status, response_body";
-        Self {
+        TableSql {
+            own: Sql {
+                read: format!(
+                    "SELECT state, fingerprint, token, attempts, expires_at - ?2 AS remaining_us, \
+                 response_status, response_body FROM {t} WHERE key_hash = ?1"
+                ),
+                // ?4 is now in µs; a fresh token is `now`, a takeover's `max(previous + 1, now)`.
+                upsert: format!(
+                    "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
+                   attempts, created_at, updated_at, expires_at) \
+                 VALUES (?1, ?2, ?3, 'in_progress', ?4, ?6, 1, ?4, ?4, ?4 + ?5) \
+                 ON CONFLICT (key_hash) DO UPDATE SET \
+                   namespace = excluded.namespace, fingerprint = excluded.fingerprint, \
+                   claim_id = excluded.claim_id, \
+                   state = 'in_progress', token = max(token + 1, excluded.token), \
+                   attempts = CASE WHEN state = 'in_progress' THEN attempts + 1 ELSE 1 END, \
+                   created_at = CASE WHEN state = 'in_progress' THEN created_at \
+                     ELSE excluded.created_at END, \
+                   updated_at = excluded.updated_at, completed_at = NULL, \
+                   expires_at = excluded.expires_at, response_status = NULL, \
+                   response_body = NULL \
+                 WHERE expires_at <= excluded.updated_at \
+                 RETURNING token, attempts"
+                ),
+                complete: format!(
+                    "UPDATE {t} SET state = 'completed', response_status = ?3, response_body = ?4, \
+                 completed_at = ?5, updated_at = ?5, expires_at = ?5 + ?6 WHERE {owned}"
+                ),
+                touch: format!(
+                    "UPDATE {t} SET expires_at = ?3 + ?4, updated_at = ?3 WHERE {owned}"
+                ),
+                purge: format!(
+                    "DELETE FROM {t} WHERE key_hash IN (\
+                   SELECT key_hash FROM {t} WHERE expires_at <= ?1 \
+                   AND (state = 'completed' OR expires_at <= ?1 - ?3) \
+                   ORDER BY expires_at LIMIT ?2)"
+                ),
+            },
             steps: vec![
                 vec![
                     format!(
@@ -110,41 +137,8 @@ impl Sql {
             undo: format!(
                 "DELETE FROM {t} WHERE key_hash = ?1 AND claim_id = ?2 AND state = 'in_progress'"
             ),
-            read: format!(
-                "SELECT state, fingerprint, token, attempts, expires_at - ?2 AS remaining_us, \
-                 response_status, response_body FROM {t} WHERE key_hash = ?1"
-            ),
-            // ?4 is now in µs; a fresh token is `now`, a takeover's `max(previous + 1, now)`.
-            upsert: format!(
-                "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
-                   attempts, created_at, updated_at, expires_at) \
-                 VALUES (?1, ?2, ?3, 'in_progress', ?4, ?6, 1, ?4, ?4, ?4 + ?5) \
-                 ON CONFLICT (key_hash) DO UPDATE SET \
-                   namespace = excluded.namespace, fingerprint = excluded.fingerprint, \
-                   claim_id = excluded.claim_id, \
-                   state = 'in_progress', token = max(token + 1, excluded.token), \
-                   attempts = CASE WHEN state = 'in_progress' THEN attempts + 1 ELSE 1 END, \
-                   created_at = CASE WHEN state = 'in_progress' THEN created_at \
-                     ELSE excluded.created_at END, \
-                   updated_at = excluded.updated_at, completed_at = NULL, \
-                   expires_at = excluded.expires_at, response_status = NULL, \
-                   response_body = NULL \
-                 WHERE expires_at <= excluded.updated_at \
-                 RETURNING token, attempts"
-            ),
-            complete: format!(
-                "UPDATE {t} SET state = 'completed', response_status = ?3, response_body = ?4, \
-                 completed_at = ?5, updated_at = ?5, expires_at = ?5 + ?6 WHERE {owned}"
-            ),
-            touch: format!("UPDATE {t} SET expires_at = ?3 + ?4, updated_at = ?3 WHERE {owned}"),
             release: format!("DELETE FROM {t} WHERE {owned}"),
             get: format!("SELECT {record_columns} FROM {t} WHERE key_hash = ?1"),
-            purge: format!(
-                "DELETE FROM {t} WHERE key_hash IN (\
-                   SELECT key_hash FROM {t} WHERE expires_at <= ?1 \
-                   AND (state = 'completed' OR expires_at <= ?1 - ?3) \
-                   ORDER BY expires_at LIMIT ?2)"
-            ),
             select_records: format!("SELECT {record_columns} FROM {t} WHERE 1 = 1"),
         }
     }
@@ -154,45 +148,41 @@ fn now_us() -> i64 {
     unix_micros(SystemTime::now())
 }
 
-super::common::sql_store_settings!(SqliteStore, SqlitePool);
+impl Steps for Sqlite {
+    type Own = Sql;
 
-impl SqliteStore {
-    /// The SQL text of one of the store's statements (read, upsert, complete, get), for benchmarks
-    /// that run the identical statements through raw sqlx (feature `testing`).
+    const LIST_TIME: (&'static str, &'static str) = ("", "");
+
+    /// `BEGIN IMMEDIATE`, so the transaction holds the write lock from its start (waiting for
+    /// it up to the busy timeout) and its claim is never refused.
+    const BEGIN: Option<&'static str> = Some("BEGIN IMMEDIATE");
+
+    fn statements(table: &str) -> TableSql<Sql> {
+        statements(table)
+    }
+
     #[cfg(feature = "testing")]
-    pub fn statement(&self, name: &str) -> Option<&str> {
+    fn statement<'a>(sql: &'a TableSql<Sql>, name: &str) -> Option<&'a str> {
         match name {
-            "read" => Some(&self.sql.read),
-            "upsert" => Some(&self.sql.upsert),
-            "complete" => Some(&self.sql.complete),
-            "get" => Some(&self.sql.get),
+            "read" => Some(&sql.own.read),
+            "upsert" => Some(&sql.own.upsert),
+            "complete" => Some(&sql.own.complete),
+            "get" => Some(&sql.get),
             _ => None,
         }
     }
 
-    /// Brings the table and its indexes (expiry; namespace + state + updated_at) to this
-    /// release's schema version, creating them if missing (versions are kept in
-    /// `idempotency_schema`). Safe to run concurrently (`BEGIN IMMEDIATE` serializes it).
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        let mut tx = self.begin_tx().await?;
-        schema::migrate::<Sqlite>(&mut tx, &VERSIONS, &self.settings.table, &self.sql.steps)
-            .await?;
+    /// Runs the schema steps in one `BEGIN IMMEDIATE` transaction, which serializes them.
+    async fn migrate(store: &SqliteStore) -> Result<(), StoreError> {
+        let mut tx = store.begin().await?;
+        schema::migrate::<Sqlite>(&mut tx, &VERSIONS, store.table_name(), &store.sql.steps).await?;
         tx.commit().await.map_err(map_err)
     }
 
-    /// [`TxStore::begin`]: `BEGIN IMMEDIATE`, so the transaction holds the write lock from its
-    /// start (waiting for it up to the busy timeout) and its claim is never refused.
-    async fn begin_tx(&self) -> Result<sqlx::Transaction<'static, Sqlite>, StoreError> {
-        self.pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(map_err)
-    }
-
-    /// [`TxStore::claim_storage_key_in_tx`]: SQLite only waits (for the write lock, at
-    /// `BEGIN IMMEDIATE` or at the claim's write, up to the busy timeout).
+    /// SQLite only waits (for the write lock, at `BEGIN IMMEDIATE` or at the claim's write, up
+    /// to the busy timeout).
     async fn claim_in_tx_on(
-        &self,
+        store: &SqliteStore,
         conn: &mut SqliteConnection,
         request: TxClaimRequest<'_>,
     ) -> Result<TxClaim, StoreError> {
@@ -204,16 +194,78 @@ impl SqliteStore {
             // Never undone: a claim in a transaction that fails is rolled back with it.
             claim_id: ClaimId::random(),
         };
-        Ok(tx_claim(self.claim_on(conn, claim, true).await?, &request))
+        Ok(tx_claim(
+            store.sql.own.claim(conn, claim, true).await?,
+            &request,
+        ))
     }
 
+    async fn claim_on(
+        store: &SqliteStore,
+        conn: &mut SqliteConnection,
+        request: ClaimRequest<'_>,
+    ) -> Result<Claim, StoreError> {
+        store.sql.own.claim(conn, request, false).await
+    }
+
+    async fn complete_on(
+        store: &SqliteStore,
+        conn: &mut SqliteConnection,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&store.sql.own.complete)
+            .bind(key.0.as_slice())
+            .bind(token_param(token)?)
+            .bind(i64::from(outcome.status))
+            .bind(outcome.body.as_ref())
+            .bind(now_us())
+            .bind(micros(ttl))
+            .execute(conn)
+            .await
+            .map_err(map_err)?;
+        owned(done.rows_affected())
+    }
+
+    async fn touch(
+        store: &SqliteStore,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(&store.sql.own.touch)
+            .bind(key.0.as_slice())
+            .bind(token_param(token)?)
+            .bind(now_us())
+            .bind(micros(lease))
+            .execute(&store.pool)
+            .await
+            .map_err(map_err)?;
+        owned(done.rows_affected())
+    }
+
+    async fn purge(store: &SqliteStore, limit: usize) -> Result<u64, StoreError> {
+        let done = sqlx::query(&store.sql.own.purge)
+            .bind(now_us())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(micros(store.settings.abandoned_grace))
+            .execute(&store.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(done.rows_affected())
+    }
+}
+
+impl Sql {
     /// The live record's answer, if the key holds one.
     async fn read_live(
         &self,
         conn: &mut SqliteConnection,
         request: ClaimRequest<'_>,
     ) -> Result<Option<Claim>, StoreError> {
-        let row: Option<ClaimRow> = sqlx::query_as(&self.sql.read)
+        let row: Option<ClaimRow> = sqlx::query_as(&self.read)
             .bind(request.key.0.as_slice())
             .bind(now_us())
             .fetch_optional(conn)
@@ -231,7 +283,7 @@ impl SqliteStore {
         conn: &mut SqliteConnection,
         request: ClaimRequest<'_>,
     ) -> Result<Option<Claim>, StoreError> {
-        let row: Option<(i64, i64)> = sqlx::query_as(&self.sql.upsert)
+        let row: Option<(i64, i64)> = sqlx::query_as(&self.upsert)
             .bind(request.key.0.as_slice())
             .bind(request.namespace)
             .bind(request.fingerprint.0.as_slice())
@@ -255,31 +307,10 @@ impl SqliteStore {
         .transpose()
     }
 
-    async fn complete_on(
-        &self,
-        conn: &mut SqliteConnection,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let done = sqlx::query(&self.sql.complete)
-            .bind(key.0.as_slice())
-            .bind(token_param(token)?)
-            .bind(i64::from(outcome.status))
-            .bind(outcome.body.as_ref())
-            .bind(now_us())
-            .bind(micros(ttl))
-            .execute(conn)
-            .await
-            .map_err(map_err)?;
-        owned(done.rows_affected())
-    }
-
     /// Claims the key: a read first, then the upsert; inside a transaction (`in_tx`) the upsert
     /// first, since it takes the database's write lock (waiting for a concurrent claimer's
     /// transaction to end), so the read after it sees the latest state.
-    async fn claim_on(
+    async fn claim(
         &self,
         conn: &mut SqliteConnection,
         request: ClaimRequest<'_>,
@@ -300,36 +331,4 @@ impl SqliteStore {
             "claim lost {CLAIM_ROUNDS} races in a row on one key"
         )))
     }
-
-    /// [`Store::touch`]: renews the lease of an owned record.
-    async fn touch_lease(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        let done = sqlx::query(&self.sql.touch)
-            .bind(key.0.as_slice())
-            .bind(token_param(token)?)
-            .bind(now_us())
-            .bind(micros(lease))
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        owned(done.rows_affected())
-    }
-
-    /// [`Store::purge_expired`]: one bounded delete.
-    async fn purge(&self, limit: usize) -> Result<u64, StoreError> {
-        let done = sqlx::query(&self.sql.purge)
-            .bind(now_us())
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(micros(self.settings.abandoned_grace))
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected())
-    }
 }
-
-super::common::sql_store_impls!(SqliteStore, Sqlite, SqliteConnection, list_time: ("", ""));

@@ -359,8 +359,10 @@ impl Transition {
         for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
         for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
         (String,): for<'r> sqlx::FromRow<'r, DB::Row>,
+        DB::QueryResult: super::common::RowsAffected,
         I: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB> + Send + Clone,
     {
+        use super::common::RowsAffected;
         let target = self.checked_target()?;
         let update = self.update_with_markers(DB::QUOTE);
         let mut query = bind_state(sqlx::query(&update), target);
@@ -376,7 +378,7 @@ impl Transition {
             .execute(&mut *conn)
             .await
             .map_err(super::common::map_err)?;
-        if DB::rows_affected(&done) > 0 {
+        if done.rows() > 0 {
             return Ok(TransitionOutcome::Applied);
         }
         let q = DB::QUOTE;
@@ -410,8 +412,6 @@ trait TwoStatements: sqlx::Database {
     const TEXT: &'static str;
     /// What makes the read of the current state see (and lock) the latest committed row.
     const LOCKING_READ: &'static str;
-    /// Rows the update changed (matched, on MySQL).
-    fn rows_affected(done: &Self::QueryResult) -> u64;
 }
 
 #[cfg(feature = "mysql")]
@@ -419,9 +419,6 @@ impl TwoStatements for sqlx::MySql {
     const QUOTE: char = '`';
     const TEXT: &'static str = "CHAR";
     const LOCKING_READ: &'static str = " FOR UPDATE";
-    fn rows_affected(done: &sqlx::mysql::MySqlQueryResult) -> u64 {
-        done.rows_affected()
-    }
 }
 
 #[cfg(feature = "sqlite")]
@@ -430,9 +427,6 @@ impl TwoStatements for sqlx::Sqlite {
     const TEXT: &'static str = "TEXT";
     // The transaction holds the write lock already (`BEGIN IMMEDIATE`).
     const LOCKING_READ: &'static str = "";
-    fn rows_affected(done: &sqlx::sqlite::SqliteQueryResult) -> u64 {
-        done.rows_affected()
-    }
 }
 
 /// Binds a state as text or as an integer (MySQL, SQLite).

@@ -1,0 +1,302 @@
+//! [`SqlStore`]: the one SQL store, generic over its [`Dialect`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::Pool;
+
+use super::ListFilter;
+use super::common::{Settings, map_err, owned, token_param, validate_identifier};
+use super::dialect::{Dialect, TableSql};
+use super::tx::{InTransaction, TxClaim, TxClaimRequest, TxLease, TxStore};
+use crate::{
+    Claim, ClaimId, ClaimRequest, FencingToken, Fingerprint, Outcome, Record, StorageKey, Store,
+    StoreError,
+};
+
+/// A [`Store`] on a SQL database through sqlx, also usable inside the caller's transactions
+/// ([`TxStore`]). Named by its database: [`PostgresStore`](super::PostgresStore),
+/// [`MySqlStore`](super::MySqlStore), [`SqliteStore`](super::SqliteStore), whose docs say how
+/// each claims, waits and keeps time.
+///
+/// Every SQL store has the same settings: [`new`](Self::new) on a pool, the table name, the
+/// lease, TTL and in-flight policy of transactional claims, the abandoned grace and the
+/// upgrade from 0.1; [`migrate`](Self::migrate) once at start-up, [`list`](Self::list) for
+/// reconciliation.
+pub struct SqlStore<D: Dialect> {
+    pub(super) pool: Pool<D>,
+    pub(super) settings: Settings,
+    pub(super) sql: Arc<TableSql<D::Own>>,
+}
+
+impl<D: Dialect> Clone for SqlStore<D> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            settings: self.settings.clone(),
+            sql: Arc::clone(&self.sql),
+        }
+    }
+}
+
+impl<D: Dialect> std::fmt::Debug for SqlStore<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("database", &D::NAME)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Dialect> SqlStore<D> {
+    /// A store on `pool`, table `idempotency_records`. Call [`migrate`](Self::migrate) once.
+    pub fn new(pool: Pool<D>) -> Self {
+        let settings = Settings::default();
+        let sql = Arc::new(D::statements(&settings.table));
+        Self {
+            pool,
+            settings,
+            sql,
+        }
+    }
+
+    /// Uses another table (its indexes, and PostgreSQL's token sequence, are named after it).
+    /// Names that are not plain identifiers are refused with [`StoreError::Config`].
+    pub fn with_table_name(mut self, table: &str) -> Result<Self, StoreError> {
+        validate_identifier(table)?;
+        self.settings.table = table.to_owned();
+        self.sql = Arc::new(D::statements(table));
+        Ok(self)
+    }
+
+    /// The lease of transactional claims (default 60 s): how long a record committed without
+    /// completion blocks the key before it may be taken over.
+    pub fn with_tx_lease(mut self, lease: Duration) -> Self {
+        self.settings.tx_lease = lease;
+        self
+    }
+
+    /// How long outcomes completed in a transaction are kept (default 24 h).
+    pub fn with_tx_ttl(mut self, ttl: Duration) -> Self {
+        self.settings.tx_ttl = ttl;
+        self
+    }
+
+    /// What a transactional claim does while another transaction's uncommitted claim holds
+    /// its key (default: wait up to [`DEFAULT_IN_FLIGHT_WAIT`](crate::DEFAULT_IN_FLIGHT_WAIT),
+    /// 5 s, then [`TxClaim::InFlight`]).
+    pub fn with_tx_in_flight(mut self, policy: crate::InFlightPolicy) -> Self {
+        self.settings.tx_in_flight = policy;
+        self
+    }
+
+    /// Transactional claims of transactions and functions also take, first, the key 0.1 gave
+    /// them ([`TxStore::keys_of_0_1`]): on while a fleet upgrades from 0.1, and until records
+    /// 0.1 wrote have expired.
+    pub fn with_keys_of_0_1(mut self, enabled: bool) -> Self {
+        self.settings.keys_of_0_1 = enabled;
+        self
+    }
+
+    /// How long [`purge_expired`](Store::purge_expired) keeps an in-progress record after its
+    /// lease ended (default [`DEFAULT_ABANDONED_GRACE`](crate::DEFAULT_ABANDONED_GRACE), 1 h;
+    /// at most ten years), so the claim after a crash reports the takeover.
+    pub fn with_abandoned_grace(mut self, grace: Duration) -> Self {
+        self.settings.set_abandoned_grace(grace);
+        self
+    }
+
+    /// The table name.
+    pub fn table_name(&self) -> &str {
+        &self.settings.table
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool<D> {
+        &self.pool
+    }
+
+    /// Brings the table and its indexes (expiry; namespace + state + `updated_at`) to this
+    /// release's schema version, creating them if missing (versions are kept in
+    /// [`SCHEMA_TABLE`](super::SCHEMA_TABLE)). Safe to run concurrently (serialized by a lock),
+    /// and quiet when the table is up to date.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        D::migrate(self).await
+    }
+
+    /// Records for reconciliation, oldest `updated_at` first.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Record>, StoreError> {
+        D::records(&self.pool, &self.sql.select_records, filter, D::LIST_TIME).await
+    }
+
+    /// The SQL text of one of the store's statements by name (`claim`, `upsert`, `read`,
+    /// `complete`, `get`, as the database has them), for benchmarks that run the identical
+    /// statements through raw sqlx (feature `testing`).
+    #[cfg(feature = "testing")]
+    pub fn statement(&self, name: &str) -> Option<&str> {
+        D::statement(&self.sql, name)
+    }
+
+    /// Deletes an owned in-progress record on `conn`.
+    pub(super) async fn release_on(
+        &self,
+        conn: &mut D::Connection,
+        key: &StorageKey,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        owned(D::fenced(conn, &self.sql.release, key, token_param(token)?).await?)
+    }
+}
+
+impl<D: Dialect> Store for SqlStore<D> {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        D::claim_on(self, &mut conn, request).await
+    }
+
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        D::complete_on(self, &mut conn, key, token, outcome, ttl).await
+    }
+
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        self.release_on(&mut conn, key, token).await
+    }
+
+    async fn undo_claim(&self, key: &StorageKey, claim_id: ClaimId) -> Result<bool, StoreError> {
+        Ok(D::of_claimer(&self.pool, &self.sql.undo, key, claim_id).await? > 0)
+    }
+
+    async fn touch(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        D::touch(self, key, token, lease).await
+    }
+
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        D::record(&self.pool, &self.sql.get, key).await
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        D::purge(self, limit).await
+    }
+}
+
+impl<D: Dialect> TxStore for SqlStore<D> {
+    type Database = D;
+
+    fn pool(&self) -> &Pool<D> {
+        &self.pool
+    }
+
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, D>, StoreError> {
+        match D::BEGIN {
+            Some(statement) => self.pool.begin_with(statement).await,
+            None => self.pool.begin().await,
+        }
+        .map_err(map_err)
+    }
+
+    fn tx_request<'a>(
+        &self,
+        namespace: &'a str,
+        key: &'a StorageKey,
+        fingerprint: &'a Fingerprint,
+    ) -> TxClaimRequest<'a> {
+        TxClaimRequest {
+            key,
+            namespace,
+            fingerprint,
+            lease: self.settings.tx_lease,
+            ttl: self.settings.tx_ttl,
+            in_flight: self.settings.tx_in_flight,
+            key_of_0_1: None,
+        }
+    }
+
+    async fn claim_storage_key_in_tx<T: InTransaction<D> + ?Sized>(
+        &self,
+        tx: &mut T,
+        request: TxClaimRequest<'_>,
+    ) -> Result<TxClaim, StoreError> {
+        let Some(key_of_0_1) = request.key_of_0_1 else {
+            return D::claim_in_tx_on(self, tx.connection(), request).await;
+        };
+        // The upgrade from 0.1 (`keys_of_0_1`): the key of 0.1 first, where 0.1 nodes claim,
+        // then this release's own.
+        let older = TxClaimRequest {
+            key: key_of_0_1,
+            key_of_0_1: None,
+            ..request
+        };
+        let older = match D::claim_in_tx_on(self, tx.connection(), older).await? {
+            TxClaim::Execute(lease) => lease,
+            answered => return Ok(answered),
+        };
+        let own = TxClaimRequest {
+            key_of_0_1: None,
+            ..request
+        };
+        match D::claim_in_tx_on(self, tx.connection(), own).await? {
+            TxClaim::Execute(mut lease) => {
+                lease.key_of_0_1 = Some(Box::new(older));
+                Ok(TxClaim::Execute(lease))
+            }
+            answered => {
+                // Given back in case the caller commits; a transaction its wait aborted
+                // (PostgreSQL) rolls back whole anyway.
+                let _ = self
+                    .release_on(tx.connection(), &older.key, older.lease.token)
+                    .await;
+                Ok(answered)
+            }
+        }
+    }
+
+    fn keys_of_0_1(&self) -> bool {
+        self.settings.keys_of_0_1
+    }
+
+    async fn complete_in_tx<T: InTransaction<D> + ?Sized>(
+        &self,
+        tx: &mut T,
+        lease: TxLease,
+        outcome: &Outcome,
+    ) -> Result<(), StoreError> {
+        // The key of 0.1 first, then this release's own (`keys_of_0_1`).
+        for lease in lease.key_of_0_1.as_deref().into_iter().chain([&lease]) {
+            D::complete_on(
+                self,
+                tx.connection(),
+                &lease.key,
+                lease.lease.token,
+                outcome,
+                lease.ttl,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn release_in_tx<T: InTransaction<D> + ?Sized>(
+        &self,
+        tx: &mut T,
+        lease: TxLease,
+    ) -> Result<(), StoreError> {
+        for lease in lease.key_of_0_1.as_deref().into_iter().chain([&lease]) {
+            self.release_on(tx.connection(), &lease.key, lease.lease.token)
+                .await?;
+        }
+        Ok(())
+    }
+}
