@@ -3,7 +3,10 @@
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
-use idempotency_core::{Decision, Fingerprint, Idempotency, IdempotencyKey, Outcome, Scope, Store};
+use idempotency_core::{
+    DEFAULT_IN_FLIGHT_WAIT, Decision, Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy,
+    Namespace, Outcome, Scope, Store,
+};
 
 use crate::{Backoff, Handled, Handler, Job, KeyExtractor, Message, RejectReason, Stats, Verdict};
 
@@ -21,7 +24,7 @@ type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
 /// |---|---|---|
 /// | first delivery, handler `Ok` | [`Verdict::Processed`] | ack |
 /// | key already completed | [`Verdict::Duplicate`] | ack, handler not run |
-/// | key held by a running consumer | [`Verdict::InFlight`] | requeue after a delay |
+/// | key held by a running consumer | waits for it (up to 5 s, [`with_in_flight`](Self::with_in_flight)), then as it ended: [`Verdict::Duplicate`], or runs if it failed; still running → [`Verdict::InFlight`] | ack, or requeue after a delay |
 /// | handler `Err` or panic | [`Verdict::Failed`] | key released, requeue with backoff |
 /// | store unreachable | [`Verdict::StoreUnavailable`] | requeue with backoff, handler not run |
 /// | no key, or key reused with another payload (per the store or the handler's [`Handled::Mismatch`]) | [`Verdict::Rejected`] | reject |
@@ -48,6 +51,8 @@ type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
 pub struct IdempotentConsumer<S: Store, K, H> {
     engine: Idempotency<S>,
     scope: Scope,
+    namespace: Namespace,
+    in_flight: InFlightPolicy,
     extractor: K,
     handler: H,
     fingerprint: Fingerprinter,
@@ -70,16 +75,20 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// A consumer claiming keys found by `extractor` in `scope`, running `handler`.
     ///
     /// The fingerprint is the payload (the same key with another payload is rejected); the
-    /// redelivery backoff is [`Backoff::default`].
+    /// redelivery backoff is [`Backoff::default`]; a duplicate of a delivery still running
+    /// waits for it up to [`DEFAULT_IN_FLIGHT_WAIT`] (5 s).
     pub fn new(engine: Idempotency<S>, scope: Scope, extractor: K, handler: H) -> Self {
+        let guarded_handler = handler.guards_itself();
         Self {
             engine,
+            namespace: Namespace::new(scope.namespace()),
+            in_flight: InFlightPolicy::wait(DEFAULT_IN_FLIGHT_WAIT),
             scope,
             extractor,
             handler,
             fingerprint: Box::new(|message| Fingerprint::of_bytes(message.payload())),
             backoff: Backoff::default(),
-            guarded_handler: false,
+            guarded_handler,
             stats: Stats::default(),
         }
     }
@@ -98,6 +107,16 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         self.with_fingerprint(|_| Fingerprint::of_bytes(b""))
     }
 
+    /// What a duplicate of a delivery still being handled gets (default: wait up to 5 s for
+    /// the first, then ack it as a duplicate, or run it if the first failed): waiting spares
+    /// the broker a requeue and the redelivery churn, at the cost of a consumer slot while it
+    /// waits. [`InFlightPolicy::Reject`] requeues at once. With a guarded handler (two tiers)
+    /// the handler's own record decides instead, waiting on the first one's transaction.
+    pub fn with_in_flight(mut self, policy: InFlightPolicy) -> Self {
+        self.in_flight = policy;
+        self
+    }
+
     /// Sets the delay for requeued failures (handler errors, store outages).
     pub fn with_backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
@@ -106,8 +125,11 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
 
     /// Declares that the handler guards itself (it claims the key in its own record of truth,
     /// such as a SQL dedup row written in the business transaction). The engine's store is then
-    /// only a fast path: when it fails, the handler runs anyway (with `Job::lease` = `None`)
-    /// instead of the message being requeued. Off by default: never run unguarded.
+    /// only a fast path: when it fails, or holds the key for another consumer (perhaps a dead
+    /// one, until its lease ends), the handler runs anyway (with `Job::lease` = `None`) and its
+    /// record decides, instead of the message being requeued. Off by default (never run
+    /// unguarded), on for handlers that say they guard themselves ([`Handler::guards_itself`],
+    /// [`SqlTruth`](crate::two_tier::SqlTruth)).
     pub fn with_guarded_handler(mut self, guarded: bool) -> Self {
         self.guarded_handler = guarded;
         self
@@ -154,9 +176,29 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         };
         let delivery = delivery_number(&message);
         let fingerprint = (self.fingerprint)(&message);
-        let execution = match self.engine.begin(&self.scope, &key, &fingerprint).await {
+        // With two tiers the truth waits, on the first one's transaction: the fast tier only
+        // answers at once.
+        let in_flight = if self.guarded_handler {
+            InFlightPolicy::Reject
+        } else {
+            self.in_flight
+        };
+        let claim = self.engine.claim(
+            &self.namespace,
+            self.scope.storage_key(&key),
+            &fingerprint,
+            in_flight,
+        );
+        let execution = match claim.await {
             Ok(Decision::Execute(execution)) => execution,
             Ok(Decision::Replay(_)) => return Verdict::Duplicate,
+            Ok(Decision::InFlight { .. }) if self.guarded_handler => {
+                // The fast tier's claim may be a dead consumer's, left until its lease ends:
+                // the truth knows whether the work committed, and waits if it is running.
+                return self
+                    .run_guarded_without_claim(key, message, fingerprint, delivery)
+                    .await;
+            }
             Ok(Decision::InFlight { retry_after }) => return Verdict::InFlight { retry_after },
             Ok(Decision::Mismatch) => return Verdict::Rejected(RejectReason::Mismatch),
             Err(error) if self.guarded_handler => {
@@ -180,13 +222,16 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             lease: Some(execution.lease()),
         };
         match self.run_handler(job).await {
-            Ok(Handled::Mismatch) => {
-                // The truth holds the key with another payload: keep this payload's fingerprint
-                // out of the fast path, where it would turn true duplicates into mismatches.
+            Ok(handled @ (Handled::Mismatch | Handled::InFlight { .. })) => {
+                // The truth holds the key with another payload, or for another owner: keep this
+                // claim out of the fast path, where it would answer for the truth.
                 if let Err(release) = execution.release().await {
-                    tracing::warn!(namespace = self.scope.namespace(), %release, "could not release the key after a mismatch; it frees when its lease ends");
+                    tracing::warn!(namespace = self.scope.namespace(), %release, "could not release the key the truth refused; it frees when its lease ends");
                 }
-                Verdict::Rejected(RejectReason::Mismatch)
+                match handled {
+                    Handled::InFlight { retry_after } => Verdict::InFlight { retry_after },
+                    _ => Verdict::Rejected(RejectReason::Mismatch),
+                }
             }
             Ok(handled @ (Handled::Done | Handled::AlreadyDone)) => {
                 // A transient failure is retried by the engine in the background; the message
@@ -233,6 +278,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             Ok(Handled::Done) => Verdict::Processed { recorded: false },
             Ok(Handled::AlreadyDone) => Verdict::AlreadyDone,
             Ok(Handled::Mismatch) => Verdict::Rejected(RejectReason::Mismatch),
+            Ok(Handled::InFlight { retry_after }) => Verdict::InFlight { retry_after },
             Err(error) => Verdict::Failed {
                 retry_after: self.backoff.delay(delivery),
                 error,

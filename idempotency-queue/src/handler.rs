@@ -18,6 +18,13 @@ pub enum Handled {
     /// ([`Job::fingerprint`] differs); nothing ran. The consumer rejects the message, as it does
     /// when its own store reports the mismatch.
     Mismatch,
+    /// The handler's own record of truth holds the business key for another owner still
+    /// running (past the record's in-flight wait); nothing ran. The consumer requeues the
+    /// message after `retry_after`, as when its own store reports the key in flight.
+    InFlight {
+        /// When to deliver again.
+        retry_after: std::time::Duration,
+    },
 }
 
 impl From<()> for Handled {
@@ -37,6 +44,15 @@ pub trait Handler: Send + Sync + 'static {
 
     /// Runs the work for `job`.
     fn handle(&self, job: Job) -> impl Future<Output = Result<Handled, Self::Error>> + Send;
+
+    /// Whether the handler guards itself with its own record of truth (a SQL dedup record in
+    /// the business transaction, as [`SqlTruth`](crate::two_tier::SqlTruth) does), so that the
+    /// consumer lets it decide whenever its own store cannot: a key in flight (perhaps a dead
+    /// consumer's claim, left until its lease ends) or a store outage. Default `false`; see
+    /// [`IdempotentConsumer::with_guarded_handler`](crate::IdempotentConsumer::with_guarded_handler).
+    fn guards_itself(&self) -> bool {
+        false
+    }
 }
 
 impl<F, Fut, T, E> Handler for F

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idempotency_core::{Fingerprint, Idempotency, IdempotencyKey, KeyError, MemoryStore, Scope};
+use idempotency_core::{
+    Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, KeyError, MemoryStore, Scope,
+};
 use idempotency_queue::{
     Action, Backoff, Handled, Header, IdempotentConsumer, Job, JsonField, Message, MessageId,
     RejectReason, Verdict,
@@ -134,7 +136,54 @@ async fn a_panicking_handler_is_a_failure_not_a_crash() {
 }
 
 #[tokio::test]
-async fn an_in_flight_duplicate_is_requeued_not_dropped() {
+async fn an_in_flight_duplicate_is_requeued_not_dropped_when_asked_to_reject() {
+    let started = Arc::new(Notify::new());
+    let finish = Arc::new(Notify::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (s, f, r) = (Arc::clone(&started), Arc::clone(&finish), Arc::clone(&runs));
+    let consumer = Arc::new(
+        IdempotentConsumer::new(
+            engine(),
+            Scope::new("coupons"),
+            MessageId,
+            move |_job: Job| {
+                let (s, f, r) = (Arc::clone(&s), Arc::clone(&f), Arc::clone(&r));
+                async move {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    s.notify_one();
+                    f.notified().await;
+                    Ok::<_, String>(())
+                }
+            },
+        )
+        .with_in_flight(InFlightPolicy::Reject),
+    );
+    let message = Message::new("grant").with_message_id("T1");
+    let first = tokio::spawn({
+        let (consumer, message) = (Arc::clone(&consumer), message.clone());
+        async move { consumer.process(message).await }
+    });
+    started.notified().await;
+
+    let duplicate = consumer.process(message.clone()).await;
+    let Verdict::InFlight { retry_after } = duplicate else {
+        panic!("expected in flight, got {duplicate:?}")
+    };
+    assert!(
+        matches!(duplicate.action(), Action::Requeue { delay } if delay == retry_after && !delay.is_zero())
+    );
+
+    finish.notify_one();
+    assert_eq!(first.await.unwrap(), Verdict::Processed { recorded: true });
+    assert_eq!(consumer.process(message).await, Verdict::Duplicate);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(consumer.stats().snapshot().in_flight, 1);
+}
+
+/// By default a duplicate waits for the first delivery of its key and is acked as a duplicate
+/// when it finishes: no requeue, no redelivery churn.
+#[tokio::test]
+async fn an_in_flight_duplicate_waits_for_the_first_and_is_acked() {
     let started = Arc::new(Notify::new());
     let finish = Arc::new(Notify::new());
     let runs = Arc::new(AtomicUsize::new(0));
@@ -159,20 +208,56 @@ async fn an_in_flight_duplicate_is_requeued_not_dropped() {
         async move { consumer.process(message).await }
     });
     started.notified().await;
-
-    let duplicate = consumer.process(message.clone()).await;
-    let Verdict::InFlight { retry_after } = duplicate else {
-        panic!("expected in flight, got {duplicate:?}")
-    };
-    assert!(
-        matches!(duplicate.action(), Action::Requeue { delay } if delay == retry_after && !delay.is_zero())
-    );
-
+    let duplicate = tokio::spawn({
+        let (consumer, message) = (Arc::clone(&consumer), message.clone());
+        async move { consumer.process(message).await }
+    });
+    // The duplicate is waiting, not answered: it ends only once the first one does.
+    tokio::task::yield_now().await;
+    assert!(!duplicate.is_finished());
     finish.notify_one();
+
     assert_eq!(first.await.unwrap(), Verdict::Processed { recorded: true });
-    assert_eq!(consumer.process(message).await, Verdict::Duplicate);
+    let duplicate = duplicate.await.unwrap();
+    assert_eq!(duplicate, Verdict::Duplicate);
+    assert_eq!(duplicate.action(), Action::Ack);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert_eq!(consumer.stats().snapshot().in_flight, 1);
+    assert_eq!(consumer.stats().snapshot().in_flight, 0);
+}
+
+/// A duplicate that waited out the bound while the first still runs is requeued, not dropped.
+#[tokio::test]
+async fn a_duplicate_still_in_flight_after_the_wait_is_requeued() {
+    let started = Arc::new(Notify::new());
+    let s = Arc::clone(&started);
+    let consumer = Arc::new(
+        IdempotentConsumer::new(
+            engine(),
+            Scope::new("coupons"),
+            MessageId,
+            move |_job: Job| {
+                let s = Arc::clone(&s);
+                async move {
+                    s.notify_one();
+                    std::future::pending::<Result<(), String>>().await
+                }
+            },
+        )
+        .with_in_flight(InFlightPolicy::wait(Duration::from_millis(100))),
+    );
+    let message = Message::new("grant").with_message_id("T1");
+    let first = tokio::spawn({
+        let (consumer, message) = (Arc::clone(&consumer), message.clone());
+        async move { consumer.process(message).await }
+    });
+    started.notified().await;
+    let duplicate = consumer.process(message).await;
+    assert!(
+        matches!(duplicate.action(), Action::Requeue { .. }),
+        "{duplicate:?}"
+    );
+    assert!(matches!(duplicate, Verdict::InFlight { .. }));
+    first.abort();
 }
 
 #[tokio::test]

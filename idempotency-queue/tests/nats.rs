@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, consumer::pull, stream};
-use idempotency_core::{Idempotency, MemoryStore, Scope};
+use idempotency_core::{Idempotency, InFlightPolicy, MemoryStore, Scope};
 use idempotency_queue::{Backoff, Header, IdempotentConsumer, Job, nats};
 use support::{Ledger, unique, wait_until};
 use tokio::sync::Notify;
@@ -335,19 +335,22 @@ async fn an_in_flight_duplicate_is_requeued_then_acked() {
     let recorded = ledger.clone();
     let release = Arc::new(Notify::new());
     let gate = Arc::clone(&release);
-    let consumer = Arc::new(IdempotentConsumer::new(
-        Idempotency::new(MemoryStore::new()).with_lease(Duration::from_secs(2)),
-        Scope::new(unique("coupon-grant")),
-        Header::new("business-key"),
-        move |job: Job| {
-            let (recorded, gate) = (recorded.clone(), Arc::clone(&gate));
-            async move {
-                gate.notified().await;
-                recorded.record(&job);
-                Ok::<_, String>(())
-            }
-        },
-    ));
+    let consumer = Arc::new(
+        IdempotentConsumer::new(
+            Idempotency::new(MemoryStore::new()).with_lease(Duration::from_secs(2)),
+            Scope::new(unique("coupon-grant")),
+            Header::new("business-key"),
+            move |job: Job| {
+                let (recorded, gate) = (recorded.clone(), Arc::clone(&gate));
+                async move {
+                    gate.notified().await;
+                    recorded.record(&job);
+                    Ok::<_, String>(())
+                }
+            },
+        )
+        .with_in_flight(InFlightPolicy::Reject),
+    );
     fixture.publish("T1", "order 1").await;
     fixture.publish("T1", "order 1").await;
     let task = spawn_consume(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idempotency_core::{Idempotency, MemoryStore, Scope};
+use idempotency_core::{Idempotency, InFlightPolicy, MemoryStore, Scope};
 use idempotency_queue::{Backoff, Header, IdempotentConsumer, Job, rabbitmq};
 use lapin::options::{
     BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueueDeclareOptions,
@@ -217,19 +217,22 @@ async fn an_in_flight_duplicate_is_requeued_then_acked() {
     let recorded = ledger.clone();
     let release = Arc::new(Notify::new());
     let gate = Arc::clone(&release);
-    let consumer = Arc::new(IdempotentConsumer::new(
-        Idempotency::new(MemoryStore::new()).with_lease(Duration::from_secs(2)),
-        Scope::new(unique("coupon-grant")),
-        Header::new("business-key"),
-        move |job: Job| {
-            let (recorded, gate) = (recorded.clone(), Arc::clone(&gate));
-            async move {
-                gate.notified().await;
-                recorded.record(&job);
-                Ok::<_, String>(())
-            }
-        },
-    ));
+    let consumer = Arc::new(
+        IdempotentConsumer::new(
+            Idempotency::new(MemoryStore::new()).with_lease(Duration::from_secs(2)),
+            Scope::new(unique("coupon-grant")),
+            Header::new("business-key"),
+            move |job: Job| {
+                let (recorded, gate) = (recorded.clone(), Arc::clone(&gate));
+                async move {
+                    gate.notified().await;
+                    recorded.record(&job);
+                    Ok::<_, String>(())
+                }
+            },
+        )
+        .with_in_flight(InFlightPolicy::Reject),
+    );
     publish(&channel, &queue, "T1", "order 1").await;
     publish(&channel, &queue, "T1", "order 1").await;
     let task = spawn_consume(

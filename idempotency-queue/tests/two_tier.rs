@@ -249,8 +249,12 @@ async fn a_payload_mismatch_is_rejected_by_either_tier() {
 /// (`after_commit`). It prints a marker, then waits to be killed.
 async fn child(mode: String) {
     let fixture = Fixture::from_env().await;
+    // A fast-path lease far longer than the test waits: the redelivery must not wait it out.
     let consumer = IdempotentConsumer::new(
-        fixture.tiers.fast_path().await,
+        fixture
+            .tiers
+            .fast_path_leased(Duration::from_secs(600))
+            .await,
         Scope::new("coupon-grant"),
         Header::new("business-key"),
         fixture.tiers.hanging_handler(mode),
@@ -305,7 +309,8 @@ async fn a_consumer_killed_with_sigkill_mid_message_processes_it_once_after_rest
         );
 
         // Restart: a new consumer, same Redis prefix, same tables. RabbitMQ redelivers T1; the
-        // dead owner's Redis lease runs out (2 s) and is taken over; SQL decides.
+        // dead owner's Redis claim holds for 10 minutes, so the fast tier answers "in flight"
+        // and the truth (SqlTruth guards itself) decides at once.
         let consumer = Arc::new(
             IdempotentConsumer::new(
                 fixture.tiers.fast_path().await,
@@ -338,6 +343,10 @@ async fn a_consumer_killed_with_sigkill_mid_message_processes_it_once_after_rest
         task.abort();
 
         let stats = consumer.stats().snapshot();
+        assert_eq!(
+            stats.in_flight, 0,
+            "{mode}: the dead consumer's fast-tier claim never requeued the redelivery: {stats:?}"
+        );
         if mode == "in_tx" {
             assert_eq!(
                 stats.processed, 1,
@@ -348,8 +357,16 @@ async fn a_consumer_killed_with_sigkill_mid_message_processes_it_once_after_rest
                 stats.processed, 0,
                 "{mode}: committed work is not run again: {stats:?}"
             );
-            assert_eq!(stats.already_done, 1, "{mode}: SQL said done: {stats:?}");
         }
+        // The late duplicate too meets the dead consumer's fast-tier claim, and the truth
+        // answers it: the redelivery and the duplicate after commit, the duplicate after the
+        // rolled-back work.
+        let answered_by_truth = if mode == "in_tx" { 1 } else { 2 };
+        assert_eq!(
+            (stats.already_done, stats.duplicates),
+            (answered_by_truth, 0),
+            "{mode}: SQL said done: {stats:?}"
+        );
         assert_eq!(
             fixture.tiers.rows(Some("T1")).await,
             1,

@@ -1,7 +1,6 @@
 //! Why a [`SqlTruth`](super::SqlTruth) handler failed.
 
 use std::fmt;
-use std::time::Duration;
 
 use idempotency_core::StoreError;
 
@@ -12,8 +11,6 @@ pub enum TruthError<E> {
     Database(sqlx::Error),
     /// The dedup record could not be claimed or completed.
     Store(StoreError),
-    /// A committed claim of another owner holds the key (one taken outside a transaction).
-    InFlight(Duration),
     /// The business code failed.
     Business(E),
 }
@@ -23,9 +20,6 @@ impl<E: fmt::Display> fmt::Display for TruthError<E> {
         match self {
             Self::Database(error) => write!(f, "database: {error}"),
             Self::Store(error) => write!(f, "dedup record: {error}"),
-            Self::InFlight(retry_after) => {
-                write!(f, "key held by another owner, retry in {retry_after:?}")
-            }
             Self::Business(error) => write!(f, "business: {error}"),
         }
     }

@@ -74,7 +74,7 @@ where
 /// | `Execute` | `business(tx, job)`, the record completed, one commit → [`Handled::Done`] |
 /// | `Replay` (committed before) | rollback, nothing runs → [`Handled::AlreadyDone`] |
 /// | `Mismatch` (key used with another payload) | rollback, nothing runs, logged → [`Handled::Mismatch`] (rejected) |
-/// | `InFlight` | rollback → [`TruthError::InFlight`] (requeued) |
+/// | `InFlight` (another transaction still holds the key after the store's in-flight wait, 5 s by default) | rollback → [`Handled::InFlight`] (requeued) |
 ///
 /// The record keeps [`Job::fingerprint`], the consumer's fingerprint of the message, so both
 /// tiers compare payloads the same way.
@@ -141,7 +141,7 @@ impl<T: TxStore, B: Business<T>> SqlTruth<T, B> {
                 );
                 return Ok(Handled::Mismatch);
             }
-            TxClaim::InFlight { retry_after } => return Err(TruthError::InFlight(retry_after)),
+            TxClaim::InFlight { retry_after } => return Ok(Handled::InFlight { retry_after }),
         };
         self.business
             .run(&mut tx, job)
@@ -161,5 +161,9 @@ impl<T: TxStore, B: Business<T>> Handler for SqlTruth<T, B> {
 
     async fn handle(&self, job: Job) -> Result<Handled, Self::Error> {
         self.run(&job).await
+    }
+
+    fn guards_itself(&self) -> bool {
+        true
     }
 }

@@ -104,12 +104,17 @@ impl Tiers {
 
     /// The Redis fast path, with a short lease.
     pub(crate) async fn fast_path(&self) -> Idempotency<RedisStore> {
+        self.fast_path_leased(Duration::from_secs(2)).await
+    }
+
+    /// The Redis fast path, claims held for `lease`.
+    pub(crate) async fn fast_path_leased(&self, lease: Duration) -> Idempotency<RedisStore> {
         let redis = RedisStore::connect(&redis_url(self.redis_db))
             .await
             .unwrap()
             .with_key_prefix(self.redis_prefix.clone());
         Idempotency::new(redis)
-            .with_lease(Duration::from_secs(2))
+            .with_lease(lease)
             .with_ttl(Duration::from_secs(600))
     }
 
