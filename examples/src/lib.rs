@@ -5,7 +5,7 @@ pub mod faults;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod load;
-pub mod payments;
+pub use axum_payments as payments;
 
 /// The README's code blocks, compiled and run as doctests so the README stays true.
 #[cfg(doctest)]

@@ -1,41 +1,41 @@
-//! Orders and coupons in MySQL / MariaDB.
+//! Orders and coupons in PostgreSQL.
 
 use idempotency_core::BoxFuture;
 use idempotency_core::sql::{Transition as StateTransition, TransitionOutcome};
-use sqlx::{MySql, MySqlConnection, MySqlPool};
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::{
     ORDER_COLUMNS, OrderRow, SqlPayments, repo_err, table_names, to_i64, to_order, to_u64,
 };
-use crate::payments::model::{NewOrder, Order, OrderId, UserId};
-use crate::payments::repo::{PaymentsRepo, RepoError, Transition};
+use crate::model::{NewOrder, Order, OrderId, UserId};
+use crate::repo::{PaymentsRepo, RepoError, Transition};
 
-/// [`PaymentsRepo`] on MySQL / MariaDB; its writes also run in a request's transaction
+/// [`PaymentsRepo`] on PostgreSQL; its writes also run in a request's transaction
 /// ([`SqlPayments`]), beside the idempotency record.
 #[derive(Clone, Debug)]
-pub struct MySqlRepo {
-    pool: MySqlPool,
+pub struct PostgresRepo {
+    pool: PgPool,
     orders: String,
     coupons: String,
     pay: StateTransition,
     cancel: StateTransition,
 }
 
-impl MySqlRepo {
+impl PostgresRepo {
     /// Creates the tables `{prefix}orders` and `{prefix}coupons` if missing.
-    pub async fn new(pool: MySqlPool, prefix: &str) -> Result<Self, RepoError> {
+    pub async fn new(pool: PgPool, prefix: &str) -> Result<Self, RepoError> {
         let (orders, coupons) = table_names(prefix)?;
         for ddl in [
             format!(
-                "CREATE TABLE IF NOT EXISTS `{orders}` (order_id BIGINT NOT NULL AUTO_INCREMENT \
-                 PRIMARY KEY, user_id BIGINT NOT NULL, amount_cents BIGINT NOT NULL, \
-                 status VARCHAR(16) NOT NULL, trade_no VARCHAR(255) NULL) ENGINE=InnoDB"
+                "CREATE TABLE IF NOT EXISTS \"{orders}\" (order_id BIGSERIAL PRIMARY KEY, \
+                 user_id BIGINT NOT NULL, amount_cents BIGINT NOT NULL, status TEXT NOT NULL, \
+                 trade_no TEXT)"
             ),
             format!(
-                "CREATE TABLE IF NOT EXISTS `{coupons}` (coupon_id BIGINT NOT NULL AUTO_INCREMENT \
-                 PRIMARY KEY, user_id BIGINT NOT NULL, order_id BIGINT NULL, \
-                 KEY `{coupons}_user` (user_id)) ENGINE=InnoDB"
+                "CREATE TABLE IF NOT EXISTS \"{coupons}\" (coupon_id BIGSERIAL PRIMARY KEY, \
+                 user_id BIGINT NOT NULL, order_id BIGINT)"
             ),
+            format!("CREATE INDEX IF NOT EXISTS \"{coupons}_user\" ON \"{coupons}\" (user_id)"),
         ] {
             sqlx::query(&ddl).execute(&pool).await.map_err(repo_err)?;
         }
@@ -53,9 +53,9 @@ impl MySqlRepo {
         })
     }
 
-    async fn fetch(&self, conn: &mut MySqlConnection, id: i64) -> Result<Option<Order>, RepoError> {
+    async fn fetch(&self, conn: &mut PgConnection, id: i64) -> Result<Option<Order>, RepoError> {
         let sql = format!(
-            "SELECT {ORDER_COLUMNS} FROM `{}` WHERE order_id = ?",
+            "SELECT {ORDER_COLUMNS} FROM \"{}\" WHERE order_id = $1",
             self.orders
         );
         let row: Option<OrderRow> = sqlx::query_as(&sql)
@@ -68,58 +68,50 @@ impl MySqlRepo {
 
     async fn insert_order(
         &self,
-        conn: &mut MySqlConnection,
+        conn: &mut PgConnection,
         new: NewOrder,
     ) -> Result<Order, RepoError> {
         let sql = format!(
-            "INSERT INTO `{}` (user_id, amount_cents, status) VALUES (?, ?, 'WAIT_PAY')",
+            "INSERT INTO \"{}\" (user_id, amount_cents, status) VALUES ($1, $2, 'WAIT_PAY') \
+             RETURNING {ORDER_COLUMNS}",
             self.orders
         );
-        let id = sqlx::query(&sql)
+        let row: OrderRow = sqlx::query_as(&sql)
             .bind(to_i64(new.user_id)?)
             .bind(to_i64(new.amount_cents)?)
-            .execute(&mut *conn)
+            .fetch_one(conn)
             .await
-            .map_err(repo_err)?
-            .last_insert_id();
-        self.fetch(conn, to_i64(id)?)
-            .await?
-            .ok_or_else(|| RepoError(format!("order {id} vanished")))
+            .map_err(repo_err)?;
+        to_order(row)
     }
 
     /// The payment transition on `conn`; an applied one records the trade number and grants
     /// the coupon on the same connection (in the caller's transaction).
     async fn pay_with(
         &self,
-        conn: &mut MySqlConnection,
+        conn: &mut PgConnection,
         order_id: OrderId,
         trade_no: &str,
     ) -> Result<Transition, RepoError> {
         let id = to_i64(order_id)?;
         let outcome = self
             .pay
-            .apply_mysql(&mut *conn, id)
+            .apply_postgres(&mut *conn, id)
             .await
             .map_err(repo_err)?;
         if outcome == TransitionOutcome::Applied {
             let sql = format!(
-                "UPDATE `{}` SET trade_no = ? WHERE order_id = ?",
+                "UPDATE \"{}\" SET trade_no = $2 WHERE order_id = $1 RETURNING user_id",
                 self.orders
             );
-            sqlx::query(&sql)
-                .bind(trade_no)
-                .bind(id)
-                .execute(&mut *conn)
-                .await
-                .map_err(repo_err)?;
-            let sql = format!("SELECT user_id FROM `{}` WHERE order_id = ?", self.orders);
             let (user_id,): (i64,) = sqlx::query_as(&sql)
                 .bind(id)
+                .bind(trade_no)
                 .fetch_one(&mut *conn)
                 .await
                 .map_err(repo_err)?;
             let sql = format!(
-                "INSERT INTO `{}` (user_id, order_id) VALUES (?, ?)",
+                "INSERT INTO \"{}\" (user_id, order_id) VALUES ($1, $2)",
                 self.coupons
             );
             sqlx::query(&sql)
@@ -134,10 +126,10 @@ impl MySqlRepo {
     }
 }
 
-impl SqlPayments<MySql> for MySqlRepo {
+impl SqlPayments<Postgres> for PostgresRepo {
     fn create_order_on<'a>(
         &'a self,
-        conn: &'a mut MySqlConnection,
+        conn: &'a mut PgConnection,
         new: NewOrder,
     ) -> BoxFuture<'a, Result<Order, RepoError>> {
         Box::pin(self.insert_order(conn, new))
@@ -145,7 +137,7 @@ impl SqlPayments<MySql> for MySqlRepo {
 
     fn pay_on<'a>(
         &'a self,
-        conn: &'a mut MySqlConnection,
+        conn: &'a mut PgConnection,
         order_id: OrderId,
         trade_no: &'a str,
     ) -> BoxFuture<'a, Result<Transition, RepoError>> {
@@ -153,7 +145,7 @@ impl SqlPayments<MySql> for MySqlRepo {
     }
 }
 
-impl PaymentsRepo for MySqlRepo {
+impl PaymentsRepo for PostgresRepo {
     fn create_order(&self, new: NewOrder) -> BoxFuture<'_, Result<Order, RepoError>> {
         Box::pin(async move {
             let mut conn = self.pool.acquire().await.map_err(repo_err)?;
@@ -187,7 +179,7 @@ impl PaymentsRepo for MySqlRepo {
             let mut conn = self.pool.acquire().await.map_err(repo_err)?;
             let outcome = self
                 .cancel
-                .apply_mysql(&mut conn, id)
+                .apply_postgres(&mut *conn, id)
                 .await
                 .map_err(repo_err)?;
             let order = self.fetch(&mut conn, id).await?;
@@ -197,7 +189,7 @@ impl PaymentsRepo for MySqlRepo {
 
     fn grant_coupon(&self, user_id: UserId) -> BoxFuture<'_, Result<(), RepoError>> {
         Box::pin(async move {
-            let sql = format!("INSERT INTO `{}` (user_id) VALUES (?)", self.coupons);
+            let sql = format!("INSERT INTO \"{}\" (user_id) VALUES ($1)", self.coupons);
             sqlx::query(&sql)
                 .bind(to_i64(user_id)?)
                 .execute(&self.pool)
@@ -213,25 +205,27 @@ impl PaymentsRepo for MySqlRepo {
         trade_no: &'a str,
     ) -> BoxFuture<'a, Result<Option<Order>, RepoError>> {
         Box::pin(async move {
-            let id = to_i64(order_id)?;
             let sql = format!(
-                "UPDATE `{}` SET status = 'PAID', trade_no = ? WHERE order_id = ?",
+                "UPDATE \"{}\" SET status = 'PAID', trade_no = $2 WHERE order_id = $1 \
+                 RETURNING {ORDER_COLUMNS}",
                 self.orders
             );
-            let mut conn = self.pool.acquire().await.map_err(repo_err)?;
-            sqlx::query(&sql)
+            let row: Option<OrderRow> = sqlx::query_as(&sql)
+                .bind(to_i64(order_id)?)
                 .bind(trade_no)
-                .bind(id)
-                .execute(&mut *conn)
+                .fetch_optional(&self.pool)
                 .await
                 .map_err(repo_err)?;
-            self.fetch(&mut conn, id).await
+            row.map(to_order).transpose()
         })
     }
 
     fn coupon_count(&self, user_id: UserId) -> BoxFuture<'_, Result<u64, RepoError>> {
         Box::pin(async move {
-            let sql = format!("SELECT COUNT(*) FROM `{}` WHERE user_id = ?", self.coupons);
+            let sql = format!(
+                "SELECT COUNT(*) FROM \"{}\" WHERE user_id = $1",
+                self.coupons
+            );
             let (count,): (i64,) = sqlx::query_as(&sql)
                 .bind(to_i64(user_id)?)
                 .fetch_one(&self.pool)

@@ -1,41 +1,41 @@
-//! Orders and coupons in PostgreSQL.
+//! Orders and coupons in MySQL / MariaDB.
 
 use idempotency_core::BoxFuture;
 use idempotency_core::sql::{Transition as StateTransition, TransitionOutcome};
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::{MySql, MySqlConnection, MySqlPool};
 
 use super::{
     ORDER_COLUMNS, OrderRow, SqlPayments, repo_err, table_names, to_i64, to_order, to_u64,
 };
-use crate::payments::model::{NewOrder, Order, OrderId, UserId};
-use crate::payments::repo::{PaymentsRepo, RepoError, Transition};
+use crate::model::{NewOrder, Order, OrderId, UserId};
+use crate::repo::{PaymentsRepo, RepoError, Transition};
 
-/// [`PaymentsRepo`] on PostgreSQL; its writes also run in a request's transaction
+/// [`PaymentsRepo`] on MySQL / MariaDB; its writes also run in a request's transaction
 /// ([`SqlPayments`]), beside the idempotency record.
 #[derive(Clone, Debug)]
-pub struct PostgresRepo {
-    pool: PgPool,
+pub struct MySqlRepo {
+    pool: MySqlPool,
     orders: String,
     coupons: String,
     pay: StateTransition,
     cancel: StateTransition,
 }
 
-impl PostgresRepo {
+impl MySqlRepo {
     /// Creates the tables `{prefix}orders` and `{prefix}coupons` if missing.
-    pub async fn new(pool: PgPool, prefix: &str) -> Result<Self, RepoError> {
+    pub async fn new(pool: MySqlPool, prefix: &str) -> Result<Self, RepoError> {
         let (orders, coupons) = table_names(prefix)?;
         for ddl in [
             format!(
-                "CREATE TABLE IF NOT EXISTS \"{orders}\" (order_id BIGSERIAL PRIMARY KEY, \
-                 user_id BIGINT NOT NULL, amount_cents BIGINT NOT NULL, status TEXT NOT NULL, \
-                 trade_no TEXT)"
+                "CREATE TABLE IF NOT EXISTS `{orders}` (order_id BIGINT NOT NULL AUTO_INCREMENT \
+                 PRIMARY KEY, user_id BIGINT NOT NULL, amount_cents BIGINT NOT NULL, \
+                 status VARCHAR(16) NOT NULL, trade_no VARCHAR(255) NULL) ENGINE=InnoDB"
             ),
             format!(
-                "CREATE TABLE IF NOT EXISTS \"{coupons}\" (coupon_id BIGSERIAL PRIMARY KEY, \
-                 user_id BIGINT NOT NULL, order_id BIGINT)"
+                "CREATE TABLE IF NOT EXISTS `{coupons}` (coupon_id BIGINT NOT NULL AUTO_INCREMENT \
+                 PRIMARY KEY, user_id BIGINT NOT NULL, order_id BIGINT NULL, \
+                 KEY `{coupons}_user` (user_id)) ENGINE=InnoDB"
             ),
-            format!("CREATE INDEX IF NOT EXISTS \"{coupons}_user\" ON \"{coupons}\" (user_id)"),
         ] {
             sqlx::query(&ddl).execute(&pool).await.map_err(repo_err)?;
         }
@@ -53,9 +53,9 @@ impl PostgresRepo {
         })
     }
 
-    async fn fetch(&self, conn: &mut PgConnection, id: i64) -> Result<Option<Order>, RepoError> {
+    async fn fetch(&self, conn: &mut MySqlConnection, id: i64) -> Result<Option<Order>, RepoError> {
         let sql = format!(
-            "SELECT {ORDER_COLUMNS} FROM \"{}\" WHERE order_id = $1",
+            "SELECT {ORDER_COLUMNS} FROM `{}` WHERE order_id = ?",
             self.orders
         );
         let row: Option<OrderRow> = sqlx::query_as(&sql)
@@ -68,50 +68,58 @@ impl PostgresRepo {
 
     async fn insert_order(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut MySqlConnection,
         new: NewOrder,
     ) -> Result<Order, RepoError> {
         let sql = format!(
-            "INSERT INTO \"{}\" (user_id, amount_cents, status) VALUES ($1, $2, 'WAIT_PAY') \
-             RETURNING {ORDER_COLUMNS}",
+            "INSERT INTO `{}` (user_id, amount_cents, status) VALUES (?, ?, 'WAIT_PAY')",
             self.orders
         );
-        let row: OrderRow = sqlx::query_as(&sql)
+        let id = sqlx::query(&sql)
             .bind(to_i64(new.user_id)?)
             .bind(to_i64(new.amount_cents)?)
-            .fetch_one(conn)
+            .execute(&mut *conn)
             .await
-            .map_err(repo_err)?;
-        to_order(row)
+            .map_err(repo_err)?
+            .last_insert_id();
+        self.fetch(conn, to_i64(id)?)
+            .await?
+            .ok_or_else(|| RepoError(format!("order {id} vanished")))
     }
 
     /// The payment transition on `conn`; an applied one records the trade number and grants
     /// the coupon on the same connection (in the caller's transaction).
     async fn pay_with(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut MySqlConnection,
         order_id: OrderId,
         trade_no: &str,
     ) -> Result<Transition, RepoError> {
         let id = to_i64(order_id)?;
         let outcome = self
             .pay
-            .apply_postgres(&mut *conn, id)
+            .apply_mysql(&mut *conn, id)
             .await
             .map_err(repo_err)?;
         if outcome == TransitionOutcome::Applied {
             let sql = format!(
-                "UPDATE \"{}\" SET trade_no = $2 WHERE order_id = $1 RETURNING user_id",
+                "UPDATE `{}` SET trade_no = ? WHERE order_id = ?",
                 self.orders
             );
+            sqlx::query(&sql)
+                .bind(trade_no)
+                .bind(id)
+                .execute(&mut *conn)
+                .await
+                .map_err(repo_err)?;
+            let sql = format!("SELECT user_id FROM `{}` WHERE order_id = ?", self.orders);
             let (user_id,): (i64,) = sqlx::query_as(&sql)
                 .bind(id)
-                .bind(trade_no)
                 .fetch_one(&mut *conn)
                 .await
                 .map_err(repo_err)?;
             let sql = format!(
-                "INSERT INTO \"{}\" (user_id, order_id) VALUES ($1, $2)",
+                "INSERT INTO `{}` (user_id, order_id) VALUES (?, ?)",
                 self.coupons
             );
             sqlx::query(&sql)
@@ -126,10 +134,10 @@ impl PostgresRepo {
     }
 }
 
-impl SqlPayments<Postgres> for PostgresRepo {
+impl SqlPayments<MySql> for MySqlRepo {
     fn create_order_on<'a>(
         &'a self,
-        conn: &'a mut PgConnection,
+        conn: &'a mut MySqlConnection,
         new: NewOrder,
     ) -> BoxFuture<'a, Result<Order, RepoError>> {
         Box::pin(self.insert_order(conn, new))
@@ -137,7 +145,7 @@ impl SqlPayments<Postgres> for PostgresRepo {
 
     fn pay_on<'a>(
         &'a self,
-        conn: &'a mut PgConnection,
+        conn: &'a mut MySqlConnection,
         order_id: OrderId,
         trade_no: &'a str,
     ) -> BoxFuture<'a, Result<Transition, RepoError>> {
@@ -145,7 +153,7 @@ impl SqlPayments<Postgres> for PostgresRepo {
     }
 }
 
-impl PaymentsRepo for PostgresRepo {
+impl PaymentsRepo for MySqlRepo {
     fn create_order(&self, new: NewOrder) -> BoxFuture<'_, Result<Order, RepoError>> {
         Box::pin(async move {
             let mut conn = self.pool.acquire().await.map_err(repo_err)?;
@@ -179,7 +187,7 @@ impl PaymentsRepo for PostgresRepo {
             let mut conn = self.pool.acquire().await.map_err(repo_err)?;
             let outcome = self
                 .cancel
-                .apply_postgres(&mut *conn, id)
+                .apply_mysql(&mut conn, id)
                 .await
                 .map_err(repo_err)?;
             let order = self.fetch(&mut conn, id).await?;
@@ -189,7 +197,7 @@ impl PaymentsRepo for PostgresRepo {
 
     fn grant_coupon(&self, user_id: UserId) -> BoxFuture<'_, Result<(), RepoError>> {
         Box::pin(async move {
-            let sql = format!("INSERT INTO \"{}\" (user_id) VALUES ($1)", self.coupons);
+            let sql = format!("INSERT INTO `{}` (user_id) VALUES (?)", self.coupons);
             sqlx::query(&sql)
                 .bind(to_i64(user_id)?)
                 .execute(&self.pool)
@@ -205,27 +213,25 @@ impl PaymentsRepo for PostgresRepo {
         trade_no: &'a str,
     ) -> BoxFuture<'a, Result<Option<Order>, RepoError>> {
         Box::pin(async move {
+            let id = to_i64(order_id)?;
             let sql = format!(
-                "UPDATE \"{}\" SET status = 'PAID', trade_no = $2 WHERE order_id = $1 \
-                 RETURNING {ORDER_COLUMNS}",
+                "UPDATE `{}` SET status = 'PAID', trade_no = ? WHERE order_id = ?",
                 self.orders
             );
-            let row: Option<OrderRow> = sqlx::query_as(&sql)
-                .bind(to_i64(order_id)?)
+            let mut conn = self.pool.acquire().await.map_err(repo_err)?;
+            sqlx::query(&sql)
                 .bind(trade_no)
-                .fetch_optional(&self.pool)
+                .bind(id)
+                .execute(&mut *conn)
                 .await
                 .map_err(repo_err)?;
-            row.map(to_order).transpose()
+            self.fetch(&mut conn, id).await
         })
     }
 
     fn coupon_count(&self, user_id: UserId) -> BoxFuture<'_, Result<u64, RepoError>> {
         Box::pin(async move {
-            let sql = format!(
-                "SELECT COUNT(*) FROM \"{}\" WHERE user_id = $1",
-                self.coupons
-            );
+            let sql = format!("SELECT COUNT(*) FROM `{}` WHERE user_id = ?", self.coupons);
             let (count,): (i64,) = sqlx::query_as(&sql)
                 .bind(to_i64(user_id)?)
                 .fetch_one(&self.pool)

@@ -2,13 +2,11 @@
 //! gateway's 6 sequential + 6 concurrent callbacks grant one coupon.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use axum_payments::config::{self, Backend, ConfigError, StoreKind};
+use axum_payments::service::{self, Mode};
+use axum_payments::{AppState, CALLBACK_NAMESPACE, OrderStatus, PaymentCallback, gateway};
 use http::StatusCode;
 use idempotency_core::{IdempotencyKey, RecordState, Scope, Store};
-use idempotency_examples::payments::config::{self, Backend, ConfigError, StoreKind};
-use idempotency_examples::payments::service::{self, Mode};
-use idempotency_examples::payments::{
-    AppState, CALLBACK_NAMESPACE, OrderStatus, PaymentCallback, gateway,
-};
 
 /// A prefix no earlier run used: durable stores keep records across runs.
 fn run_id() -> String {
@@ -90,14 +88,14 @@ async fn one_coupon_per_payment(backend: Backend) {
     let other = gateway::create_order(addr, user, 1, &format!("o2-{run}"))
         .await
         .unwrap();
-    let cancel = idempotency_examples::payments::client::request(
+    let cancel = axum_payments::client::request(
         http::Method::POST,
         &format!("/orders/{}/cancel", other.order_id),
         None,
         None,
     )
     .unwrap();
-    let cancelled = idempotency_examples::payments::client::send_once(addr, cancel)
+    let cancelled = axum_payments::client::send_once(addr, cancel)
         .await
         .unwrap();
     assert_eq!(cancelled.status, StatusCode::OK);

@@ -8,11 +8,11 @@ mod hardening_support;
 
 use std::net::SocketAddr;
 
+use axum_payments::client::{Connection, Reply, post_json};
+use axum_payments::signature::{SIGNATURE_HEADER, sign};
+use axum_payments::{PaymentCallback, gateway};
 use hardening_support::{Payments, temp_path, unique};
 use http::StatusCode;
-use idempotency_examples::payments::client::{Connection, Reply, post_json};
-use idempotency_examples::payments::signature::{SIGNATURE_HEADER, sign};
-use idempotency_examples::payments::{PaymentCallback, gateway};
 
 const SECRET: &str = "gateway-shared-secret";
 

@@ -145,7 +145,7 @@ fn answer(status: StatusCode, body: Bytes) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::payments::{AppState, bare};
+    use crate::{AppState, bare};
 
     fn order(key: &str, amount: u32) -> Request {
         Request::post("/orders")

@@ -2,12 +2,10 @@
 //! callbacks and however concurrent.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use axum_payments::client::Reply;
+use axum_payments::{AppState, OrderStatus, PaymentCallback, Server, app, gateway, incident};
 use http::StatusCode;
 use idempotency_core::{BoxStore, MemoryStore};
-use idempotency_examples::payments::client::Reply;
-use idempotency_examples::payments::{
-    AppState, OrderStatus, PaymentCallback, Server, app, gateway, incident,
-};
 
 async fn protected() -> Server {
     Server::spawn(app(

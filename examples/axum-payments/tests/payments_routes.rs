@@ -4,11 +4,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use axum::body::{Body, to_bytes};
+use axum_payments::{AppState, CouponCount, HttpService, Order, OrderStatus, app, app_per_route};
 use http::{Request, StatusCode, header};
 use idempotency_core::{BoxStore, MemoryStore};
-use idempotency_examples::payments::{
-    AppState, CouponCount, HttpService, Order, OrderStatus, app, app_per_route,
-};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

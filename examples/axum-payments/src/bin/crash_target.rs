@@ -1,4 +1,4 @@
-//! A tiny guarded service for the crash tests (`examples/tests/crash_*.rs`): the tests start it
+//! A tiny guarded service for the crash tests (`tests/crash_*.rs`): the tests start it
 //! as a real process, kill it (SIGKILL) or pause it (SIGSTOP) in the middle of a handler, start
 //! another one on the same store, and check that a retry runs exactly once more after the lease
 //! is taken over, and that the paused owner's late completion is refused (fencing).

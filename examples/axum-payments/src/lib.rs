@@ -22,10 +22,14 @@
 //! [`service::spawn`] serves the right one.
 //!
 //! ```
-//! use idempotency_examples::payments::{AppState, bare};
+//! use axum_payments::{AppState, bare};
 //! let router: axum::Router = bare(AppState::in_memory());
 //! # let _ = router;
 //! ```
+//!
+//! Binaries: `payments` (the service, `cargo run -p axum-payments --bin payments`) and
+//! `crash_target` (a tiny guarded service the crash tests kill and pause).
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod client;
 pub mod config;

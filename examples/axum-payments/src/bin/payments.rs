@@ -1,4 +1,4 @@
-//! The payments service: `cargo run -p idempotency-examples --bin payments`.
+//! The payments service: `cargo run -p axum-payments --bin payments`.
 //!
 //! Listens on `ADDR` (default 127.0.0.1:3000). `IDEMPOTENCY_STORE=memory|redis|sqlite|postgres|mysql`
 //! picks the backend (URLs from `REDIS_URL`, `SQLITE_URL`, `DATABASE_URL`, `MYSQL_URL`); over a
@@ -16,8 +16,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use idempotency_examples::payments::service::{self, Mode};
-use idempotency_examples::payments::{config, init_logging};
+use axum_payments::service::{self, Mode};
+use axum_payments::{config, init_logging};
 use tokio::net::TcpListener;
 
 #[tokio::main]

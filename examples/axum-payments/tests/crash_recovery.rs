@@ -40,14 +40,10 @@ async fn killed_owner_is_taken_over_once(store: StoreSpec) {
     let in_flight = {
         let key = key.clone();
         tokio::spawn(async move {
-            let request = idempotency_examples::payments::client::request(
-                http::Method::POST,
-                "/work",
-                Some(&key),
-                None,
-            )
-            .unwrap();
-            idempotency_examples::payments::client::send_once(a_addr, request).await
+            let request =
+                axum_payments::client::request(http::Method::POST, "/work", Some(&key), None)
+                    .unwrap();
+            axum_payments::client::send_once(a_addr, request).await
         })
     };
     wait_for_line(&log, &key, a_pid, "start").await;

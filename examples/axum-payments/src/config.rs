@@ -60,7 +60,7 @@ pub enum ConfigError {
     UnknownStore(String),
     /// The binary was built without the store's cargo feature.
     #[error(
-        "IDEMPOTENCY_STORE={store} needs the `{store}` feature: cargo run -p idempotency-examples --features {store} --bin payments"
+        "IDEMPOTENCY_STORE={store} needs the `{store}` feature: cargo run -p axum-payments --features {store} --bin payments"
     )]
     FeatureDisabled {
         /// The store asked for.
@@ -115,19 +115,19 @@ pub enum SqlBackend {
     #[cfg(feature = "postgres")]
     Postgres(
         idempotency_core::sql::PostgresStore,
-        Arc<crate::payments::sql::PostgresRepo>,
+        Arc<crate::sql::PostgresRepo>,
     ),
     /// MySQL / MariaDB.
     #[cfg(feature = "mysql")]
     Mysql(
         idempotency_core::sql::MySqlStore,
-        Arc<crate::payments::sql::MySqlRepo>,
+        Arc<crate::sql::MySqlRepo>,
     ),
     /// SQLite.
     #[cfg(feature = "sqlite")]
     Sqlite(
         idempotency_core::sql::SqliteStore,
-        Arc<crate::payments::sql::SqliteRepo>,
+        Arc<crate::sql::SqliteRepo>,
     ),
 }
 
@@ -264,7 +264,7 @@ fn redact(url: &str) -> String {
 
 /// The table prefix of the SQL repositories.
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
-use crate::payments::sql::DEFAULT_TABLE_PREFIX;
+use crate::sql::DEFAULT_TABLE_PREFIX;
 
 /// The SQL backends: the idempotency records in the database (table created if missing), and
 /// orders and coupons in the same database, so that each guarded request's writes and record
@@ -281,7 +281,7 @@ async fn sqlite_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend
         .migrate()
         .await
         .map_err(|e| failed("sqlite", &url, e))?;
-    let repo = crate::payments::sql::SqliteRepo::new(pool, DEFAULT_TABLE_PREFIX)
+    let repo = crate::sql::SqliteRepo::new(pool, DEFAULT_TABLE_PREFIX)
         .await
         .map_err(|e| failed("sqlite", &url, e))?;
     let repo = Arc::new(repo);
@@ -310,7 +310,7 @@ async fn postgres_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backe
         .migrate()
         .await
         .map_err(|e| failed("postgres", &url, e))?;
-    let repo = crate::payments::sql::PostgresRepo::new(pool, DEFAULT_TABLE_PREFIX)
+    let repo = crate::sql::PostgresRepo::new(pool, DEFAULT_TABLE_PREFIX)
         .await
         .map_err(|e| failed("postgres", &url, e))?;
     let repo = Arc::new(repo);
@@ -339,7 +339,7 @@ async fn mysql_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend,
         .migrate()
         .await
         .map_err(|e| failed("mysql", &url, e))?;
-    let repo = crate::payments::sql::MySqlRepo::new(pool, DEFAULT_TABLE_PREFIX)
+    let repo = crate::sql::MySqlRepo::new(pool, DEFAULT_TABLE_PREFIX)
         .await
         .map_err(|e| failed("mysql", &url, e))?;
     let repo = Arc::new(repo);

@@ -7,8 +7,8 @@ use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 use super::{
     ORDER_COLUMNS, OrderRow, SqlPayments, repo_err, table_names, to_i64, to_order, to_u64,
 };
-use crate::payments::model::{NewOrder, Order, OrderId, UserId};
-use crate::payments::repo::{PaymentsRepo, RepoError, Transition};
+use crate::model::{NewOrder, Order, OrderId, UserId};
+use crate::repo::{PaymentsRepo, RepoError, Transition};
 
 /// [`PaymentsRepo`] on SQLite; its writes also run in a request's transaction
 /// ([`SqlPayments`]), beside the idempotency record.

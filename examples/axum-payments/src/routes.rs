@@ -88,7 +88,7 @@ pub(crate) fn unguarded_routes(state: AppState) -> Router {
 /// ```
 /// use std::sync::Arc;
 /// use idempotency_core::MemoryStore;
-/// use idempotency_examples::payments::{App, AppState, app};
+/// use axum_payments::{App, AppState, app};
 /// let service: App<Arc<MemoryStore>> = app(AppState::in_memory(), Arc::new(MemoryStore::new()));
 /// # let _ = service;
 /// ```

@@ -13,9 +13,9 @@ mod hardening_support;
 
 use std::time::Duration;
 
+use axum_payments::client::{Reply, post_json, send_once};
 use hardening_support::{Payments, temp_path, unique};
 use http::StatusCode;
-use idempotency_examples::payments::client::{Reply, post_json, send_once};
 use serde_json::json;
 
 /// `POST /orders` with `key` on a connection of its own.

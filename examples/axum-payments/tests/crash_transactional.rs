@@ -14,11 +14,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum_payments::PaymentCallback;
+use axum_payments::client::{Connection, Reply, post_json};
+use axum_payments::gateway;
 use hardening_support::{Payments, temp_path, unique};
 use http::StatusCode;
-use idempotency_examples::payments::PaymentCallback;
-use idempotency_examples::payments::client::{Connection, Reply, post_json};
-use idempotency_examples::payments::gateway;
 
 /// A user id no earlier run used: the SQL repositories keep orders and coupons across runs.
 fn fresh_user() -> u64 {
