@@ -2,8 +2,6 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod faults;
-#[cfg(feature = "grpc")]
-pub mod grpc;
 pub mod load;
 pub use axum_payments as payments;
 

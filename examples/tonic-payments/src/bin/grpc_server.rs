@@ -1,7 +1,7 @@
 //! The gRPC Payments server behind the idempotency layer (gRPC mode, memory store).
 //!
 //! ```text
-//! cargo run -p idempotency-examples --features grpc --bin grpc_server
+//! cargo run -p tonic-payments --bin grpc_server
 //! GRPC_ADDR=127.0.0.1:50051 FIRST_CALL_DELAY_MS=1500 cargo run ... --bin grpc_server
 //! ```
 //! `FIRST_CALL_DELAY_MS` makes the first `CreateOrder` slow, so `grpc_client`'s first try
@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use idempotency_core::MemoryStore;
-use idempotency_examples::grpc::{PaymentsService, serve};
 use tokio::net::TcpListener;
+use tonic_payments::{PaymentsService, serve};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

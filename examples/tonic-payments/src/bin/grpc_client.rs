@@ -2,15 +2,15 @@
 //! answer; then replays a payment callback six times (the incident) for one coupon.
 //!
 //! ```text
-//! cargo run -p idempotency-examples --features grpc --bin grpc_server &
-//! cargo run -p idempotency-examples --features grpc --bin grpc_client
+//! cargo run -p tonic-payments --bin grpc_server &
+//! cargo run -p tonic-payments --bin grpc_client
 //! ```
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idempotency_examples::grpc::proto::payments_client::PaymentsClient;
-use idempotency_examples::grpc::proto::{CreateOrderRequest, PaymentCallbackRequest};
-use idempotency_examples::grpc::{create_order_with_retries, with_key};
+use tonic_payments::proto::payments_client::PaymentsClient;
+use tonic_payments::proto::{CreateOrderRequest, PaymentCallbackRequest};
+use tonic_payments::{create_order_with_retries, with_key};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

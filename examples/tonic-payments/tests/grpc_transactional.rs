@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use idempotency_core::sql::PostgresStore;
 use idempotency_core::testing::{unavailable, unique_key};
-use idempotency_examples::grpc::proto::PaymentCallbackRequest;
-use idempotency_examples::grpc::proto::payments_client::PaymentsClient;
-use idempotency_examples::grpc::{FAILING_TRADE, LedgerService, serve_transactional, with_key};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tonic::Code;
 use tonic::transport::Channel;
+use tonic_payments::proto::PaymentCallbackRequest;
+use tonic_payments::proto::payments_client::PaymentsClient;
+use tonic_payments::{FAILING_TRADE, LedgerService, serve_transactional, with_key};
 
 struct Ledger {
     addr: SocketAddr,

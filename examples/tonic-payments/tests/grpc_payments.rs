@@ -10,18 +10,14 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use idempotency_core::{Fingerprint, Idempotency, IdempotencyKey, MemoryStore, Scope, Store};
-use idempotency_examples::grpc::proto::payments_client::PaymentsClient;
-use idempotency_examples::grpc::proto::{
-    CreateOrderRequest, PaymentCallbackRequest, WatchOrdersRequest,
-};
-use idempotency_examples::grpc::{
-    CREATE_ORDER, PaymentsService, create_order_with_retries, serve, with_key,
-};
 use prost::Message as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tonic::transport::Channel;
 use tonic::{Code, Request};
+use tonic_payments::proto::payments_client::PaymentsClient;
+use tonic_payments::proto::{CreateOrderRequest, PaymentCallbackRequest, WatchOrdersRequest};
+use tonic_payments::{CREATE_ORDER, PaymentsService, create_order_with_retries, serve, with_key};
 
 async fn start(service: PaymentsService, store: impl Store) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
