@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! AMQP_URL=amqp://guest:guest@127.0.0.1:5672 \
-//!   cargo run -p idempotency-examples --features queue --bin queue_rabbitmq
+//!   cargo run -p rabbitmq-consumer
 //! ```
 
 use std::collections::HashMap;

@@ -3,7 +3,7 @@
 //! grants one coupon per trade and prints the counts.
 //!
 //! ```text
-//! NATS_URL=nats://127.0.0.1:4222 cargo run -p idempotency-examples --features queue --bin queue_nats
+//! NATS_URL=nats://127.0.0.1:4222 cargo run -p nats-consumer
 //! ```
 
 use std::collections::HashMap;
