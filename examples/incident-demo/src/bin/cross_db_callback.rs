@@ -14,7 +14,7 @@
 //! directory and prints what each leaves behind after a crash and the gateway's retries:
 //!
 //! ```text
-//! cargo run -p idempotency-examples --features sqlite --bin cross_db_callback
+//! cargo run -p incident-demo --features sqlite --bin cross_db_callback
 //! ```
 //!
 //! Only the first (same database, [`TxStore::claim_in_tx`] + [`TxStore::complete_in_tx`]) grants

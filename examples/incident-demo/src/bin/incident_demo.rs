@@ -1,4 +1,4 @@
-//! The incident of the post-mortem, replayed: `cargo run -p idempotency-examples --bin incident_demo`.
+//! The incident of the post-mortem, replayed: `cargo run -p incident-demo`.
 //!
 //! A payment gateway retried one callback six times and the user received six coupons. The
 //! demo starts the payments service in-process on a loopback port, first with the incident's
@@ -8,11 +8,11 @@
 
 use std::process::ExitCode;
 
-use idempotency_core::{BoxStore, MemoryStore};
-use idempotency_examples::payments::client::{ClientError, Reply};
-use idempotency_examples::payments::{
+use axum_payments::client::{ClientError, Reply};
+use axum_payments::{
     AppState, HttpService, PaymentCallback, Server, UserId, app, bare, gateway, incident,
 };
+use idempotency_core::{BoxStore, MemoryStore};
 
 /// How often the gateway sends the same callback (the post-mortem's count).
 const TIMES: usize = 6;
