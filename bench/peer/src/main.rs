@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use idempotency_examples::payments::{AppState, MemoryRepo, bare};
+use axum_payments::{AppState, MemoryRepo, bare};
 
 #[tokio::main]
 async fn main() {

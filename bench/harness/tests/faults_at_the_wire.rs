@@ -1,4 +1,4 @@
-//! The fault harness (`idempotency_examples::faults`) as tests: each backend under each of its
+//! The fault harness (`idempotency_bench::faults`) as tests: each backend under each of its
 //! faults, through the HTTP layer, under load. A run's checker report must keep every floor: no
 //! key runs twice, every success is backed by one execution and replays at the end, every key
 //! refused during the fault runs after it, no key answers 409 without an owner more than a
@@ -8,7 +8,7 @@
 //! restart use a `redis-server` of the test's own.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use idempotency_examples::faults::{self, Backend, Fault, Timeline, Unavailable};
+use idempotency_bench::faults::{self, Backend, Fault, Timeline, Unavailable};
 
 async fn holds(backend: Backend, fault: Fault) {
     match faults::run(backend, fault, Timeline::default()).await {

@@ -4,7 +4,7 @@
 //! duplicates.
 //!
 //! ```text
-//! cargo run --release -p idempotency-examples --features queue,redis,postgres --bin queue_bench
+//! cargo run --release -p idempotency-bench --features queue,redis,postgres --bin queue_bench
 //! BENCH_MESSAGES=5000 BENCH_CONCURRENCY=16 ...
 //! ```
 

@@ -22,7 +22,7 @@ use idempotency_core::testing::{FaultProxy, LinkFault};
 use tokio::task::JoinHandle;
 
 use super::{Log, Unavailable, app};
-use crate::payments::config::{DEFAULT_DATABASE_URL, DEFAULT_MYSQL_URL, DEFAULT_REDIS_URL};
+use axum_payments::config::{DEFAULT_DATABASE_URL, DEFAULT_MYSQL_URL, DEFAULT_REDIS_URL};
 
 /// The store timeout of the network stores' runs.
 const STORE_TIMEOUT: Duration = Duration::from_secs(1);

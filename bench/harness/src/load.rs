@@ -13,8 +13,8 @@ use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tower::ServiceExt;
 
-use crate::payments::client::Connection;
-use crate::payments::{HttpService, Server};
+use axum_payments::client::Connection;
+use axum_payments::{HttpService, Server};
 
 /// How a run drives the service.
 #[derive(Clone, Debug)]

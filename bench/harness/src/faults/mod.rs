@@ -8,7 +8,7 @@
 //! every refused key run after recovery, no 409 without an owner more than a second after the
 //! fault was lifted, no answer slower than the store timeout plus a second.
 //!
-//! `cargo run -p idempotency-examples --features redis,postgres,mysql,sqlite --bin fault_harness`
+//! `cargo run -p idempotency-bench --features redis,postgres,mysql,sqlite --bin fault_harness`
 //! prints the table of every backend and fault; `tests/faults_at_the_wire.rs` asserts it.
 
 pub mod checker;

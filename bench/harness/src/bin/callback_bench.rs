@@ -1,5 +1,5 @@
 //! The payment callback on a SQL database three ways, side by side in one run:
-//! `cargo run --release -p idempotency-examples --features postgres,mysql,sqlite --bin callback_bench -- --store postgres`.
+//! `cargo run --release -p idempotency-bench --features postgres,mysql,sqlite --bin callback_bench -- --store postgres`.
 //!
 //! - `raw`: the business transaction alone, no dedup: `BEGIN`, the `WAIT_PAY → PAID`
 //!   transition, the coupon when it applied, `COMMIT`.
@@ -27,14 +27,14 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use idempotency_core::BoxFuture;
-use idempotency_examples::load::{
+use axum_payments::client::post_json;
+use axum_payments::sql::SqlPayments;
+use axum_payments::transactional::transactional_app;
+use axum_payments::{AppState, HttpService, PaymentCallback, RepoError, Server};
+use idempotency_bench::load::{
     Drive, MakeRequest, RunResult, Target, describe, drive, load_average, median,
 };
-use idempotency_examples::payments::client::post_json;
-use idempotency_examples::payments::sql::SqlPayments;
-use idempotency_examples::payments::transactional::transactional_app;
-use idempotency_examples::payments::{AppState, HttpService, PaymentCallback, RepoError, Server};
+use idempotency_core::BoxFuture;
 use serde_json::json;
 
 /// The table prefix of the benchmark's orders and coupons.
@@ -169,8 +169,8 @@ async fn callback<DB: sqlx::Database>(
             .pay_on(&mut tx, paid.order_id, &paid.trade_no)
             .await?;
         let answer = match transition {
-            idempotency_examples::payments::Transition::Applied(order)
-            | idempotency_examples::payments::Transition::AlreadyInTarget(order) => {
+            axum_payments::Transition::Applied(order)
+            | axum_payments::Transition::AlreadyInTarget(order) => {
                 serde_json::to_vec(&order).map_err(repo_err)?
             }
             _ => return Ok(StatusCode::CONFLICT.into_response()),
@@ -196,17 +196,17 @@ enum Database {
     #[cfg(feature = "postgres")]
     Postgres(
         idempotency_core::sql::PostgresStore,
-        Arc<idempotency_examples::payments::sql::PostgresRepo>,
+        Arc<axum_payments::sql::PostgresRepo>,
     ),
     #[cfg(feature = "mysql")]
     Mysql(
         idempotency_core::sql::MySqlStore,
-        Arc<idempotency_examples::payments::sql::MySqlRepo>,
+        Arc<axum_payments::sql::MySqlRepo>,
     ),
     #[cfg(feature = "sqlite")]
     Sqlite(
         idempotency_core::sql::SqliteStore,
-        Arc<idempotency_examples::payments::sql::SqliteRepo>,
+        Arc<axum_payments::sql::SqliteRepo>,
     ),
 }
 
@@ -420,7 +420,7 @@ impl Database {
                     .with_table_name("bench_records")
                     .map_err(|e| e.to_string())?;
                 store.migrate().await.map_err(|e| e.to_string())?;
-                let repo = idempotency_examples::payments::sql::PostgresRepo::new(pool, PREFIX)
+                let repo = axum_payments::sql::PostgresRepo::new(pool, PREFIX)
                     .await
                     .map_err(|e| e.to_string())?;
                 Ok(Self::Postgres(store, Arc::new(repo)))
@@ -438,7 +438,7 @@ impl Database {
                     .with_table_name("bench_records")
                     .map_err(|e| e.to_string())?;
                 store.migrate().await.map_err(|e| e.to_string())?;
-                let repo = idempotency_examples::payments::sql::MySqlRepo::new(pool, PREFIX)
+                let repo = axum_payments::sql::MySqlRepo::new(pool, PREFIX)
                     .await
                     .map_err(|e| e.to_string())?;
                 Ok(Self::Mysql(store, Arc::new(repo)))
@@ -460,7 +460,7 @@ impl Database {
                     .with_table_name("bench_records")
                     .map_err(|e| e.to_string())?;
                 store.migrate().await.map_err(|e| e.to_string())?;
-                let repo = idempotency_examples::payments::sql::SqliteRepo::new(pool, PREFIX)
+                let repo = axum_payments::sql::SqliteRepo::new(pool, PREFIX)
                     .await
                     .map_err(|e| e.to_string())?;
                 Ok(Self::Sqlite(store, Arc::new(repo)))

@@ -1,4 +1,4 @@
-//! Load generator for the HTTP layer: `cargo run --release -p idempotency-examples --bin loadgen`.
+//! Load generator for the HTTP layer: `cargo run --release -p idempotency-bench --bin loadgen`.
 //!
 //! Serves the payments router in-process on 127.0.0.1 (loopback only) and drives it over 64
 //! keep-alive HTTP/1.1 connections (hyper), each run bounded in time and in request count:
@@ -21,13 +21,13 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use axum_payments::client::post_json;
+use axum_payments::{AppState, HttpService, Server, app, bare, gateway};
 use http::StatusCode;
-use idempotency_core::{BoxStore, MemoryStore};
-use idempotency_examples::load::{
+use idempotency_bench::load::{
     Drive, MakeRequest, RunResult, Target, describe, drive, load_average, median,
 };
-use idempotency_examples::payments::client::post_json;
-use idempotency_examples::payments::{AppState, HttpService, Server, app, bare, gateway};
+use idempotency_core::{BoxStore, MemoryStore};
 use serde_json::json;
 
 struct Options {
@@ -121,7 +121,7 @@ async fn serve(service: impl HttpService, paid_order: bool) -> Result<Server, St
             .map_err(|e| e.to_string())?;
         let first = gateway::deliver_sequentially(
             server.addr(),
-            &idempotency_examples::payments::PaymentCallback {
+            &axum_payments::PaymentCallback {
                 trade_no: format!("T-{}", order.order_id),
                 order_id: order.order_id,
             },

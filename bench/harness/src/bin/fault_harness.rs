@@ -1,7 +1,7 @@
 //! Runs the fault harness and prints its table (the README's reliability section).
 //!
 //! ```text
-//! cargo run --release -p idempotency-examples --features redis,postgres,mysql,sqlite \
+//! cargo run --release -p idempotency-bench --features redis,postgres,mysql,sqlite \
 //!     --bin fault_harness [-- --backend redis --fault pause]
 //! ```
 //!
@@ -10,10 +10,10 @@
 
 use std::process::ExitCode;
 
-use idempotency_examples::faults::{self, Backend, Timeline};
+use idempotency_bench::faults::{self, Backend, Timeline};
 
 fn main() -> ExitCode {
-    idempotency_examples::payments::init_logging("off");
+    axum_payments::init_logging("off");
     let mut backend = None;
     let mut fault = None;
     let mut args = std::env::args().skip(1);

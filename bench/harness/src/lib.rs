@@ -1,0 +1,14 @@
+//! The benchmark and fault harnesses around the payments example (`examples/axum-payments`):
+//! [`load`] drives a served service (the `loadgen` and `callback_bench` binaries), [`faults`]
+//! runs the HTTP layer over a store whose link or server fails (`fault_harness`,
+//! `tests/faults_at_the_wire.rs`); `queue_bench` measures the queue consumers. Not an example to
+//! copy: the examples are the packages under `examples/`.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod faults;
+pub mod load;
+
+/// The README's code blocks, compiled and run as doctests so the README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
