@@ -40,7 +40,7 @@ export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
 if [ -n "${BINARY:-}" ]; then
   binary=$BINARY
 else
-  cargo build --release -q -p idempotency-examples --bin payments
+  cargo build --release -q -p axum-payments --bin payments
   binary=${CARGO_TARGET_DIR:-target}/release/payments
 fi
 work=$(mktemp -d /tmp/idempotency-callgrind.XXXXXX)

@@ -22,7 +22,7 @@ for tool in perf wrk python3; do
 done
 binary=${BINARY:-}
 if [ -z "$binary" ]; then
-  cargo build --release -q -p idempotency-examples --bin payments
+  cargo build --release -q -p axum-payments --bin payments
   binary=${CARGO_TARGET_DIR:-target}/release/payments
 fi
 work=$(mktemp -d /tmp/idempotency-perf.XXXXXX)

@@ -6,13 +6,13 @@
 #   PIN=1 bench/http-wrk.sh ...   server on CPU 1, wrk on CPU 0 (one thread): the server alone
 #                                  on its core, so the ratio is that of server CPU per request
 #   STORE=redis|postgres|mysql|sqlite bench/http-wrk.sh ...   the service on that backend (see
-#                                  examples/src/payments/config.rs: Redis keeps the records and
+#                                  examples/axum-payments/src/config.rs: Redis keeps the records and
 #                                  orders stay in memory; the SQL backends keep both)
 #   BINARY=path bench/http-wrk.sh ...  that `payments` binary, not built here (to compare a
 #                                  build of another commit in the same conditions)
 #   SCENARIOS="new-keys replay" bench/http-wrk.sh ...  only these scenarios
 #   REFERENCE=1 bench/http-wrk.sh ...  new keys also through the benchmark reference
-#                                  (IDEMPOTENCY_LAYER=reference, examples/src/payments/reference.rs):
+#                                  (IDEMPOTENCY_LAYER=reference, examples/axum-payments/src/reference.rs):
 #                                  the least a layer replaying stored responses does, in the same rounds
 #
 # Scenarios: new-keys (POST /orders, new key each request), replay (POST /orders over 64 keys
@@ -33,7 +33,7 @@ features=()
 [ "$store" != memory ] && features=(--features "$store")
 binary=${BINARY:-}
 if [ -z "$binary" ]; then
-  cargo build --release -q -p idempotency-examples --bin payments "${features[@]}"
+  cargo build --release -q -p axum-payments --bin payments "${features[@]}"
   binary=${CARGO_TARGET_DIR:-target}/release/payments
 fi
 

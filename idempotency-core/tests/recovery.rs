@@ -3,7 +3,7 @@
 //! background work a process can wait for. The store here is the memory store behind a switch
 //! that makes its next calls fail after (or before) doing their work, the two ways a call
 //! fails at the wire; the real links are failed by the fault harness
-//! (`examples/tests/faults_at_the_wire.rs`).
+//! (`bench/harness/tests/faults_at_the_wire.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
