@@ -233,10 +233,22 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
                     _ => Verdict::Rejected(RejectReason::Mismatch),
                 }
             }
-            Ok(handled @ (Handled::Done | Handled::AlreadyDone)) => {
+            Ok(Handled::Invalid(reason)) => {
+                if let Err(release) = execution.release().await {
+                    tracing::warn!(namespace = self.scope.namespace(), %release, "could not release the key of an invalid message; it frees when its lease ends");
+                }
+                Verdict::Rejected(RejectReason::Payload(reason))
+            }
+            Ok(handled @ (Handled::Done | Handled::Output(_) | Handled::AlreadyDone)) => {
+                // What the work produced, the key's outcome on this tier too (nothing for work
+                // the handler's own record says was done before: that record keeps it).
+                let body = match &handled {
+                    Handled::Output(body) => body.clone(),
+                    _ => bytes::Bytes::new(),
+                };
                 // A transient failure is retried by the engine in the background; the message
                 // is acked either way, since redelivering it would run the work again.
-                let recorded = match execution.complete(Outcome::new(0, "")).await {
+                let recorded = match execution.complete(Outcome::new(0, body)).await {
                     Ok(()) => true,
                     Err(error) => {
                         tracing::warn!(namespace = self.scope.namespace(), key = %storage_key, %error, "work done but its outcome is not stored yet; acking anyway");
@@ -275,10 +287,11 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             lease: None,
         };
         match self.run_handler(job).await {
-            Ok(Handled::Done) => Verdict::Processed { recorded: false },
+            Ok(Handled::Done | Handled::Output(_)) => Verdict::Processed { recorded: false },
             Ok(Handled::AlreadyDone) => Verdict::AlreadyDone,
             Ok(Handled::Mismatch) => Verdict::Rejected(RejectReason::Mismatch),
             Ok(Handled::InFlight { retry_after }) => Verdict::InFlight { retry_after },
+            Ok(Handled::Invalid(reason)) => Verdict::Rejected(RejectReason::Payload(reason)),
             Err(error) => Verdict::Failed {
                 retry_after: self.backoff.delay(delivery),
                 error,

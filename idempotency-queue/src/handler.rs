@@ -6,11 +6,14 @@ use std::future::Future;
 use crate::Job;
 
 /// What a handler reports when it succeeds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Handled {
     /// The work ran and its effects are committed.
     #[default]
     Done,
+    /// The work ran, its effects are committed, and it produced this: stored as the key's
+    /// outcome (in the consumer's store too), what a later look at the key finds.
+    Output(bytes::Bytes),
     /// The work had already been done (the handler's own record of truth, such as a SQL dedup
     /// row, said so); nothing ran again.
     AlreadyDone,
@@ -25,6 +28,10 @@ pub enum Handled {
         /// When to deliver again.
         retry_after: std::time::Duration,
     },
+    /// The message can never be handled as it is (its payload is not what the handler reads:
+    /// [`FromJob`](crate::two_tier::FromJob)); nothing ran. The consumer rejects it
+    /// ([`RejectReason::Payload`](crate::RejectReason::Payload)).
+    Invalid(String),
 }
 
 impl From<()> for Handled {

@@ -111,7 +111,7 @@ impl Message {
 
 /// What a handler receives: the message, the business key it was claimed under, the message's
 /// fingerprint and the lease.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Job {
     /// The business key (from the message id, a header, a body field …).
     pub key: IdempotencyKey,

@@ -26,6 +26,8 @@ pub enum RejectReason {
     Key(KeyError),
     /// The business key was already used with another payload.
     Mismatch,
+    /// The payload is not what the handler reads (malformed JSON, a missing field).
+    Payload(String),
 }
 
 /// What the consumer decided for one delivery.
@@ -119,6 +121,7 @@ impl fmt::Display for Verdict {
             Self::Rejected(RejectReason::Mismatch) => {
                 f.write_str("rejected: business key reused with another payload")
             }
+            Self::Rejected(RejectReason::Payload(reason)) => write!(f, "rejected: {reason}"),
         }
     }
 }

@@ -12,10 +12,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::{Fingerprint, IdempotencyKey, Scope};
+use idempotency_core::{Fingerprint, IdempotencyKey, Mechanism, Scope, Store};
+use idempotency_queue::two_tier::{Json, SqlTruth, Tx};
 use idempotency_queue::{
-    Action, Backoff, Handled, Header, IdempotentConsumer, Job, Message, RejectReason, Verdict,
-    rabbitmq,
+    Action, Backoff, Handled, Header, IdempotentConsumer, Job, JsonField, Message, RejectReason,
+    Verdict, rabbitmq,
 };
 use lapin::options::{
     BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueueDeclareOptions,
@@ -219,7 +220,10 @@ async fn a_payload_mismatch_is_rejected_by_either_tier() {
         fingerprint: Fingerprint::of_bytes(original.payload()),
         lease: None,
     };
-    assert_eq!(truth.run(&first).await.unwrap(), Handled::Done);
+    assert!(matches!(
+        truth.run(&first).await.unwrap(),
+        Handled::Output(_)
+    ));
     let consumer = IdempotentConsumer::new(
         tiers.fast_path().await,
         Scope::new("coupon-grant"),
@@ -241,6 +245,139 @@ async fn a_payload_mismatch_is_rejected_by_either_tier() {
         "tier 1 now answers the mismatch itself"
     );
     assert_eq!(tiers.rows(Some("T1")).await, 1);
+    tiers.drop_tables().await;
+}
+
+/// What the business code produced (the coupon row's id) is the key's outcome on both tiers:
+/// read back from the SQL record and from the Redis record, the same bytes. Calls
+/// `IdempotentConsumer::process` directly: nothing here depends on the broker.
+#[tokio::test]
+async fn the_business_output_is_stored_on_both_tiers() {
+    let Some(tiers) = Tiers::new(0, "idem-two-tier-output").await else {
+        return;
+    };
+    let scope = Scope::new("coupon-grant");
+    let consumer = IdempotentConsumer::new(
+        tiers.fast_path().await,
+        scope.clone(),
+        Header::new("business-key"),
+        tiers.truth(),
+    );
+    let message = Message::new("grant a coupon").with_header("business-key", "T7");
+    assert_eq!(
+        consumer.process(message.clone()).await,
+        Verdict::Processed { recorded: true }
+    );
+    let id: i64 = sqlx::query_scalar(&format!(
+        "SELECT id FROM {} WHERE business_key = 'T7'",
+        tiers.coupons_table()
+    ))
+    .fetch_one(tiers.pool())
+    .await
+    .unwrap();
+    let produced = serde_json::to_vec(&id).unwrap();
+
+    let key = IdempotencyKey::parse("T7").unwrap();
+    let fast = consumer
+        .engine()
+        .store()
+        .get(&scope.storage_key(&key))
+        .await;
+    let fast = fast.unwrap().expect("the fast tier's record");
+    assert_eq!(fast.outcome.unwrap().body, produced);
+    let truth_key = scope.storage_key_for(Mechanism::Transaction, "T7");
+    let sql = consumer.handler().store().get(&truth_key).await;
+    let sql = sql.unwrap().expect("the SQL record");
+    assert_eq!(sql.outcome.unwrap().body, produced);
+
+    assert_eq!(consumer.process(message).await, Verdict::Duplicate);
+    assert_eq!(tiers.rows(Some("T7")).await, 1);
+    tiers.drop_tables().await;
+}
+
+#[derive(serde::Deserialize)]
+struct Paid {
+    trade_no: String,
+    coupons: i64,
+}
+
+/// A typed handler (`Json<Paid>`) wrapped in a closure of the user's own (a step after the
+/// business code) runs as written; a payload it cannot read is rejected without a claim on
+/// either tier, and a corrected redelivery of the same key then runs.
+#[tokio::test]
+async fn a_typed_handler_wrapped_in_the_users_own_runs_and_unreadable_payloads_are_rejected() {
+    let Some(tiers) = Tiers::new(0, "idem-two-tier-typed").await else {
+        return;
+    };
+    let insert = format!(
+        "INSERT INTO {} (business_key) SELECT $1 FROM generate_series(1, $2) RETURNING id",
+        tiers.coupons_table()
+    );
+    let grant = move |tx: Tx<sqlx::Postgres>, Json(paid): Json<Paid>| {
+        let insert = insert.clone();
+        async move {
+            let ids: Vec<i64> = sqlx::query_scalar(&insert)
+                .bind(paid.trade_no)
+                .bind(paid.coupons)
+                .fetch_all(&mut *tx.conn().await)
+                .await?;
+            Ok::<_, sqlx::Error>(ids.len())
+        }
+    };
+    let after = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&after);
+    let wrapped = move |tx: Tx<sqlx::Postgres>, paid: Json<Paid>| {
+        let (grant, counted) = (grant.clone(), Arc::clone(&counted));
+        async move {
+            let granted = grant(tx, paid).await?;
+            counted.fetch_add(granted, std::sync::atomic::Ordering::SeqCst);
+            Ok::<_, sqlx::Error>(granted)
+        }
+    };
+    let scope = Scope::new("coupon-grant");
+    let consumer = IdempotentConsumer::new(
+        tiers.fast_path().await,
+        scope.clone(),
+        JsonField::new("/trade_no"),
+        SqlTruth::new(tiers.truth_store(), scope.clone(), wrapped),
+    );
+
+    let unreadable = Message::new(r#"{"trade_no":"T8","coupons":"two"}"#);
+    let verdict = consumer.process(unreadable).await;
+    assert!(
+        matches!(&verdict, Verdict::Rejected(RejectReason::Payload(reason)) if reason.contains("invalid type")),
+        "{verdict:?}"
+    );
+    assert_eq!(verdict.action(), Action::Reject);
+    let key = IdempotencyKey::parse("T8").unwrap();
+    assert!(
+        consumer
+            .engine()
+            .store()
+            .get(&scope.storage_key(&key))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let truth_key = scope.storage_key_for(Mechanism::Transaction, "T8");
+    assert!(
+        consumer
+            .handler()
+            .store()
+            .get(&truth_key)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    let corrected = Message::new(r#"{"trade_no":"T8","coupons":2}"#);
+    assert_eq!(
+        consumer.process(corrected.clone()).await,
+        Verdict::Processed { recorded: true }
+    );
+    assert_eq!(consumer.process(corrected).await, Verdict::Duplicate);
+    assert_eq!(tiers.rows(Some("T8")).await, 2);
+    assert_eq!(after.load(std::sync::atomic::Ordering::SeqCst), 2);
     tiers.drop_tables().await;
 }
 

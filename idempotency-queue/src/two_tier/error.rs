@@ -13,6 +13,11 @@ pub enum TruthError<E> {
     Store(StoreError),
     /// The business code failed.
     Business(E),
+    /// The business code's output could not be stored (it did not serialize to JSON).
+    Output(serde_json::Error),
+    /// The business code kept its [`Tx`](super::Tx) beyond its return (moved it into a spawned
+    /// task): the transaction is not committed under it.
+    Escaped,
 }
 
 impl<E: fmt::Display> fmt::Display for TruthError<E> {
@@ -21,6 +26,8 @@ impl<E: fmt::Display> fmt::Display for TruthError<E> {
             Self::Database(error) => write!(f, "database: {error}"),
             Self::Store(error) => write!(f, "dedup record: {error}"),
             Self::Business(error) => write!(f, "business: {error}"),
+            Self::Output(error) => write!(f, "business output not storable: {error}"),
+            Self::Escaped => f.write_str("the business code kept its transaction handle"),
         }
     }
 }

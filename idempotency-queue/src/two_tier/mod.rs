@@ -17,42 +17,53 @@
 //! committed record ([`Verdict::AlreadyDone`](crate::Verdict::AlreadyDone)), never a second
 //! execution; a crash anywhere leaves either nothing (rolled back) or the business writes
 //! *with* their record. With
-//! [`with_guarded_handler(true)`](crate::IdempotentConsumer::with_guarded_handler) an outage of
-//! tier 1 costs queries too instead of requeues.
+//! Whenever tier 1 cannot answer, the truth does: a key in flight there (perhaps a consumer
+//! killed after its commit, whose claim holds until its lease ends) or tier 1 down costs a SQL
+//! claim, never a requeue or a second execution ([`Handler::guards_itself`](crate::Handler::guards_itself)).
+//!
+//! The business code is a plain `async` closure over the transaction ([`Tx`], owned) and what it
+//! reads from the message ([`Json`] decodes the payload once; [`Job`](crate::Job) gives it all);
+//! what it returns is stored (JSON) as the key's outcome on both tiers.
 //!
 //! ```no_run
 //! # #[cfg(all(feature = "sql", feature = "rabbitmq"))]
 //! # async fn demo(pool: sqlx::PgPool, redis: idempotency_core::redis::RedisStore) -> Result<(), Box<dyn std::error::Error>> {
 //! use idempotency_core::sql::PostgresStore;
 //! use idempotency_core::{Idempotency, Scope};
-//! use idempotency_queue::two_tier::SqlTruth;
-//! use idempotency_queue::{Header, IdempotentConsumer, Job};
+//! use idempotency_queue::two_tier::{Json, SqlTruth, Tx};
+//! use idempotency_queue::{IdempotentConsumer, JsonField};
 //! use std::time::Duration;
 //!
+//! #[derive(serde::Deserialize)]
+//! struct Paid { trade_no: String, user_id: i64 }
+//!
 //! let scope = Scope::new("coupon-grant");
-//! let truth = PostgresStore::new(pool.clone());
+//! let truth = PostgresStore::new(pool).with_table_name("coupon_grant_dedup")?;
 //! truth.migrate().await?;
-//! let grant = SqlTruth::new(truth, pool, scope.clone(), |tx, job: &Job| {
-//!     Box::pin(async move {
-//!         sqlx::query("INSERT INTO coupons (trade_no) VALUES ($1)")
-//!             .bind(job.key.as_str())
-//!             .execute(&mut **tx)
-//!             .await
-//!             .map(drop)
-//!     })
+//! let grant = SqlTruth::new(truth, scope.clone(), |tx: Tx<sqlx::Postgres>, Json(paid): Json<Paid>| async move {
+//!     sqlx::query_scalar::<_, i64>(
+//!         "INSERT INTO coupon_grants (trade_no, user_id) VALUES ($1, $2) RETURNING id",
+//!     )
+//!     .bind(paid.trade_no)
+//!     .bind(paid.user_id)
+//!     .fetch_one(&mut *tx.conn().await)
+//!     .await
 //! });
 //! let consumer = IdempotentConsumer::new(
 //!     Idempotency::new(redis).with_ttl(Duration::from_secs(48 * 3600)),
 //!     scope,
-//!     Header::new("business-key"),
+//!     JsonField::new("/trade_no"),
 //!     grant,
-//! )
-//! .with_guarded_handler(true);
+//! );
 //! # let _ = consumer; Ok(()) }
 //! ```
 
 mod error;
+mod input;
 mod truth;
+mod tx;
 
 pub use error::TruthError;
-pub use truth::{Business, SqlTruth, Transaction};
+pub use input::{FromJob, Json};
+pub use truth::{Business, SqlTruth};
+pub use tx::{Tx, TxConn};

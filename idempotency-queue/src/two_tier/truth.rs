@@ -1,94 +1,126 @@
 //! The SQL tier: dedup record and business writes in one transaction.
 
 use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
 
-use futures_util::future::BoxFuture;
+use bytes::Bytes;
 use idempotency_core::sql::{TxClaim, TxStore};
 use idempotency_core::{Outcome, Scope};
+use serde::Serialize;
 
-use super::TruthError;
+use super::{FromJob, TruthError, Tx};
 use crate::{Handled, Handler, Job};
 
-/// The transaction a [`SqlTruth`] runs its business code in.
-pub type Transaction<T> = sqlx::Transaction<'static, <T as TxStore>::Database>;
-
-/// The business code of a [`SqlTruth`], writing through the transaction it is given.
+/// The business code of a [`SqlTruth`]: an `async` closure over the transaction and what it
+/// reads from the job ([`FromJob`]: the [`Job`], or its payload decoded, [`Json`](super::Json)),
+/// returning what it produced, which the truth stores as the key's outcome.
 ///
-/// Every `Fn(&mut Transaction<T>, &Job) -> BoxFuture<Result<(), E>>` closure is one, so a
-/// function can name what it returns:
+/// Every `Fn(Tx<DB>, I) -> impl Future<Output = Result<O, E>>` is one, where `O` serializes
+/// (to JSON) and `E` displays. The arguments are owned, so a closure of your own wraps one
+/// without higher-ranked lifetimes:
 ///
 /// ```
-/// use idempotency_core::Scope;
-/// use idempotency_core::sql::PostgresStore;
-/// use idempotency_queue::Job;
-/// use idempotency_queue::two_tier::{Business, SqlTruth};
+/// use idempotency_queue::two_tier::{Business, Json, Tx};
 ///
-/// fn coupon_grant(
-///     pool: sqlx::PgPool,
-/// ) -> SqlTruth<PostgresStore, impl Business<PostgresStore, Error = sqlx::Error>> {
-///     let store = PostgresStore::new(pool.clone());
-///     SqlTruth::new(store, pool, Scope::new("coupon-grant"), |tx, job: &Job| {
-///         Box::pin(async move {
-///             sqlx::query("INSERT INTO coupons (trade_no) VALUES ($1)")
-///                 .bind(job.key.as_str())
-///                 .execute(&mut **tx)
-///                 .await
-///                 .map(drop)
-///         })
-///     })
+/// #[derive(serde::Deserialize)]
+/// struct Paid { trade_no: String }
+///
+/// async fn grant(tx: Tx<sqlx::Postgres>, Json(paid): Json<Paid>) -> Result<i64, sqlx::Error> {
+///     sqlx::query_scalar("INSERT INTO coupons (trade_no) VALUES ($1) RETURNING id")
+///         .bind(paid.trade_no)
+///         .fetch_one(&mut *tx.conn().await)
+///         .await
 /// }
+///
+/// // A step of your own around it: still a plain closure.
+/// let logged = |tx: Tx<sqlx::Postgres>, paid: Json<Paid>| async move {
+///     let coupon = grant(tx, paid).await?;
+///     tracing::info!(coupon, "coupon granted");
+///     Ok::<_, sqlx::Error>(coupon)
+/// };
+/// fn is_business<B: Business<sqlx::Postgres, Json<Paid>>>(_: &B) {}
+/// is_business(&grant);
+/// is_business(&logged);
 /// ```
-pub trait Business<T: TxStore>: Send + Sync + 'static {
+pub trait Business<DB: sqlx::Database, I>: Send + Sync + 'static {
+    /// What the business code produced (stored as JSON, the key's outcome on both tiers).
+    type Output: Serialize;
     /// Why the business code failed.
     type Error: fmt::Display + Send + 'static;
 
-    /// Runs the business code for `job` in `tx`.
-    fn run<'c>(
-        &'c self,
-        tx: &'c mut Transaction<T>,
-        job: &'c Job,
-    ) -> BoxFuture<'c, Result<(), Self::Error>>;
+    /// Runs the business code for `input` in `tx`.
+    fn run(
+        &self,
+        tx: Tx<DB>,
+        input: I,
+    ) -> impl Future<Output = Result<Self::Output, Self::Error>> + Send;
 }
 
-impl<T, F, E> Business<T> for F
+impl<DB, I, F, Fut, O, E> Business<DB, I> for F
 where
-    T: TxStore,
-    F: for<'c> Fn(&'c mut Transaction<T>, &'c Job) -> BoxFuture<'c, Result<(), E>>
-        + Send
-        + Sync
-        + 'static,
+    DB: sqlx::Database,
+    F: Fn(Tx<DB>, I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, E>> + Send,
+    O: Serialize,
     E: fmt::Display + Send + 'static,
 {
+    type Output = O;
     type Error = E;
 
-    fn run<'c>(&'c self, tx: &'c mut Transaction<T>, job: &'c Job) -> BoxFuture<'c, Result<(), E>> {
-        self(tx, job)
+    fn run(&self, tx: Tx<DB>, input: I) -> impl Future<Output = Result<O, E>> + Send {
+        self(tx, input)
     }
 }
 
 /// A [`Handler`] that runs `business` inside a transaction which first claims the job's key
-/// in `store` ([`TxStore::claim_in_tx`]) and completes it before committing.
+/// in `store` ([`TxStore::claim_in_tx`]), then stores what it produced as the key's outcome
+/// and commits both together.
 ///
 /// | SQL claim | what happens |
 /// |---|---|
-/// | `Execute` | `business(tx, job)`, the record completed, one commit → [`Handled::Done`] |
+/// | (the input cannot be read from the job) | nothing claimed, nothing runs → [`Handled::Invalid`] (rejected) |
+/// | `Execute` | `business(tx, input)`, its output stored (JSON) with the record, one commit → [`Handled::Output`] |
 /// | `Replay` (committed before) | rollback, nothing runs → [`Handled::AlreadyDone`] |
 /// | `Mismatch` (key used with another payload) | rollback, nothing runs, logged → [`Handled::Mismatch`] (rejected) |
 /// | `InFlight` (another transaction still holds the key after the store's in-flight wait, 5 s by default) | rollback → [`Handled::InFlight`] (requeued) |
 ///
 /// The record keeps [`Job::fingerprint`], the consumer's fingerprint of the message, so both
-/// tiers compare payloads the same way.
+/// tiers compare payloads the same way. It guards itself ([`Handler::guards_itself`]): the
+/// consumer lets it decide whenever its fast tier cannot.
 ///
 /// A business error, a panic, or a crash before commit rolls everything back. The business code
-/// must write through `tx` only: writes elsewhere are outside the guarantee.
-pub struct SqlTruth<T: TxStore, F> {
+/// must write through its [`Tx`] only: writes elsewhere are outside the guarantee.
+///
+/// ```
+/// use idempotency_core::Scope;
+/// use idempotency_core::sql::PostgresStore;
+/// use idempotency_queue::two_tier::{Json, SqlTruth, Tx};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Paid { trade_no: String, user_id: i64 }
+///
+/// fn coupon_grant(pool: sqlx::PgPool) -> impl idempotency_queue::Handler {
+///     let store = PostgresStore::new(pool);
+///     SqlTruth::new(store, Scope::new("coupon-grant"), |tx: Tx<sqlx::Postgres>, Json(paid): Json<Paid>| async move {
+///         sqlx::query_scalar::<_, i64>(
+///             "INSERT INTO coupon_grants (trade_no, user_id) VALUES ($1, $2) RETURNING id",
+///         )
+///         .bind(paid.trade_no)
+///         .bind(paid.user_id)
+///         .fetch_one(&mut *tx.conn().await)
+///         .await
+///     })
+/// }
+/// ```
+pub struct SqlTruth<T: TxStore, I, B> {
     store: T,
-    pool: sqlx::Pool<T::Database>,
     scope: Scope,
-    business: F,
+    business: B,
+    input: PhantomData<fn() -> I>,
 }
 
-impl<T: TxStore, F> fmt::Debug for SqlTruth<T, F> {
+impl<T: TxStore, I, B> fmt::Debug for SqlTruth<T, I, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqlTruth")
             .field("scope", &self.scope)
@@ -96,36 +128,36 @@ impl<T: TxStore, F> fmt::Debug for SqlTruth<T, F> {
     }
 }
 
-impl<T, F, E> SqlTruth<T, F>
+impl<T, I, B> SqlTruth<T, I, B>
 where
     T: TxStore,
-    F: for<'c> Fn(&'c mut Transaction<T>, &'c Job) -> BoxFuture<'c, Result<(), E>>
-        + Send
-        + Sync
-        + 'static,
-    E: fmt::Display + Send + 'static,
+    I: FromJob,
+    B: Business<T::Database, I>,
 {
-    /// Guards `business` with dedup records of `store` (in the same database as `pool`, so the
-    /// record and the business writes share the transaction) in `scope`.
-    pub fn new(store: T, pool: sqlx::Pool<T::Database>, scope: Scope, business: F) -> Self {
+    /// Guards `business` with dedup records of `store` in `scope`, claimed in the transactions
+    /// `store` begins ([`TxStore::begin`]) on its pool: the record and the business writes
+    /// share the transaction, in the same database.
+    pub fn new(store: T, scope: Scope, business: B) -> Self {
         Self {
             store,
-            pool,
             scope,
             business,
+            input: PhantomData,
         }
     }
-}
 
-impl<T: TxStore, B: Business<T>> SqlTruth<T, B> {
     /// The dedup store.
     pub fn store(&self) -> &T {
         &self.store
     }
 
-    /// Runs the job: claim, business, complete, commit.
+    /// Runs the job: claim, business, outcome, commit.
     pub async fn run(&self, job: &Job) -> Result<Handled, TruthError<B::Error>> {
-        let mut tx = self.pool.begin().await.map_err(TruthError::Database)?;
+        let input = match I::from_job(job) {
+            Ok(input) => input,
+            Err(reason) => return Ok(Handled::Invalid(reason)),
+        };
+        let mut tx = self.store.begin().await.map_err(TruthError::Store)?;
         let claim = self
             .store
             .claim_in_tx(&mut tx, &self.scope, &job.key, &job.fingerprint)
@@ -143,20 +175,32 @@ impl<T: TxStore, B: Business<T>> SqlTruth<T, B> {
             }
             TxClaim::InFlight { retry_after } => return Ok(Handled::InFlight { retry_after }),
         };
-        self.business
-            .run(&mut tx, job)
-            .await
-            .map_err(TruthError::Business)?;
+        let (given, kept) = Tx::split(tx);
+        let body = {
+            let output = self
+                .business
+                .run(given, input)
+                .await
+                .map_err(TruthError::Business)?;
+            serde_json::to_vec(&output).map_err(TruthError::Output)?
+        };
+        let mut tx = kept.into_transaction().ok_or(TruthError::Escaped)?;
+        let outcome = Outcome::new(0, Bytes::from(body));
         self.store
-            .complete_in_tx(&mut tx, lease, &Outcome::new(0, ""))
+            .complete_in_tx(&mut tx, lease, &outcome)
             .await
             .map_err(TruthError::Store)?;
         tx.commit().await.map_err(TruthError::Database)?;
-        Ok(Handled::Done)
+        Ok(Handled::Output(outcome.body))
     }
 }
 
-impl<T: TxStore, B: Business<T>> Handler for SqlTruth<T, B> {
+impl<T, I, B> Handler for SqlTruth<T, I, B>
+where
+    T: TxStore,
+    I: FromJob,
+    B: Business<T::Database, I>,
+{
     type Error = TruthError<B::Error>;
 
     async fn handle(&self, job: Job) -> Result<Handled, Self::Error> {

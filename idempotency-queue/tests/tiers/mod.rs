@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency_core::redis::RedisStore;
-use idempotency_core::sql::PostgresStore;
+use idempotency_core::sql::{PostgresStore, TxStore};
 use idempotency_core::{Idempotency, Scope};
-use idempotency_queue::two_tier::{Business, SqlTruth};
+use idempotency_queue::two_tier::{Business, SqlTruth, Tx};
 use idempotency_queue::{Handler, Job};
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres};
 
 use crate::support::unique;
 
@@ -95,7 +95,7 @@ impl Tiers {
     }
 
     /// The SQL dedup store (the truth), with a short transaction lease.
-    fn truth_store(&self) -> PostgresStore {
+    pub(crate) fn truth_store(&self) -> PostgresStore {
         PostgresStore::new(self.pool.clone())
             .with_table_name(&self.dedup_table)
             .unwrap()
@@ -118,27 +118,27 @@ impl Tiers {
             .with_ttl(Duration::from_secs(600))
     }
 
-    /// The handler: inserts one business row per job, in the SQL claim's transaction.
+    /// The handler: inserts one business row per job, in the SQL claim's transaction; its
+    /// output is the row's id.
     pub(crate) fn truth(
         &self,
-    ) -> SqlTruth<PostgresStore, impl Business<PostgresStore, Error = sqlx::Error>> {
+    ) -> SqlTruth<PostgresStore, Job, impl Business<Postgres, Job, Output = i64, Error = sqlx::Error>>
+    {
         let insert = format!(
-            "INSERT INTO {} (business_key) VALUES ($1)",
+            "INSERT INTO {} (business_key) VALUES ($1) RETURNING id",
             self.coupons_table
         );
         SqlTruth::new(
             self.truth_store(),
-            self.pool.clone(),
             Scope::new("coupon-grant"),
-            move |tx, job: &Job| {
+            move |tx: Tx<Postgres>, job: Job| {
                 let insert = insert.clone();
-                Box::pin(async move {
-                    sqlx::query(&insert)
+                async move {
+                    sqlx::query_scalar::<_, i64>(&insert)
                         .bind(job.key.as_str())
-                        .execute(&mut **tx)
+                        .fetch_one(&mut *tx.conn().await)
                         .await
-                        .map(drop)
-                })
+                }
             },
         )
     }
@@ -154,8 +154,8 @@ impl Tiers {
             async move {
                 if mode == "in_tx" {
                     // The same SQL claim and insert, then stop before commit.
-                    let mut tx = truth.store().pool().begin().await.unwrap();
-                    let claim = idempotency_core::sql::TxStore::claim_in_tx(
+                    let mut tx = truth.store().begin().await.unwrap();
+                    let claim = TxStore::claim_in_tx(
                         truth.store(),
                         &mut tx,
                         &Scope::new("coupon-grant"),
@@ -178,6 +178,18 @@ impl Tiers {
                 std::future::pending::<Result<(), String>>().await
             }
         }
+    }
+
+    /// The pool of the business and dedup tables.
+    #[allow(dead_code)] // Used by the RabbitMQ tests only.
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The business table.
+    #[allow(dead_code)] // Used by the RabbitMQ tests only.
+    pub(crate) fn coupons_table(&self) -> &str {
+        &self.coupons_table
     }
 
     /// Business rows, for `key` or in all.

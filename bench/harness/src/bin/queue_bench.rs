@@ -16,7 +16,7 @@ use futures_util::TryStreamExt;
 use idempotency_core::redis::RedisStore;
 use idempotency_core::sql::PostgresStore;
 use idempotency_core::{Idempotency, MemoryStore, Scope, Store};
-use idempotency_queue::two_tier::SqlTruth;
+use idempotency_queue::two_tier::{SqlTruth, Tx};
 use idempotency_queue::{Handler, Header, IdempotentConsumer, Job, KeyExtractor, rabbitmq};
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
@@ -24,7 +24,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -287,15 +287,15 @@ async fn main() -> Result<(), Error> {
                 Idempotency::new(redis),
                 scope.clone(),
                 Header::new("business-key"),
-                SqlTruth::new(truth, pool.clone(), scope.clone(), move |tx, job: &Job| {
+                SqlTruth::new(truth, scope.clone(), move |tx: Tx<Postgres>, job: Job| {
                     let insert = insert.clone();
-                    Box::pin(async move {
+                    async move {
                         sqlx::query(&insert)
                             .bind(job.key.as_str())
-                            .execute(&mut **tx)
+                            .execute(&mut *tx.conn().await)
                             .await
                             .map(drop)
-                    })
+                    }
                 }),
             )
             .with_guarded_handler(true),
