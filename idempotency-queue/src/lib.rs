@@ -14,6 +14,12 @@
 //! processed is requeued with a delay, never dropped; an unreachable store requeues, never runs
 //! the handler unguarded.
 //!
+//! A rejected delivery (no business key, or the key reused with another payload) is never
+//! silently dropped: the broker adapters' consume functions require a `DeadLetters`
+//! destination, republish the message there with the reason in a header
+//! ([`dead_letter::REASON_HEADER`]), and settle the original only once the broker confirmed the
+//! copy (requeued otherwise); counted in [`DEAD_LETTERS`].
+//!
 //! Broker adapters: `rabbitmq` (feature `rabbitmq`, lapin) and `nats` (feature `nats`,
 //! async-nats JetStream). Two tiers (feature `sql`): `two_tier::SqlTruth` makes the SQL dedup
 //! record, claimed in the business transaction, the one that decides execution, with a Redis
@@ -43,6 +49,7 @@
 
 mod backoff;
 mod consumer;
+pub mod dead_letter;
 mod extract;
 mod handler;
 mod message;
@@ -63,6 +70,7 @@ pub mod two_tier;
 
 pub use backoff::Backoff;
 pub use consumer::{DELIVERIES, IdempotentConsumer};
+pub use dead_letter::DEAD_LETTERS;
 pub use extract::{Header, JsonField, KeyExtractor, MessageId};
 pub use handler::{Handled, Handler};
 pub use message::{Job, Message};

@@ -30,6 +30,26 @@ pub enum RejectReason {
     Payload(String),
 }
 
+impl RejectReason {
+    /// A short label (`no_key`, `mismatch`) for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Key(_) => "no_key",
+            Self::Mismatch => "mismatch",
+        }
+    }
+}
+
+/// The reason as dead-letter headers carry it: `no business key: …` or `payload mismatch`.
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Key(error) => write!(f, "no business key: {error}"),
+            Self::Mismatch => f.write_str("payload mismatch"),
+        }
+    }
+}
+
 /// What the consumer decided for one delivery.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {

@@ -122,8 +122,8 @@ mod rabbitmq {
     use super::*;
     use idempotency_queue::rabbitmq;
     use lapin::options::{
-        BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueueDeclareOptions,
-        QueueDeleteOptions,
+        BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ExchangeDeleteOptions,
+        QueueDeclareOptions, QueueDeleteOptions,
     };
     use lapin::types::{AMQPValue, FieldTable, LongString};
     use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
@@ -203,14 +203,18 @@ mod rabbitmq {
                             Connection::connect(&url, ConnectionProperties::default()).await?;
                         let channel = connection.create_channel().await?;
                         channel.basic_qos(16, BasicQosOptions::default()).await?;
-                        channel
+                        // Declared again by every session, on its own connection.
+                        let dead_letters =
+                            rabbitmq::DeadLetters::declare(&connection, &queue).await?;
+                        let deliveries = channel
                             .basic_consume(
                                 queue.as_str().into(),
                                 "faulty".into(),
                                 BasicConsumeOptions::default(),
                                 FieldTable::default(),
                             )
-                            .await
+                            .await?;
+                        Ok((deliveries, dead_letters))
                     }
                 })
                 .await;
@@ -236,8 +240,16 @@ mod rabbitmq {
         }
         task.abort();
         ran_once(&ledger, &keys);
+        let dead = rabbitmq::dead_letter_name(&queue);
+        assert_eq!(ready(&channel, &dead).await, 0, "nothing was rejected");
+        for queue in [&queue, &dead] {
+            channel
+                .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+                .await
+                .unwrap();
+        }
         channel
-            .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+            .exchange_delete(dead.as_str().into(), ExchangeDeleteOptions::default())
             .await
             .unwrap();
     }
@@ -303,11 +315,23 @@ mod nats {
             .await
             .unwrap();
 
+        let dead_subject = format!("{subject}.dead");
+        js.create_stream(stream::Config {
+            name: format!("{name}-DEAD"),
+            subjects: vec![dead_subject.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let dead_letters = nats::DeadLetters::to_subject(consuming.clone(), dead_subject);
+
         let ledger = Ledger::default();
         let consumer = consumer(&ledger);
         let task = tokio::spawn({
             let consumer = Arc::clone(&consumer);
-            async move { nats::consume_pull_reconnecting(&consumer, &pull, 8).await }
+            async move {
+                nats::consume_pull_reconnecting(&consumer, &pull, &dead_letters, 8).await;
+            }
         });
 
         let keys = publish_through(&name, outage, &proxy, |key| {
@@ -342,6 +366,7 @@ mod nats {
         task.abort();
         ran_once(&ledger, &keys);
         js.delete_stream(&name).await.unwrap();
+        js.delete_stream(format!("{name}-DEAD")).await.unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

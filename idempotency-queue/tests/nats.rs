@@ -112,7 +112,9 @@ where
     H: idempotency_queue::Handler,
 {
     tokio::spawn(async move {
-        let _ = nats::consume(&consumer, messages, 8).await;
+        // These scenarios reject nothing; tests/dead_letters.rs covers rejects.
+        let dead_letters = nats::DeadLetters::drop_and_log();
+        let _ = nats::consume(&consumer, messages, &dead_letters, 8).await;
     })
 }
 
@@ -293,8 +295,14 @@ async fn a_slow_handler_keeps_its_message_and_its_failure_is_retried() {
         .await;
     let running = Arc::clone(&consumer);
     let task = tokio::spawn(async move {
-        let _ =
-            nats::consume_with_progress(&running, messages, 8, Duration::from_millis(300)).await;
+        let _ = nats::consume_with_progress(
+            &running,
+            messages,
+            &nats::DeadLetters::drop_and_log(),
+            8,
+            Duration::from_millis(300),
+        )
+        .await;
     });
     assert_retried_once(&consumer, &ledger, &attempts, task).await;
     fixture.cleanup().await;
@@ -320,7 +328,7 @@ async fn consume_pull_marks_progress_within_the_consumers_own_ack_wait() {
     );
     let running = Arc::clone(&consumer);
     let task = tokio::spawn(async move {
-        let _ = nats::consume_pull(&running, &pull, 8).await;
+        let _ = nats::consume_pull(&running, &pull, &nats::DeadLetters::drop_and_log(), 8).await;
     });
     assert_retried_once(&consumer, &ledger, &attempts, task).await;
     fixture.cleanup().await;

@@ -98,7 +98,9 @@ where
     H: idempotency_queue::Handler,
 {
     tokio::spawn(async move {
-        let _ = rabbitmq::consume(&consumer, deliveries, 8).await;
+        // These scenarios reject nothing; tests/dead_letters.rs covers rejects.
+        let dead_letters = rabbitmq::DeadLetters::drop_and_log();
+        let _ = rabbitmq::consume(&consumer, deliveries, &dead_letters, 8).await;
     })
 }
 

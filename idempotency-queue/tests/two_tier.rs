@@ -154,7 +154,13 @@ async fn a_redis_flush_mid_run_costs_queries_never_a_second_execution() {
     let deliveries = fixture.deliveries(&connection).await;
     let running = Arc::clone(&consumer);
     let task = tokio::spawn(async move {
-        let _ = rabbitmq::consume(&running, deliveries, 8).await;
+        let _ = rabbitmq::consume(
+            &running,
+            deliveries,
+            &rabbitmq::DeadLetters::drop_and_log(),
+            8,
+        )
+        .await;
     });
 
     // Round 1: every key three times.
@@ -397,7 +403,13 @@ async fn child(mode: String) {
         fixture.tiers.hanging_handler(mode),
     );
     let deliveries = fixture.deliveries(&fixture.amqp).await;
-    let _ = rabbitmq::consume(&consumer, deliveries, 1).await;
+    let _ = rabbitmq::consume(
+        &consumer,
+        deliveries,
+        &rabbitmq::DeadLetters::drop_and_log(),
+        1,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -466,7 +478,13 @@ async fn a_consumer_killed_with_sigkill_mid_message_processes_it_once_after_rest
         let deliveries = fixture.deliveries(&connection).await;
         let running = Arc::clone(&consumer);
         let task = tokio::spawn(async move {
-            let _ = rabbitmq::consume(&running, deliveries, 4).await;
+            let _ = rabbitmq::consume(
+                &running,
+                deliveries,
+                &rabbitmq::DeadLetters::drop_and_log(),
+                4,
+            )
+            .await;
         });
         wait_until("the redelivery to be settled", LIMIT, || {
             consumer.stats().snapshot().acked() == 1

@@ -8,7 +8,8 @@ use futures_util::future::BoxFuture;
 use futures_util::{Stream, TryStreamExt};
 use idempotency_core::Store;
 
-use crate::{Handler, IdempotentConsumer, KeyExtractor};
+use super::DeadLetters;
+use crate::{Handler, IdempotentConsumer, KeyExtractor, Verdict};
 
 /// JetStream's `ack_wait` when a consumer sets none.
 pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
@@ -45,6 +46,7 @@ pub fn progress_interval(ack_wait: Duration) -> Duration {
 pub async fn consume_pull<S, K, H>(
     consumer: &IdempotentConsumer<S, K, H>,
     pull: &jetstream::consumer::PullConsumer,
+    dead_letters: &DeadLetters,
     concurrency: usize,
 ) -> Result<(), async_nats::Error>
 where
@@ -54,7 +56,7 @@ where
 {
     let every = progress_interval(pull.cached_info().config.ack_wait);
     let messages = pull.messages().await?;
-    consume_with_progress(consumer, messages, concurrency, every).await?;
+    consume_with_progress(consumer, messages, dead_letters, concurrency, every).await?;
     Ok(())
 }
 
@@ -67,13 +69,17 @@ where
 pub async fn consume_pull_reconnecting<S, K, H>(
     consumer: &IdempotentConsumer<S, K, H>,
     pull: &jetstream::consumer::PullConsumer,
+    dead_letters: &DeadLetters,
     concurrency: usize,
 ) where
     S: Store,
     K: KeyExtractor,
     H: Handler,
 {
-    crate::reconnect::forever("nats", || consume_pull(consumer, pull, concurrency)).await;
+    crate::reconnect::forever("nats", || {
+        consume_pull(consumer, pull, dead_letters, concurrency)
+    })
+    .await;
 }
 
 /// Processes messages from `messages`, up to `concurrency` at a time, until the stream ends
@@ -84,9 +90,13 @@ pub async fn consume_pull_reconnecting<S, K, H>(
 /// progress at that interval, so JetStream does not redeliver it meanwhile. That suits the
 /// default `ack_wait` (30 s); for a pull consumer, [`consume_pull`] follows the consumer's own,
 /// and [`consume_with_progress`] takes any interval.
+///
+/// Rejected messages go to `dead_letters`, then are terminated (`-NAK`ed if their dead letter
+/// could not be stored).
 pub async fn consume<S, K, H, E>(
     consumer: &IdempotentConsumer<S, K, H>,
     messages: impl Stream<Item = Result<jetstream::Message, E>>,
+    dead_letters: &DeadLetters,
     concurrency: usize,
 ) -> Result<(), E>
 where
@@ -94,7 +104,14 @@ where
     K: KeyExtractor,
     H: Handler,
 {
-    consume_with_progress(consumer, messages, concurrency, DEFAULT_PROGRESS_INTERVAL).await
+    consume_with_progress(
+        consumer,
+        messages,
+        dead_letters,
+        concurrency,
+        DEFAULT_PROGRESS_INTERVAL,
+    )
+    .await
 }
 
 /// [`consume`], marking a message in progress (`+WPI`) every `progress_every` while its handler
@@ -107,6 +124,7 @@ where
 pub async fn consume_with_progress<S, K, H, E>(
     consumer: &IdempotentConsumer<S, K, H>,
     messages: impl Stream<Item = Result<jetstream::Message, E>>,
+    dead_letters: &DeadLetters,
     concurrency: usize,
     progress_every: Duration,
 ) -> Result<(), E>
@@ -120,7 +138,7 @@ where
             // Boxed as `Send` here, where the borrow of `consumer` has one concrete lifetime, so
             // that a task spawning `consume` with concrete closure types is provably `Send`.
             let step: BoxFuture<'_, Result<(), E>> =
-                Box::pin(handle(consumer, delivered, progress_every));
+                Box::pin(handle(consumer, dead_letters, delivered, progress_every));
             step
         })
         .await
@@ -128,6 +146,7 @@ where
 
 async fn handle<S, K, H, E>(
     consumer: &IdempotentConsumer<S, K, H>,
+    dead_letters: &DeadLetters,
     delivered: jetstream::Message,
     progress_every: Duration,
 ) -> Result<(), E>
@@ -138,7 +157,14 @@ where
 {
     let work = consumer.process(super::message(&delivered));
     let verdict = reporting_progress(&delivered, progress_every, work).await;
-    if let Err(error) = super::settle(&delivered, verdict.action()).await {
+    let settled = match &verdict {
+        Verdict::Rejected(reason) => {
+            let namespace = consumer.scope().namespace();
+            dead_letters.settle(&delivered, reason, namespace).await
+        }
+        _ => super::settle(&delivered, verdict.action()).await,
+    };
+    if let Err(error) = settled {
         tracing::warn!(%error, %verdict, "could not settle a message; JetStream will redeliver it");
     }
     Ok(())

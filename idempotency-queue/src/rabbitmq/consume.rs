@@ -7,14 +7,19 @@ use futures_util::future::BoxFuture;
 use idempotency_core::Store;
 use lapin::message::Delivery;
 
-use crate::{Handler, IdempotentConsumer, KeyExtractor};
+use super::DeadLetters;
+use crate::{Handler, IdempotentConsumer, KeyExtractor, Verdict};
 
 /// Processes deliveries from `deliveries`, up to `concurrency` at a time, until the consumer is
 /// cancelled (returns `Ok`) or the channel fails (returns the error; unacked deliveries are
 /// redelivered by the broker, and the store keeps them from running twice).
+///
+/// Rejected deliveries go to `dead_letters`; if its channel closes, the delivery is requeued
+/// and its error returned.
 pub async fn consume<S, K, H>(
     consumer: &IdempotentConsumer<S, K, H>,
     deliveries: lapin::Consumer,
+    dead_letters: &DeadLetters,
     concurrency: usize,
 ) -> Result<(), lapin::Error>
 where
@@ -22,20 +27,23 @@ where
     K: KeyExtractor,
     H: Handler,
 {
+    let queue = deliveries.queue();
+    let queue = queue.as_str();
     deliveries
         .try_for_each_concurrent(concurrency.max(1), |delivery| {
             // Boxed as `Send` here, where the borrow of `consumer` has one concrete lifetime, so
             // that a task spawning `consume` with concrete closure types is provably `Send`.
             let step: BoxFuture<'_, Result<(), lapin::Error>> =
-                Box::pin(handle(consumer, delivery));
+                Box::pin(handle(consumer, dead_letters, queue, delivery));
             step
         })
         .await
 }
 
 /// [`consume`] across broker outages: `open` connects and starts consuming (connection,
-/// channel, `basic_qos`, declarations, `basic_consume`), and is called again, after a pause
-/// (100 ms doubling to 5 s), whenever it fails or its deliveries end. Runs until dropped.
+/// channel, `basic_qos`, declarations, [`DeadLetters`] on the same connection, `basic_consume`),
+/// and is called again, after a pause (100 ms doubling to 5 s), whenever it fails or its
+/// deliveries end (or its dead-letter channel closes). Runs until dropped.
 ///
 /// A delivery whose ack was lost with its connection is redelivered by the broker, and the
 /// store answers it as a duplicate: it is not run again.
@@ -51,9 +59,11 @@ where
 ///     let connection = Connection::connect(url, ConnectionProperties::default()).await?;
 ///     let channel = connection.create_channel().await?;
 ///     channel.basic_qos(32, BasicQosOptions::default()).await?;
-///     channel
+///     let dead_letters = rabbitmq::DeadLetters::declare(&connection, "coupon.grant").await?;
+///     let deliveries = channel
 ///         .basic_consume("coupon.grant".into(), "coupon-granter".into(), BasicConsumeOptions::default(), FieldTable::default())
-///         .await
+///         .await?;
+///     Ok((deliveries, dead_letters))
 /// })
 /// .await;
 /// # }
@@ -67,17 +77,22 @@ pub async fn consume_reconnecting<S, K, H, F, Fut>(
     K: KeyExtractor,
     H: Handler,
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<lapin::Consumer, lapin::Error>>,
+    Fut: Future<Output = Result<(lapin::Consumer, DeadLetters), lapin::Error>>,
 {
     crate::reconnect::forever("rabbitmq", || {
         let opened = open();
-        async move { consume(consumer, opened.await?, concurrency).await }
+        async move {
+            let (deliveries, dead_letters) = opened.await?;
+            consume(consumer, deliveries, &dead_letters, concurrency).await
+        }
     })
     .await;
 }
 
 async fn handle<S, K, H>(
     consumer: &IdempotentConsumer<S, K, H>,
+    dead_letters: &DeadLetters,
+    queue: &str,
     mut delivery: Delivery,
 ) -> Result<(), lapin::Error>
 where
@@ -86,7 +101,15 @@ where
     H: Handler,
 {
     let message = super::message(&mut delivery);
+    // Kept (a reference count, not a copy) for the dead letter.
+    let payload = message.payload().clone();
     let verdict = consumer.process(message).await;
+    if let Verdict::Rejected(reason) = &verdict {
+        let namespace = consumer.scope().namespace();
+        return dead_letters
+            .settle(&delivery, queue, &payload, reason, namespace)
+            .await;
+    }
     if let Err(error) = super::settle(&delivery.acker, verdict.action()).await {
         tracing::warn!(%error, %verdict, "could not settle a delivery; the broker will redeliver it");
     }

@@ -3,8 +3,12 @@
 //! [`consume`] drives a `lapin::Consumer` through an [`IdempotentConsumer`](crate::IdempotentConsumer):
 //! every delivery is converted with [`message`] (payload, `message-id`, text headers,
 //! `redelivered`, and the delivery count of quorum queues), processed, then settled with
-//! [`settle`]: ack, `basic.nack` with `requeue = true` after the verdict's delay, or
-//! `basic.reject` without requeue (dead-lettered if the queue has a dead-letter exchange).
+//! [`settle`]: ack, or `basic.nack` with `requeue = true` after the verdict's delay. A rejected
+//! delivery (no business key, or the key reused with another payload) goes to the
+//! [`DeadLetters`] every consume function requires: republished, with the reason in a header,
+//! to a dead-letter exchange under publisher confirms, then acked; requeued if the copy could
+//! not be stored. It is never silently dropped: the only way to consume without a dead-letter
+//! destination is to say so, [`DeadLetters::drop_and_log`].
 //!
 //! [`consume_reconnecting`] does the same across broker outages: it connects again whenever the
 //! connection fails.
@@ -27,6 +31,8 @@
 //! let channel = connection.create_channel().await?;
 //! channel.basic_qos(32, BasicQosOptions::default()).await?;
 //! channel.queue_declare("coupon.grant".into(), QueueDeclareOptions::durable(), FieldTable::default()).await?;
+//! // Exchange and queue "coupon.grant.dead", on a channel of its own in confirm mode.
+//! let dead_letters = rabbitmq::DeadLetters::declare(&connection, "coupon.grant").await?;
 //! let deliveries = channel
 //!     .basic_consume("coupon.grant".into(), "coupon-granter".into(), BasicConsumeOptions::default(), FieldTable::default())
 //!     .await?;
@@ -36,14 +42,16 @@
 //!     Header::new("business-key"),
 //!     |job: Job| async move { Ok::<_, std::io::Error>(()) },
 //! );
-//! rabbitmq::consume(&consumer, deliveries, 16).await
+//! rabbitmq::consume(&consumer, deliveries, &dead_letters, 16).await
 //! # }
 //! ```
 
 mod consume;
 mod convert;
+mod dead_letters;
 mod settle;
 
 pub use consume::{consume, consume_reconnecting};
 pub use convert::{DELIVERY_COUNT_HEADER, message};
+pub use dead_letters::{DEFAULT_RETRY_AFTER, DeadLetters, dead_letter_name};
 pub use settle::settle;
