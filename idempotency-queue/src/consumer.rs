@@ -129,7 +129,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// one, until its lease ends), the handler runs anyway (with `Job::lease` = `None`) and its
     /// record decides, instead of the message being requeued. Off by default (never run
     /// unguarded), on for handlers that say they guard themselves ([`Handler::guards_itself`],
-    /// [`SqlTruth`](crate::two_tier::SqlTruth)).
+    /// `two_tier::SqlTruth`, feature `sql`).
     pub fn with_guarded_handler(mut self, guarded: bool) -> Self {
         self.guarded_handler = guarded;
         self

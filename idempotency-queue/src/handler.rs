@@ -29,7 +29,7 @@ pub enum Handled {
         retry_after: std::time::Duration,
     },
     /// The message can never be handled as it is (its payload is not what the handler reads:
-    /// [`FromJob`](crate::two_tier::FromJob)); nothing ran. The consumer rejects it
+    /// `two_tier::FromJob`, feature `sql`); nothing ran. The consumer rejects it
     /// ([`RejectReason::Payload`](crate::RejectReason::Payload)).
     Invalid(String),
 }
@@ -53,7 +53,7 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, job: Job) -> impl Future<Output = Result<Handled, Self::Error>> + Send;
 
     /// Whether the handler guards itself with its own record of truth (a SQL dedup record in
-    /// the business transaction, as [`SqlTruth`](crate::two_tier::SqlTruth) does), so that the
+    /// the business transaction, as `two_tier::SqlTruth` (feature `sql`) does), so that the
     /// consumer lets it decide whenever its own store cannot: a key in flight (perhaps a dead
     /// consumer's claim, left until its lease ends) or a store outage. Default `false`; see
     /// [`IdempotentConsumer::with_guarded_handler`](crate::IdempotentConsumer::with_guarded_handler).

@@ -31,21 +31,24 @@ pub enum RejectReason {
 }
 
 impl RejectReason {
-    /// A short label (`no_key`, `mismatch`) for metrics.
+    /// A short label (`no_key`, `mismatch`, `payload`) for metrics.
     pub fn label(&self) -> &'static str {
         match self {
             Self::Key(_) => "no_key",
             Self::Mismatch => "mismatch",
+            Self::Payload(_) => "payload",
         }
     }
 }
 
-/// The reason as dead-letter headers carry it: `no business key: …` or `payload mismatch`.
+/// The reason as dead-letter headers carry it: `no business key: …`, `payload mismatch` or
+/// `unreadable payload: …`.
 impl fmt::Display for RejectReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Key(error) => write!(f, "no business key: {error}"),
             Self::Mismatch => f.write_str("payload mismatch"),
+            Self::Payload(reason) => write!(f, "unreadable payload: {reason}"),
         }
     }
 }
@@ -137,11 +140,7 @@ impl fmt::Display for Verdict {
                     "store unavailable ({error}), requeued in {retry_after:?}"
                 )
             }
-            Self::Rejected(RejectReason::Key(error)) => write!(f, "rejected: {error}"),
-            Self::Rejected(RejectReason::Mismatch) => {
-                f.write_str("rejected: business key reused with another payload")
-            }
-            Self::Rejected(RejectReason::Payload(reason)) => write!(f, "rejected: {reason}"),
+            Self::Rejected(reason) => write!(f, "rejected: {reason}"),
         }
     }
 }

@@ -33,6 +33,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..Default::default()
         })
         .await?;
+    // Rejected messages (no trade number, a trade reused with another payload) go to
+    // `dead.<subject>` in a stream of their own with their reason, then are terminated.
+    let dead_stream = format!("{name}-DEAD");
+    let dead_letters =
+        nats::DeadLetters::declare(js.clone(), &dead_stream, &format!("dead.{subject}"))
+            .await
+            .map_err(|error| error.to_string())?;
 
     // The gateway retries: every trade's event is published six times, the business key in a
     // header (not `Nats-Msg-Id`, which JetStream would dedup at publish within its window).
@@ -91,7 +98,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     let running = Arc::clone(&consumer);
     // In-progress marks every third of the consumer's `ack_wait` (10 s here).
-    let task = tokio::spawn(async move { nats::consume_pull(&running, &pull, 16).await });
+    let task =
+        tokio::spawn(async move { nats::consume_pull(&running, &pull, &dead_letters, 16).await });
 
     let expected = (TRADES * DELIVERIES_PER_TRADE) as u64;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -113,6 +121,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         coupons.len()
     );
     js.delete_stream(&name).await?;
+    js.delete_stream(&dead_stream).await?;
     if total as usize != TRADES || coupons.values().any(|&n| n != 1) {
         return Err("a trade got other than exactly one coupon".into());
     }

@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use idempotency_core::{Idempotency, MemoryStore, Scope};
 use idempotency_queue::{Backoff, IdempotentConsumer, Job, JsonField, rabbitmq};
 use lapin::options::{
-    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueueDeclareOptions,
-    QueueDeleteOptions,
+    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ExchangeDeleteOptions,
+    QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
@@ -39,6 +39,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             FieldTable::default(),
         )
         .await?;
+    // Rejected messages (no trade number, a trade reused with another payload) land in
+    // `<queue>.dead` with their reason, never dropped.
+    let dead_letters = rabbitmq::DeadLetters::declare(&connection, &queue).await?;
 
     // The gateway retries: every trade's event arrives six times.
     for round in 0..DELIVERIES_PER_TRADE {
@@ -108,7 +111,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .await?;
     let running = Arc::clone(&consumer);
-    let task = tokio::spawn(async move { rabbitmq::consume(&running, deliveries, 16).await });
+    let task =
+        tokio::spawn(
+            async move { rabbitmq::consume(&running, deliveries, &dead_letters, 16).await },
+        );
 
     let expected = (TRADES * DELIVERIES_PER_TRADE) as u64;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -129,8 +135,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "coupons granted:         {total} for {} trades",
         coupons.len()
     );
+    let dead = rabbitmq::dead_letter_name(&queue);
+    for name in [&queue, &dead] {
+        channel
+            .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+            .await?;
+    }
     channel
-        .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+        .exchange_delete(dead.as_str().into(), ExchangeDeleteOptions::default())
         .await?;
     if total as usize != TRADES || coupons.values().any(|&n| n != 1) {
         return Err("a trade got other than exactly one coupon".into());

@@ -153,8 +153,11 @@ impl Bench {
         let running = Arc::clone(&consumer);
         let concurrency = self.concurrency;
         let started = Instant::now();
-        let task =
-            tokio::spawn(async move { rabbitmq::consume(&running, deliveries, concurrency).await });
+        let task = tokio::spawn(async move {
+            // Every message here has its key and one payload: nothing is rejected.
+            let dead_letters = rabbitmq::DeadLetters::drop_and_log();
+            rabbitmq::consume(&running, deliveries, &dead_letters, concurrency).await
+        });
         self.wait(|| consumer.stats().snapshot().acked(), started)
             .await;
         let elapsed = started.elapsed();
