@@ -181,7 +181,8 @@ pub fn state_from_env(repo: Arc<dyn PaymentsRepo>) -> Result<AppState, ConfigErr
 }
 
 /// Reads `IDEMPOTENCY_STORE` (default `memory`) and the backend's URL from the environment
-/// (`REDIS_URL`, `SQLITE_URL`, `DATABASE_URL`, `MYSQL_URL`, with local defaults).
+/// (`REDIS_URL` or `REDIS_CLUSTER_URLS`, `SQLITE_URL`, `DATABASE_URL`, `MYSQL_URL`, with local
+/// defaults).
 pub async fn backend_from_env() -> Result<Backend, ConfigError> {
     let kind = std::env::var("IDEMPOTENCY_STORE")
         .unwrap_or_default()
@@ -207,19 +208,35 @@ pub async fn backend(
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
 /// Redis keeps the idempotency records (expiring natively); orders and coupons stay in this
-/// process ([`MemoryRepo`]), so they do not survive a restart while the records do.
+/// process ([`MemoryRepo`]), so they do not survive a restart while the records do. With
+/// `REDIS_CLUSTER_URLS` set (some of a Redis Cluster's nodes, comma separated), the records
+/// live in that cluster instead of at `REDIS_URL`: the path a service takes when it outgrows
+/// one Redis, with no other change.
 #[cfg(feature = "redis")]
 async fn redis_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend, ConfigError> {
-    let url = env("REDIS_URL").unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned());
-    let store = idempotency_core::redis::RedisStore::connect(&url)
-        .await
-        .map_err(|error| ConfigError::Backend {
-            store: "redis",
-            error: format!("{url}: {error}"),
-        })?;
+    use idempotency_core::redis::RedisStore;
+    let (target, store) = match env("REDIS_CLUSTER_URLS") {
+        Some(nodes) => {
+            let list = nodes
+                .split(',')
+                .map(str::trim)
+                .filter(|node| !node.is_empty());
+            let store = RedisStore::connect_cluster(list).await.map(BoxStore::new);
+            (nodes, store)
+        }
+        None => {
+            let url = env("REDIS_URL").unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned());
+            let store = RedisStore::connect(&url).await.map(BoxStore::new);
+            (url, store)
+        }
+    };
+    let store = store.map_err(|error| ConfigError::Backend {
+        store: "redis",
+        error: format!("{target}: {error}"),
+    })?;
     Ok(Backend {
         kind: StoreKind::Redis,
-        store: BoxStore::new(store),
+        store,
         repo: Arc::new(MemoryRepo::new()),
         sql: None,
     })

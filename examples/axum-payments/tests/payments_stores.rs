@@ -134,6 +134,30 @@ async fn redis_store() {
     one_coupon_per_payment(backend).await;
 }
 
+/// The service on a Redis Cluster (`IDEMPOTENCY_STORE=redis` with `REDIS_CLUSTER_URLS`,
+/// default the three nodes `.ci/redis-cluster.sh` starts): the same answers as on one node.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_store() {
+    let nodes = env("REDIS_CLUSTER_URLS").unwrap_or_else(|| {
+        "redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003".to_owned()
+    });
+    // `REDIS_URL` points nowhere: only the cluster can answer.
+    let cluster_env = move |name: &str| match name {
+        "REDIS_CLUSTER_URLS" => Some(nodes.clone()),
+        "REDIS_URL" => Some("redis://127.0.0.1:1".to_owned()),
+        _ => env(name),
+    };
+    let backend = match config::backend(StoreKind::Redis, cluster_env).await {
+        Ok(backend) => backend,
+        Err(error) => {
+            idempotency_core::testing::unavailable::<()>("the Redis Cluster", error);
+            return;
+        }
+    };
+    one_coupon_per_payment(backend).await;
+}
+
 /// Connects the SQL backend `kind`, or reports it unreachable (a failure under `CI=true`).
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 async fn sql_backend(kind: StoreKind, service: &str) -> Option<Backend> {
