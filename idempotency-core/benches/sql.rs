@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use idempotency_core::sql::{MySqlStore, PostgresStore, SqliteStore};
 use idempotency_core::testing::unique_key;
-use idempotency_core::{Claim, ClaimRequest, Fingerprint, Outcome, StorageKey, Store};
+use idempotency_core::{Claim, ClaimId, ClaimRequest, Fingerprint, Outcome, StorageKey, Store};
 use sqlx::SqlitePool;
 
 type Op = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
@@ -46,6 +46,11 @@ const TASKS: [usize; 2] = [1, 16];
 
 fn outcome() -> Outcome {
     Outcome::new(200, vec![b'x'; 256])
+}
+
+/// A claimer's id, as the store binds it with every claim.
+fn claim_id() -> Vec<u8> {
+    ClaimId::random().as_bytes().to_vec()
 }
 
 fn fingerprint() -> Fingerprint {
@@ -255,6 +260,7 @@ async fn postgres() {
                     .bind("bench")
                     .bind(fingerprint().0.as_slice())
                     .bind(micros(LEASE))
+                    .bind(claim_id())
                     .fetch_one(&pool)
                     .await
                     .unwrap();
@@ -331,6 +337,7 @@ async fn postgres() {
                     .bind("bench")
                     .bind(fingerprint().0.as_slice())
                     .bind(micros(LEASE))
+                    .bind(claim_id())
                     .fetch_one(&pool)
                     .await
                     .unwrap();
@@ -438,13 +445,16 @@ async fn mysql() {
                     .await
                     .unwrap();
                 assert!(row.is_none());
+                let claim_id = claim_id();
                 let done = sqlx::query(&upsert)
                     .bind(key.0.as_slice())
                     .bind("bench")
                     .bind(fp.0.as_slice())
+                    .bind(claim_id.clone())
                     .bind(micros(LEASE))
                     .bind("bench")
                     .bind(fp.0.as_slice())
+                    .bind(claim_id)
                     .bind(micros(LEASE))
                     .execute(&mut *conn)
                     .await
