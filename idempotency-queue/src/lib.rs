@@ -11,8 +11,8 @@
 //! 4. the delivery is acked, requeued with a delay, or rejected ([`Verdict::action`]).
 //!
 //! A duplicate is acked without running the handler; a duplicate of a message still being
-//! processed is requeued with a delay, never dropped; an unreachable store requeues, never runs
-//! the handler unguarded.
+//! processed waits for it (up to 5 s, then it is requeued with a delay, never dropped); an
+//! unreachable store requeues, never runs the handler unguarded.
 //!
 //! A rejected delivery (no business key, or the key reused with another payload) is never
 //! silently dropped: the broker adapters' consume functions require a `DeadLetters`

@@ -69,7 +69,8 @@ pub enum Verdict {
     /// The handler's own record of truth (for example a SQL dedup row) said the work was done
     /// already: acked, business work not run again.
     AlreadyDone,
-    /// Another consumer is processing the same key right now: requeued with a delay.
+    /// Another consumer is processing the same key, still after the in-flight wait: requeued
+    /// with a delay.
     InFlight {
         /// The delay before redelivery.
         retry_after: Duration,

@@ -6,7 +6,7 @@
 //!
 //! - **Tier 1** (any [`Store`](idempotency_core::Store), typically Redis) is the
 //!   [`IdempotentConsumer`](crate::IdempotentConsumer)'s engine: a completed key is acked with
-//!   one round trip, a key in flight elsewhere is requeued. Keep its TTL longer than the
+//!   one round trip, a key in flight elsewhere is handed to the truth. Keep its TTL longer than the
 //!   broker's redelivery window.
 //! - **Tier 2** ([`SqlTruth`], the handler) claims the key with
 //!   [`TxStore::claim_in_tx`](idempotency_core::sql::TxStore::claim_in_tx) **in the same
