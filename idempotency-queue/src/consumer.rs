@@ -222,23 +222,6 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             lease: Some(execution.lease()),
         };
         match self.run_handler(job).await {
-            Ok(handled @ (Handled::Mismatch | Handled::InFlight { .. })) => {
-                // The truth holds the key with another payload, or for another owner: keep this
-                // claim out of the fast path, where it would answer for the truth.
-                if let Err(release) = execution.release().await {
-                    tracing::warn!(namespace = self.scope.namespace(), %release, "could not release the key the truth refused; it frees when its lease ends");
-                }
-                match handled {
-                    Handled::InFlight { retry_after } => Verdict::InFlight { retry_after },
-                    _ => Verdict::Rejected(RejectReason::Mismatch),
-                }
-            }
-            Ok(Handled::Invalid(reason)) => {
-                if let Err(release) = execution.release().await {
-                    tracing::warn!(namespace = self.scope.namespace(), %release, "could not release the key of an invalid message; it frees when its lease ends");
-                }
-                Verdict::Rejected(RejectReason::Payload(reason))
-            }
             Ok(handled @ (Handled::Done | Handled::Output(_) | Handled::AlreadyDone)) => {
                 // What the work produced, the key's outcome on this tier too (nothing for work
                 // the handler's own record says was done before: that record keeps it).
@@ -255,20 +238,16 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
                         false
                     }
                 };
-                if handled == Handled::AlreadyDone {
-                    Verdict::AlreadyDone
-                } else {
-                    Verdict::Processed { recorded }
-                }
+                self.verdict(Ok(handled), recorded, delivery)
             }
-            Err(error) => {
+            answer => {
+                // A failure, or the handler's own record refused the key (another payload,
+                // another owner, an unreadable payload): give the key back, so that this claim
+                // never answers for the handler's record in the fast path.
                 if let Err(release) = execution.release().await {
-                    tracing::warn!(namespace = self.scope.namespace(), %release, "could not release the key after a failure; it frees when its lease ends");
+                    tracing::warn!(namespace = self.scope.namespace(), %release, "could not release the key; it frees when its lease ends");
                 }
-                Verdict::Failed {
-                    retry_after: self.backoff.delay(delivery),
-                    error,
-                }
+                self.verdict(answer, false, delivery)
             }
         }
     }
@@ -286,8 +265,14 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             fingerprint,
             lease: None,
         };
-        match self.run_handler(job).await {
-            Ok(Handled::Done | Handled::Output(_)) => Verdict::Processed { recorded: false },
+        let answer = self.run_handler(job).await;
+        self.verdict(answer, false, delivery)
+    }
+
+    /// The verdict of the handler's answer (`recorded`: its outcome is in the engine's store).
+    fn verdict(&self, answer: Result<Handled, String>, recorded: bool, delivery: u64) -> Verdict {
+        match answer {
+            Ok(Handled::Done | Handled::Output(_)) => Verdict::Processed { recorded },
             Ok(Handled::AlreadyDone) => Verdict::AlreadyDone,
             Ok(Handled::Mismatch) => Verdict::Rejected(RejectReason::Mismatch),
             Ok(Handled::InFlight { retry_after }) => Verdict::InFlight { retry_after },

@@ -122,51 +122,16 @@ mod rabbitmq {
     use super::*;
     use idempotency_queue::rabbitmq;
     use lapin::options::{
-        BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ExchangeDeleteOptions,
-        QueueDeclareOptions, QueueDeleteOptions,
+        BasicConsumeOptions, BasicQosOptions, ExchangeDeleteOptions, QueueDeclareOptions,
+        QueueDeleteOptions,
     };
-    use lapin::types::{AMQPValue, FieldTable, LongString};
-    use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+    use lapin::types::FieldTable;
+    use lapin::{Connection, ConnectionProperties};
+    use support::amqp::{publish, ready};
 
     fn url() -> String {
         std::env::var("AMQP_URL")
             .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
-    }
-
-    async fn publish(channel: &Channel, queue: &str, key: &str) {
-        let mut headers = FieldTable::default();
-        headers.insert(
-            "business-key".into(),
-            AMQPValue::LongString(LongString::from(key)),
-        );
-        channel
-            .basic_publish(
-                "".into(),
-                queue.into(),
-                BasicPublishOptions::default(),
-                key.as_bytes(),
-                BasicProperties::default().with_headers(headers),
-            )
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-    }
-
-    /// Ready messages left in `queue`.
-    async fn ready(channel: &Channel, queue: &str) -> u32 {
-        channel
-            .queue_declare(
-                queue.into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..QueueDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .unwrap()
-            .message_count()
     }
 
     async fn survives(outage: Outage) {
@@ -223,7 +188,7 @@ mod rabbitmq {
 
         let keys = publish_through(&queue, outage, &proxy, |key| {
             let (channel, queue) = (&channel, &queue);
-            async move { publish(channel, queue, &key).await }
+            async move { publish(channel, queue, key.as_str(), &key).await }
         })
         .await;
         wait_until("every key to run", LIMIT, || ledger.keys() == keys.len()).await;

@@ -58,13 +58,14 @@ mod rabbitmq {
     use idempotency_queue::rabbitmq::{self, DeadLetters, dead_letter_name};
     use lapin::message::BasicGetMessage;
     use lapin::options::{
-        BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions,
-        BasicPublishOptions, BasicQosOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
-        QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+        BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicQosOptions,
+        ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
+        QueueDeleteOptions,
     };
-    use lapin::types::{AMQPValue, FieldTable, LongString};
-    use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+    use lapin::types::{AMQPValue, FieldTable};
+    use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use support::amqp::{publish, ready};
     use tokio::sync::Mutex;
 
     fn url() -> String {
@@ -93,42 +94,8 @@ mod rabbitmq {
     /// Publishes [`MESSAGES`] to `queue` through the default exchange.
     async fn publish_all(channel: &Channel, queue: &str) {
         for (key, body) in MESSAGES {
-            let mut headers = FieldTable::default();
-            if let Some(key) = key {
-                headers.insert(
-                    "business-key".into(),
-                    AMQPValue::LongString(LongString::from(key)),
-                );
-            }
-            channel
-                .basic_publish(
-                    "".into(),
-                    queue.into(),
-                    BasicPublishOptions::default(),
-                    body.as_bytes(),
-                    BasicProperties::default().with_headers(headers),
-                )
-                .await
-                .unwrap()
-                .await
-                .unwrap();
+            publish(channel, queue, key, body).await;
         }
-    }
-
-    /// Messages ready in `queue` (not counting unacked ones).
-    async fn ready(channel: &Channel, queue: &str) -> u32 {
-        channel
-            .queue_declare(
-                queue.into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..QueueDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .unwrap()
-            .message_count()
     }
 
     /// Waits until `queue` holds `count` ready messages.

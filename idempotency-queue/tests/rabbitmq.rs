@@ -11,11 +11,11 @@ use std::time::Duration;
 use idempotency_core::{Idempotency, InFlightPolicy, MemoryStore, Scope};
 use idempotency_queue::{Backoff, Header, IdempotentConsumer, Job, rabbitmq};
 use lapin::options::{
-    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueueDeclareOptions,
-    QueueDeleteOptions,
+    BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
-use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::types::FieldTable;
+use lapin::{Channel, Connection, ConnectionProperties};
+use support::amqp::publish;
 use support::{Ledger, unique, wait_until};
 use tokio::sync::Notify;
 
@@ -48,26 +48,6 @@ async fn queue(connection: &Connection) -> (Channel, String) {
 async fn cleanup(channel: &Channel, queue: &str) {
     channel
         .queue_delete(queue.into(), QueueDeleteOptions::default())
-        .await
-        .unwrap();
-}
-
-async fn publish(channel: &Channel, queue: &str, key: &str, body: &str) {
-    let mut headers = FieldTable::default();
-    headers.insert(
-        "business-key".into(),
-        AMQPValue::LongString(LongString::from(key)),
-    );
-    channel
-        .basic_publish(
-            "".into(),
-            queue.into(),
-            BasicPublishOptions::default(),
-            body.as_bytes(),
-            BasicProperties::default().with_headers(headers),
-        )
-        .await
-        .unwrap()
         .await
         .unwrap();
 }
@@ -126,7 +106,7 @@ async fn duplicate_publishes_run_the_handler_once_per_key() {
             publish(
                 &channel,
                 &queue,
-                &format!("T{order}"),
+                format!("T{order}").as_str(),
                 &format!("order {order}"),
             )
             .await;

@@ -1,6 +1,9 @@
 //! Shared helpers of the broker tests.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(feature = "rabbitmq")]
+pub(crate) mod amqp;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
