@@ -93,6 +93,30 @@ async fn table_names_that_are_not_identifiers_are_refused() {
     }
 }
 
+/// `migrate` on a connection that already ran the application's own quiet set-up (the same
+/// `SET LOCAL client_min_messages = warning`, without arguments, cached as a prepared
+/// statement) works: the store binds no argument to a statement that takes none. The coupon
+/// consumer example met this, migrating its business table first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrate_after_the_application_prepared_the_same_set_up_statement() {
+    let Some(pool) = pool(1).await else {
+        return;
+    };
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL client_min_messages = warning")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let table = unique_table("idem_quiet");
+    let store = PostgresStore::new(pool.clone())
+        .with_table_name(&table)
+        .unwrap();
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+    drop_tables(&pool, &[table]).await;
+}
+
 /// PostgreSQL: `$1` placeholders, `BIGSERIAL` keys, `SMALLINT` state codes.
 impl Dialect for sqlx::Postgres {
     const SERIAL_KEY: &'static str = "BIGSERIAL PRIMARY KEY";

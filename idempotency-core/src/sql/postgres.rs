@@ -269,16 +269,15 @@ impl Steps for Postgres {
     async fn migrate(store: &PostgresStore) -> Result<(), StoreError> {
         let table = store.table_name();
         let mut tx = store.pool.begin().await.map_err(map_err)?;
-        for statement in [
-            "SET LOCAL client_min_messages = warning",
-            "SELECT pg_advisory_xact_lock(hashtext('idempotency-migrate:' || $1))",
-        ] {
-            sqlx::query(statement)
-                .bind(table)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?;
-        }
+        sqlx::query("SET LOCAL client_min_messages = warning")
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('idempotency-migrate:' || $1))")
+            .bind(table)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
         schema::migrate::<Postgres>(&mut tx, &VERSIONS, table, &store.sql.steps).await?;
         tx.commit().await.map_err(map_err)
     }
