@@ -23,7 +23,7 @@ type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
 /// | situation | verdict | broker |
 /// |---|---|---|
 /// | first delivery, handler `Ok` | [`Verdict::Processed`] | ack |
-/// | key already completed | [`Verdict::Duplicate`] | ack, handler not run |
+/// | key already completed | [`Verdict::Duplicate`], with the first run's output | ack, handler not run |
 /// | key held by a running consumer | waits for it (up to 5 s, [`with_in_flight`](Self::with_in_flight)), then as it ended: [`Verdict::Duplicate`], or runs if it failed; still running → [`Verdict::InFlight`] | ack, or requeue after a delay |
 /// | handler `Err` or panic | [`Verdict::Failed`] | key released, requeue with backoff |
 /// | store unreachable | [`Verdict::StoreUnavailable`] | requeue with backoff, handler not run |
@@ -31,7 +31,7 @@ type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
 ///
 /// ```
 /// use idempotency_core::{Idempotency, MemoryStore, Scope};
-/// use idempotency_queue::{Header, IdempotentConsumer, Job, Message, Verdict};
+/// use idempotency_queue::{Handled, Header, IdempotentConsumer, Job, Message, Verdict};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let consumer = IdempotentConsumer::new(
@@ -40,12 +40,16 @@ type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
 ///     Header::new("business-key"),
 ///     |job: Job| async move {
 ///         println!("granting a coupon for {}", job.key);
-///         Ok::<_, std::io::Error>(())
+///         Ok::<_, std::io::Error>(Handled::Output("coupon 7".into()))
 ///     },
 /// );
 /// let message = Message::new("order 42").with_header("business-key", "T42");
-/// assert_eq!(consumer.process(message.clone()).await, Verdict::Processed { recorded: true });
-/// assert_eq!(consumer.process(message).await, Verdict::Duplicate);
+/// let first = consumer.process(message.clone()).await;
+/// assert!(matches!(first, Verdict::Processed { recorded: true, .. }));
+/// // The duplicate is acked without running the handler, with the first run's output.
+/// let duplicate = consumer.process(message).await;
+/// assert!(matches!(duplicate, Verdict::Duplicate { .. }));
+/// assert_eq!(duplicate.output(), first.output());
 /// # }
 /// ```
 pub struct IdempotentConsumer<S: Store, K, H> {
@@ -191,7 +195,11 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         );
         let execution = match claim.await {
             Ok(Decision::Execute(execution)) => execution,
-            Ok(Decision::Replay(_)) => return Verdict::Duplicate,
+            Ok(Decision::Replay(outcome)) => {
+                return Verdict::Duplicate {
+                    output: outcome.body,
+                };
+            }
             Ok(Decision::InFlight { .. }) if self.guarded_handler => {
                 // The fast tier's claim may be a dead consumer's, left until its lease ends:
                 // the truth knows whether the work committed, and waits if it is running.
@@ -222,11 +230,11 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             lease: Some(execution.lease()),
         };
         match self.run_handler(job).await {
-            Ok(handled @ (Handled::Done | Handled::Output(_) | Handled::AlreadyDone)) => {
-                // What the work produced, the key's outcome on this tier too (nothing for work
-                // the handler's own record says was done before: that record keeps it).
+            Ok(handled @ (Handled::Done | Handled::Output(_) | Handled::AlreadyDone(_))) => {
+                // What the work produced (now, or the first time per the handler's own record):
+                // the key's outcome on this tier too.
                 let body = match &handled {
-                    Handled::Output(body) => body.clone(),
+                    Handled::Output(body) | Handled::AlreadyDone(body) => body.clone(),
                     _ => bytes::Bytes::new(),
                 };
                 // A transient failure is retried by the engine in the background; the message
@@ -272,8 +280,12 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// The verdict of the handler's answer (`recorded`: its outcome is in the engine's store).
     fn verdict(&self, answer: Result<Handled, String>, recorded: bool, delivery: u64) -> Verdict {
         match answer {
-            Ok(Handled::Done | Handled::Output(_)) => Verdict::Processed { recorded },
-            Ok(Handled::AlreadyDone) => Verdict::AlreadyDone,
+            Ok(Handled::Done) => Verdict::Processed {
+                recorded,
+                output: bytes::Bytes::new(),
+            },
+            Ok(Handled::Output(output)) => Verdict::Processed { recorded, output },
+            Ok(Handled::AlreadyDone(output)) => Verdict::AlreadyDone { output },
             Ok(Handled::Mismatch) => Verdict::Rejected(RejectReason::Mismatch),
             Ok(Handled::InFlight { retry_after }) => Verdict::InFlight { retry_after },
             Ok(Handled::Invalid(reason)) => Verdict::Rejected(RejectReason::Payload(reason)),

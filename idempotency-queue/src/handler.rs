@@ -15,8 +15,9 @@ pub enum Handled {
     /// outcome (in the consumer's store too), what a later look at the key finds.
     Output(bytes::Bytes),
     /// The work had already been done (the handler's own record of truth, such as a SQL dedup
-    /// row, said so); nothing ran again.
-    AlreadyDone,
+    /// row, said so); nothing ran again. It holds what that record keeps of the first run (empty
+    /// if nothing), which becomes the key's outcome in the consumer's store too.
+    AlreadyDone(bytes::Bytes),
     /// The handler's own record of truth holds the business key with another payload
     /// ([`Job::fingerprint`] differs); nothing ran. The consumer rejects the message, as it does
     /// when its own store reports the mismatch.

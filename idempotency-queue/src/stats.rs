@@ -48,14 +48,14 @@ impl StatsSnapshot {
 impl Stats {
     pub(crate) fn record(&self, verdict: &Verdict) {
         let counter = match verdict {
-            Verdict::Processed { recorded } => {
+            Verdict::Processed { recorded, .. } => {
                 if !recorded {
                     self.unrecorded.fetch_add(1, Ordering::Relaxed);
                 }
                 &self.processed
             }
-            Verdict::Duplicate => &self.duplicates,
-            Verdict::AlreadyDone => &self.already_done,
+            Verdict::Duplicate { .. } => &self.duplicates,
+            Verdict::AlreadyDone { .. } => &self.already_done,
             Verdict::InFlight { .. } => &self.in_flight,
             Verdict::Failed { .. } => &self.failed,
             Verdict::StoreUnavailable { .. } => &self.store_unavailable,

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use bytes::Bytes;
 use idempotency_core::KeyError;
 
 /// What the broker is told about a delivery.
@@ -63,12 +64,21 @@ pub enum Verdict {
     Processed {
         /// Whether the outcome was stored.
         recorded: bool,
+        /// What the work produced ([`Handled::Output`](crate::Handled::Output); empty for
+        /// [`Handled::Done`](crate::Handled::Done)).
+        output: Bytes,
     },
     /// The store already held a completed outcome for the key: acked, handler not run.
-    Duplicate,
+    Duplicate {
+        /// What the first run produced, as the store kept it: the same answer again.
+        output: Bytes,
+    },
     /// The handler's own record of truth (for example a SQL dedup row) said the work was done
     /// already: acked, business work not run again.
-    AlreadyDone,
+    AlreadyDone {
+        /// What the first run produced, as that record keeps it.
+        output: Bytes,
+    },
     /// Another consumer is processing the same key, still after the in-flight wait: requeued
     /// with a delay.
     InFlight {
@@ -94,10 +104,24 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// What the work produced for the key, now or the first time (the coupon id of a
+    /// coupon grant): the same bytes for every delivery of it that is acked, `None` for the
+    /// others.
+    pub fn output(&self) -> Option<&Bytes> {
+        match self {
+            Self::Processed { output, .. }
+            | Self::Duplicate { output }
+            | Self::AlreadyDone { output } => Some(output),
+            _ => None,
+        }
+    }
+
     /// What the broker is told.
     pub fn action(&self) -> Action {
         match self {
-            Self::Processed { .. } | Self::Duplicate | Self::AlreadyDone => Action::Ack,
+            Self::Processed { .. } | Self::Duplicate { .. } | Self::AlreadyDone { .. } => {
+                Action::Ack
+            }
             Self::InFlight { retry_after }
             | Self::Failed { retry_after, .. }
             | Self::StoreUnavailable { retry_after, .. } => Action::Requeue {
@@ -112,8 +136,8 @@ impl Verdict {
     pub fn label(&self) -> &'static str {
         match self {
             Self::Processed { .. } => "processed",
-            Self::Duplicate => "duplicate",
-            Self::AlreadyDone => "already_done",
+            Self::Duplicate { .. } => "duplicate",
+            Self::AlreadyDone { .. } => "already_done",
             Self::InFlight { .. } => "in_flight",
             Self::Failed { .. } => "failed",
             Self::StoreUnavailable { .. } => "store_unavailable",
@@ -125,10 +149,12 @@ impl Verdict {
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Processed { recorded: true } => f.write_str("processed"),
-            Self::Processed { recorded: false } => f.write_str("processed, outcome not recorded"),
-            Self::Duplicate => f.write_str("duplicate, acked"),
-            Self::AlreadyDone => f.write_str("already done per the record of truth, acked"),
+            Self::Processed { recorded: true, .. } => f.write_str("processed"),
+            Self::Processed {
+                recorded: false, ..
+            } => f.write_str("processed, outcome not recorded"),
+            Self::Duplicate { .. } => f.write_str("duplicate, acked"),
+            Self::AlreadyDone { .. } => f.write_str("already done per the record of truth, acked"),
             Self::InFlight { retry_after } => {
                 write!(f, "in flight elsewhere, requeued in {retry_after:?}")
             }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use idempotency_core::{
     Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, KeyError, MemoryStore, Scope,
 };
@@ -43,13 +45,21 @@ async fn duplicates_are_acked_without_running_the_handler() {
         let message = Message::new(format!(r#"{{"trade_no":"{key}","user":7}}"#));
         assert_eq!(
             consumer.process(message.clone()).await,
-            Verdict::Processed { recorded: true }
+            Verdict::Processed {
+                recorded: true,
+                output: Bytes::new()
+            }
         );
         for _ in 0..5 {
             let verdict = consumer
                 .process(message.clone().with_delivery(true, None))
                 .await;
-            assert_eq!(verdict, Verdict::Duplicate);
+            assert_eq!(
+                verdict,
+                Verdict::Duplicate {
+                    output: Bytes::new()
+                }
+            );
             assert_eq!(verdict.action(), Action::Ack);
         }
     }
@@ -102,9 +112,17 @@ async fn a_failed_handler_releases_the_key_and_requeues_with_backoff() {
     let redelivered = message.with_delivery(true, Some(2));
     assert_eq!(
         consumer.process(redelivered.clone()).await,
-        Verdict::Processed { recorded: true }
+        Verdict::Processed {
+            recorded: true,
+            output: Bytes::new()
+        }
     );
-    assert_eq!(consumer.process(redelivered).await, Verdict::Duplicate);
+    assert_eq!(
+        consumer.process(redelivered).await,
+        Verdict::Duplicate {
+            output: Bytes::new()
+        }
+    );
     assert_eq!(attempts.load(Ordering::SeqCst), 2);
 }
 
@@ -131,7 +149,10 @@ async fn a_panicking_handler_is_a_failure_not_a_crash() {
     ));
     assert_eq!(
         consumer.process(message).await,
-        Verdict::Processed { recorded: true }
+        Verdict::Processed {
+            recorded: true,
+            output: Bytes::new()
+        }
     );
 }
 
@@ -174,8 +195,19 @@ async fn an_in_flight_duplicate_is_requeued_not_dropped_when_asked_to_reject() {
     );
 
     finish.notify_one();
-    assert_eq!(first.await.unwrap(), Verdict::Processed { recorded: true });
-    assert_eq!(consumer.process(message).await, Verdict::Duplicate);
+    assert_eq!(
+        first.await.unwrap(),
+        Verdict::Processed {
+            recorded: true,
+            output: Bytes::new()
+        }
+    );
+    assert_eq!(
+        consumer.process(message).await,
+        Verdict::Duplicate {
+            output: Bytes::new()
+        }
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(consumer.stats().snapshot().in_flight, 1);
 }
@@ -217,9 +249,20 @@ async fn an_in_flight_duplicate_waits_for_the_first_and_is_acked() {
     assert!(!duplicate.is_finished());
     finish.notify_one();
 
-    assert_eq!(first.await.unwrap(), Verdict::Processed { recorded: true });
+    assert_eq!(
+        first.await.unwrap(),
+        Verdict::Processed {
+            recorded: true,
+            output: Bytes::new()
+        }
+    );
     let duplicate = duplicate.await.unwrap();
-    assert_eq!(duplicate, Verdict::Duplicate);
+    assert_eq!(
+        duplicate,
+        Verdict::Duplicate {
+            output: Bytes::new()
+        }
+    );
     assert_eq!(duplicate.action(), Action::Ack);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(consumer.stats().snapshot().in_flight, 0);
@@ -305,8 +348,19 @@ async fn a_consumer_killed_mid_message_leaves_the_key_free_for_the_redelivery() 
         tokio::time::sleep(Duration::from_millis(10)).await;
         verdict = consumer.process(message.clone()).await;
     }
-    assert_eq!(verdict, Verdict::Processed { recorded: true });
-    assert_eq!(consumer.process(message).await, Verdict::Duplicate);
+    assert_eq!(
+        verdict,
+        Verdict::Processed {
+            recorded: true,
+            output: Bytes::new()
+        }
+    );
+    assert_eq!(
+        consumer.process(message).await,
+        Verdict::Duplicate {
+            output: Bytes::new()
+        }
+    );
     assert_eq!(completed.load(Ordering::SeqCst), 1);
 }
 
@@ -362,14 +416,19 @@ async fn a_guarded_handler_still_runs_when_the_fast_path_store_fails() {
         MessageId,
         |job: Job| async move {
             assert!(job.lease.is_none());
-            Ok::<_, String>(Handled::AlreadyDone)
+            Ok::<_, String>(Handled::AlreadyDone(Bytes::new()))
         },
     )
     .with_guarded_handler(true);
     let verdict = consumer
         .process(Message::new("grant").with_message_id("T1"))
         .await;
-    assert_eq!(verdict, Verdict::AlreadyDone);
+    assert_eq!(
+        verdict,
+        Verdict::AlreadyDone {
+            output: Bytes::new()
+        }
+    );
     assert_eq!(verdict.action(), Action::Ack);
 }
 
@@ -393,7 +452,10 @@ async fn messages_without_a_key_or_with_another_payload_are_rejected() {
     let other = Message::new("grant 9 coupons").with_header("business-key", "T1");
     assert_eq!(
         consumer.process(first).await,
-        Verdict::Processed { recorded: true }
+        Verdict::Processed {
+            recorded: true,
+            output: Bytes::new()
+        }
     );
     assert_eq!(
         consumer.process(other.clone()).await,
@@ -414,9 +476,17 @@ async fn messages_without_a_key_or_with_another_payload_are_rejected() {
         lenient
             .process(Message::new("a").with_header("business-key", "T1"))
             .await,
-        Verdict::Processed { recorded: true }
+        Verdict::Processed {
+            recorded: true,
+            output: Bytes::new()
+        }
     );
-    assert_eq!(lenient.process(other).await, Verdict::Duplicate);
+    assert_eq!(
+        lenient.process(other).await,
+        Verdict::Duplicate {
+            output: Bytes::new()
+        }
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
@@ -436,7 +506,7 @@ async fn a_mismatch_reported_by_the_handler_rejects_and_keeps_the_key_free() {
             let handled = if job.message.payload().as_ref() == b"grant 9 coupons" {
                 Handled::Mismatch
             } else {
-                Handled::AlreadyDone
+                Handled::AlreadyDone(Bytes::new())
             };
             std::future::ready(Ok::<_, String>(handled))
         },
@@ -449,10 +519,17 @@ async fn a_mismatch_reported_by_the_handler_rejects_and_keeps_the_key_free() {
     assert_eq!(rejected.action(), Action::Reject);
     assert_eq!(
         consumer.process(original.clone()).await,
-        Verdict::AlreadyDone
+        Verdict::AlreadyDone {
+            output: Bytes::new()
+        }
     );
     // Now the fast path holds the original payload: it answers both on its own.
-    assert_eq!(consumer.process(original).await, Verdict::Duplicate);
+    assert_eq!(
+        consumer.process(original).await,
+        Verdict::Duplicate {
+            output: Bytes::new()
+        }
+    );
     assert_eq!(
         consumer.process(other).await,
         Verdict::Rejected(RejectReason::Mismatch)
@@ -505,11 +582,17 @@ async fn scopes_keep_consumers_apart() {
     let message = Message::new("paid").with_message_id("T1");
     assert_eq!(
         grant.process(message.clone()).await,
-        Verdict::Processed { recorded: true }
+        Verdict::Processed {
+            recorded: true,
+            output: Bytes::new()
+        }
     );
     assert_eq!(
         notify.process(message).await,
-        Verdict::Processed { recorded: true }
+        Verdict::Processed {
+            recorded: true,
+            output: Bytes::new()
+        }
     );
     assert_eq!(
         (runs_a.load(Ordering::SeqCst), runs_b.load(Ordering::SeqCst)),

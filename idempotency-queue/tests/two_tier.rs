@@ -12,6 +12,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use idempotency_core::{Fingerprint, IdempotencyKey, Mechanism, Scope, Store};
 use idempotency_queue::two_tier::{Json, SqlTruth, Tx};
 use idempotency_queue::{
@@ -226,10 +228,9 @@ async fn a_payload_mismatch_is_rejected_by_either_tier() {
         fingerprint: Fingerprint::of_bytes(original.payload()),
         lease: None,
     };
-    assert!(matches!(
-        truth.run(&first).await.unwrap(),
-        Handled::Output(_)
-    ));
+    let Handled::Output(produced) = truth.run(&first).await.unwrap() else {
+        panic!("the first run produces the coupon id");
+    };
     let consumer = IdempotentConsumer::new(
         tiers.fast_path().await,
         Scope::new("coupon-grant"),
@@ -240,11 +241,17 @@ async fn a_payload_mismatch_is_rejected_by_either_tier() {
     let by_truth = consumer.process(other.clone()).await;
     assert_eq!(by_truth, Verdict::Rejected(RejectReason::Mismatch));
     assert_eq!(by_truth.action(), Action::Reject);
+    // The truth replays what the first run produced, and tier 1 keeps it from then on.
     assert_eq!(
         consumer.process(original.clone()).await,
-        Verdict::AlreadyDone
+        Verdict::AlreadyDone {
+            output: produced.clone()
+        }
     );
-    assert_eq!(consumer.process(original).await, Verdict::Duplicate);
+    assert_eq!(
+        consumer.process(original).await,
+        Verdict::Duplicate { output: produced }
+    );
     assert_eq!(
         consumer.process(other).await,
         Verdict::Rejected(RejectReason::Mismatch),
@@ -255,7 +262,8 @@ async fn a_payload_mismatch_is_rejected_by_either_tier() {
 }
 
 /// What the business code produced (the coupon row's id) is the key's outcome on both tiers:
-/// read back from the SQL record and from the Redis record, the same bytes. Calls
+/// read back from the SQL record and from the Redis record, the same bytes, and what a duplicate
+/// is answered with. Calls
 /// `IdempotentConsumer::process` directly: nothing here depends on the broker.
 #[tokio::test]
 async fn the_business_output_is_stored_on_both_tiers() {
@@ -270,10 +278,7 @@ async fn the_business_output_is_stored_on_both_tiers() {
         tiers.truth(),
     );
     let message = Message::new("grant a coupon").with_header("business-key", "T7");
-    assert_eq!(
-        consumer.process(message.clone()).await,
-        Verdict::Processed { recorded: true }
-    );
+    let first = consumer.process(message.clone()).await;
     let id: i64 = sqlx::query_scalar(&format!(
         "SELECT id FROM {} WHERE business_key = 'T7'",
         tiers.coupons_table()
@@ -281,7 +286,14 @@ async fn the_business_output_is_stored_on_both_tiers() {
     .fetch_one(tiers.pool())
     .await
     .unwrap();
-    let produced = serde_json::to_vec(&id).unwrap();
+    let produced = Bytes::from(serde_json::to_vec(&id).unwrap());
+    assert_eq!(
+        first,
+        Verdict::Processed {
+            recorded: true,
+            output: produced.clone()
+        }
+    );
 
     let key = IdempotencyKey::parse("T7").unwrap();
     let fast = consumer
@@ -296,7 +308,10 @@ async fn the_business_output_is_stored_on_both_tiers() {
     let sql = sql.unwrap().expect("the SQL record");
     assert_eq!(sql.outcome.unwrap().body, produced);
 
-    assert_eq!(consumer.process(message).await, Verdict::Duplicate);
+    assert_eq!(
+        consumer.process(message).await,
+        Verdict::Duplicate { output: produced }
+    );
     assert_eq!(tiers.rows(Some("T7")).await, 1);
     tiers.drop_tables().await;
 }
@@ -377,11 +392,19 @@ async fn a_typed_handler_wrapped_in_the_users_own_runs_and_unreadable_payloads_a
     );
 
     let corrected = Message::new(r#"{"trade_no":"T8","coupons":2}"#);
+    // The wrapped business code's answer (2 coupons) is what every delivery of T8 gets.
+    let two = Bytes::from_static(b"2");
     assert_eq!(
         consumer.process(corrected.clone()).await,
-        Verdict::Processed { recorded: true }
+        Verdict::Processed {
+            recorded: true,
+            output: two.clone()
+        }
     );
-    assert_eq!(consumer.process(corrected).await, Verdict::Duplicate);
+    assert_eq!(
+        consumer.process(corrected).await,
+        Verdict::Duplicate { output: two }
+    );
     assert_eq!(tiers.rows(Some("T8")).await, 2);
     assert_eq!(after.load(std::sync::atomic::Ordering::SeqCst), 2);
     tiers.drop_tables().await;

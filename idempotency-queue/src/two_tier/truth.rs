@@ -81,7 +81,7 @@ where
 /// |---|---|
 /// | (the input cannot be read from the job) | nothing claimed, nothing runs → [`Handled::Invalid`] (rejected) |
 /// | `Execute` | `business(tx, input)`, its output stored (JSON) with the record, one commit → [`Handled::Output`] |
-/// | `Replay` (committed before) | rollback, nothing runs → [`Handled::AlreadyDone`] |
+/// | `Replay` (committed before) | rollback, nothing runs → [`Handled::AlreadyDone`] with the stored output |
 /// | `Mismatch` (key used with another payload) | rollback, nothing runs, logged → [`Handled::Mismatch`] (rejected) |
 /// | `InFlight` (another transaction still holds the key after the store's in-flight wait, 5 s by default) | rollback → [`Handled::InFlight`] (requeued) |
 ///
@@ -165,7 +165,7 @@ where
             .map_err(TruthError::Store)?;
         let lease = match claim {
             TxClaim::Execute(lease) => lease,
-            TxClaim::Replay(_) => return Ok(Handled::AlreadyDone),
+            TxClaim::Replay(outcome) => return Ok(Handled::AlreadyDone(outcome.body)),
             TxClaim::Mismatch => {
                 tracing::warn!(
                     namespace = self.scope.namespace(),
