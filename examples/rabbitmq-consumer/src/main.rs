@@ -1,151 +1,123 @@
-//! The incident's coupon-grant consumer on RabbitMQ: the payment gateway's "paid" event for each
-//! trade is delivered six times (producer retries), one delivery fails once and is redelivered;
-//! the consumer grants one coupon per trade and prints the counts.
+//! The incident's coupon service as a RabbitMQ consumer: it consumes the "paid" events of queue
+//! `QUEUE` (default `coupon-grant`) at `AMQP_URL`, from any producer, and grants one coupon per
+//! trade in PostgreSQL (`coupon_grants` at `DATABASE_URL`), however often an event is delivered.
+//! Two tiers when `REDIS_URL` is set; see the `coupon-grants` crate for every variable.
 //!
 //! ```text
-//! AMQP_URL=amqp://guest:guest@127.0.0.1:5672 \
-//!   cargo run -p rabbitmq-consumer
+//! cargo run -p rabbitmq-consumer                                             # the service
+//! cargo run -p rabbitmq-consumer --bin rabbitmq_publish -- --trades 3 --copies 6   # the gateway
 //! ```
+//!
+//! Rejected messages (no `trade_no`, a payload that is not a paid event, a trade number reused
+//! with another payload) go to the queue `<QUEUE>.dead` with their reason. The connection is
+//! opened again whenever it fails. SIGTERM or Ctrl-C stop it gracefully: no new deliveries,
+//! the ones in hand finish and are acked, then it exits.
 
-use std::collections::HashMap;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use idempotency_core::{Idempotency, MemoryStore, Scope};
-use idempotency_queue::{Backoff, IdempotentConsumer, Job, JsonField, rabbitmq};
-use lapin::options::{
-    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ExchangeDeleteOptions,
-    QueueDeclareOptions, QueueDeleteOptions,
-};
+use coupon_grants::{Settings, coupon_consumer};
+use idempotency_queue::rabbitmq;
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::{Channel, Connection};
+use sqlx::postgres::PgPoolOptions;
+use tokio::sync::Notify;
 
-const TRADES: usize = 10;
-const DELIVERIES_PER_TRADE: usize = 6;
+/// How long the deliveries in hand get to finish after SIGTERM.
+const GRACE: Duration = Duration::from_secs(30);
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
-    let connection = Connection::connect(&url, ConnectionProperties::default()).await?;
-    let channel = connection.create_channel().await?;
-    let nonce = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
-    let queue = format!("coupon-grant-demo-{nonce}");
-    channel
-        .queue_declare(
-            queue.as_str().into(),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
-    // Rejected messages (no trade number, a trade reused with another payload) land in
-    // `<queue>.dead` with their reason, never dropped.
-    let dead_letters = rabbitmq::DeadLetters::declare(&connection, &queue).await?;
-
-    // The gateway retries: every trade's event arrives six times.
-    for round in 0..DELIVERIES_PER_TRADE {
-        for trade in 0..TRADES {
-            let body = format!(
-                r#"{{"trade_no":"T{nonce}-{trade}","user_id":{trade},"coupon":"WELCOME10"}}"#
-            );
-            channel
-                .basic_publish(
-                    "".into(),
-                    queue.as_str().into(),
-                    BasicPublishOptions::default(),
-                    body.as_bytes(),
-                    BasicProperties::default()
-                        .with_message_id(format!("msg-{round}-{trade}").into()),
-                )
-                .await?
-                .await?;
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("queue_rabbitmq: {error}");
+            ExitCode::FAILURE
         }
     }
-    println!(
-        "published {} deliveries for {TRADES} trades",
-        TRADES * DELIVERIES_PER_TRADE
-    );
+}
 
-    // The coupon service: one coupon per call it receives; it fails once (a network blip).
-    let coupons: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-    let granted = Arc::clone(&coupons);
-    let blip = Arc::new(AtomicBool::new(true));
-    let consumer = Arc::new(
-        IdempotentConsumer::new(
-            Idempotency::new(MemoryStore::new()),
-            Scope::new("coupon-grant"),
-            JsonField::new("/trade_no"),
-            move |job: Job| {
-                let granted = Arc::clone(&granted);
-                let blip = Arc::clone(&blip);
-                async move {
-                    if blip.swap(false, Ordering::SeqCst) {
-                        return Err("coupon service timed out");
-                    }
-                    *granted
-                        .lock()
-                        .map_err(|_| "poisoned")?
-                        .entry(job.key.to_string())
-                        .or_default() += 1;
-                    Ok(())
-                }
-            },
-        )
-        .with_backoff(Backoff::new(
-            Duration::from_millis(100),
-            Duration::from_secs(1),
-        )),
-    );
+/// The connection and channel deliveries come from now, and its consumer tag: what a graceful
+/// stop cancels, then closes (which sends the last acks).
+type Consuming = Arc<Mutex<Option<(Connection, Channel, String)>>>;
 
-    let consume_channel = connection.create_channel().await?;
-    consume_channel
-        .basic_qos(32, BasicQosOptions::default())
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    coupon_grants::init_logging();
+    let settings = Settings::from_env()?;
+    let url = rabbitmq_consumer::amqp_url();
+    let pool = PgPoolOptions::new()
+        .max_connections(u32::try_from(settings.concurrency).unwrap_or(u32::MAX))
+        .connect(&settings.database_url)
         .await?;
-    let deliveries = consume_channel
-        .basic_consume(
-            queue.as_str().into(),
-            "coupon-granter".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
-    let running = Arc::clone(&consumer);
-    let task =
-        tokio::spawn(
-            async move { rabbitmq::consume(&running, deliveries, &dead_letters, 16).await },
-        );
+    let consumer = coupon_consumer(&settings, pool).await?;
+    let queue = settings.queue.as_str();
+    let prefetch = u16::try_from(settings.concurrency * 2).unwrap_or(u16::MAX);
 
-    let expected = (TRADES * DELIVERIES_PER_TRADE) as u64;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while consumer.stats().snapshot().acked() < expected && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let consuming: Consuming = Arc::default();
+    let stopping = Arc::new(AtomicBool::new(false));
+    let drained = Arc::new(Notify::new());
+    let session = || {
+        let (consuming, stopping, drained, url) = (&consuming, &stopping, &drained, &url);
+        async move {
+            if stopping.load(Ordering::SeqCst) {
+                // Stopping: the last session's deliveries are settled; consume no more.
+                drained.notify_one();
+                std::future::pending::<()>().await;
+            }
+            let (connection, channel) = rabbitmq_consumer::open(url).await?;
+            channel
+                .basic_qos(prefetch, BasicQosOptions::default())
+                .await?;
+            rabbitmq_consumer::declare_queue(&channel, queue).await?;
+            let dead_letters = rabbitmq::DeadLetters::declare(&connection, queue).await?;
+            let deliveries = channel
+                .basic_consume(
+                    queue.into(),
+                    "coupon-grants".into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+            let tag = deliveries.tag().to_string();
+            *consuming
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+                Some((connection, channel, tag));
+            println!("consuming {queue}");
+            Ok((deliveries, dead_letters))
+        }
+    };
+    let run = rabbitmq::consume_reconnecting(&consumer, settings.concurrency, session);
+    tokio::pin!(run);
+    tokio::select! {
+        () = &mut run => return Ok(()),
+        () = coupon_grants::shutdown_signal() => {}
     }
-    task.abort();
 
-    let stats = consumer.stats().snapshot();
-    let coupons = coupons.lock().map_err(|_| "poisoned")?.clone();
-    let total: u32 = coupons.values().sum();
-    println!("deliveries acked:        {}", stats.acked());
-    println!("  processed (granted):   {}", stats.processed);
-    println!("  duplicates (acked):    {}", stats.duplicates);
-    println!("failed and redelivered:  {}", stats.failed);
-    println!("in flight, requeued:     {}", stats.in_flight);
-    println!(
-        "coupons granted:         {total} for {} trades",
-        coupons.len()
-    );
-    let dead = rabbitmq::dead_letter_name(&queue);
-    for name in [&queue, &dead] {
+    println!("stopping: no new deliveries, finishing the ones in hand");
+    stopping.store(true, Ordering::SeqCst);
+    let current = consuming
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .take();
+    if let Some((_, channel, tag)) = &current {
         channel
-            .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+            .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
             .await?;
     }
-    channel
-        .exchange_delete(dead.as_str().into(), ExchangeDeleteOptions::default())
-        .await?;
-    if total as usize != TRADES || coupons.values().any(|&n| n != 1) {
-        return Err("a trade got other than exactly one coupon".into());
+    tokio::select! {
+        () = &mut run => {}
+        () = drained.notified() => {}
+        () = tokio::time::sleep(GRACE) => eprintln!("queue_rabbitmq: deliveries still in hand after {GRACE:?}; the broker redelivers them"),
     }
+    if let Some((connection, _, _)) = current {
+        // Closing flushes the acks still queued in the client; the broker requeues anything
+        // unacked.
+        connection.close(200, "stopping".into()).await?;
+    }
+    println!("{}", coupon_grants::summary(&consumer.stats().snapshot()));
     Ok(())
 }
