@@ -298,3 +298,46 @@ async fn a_cut_broker_connection_loses_nothing_and_grants_nothing_twice() {
     drill.assert_one_coupon_per_trade(20).await;
     drill.cleanup().await;
 }
+
+/// Two replicas of the service, as deployed; the one that granted the coupon is killed after its
+/// commit, before its ack. The other gets the redelivery (at once: RabbitMQ requeues the unacked delivery when its connection closes) and answers it from the
+/// SQL record, with the first one's coupon. Prints the time from the kill to that answer.
+#[tokio::test]
+async fn a_replica_killed_after_its_commit_leaves_the_redelivery_to_the_other() {
+    let Some(drill) = Drill::new("replicas").await else {
+        return;
+    };
+    let redis_url = env_or("REDIS_URL", "redis://127.0.0.1:6379");
+    // Both hold a fresh grant after its commit; a redelivery answered from the record is not held.
+    let held = [("REDIS_URL", redis_url.as_str()), ("ACK_DELAY_MS", HOLD)];
+    let (mut one, mut two) = (drill.start(&held), drill.start(&held));
+    one.wait_for("consuming", PATIENCE).await.unwrap();
+    two.wait_for("consuming", PATIENCE).await.unwrap();
+    drill.publish(1, 1);
+    let trade = drill.trades.trade(1);
+    let holding = format!("holding {trade} after its commit");
+    let (granted, mut survivor) = tokio::select! {
+        line = one.wait_for(&holding, PATIENCE) => {
+            line.unwrap();
+            one.kill().await.unwrap();
+            ("one", two)
+        }
+        line = two.wait_for(&holding, PATIENCE) => {
+            line.unwrap();
+            two.kill().await.unwrap();
+            ("two", one)
+        }
+    };
+    let killed_at = Instant::now();
+    survivor
+        .wait_for(&format!("already granted {trade}:"), PATIENCE)
+        .await
+        .unwrap();
+    eprintln!(
+        "replica {granted} killed after its commit; the other answered the redelivery {:?} after the kill",
+        killed_at.elapsed()
+    );
+    drill.trades.one_coupon_each(1).await.unwrap();
+    drill.stop_and_check_drained(survivor).await;
+    drill.cleanup().await;
+}

@@ -1,0 +1,194 @@
+//! The variants' broker: RabbitMQ through lapin.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use futures_util::TryStreamExt;
+use idempotency_core::Store;
+use idempotency_queue::{Handler, IdempotentConsumer, KeyExtractor, rabbitmq};
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+
+use crate::{Broker, Error, KEY_HEADER, rate_when_done};
+
+pub(crate) struct RabbitMq {
+    connection: Connection,
+    channel: Channel,
+    messages: usize,
+    concurrency: usize,
+    nonce: u128,
+}
+
+impl RabbitMq {
+    pub(crate) async fn connect(
+        url: &str,
+        messages: usize,
+        concurrency: usize,
+        nonce: u128,
+    ) -> Result<Self, Error> {
+        let connection = Connection::connect(url, ConnectionProperties::default()).await?;
+        let channel = connection.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        Ok(Self {
+            connection,
+            channel,
+            messages,
+            concurrency,
+            nonce,
+        })
+    }
+
+    async fn deliveries(&self, queue: &str) -> Result<lapin::Consumer, Error> {
+        let channel = self.connection.create_channel().await?;
+        let prefetch = u16::try_from(self.concurrency * 4)?;
+        channel
+            .basic_qos(prefetch, BasicQosOptions::default())
+            .await?;
+        Ok(channel
+            .basic_consume(
+                queue.into(),
+                "bench".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?)
+    }
+}
+
+fn key_of(delivery: &lapin::message::Delivery) -> String {
+    let headers = delivery.properties.headers().as_ref();
+    let key = headers.and_then(|h| {
+        h.inner()
+            .get(KEY_HEADER)?
+            .as_long_string()
+            .map(|s| s.to_string())
+    });
+    key.unwrap_or_default()
+}
+
+impl Broker for RabbitMq {
+    fn name(&self) -> &'static str {
+        "rabbitmq"
+    }
+
+    async fn declare(&self, variant: &str) -> Result<String, Error> {
+        let queue = format!("queue-bench-{}-{variant}", self.nonce);
+        self.channel
+            .queue_declare(
+                queue.as_str().into(),
+                QueueDeclareOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        Ok(queue)
+    }
+
+    async fn publish(&self, queue: &str) -> Result<(), Error> {
+        let mut confirms = Vec::with_capacity(self.messages);
+        for n in 0..self.messages {
+            let mut headers = FieldTable::default();
+            headers.insert(
+                KEY_HEADER.into(),
+                AMQPValue::LongString(LongString::from(format!("T{n}"))),
+            );
+            let confirm = self
+                .channel
+                .basic_publish(
+                    "".into(),
+                    queue.into(),
+                    BasicPublishOptions::default(),
+                    format!(r#"{{"trade_no":"T{n}","user_id":{n}}}"#).as_bytes(),
+                    BasicProperties::default().with_headers(headers),
+                )
+                .await?;
+            confirms.push(confirm);
+        }
+        for confirm in confirms {
+            confirm.await?;
+        }
+        Ok(())
+    }
+
+    async fn bare<F, Fut>(&self, queue: &str, work: F) -> Result<f64, Error>
+    where
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), Error>> + Send,
+    {
+        let done = Arc::new(AtomicU64::new(0));
+        let deliveries = self.deliveries(queue).await?;
+        let counter = Arc::clone(&done);
+        let concurrency = self.concurrency;
+        let started = Instant::now();
+        let task = tokio::spawn(async move {
+            let step = |delivery: lapin::message::Delivery| {
+                let counter = Arc::clone(&counter);
+                let work = work(key_of(&delivery));
+                async move {
+                    work.await
+                        .map_err(|e| lapin::Error::from(std::io::Error::other(e.to_string())))?;
+                    delivery.acker.ack(BasicAckOptions::default()).await?;
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }
+            };
+            deliveries.try_for_each_concurrent(concurrency, step).await
+        });
+        let rate = rate_when_done(self.messages, started, || done.load(Ordering::Relaxed)).await;
+        task.abort();
+        Ok(rate)
+    }
+
+    async fn guarded<S, K, H>(
+        &self,
+        queue: &str,
+        consumer: IdempotentConsumer<S, K, H>,
+    ) -> Result<f64, Error>
+    where
+        S: Store,
+        K: KeyExtractor,
+        H: Handler,
+    {
+        let consumer = Arc::new(consumer);
+        let deliveries = self.deliveries(queue).await?;
+        let running = Arc::clone(&consumer);
+        let concurrency = self.concurrency;
+        let started = Instant::now();
+        let task = tokio::spawn(async move {
+            // Every message here has its key and one payload: nothing is rejected.
+            let dead_letters = rabbitmq::DeadLetters::drop_and_log();
+            rabbitmq::consume(&running, deliveries, &dead_letters, concurrency).await
+        });
+        let rate = rate_when_done(self.messages, started, || {
+            consumer.stats().snapshot().acked()
+        })
+        .await;
+        task.abort();
+        report_requeues(&consumer);
+        Ok(rate)
+    }
+
+    async fn delete(&self, queue: &str) -> Result<(), Error> {
+        self.channel
+            .queue_delete(queue.into(), QueueDeleteOptions::default())
+            .await?;
+        Ok(())
+    }
+}
+
+/// Prints the requeues of a run, if any (they cost throughput; none are expected).
+pub(crate) fn report_requeues<S: Store, K: KeyExtractor, H: Handler>(
+    consumer: &IdempotentConsumer<S, K, H>,
+) {
+    let stats = consumer.stats().snapshot();
+    if stats.failed + stats.store_unavailable + stats.in_flight > 0 {
+        eprintln!("  (requeues during the run: {stats:?})");
+    }
+}
