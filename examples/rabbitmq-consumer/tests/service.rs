@@ -231,7 +231,10 @@ async fn killed_after_its_commit_the_redelivery_is_answered_by_the_sql_record_at
     };
     let mut service = drill.start(&[("REDIS_URL", &redis_url), ("ACK_DELAY_MS", HOLD)]);
     service.wait_for("consuming", PATIENCE).await.unwrap();
-    drill.publish(1, 6);
+    // One delivery: with copies, a copy that claims Redis first may see the holder's commit
+    // through the SQL record and complete the Redis record itself (correct, and then the
+    // redelivery is a plain Redis duplicate; this test is about the dead claim).
+    drill.publish(1, 1);
     let trade = drill.trades.trade(1);
     let granted = service
         .wait_for(&format!("granted {trade}:"), PATIENCE)
