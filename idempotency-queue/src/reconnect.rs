@@ -23,7 +23,9 @@ where
     loop {
         let started = tokio::time::Instant::now();
         match session().await {
-            Ok(()) => tracing::warn!(broker = what, "the deliveries ended; consuming again"),
+            // A cancelled consumer (by the application, or by the broker when its queue was
+            // deleted) ends its deliveries: not a failure.
+            Ok(()) => tracing::info!(broker = what, "the deliveries ended; consuming again"),
             Err(error) => {
                 tracing::warn!(broker = what, %error, ?pause, "consuming failed; reconnecting");
             }
