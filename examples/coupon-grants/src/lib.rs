@@ -21,6 +21,7 @@
 //! | `HANDLER_DELAY_MS` | `0` | fault drill: hold each grant's transaction this long before its commit |
 //! | `ACK_DELAY_MS` | `0` | fault drill: hold each grant this long after its commit, before the ack |
 
+#[cfg(feature = "drill")]
 pub mod drill;
 mod lifecycle;
 mod producer;

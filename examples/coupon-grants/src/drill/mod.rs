@@ -1,5 +1,8 @@
-//! The fault drill the consumer examples' tests run: the service as a process of its own, its
-//! output read line by line, killed with SIGKILL or stopped with SIGTERM.
+//! The fault drill the consumer examples' tests run (feature `drill`): the service as a process
+//! of its own, its output read line by line, killed with SIGKILL or stopped with SIGTERM; the
+//! trades and their coupons; the [`scenarios`], written once for every broker.
+
+pub mod scenarios;
 
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -176,3 +179,6 @@ impl Trades {
         }
     }
 }
+
+/// Skips a test whose server is unreachable (`None`), outside CI; fails it under `CI=true`.
+pub use idempotency_core::testing::unavailable;
