@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use coupon_grants::drill::scenarios::{self, Deployment, PATIENCE};
+use coupon_grants::drill::scenarios::{Deployment, PATIENCE};
 use coupon_grants::drill::{Service, Trades, unavailable};
 use lapin::options::{
     BasicPublishOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions,
@@ -165,56 +165,4 @@ impl Deployment for Drill {
     }
 }
 
-/// The incident: every trade's event six times, Redis in front; a bad message dead-lettered.
-#[tokio::test]
-async fn six_deliveries_per_trade_grant_one_coupon_each_and_a_bad_message_is_dead_lettered() {
-    let Some(drill) = Drill::new("incident").await else {
-        return;
-    };
-    scenarios::incident(&drill).await.unwrap();
-    drill.cleanup().await;
-}
-
-/// Killed with the grant's transaction open: the restarted service grants once.
-#[tokio::test]
-async fn killed_before_its_commit_the_restarted_service_grants_once() {
-    let Some(drill) = Drill::new("before-commit").await else {
-        return;
-    };
-    scenarios::killed_before_commit(&drill).await.unwrap();
-    drill.cleanup().await;
-}
-
-/// Killed after the commit, before the ack: RabbitMQ requeues the delivery when the connection
-/// closes, and the SQL record answers it at once, with the first run's coupon.
-#[tokio::test]
-async fn killed_after_its_commit_the_redelivery_is_answered_by_the_sql_record_at_once() {
-    let Some(drill) = Drill::new("after-commit").await else {
-        return;
-    };
-    scenarios::killed_after_commit(&drill).await.unwrap();
-    drill.cleanup().await;
-}
-
-/// Two replicas: the one that granted is killed after its commit; the other answers the
-/// redelivery at once.
-#[tokio::test]
-async fn a_replica_killed_after_its_commit_leaves_the_redelivery_to_the_other() {
-    let Some(drill) = Drill::new("replicas").await else {
-        return;
-    };
-    scenarios::replica_killed_after_commit(&drill)
-        .await
-        .unwrap();
-    drill.cleanup().await;
-}
-
-/// The broker connection cut twice mid-run: nothing lost, nothing granted twice.
-#[tokio::test]
-async fn a_cut_broker_connection_loses_nothing_and_grants_nothing_twice() {
-    let Some(drill) = Drill::new("connection-cut").await else {
-        return;
-    };
-    scenarios::connection_cut(&drill).await.unwrap();
-    drill.cleanup().await;
-}
+coupon_grants::scenario_tests!(Drill);

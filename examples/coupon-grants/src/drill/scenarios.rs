@@ -20,6 +20,10 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 const HOLD: &str = "600000";
 
 /// The service on one broker, as the scenarios drive it.
+///
+/// [`scenario_tests!`](crate::scenario_tests) runs every scenario on a deployment type that
+/// also has `async fn new(name: &str) -> Option<Self>` (`None`: the servers are unreachable and
+/// the test skips, outside CI) and `async fn cleanup(self)`.
 pub trait Deployment {
     /// The drill's trades.
     fn trades(&self) -> &Trades;
@@ -216,4 +220,41 @@ pub async fn connection_cut<D: Deployment>(drill: &D) -> Result<(), String> {
     drill.trades().wait_for_coupons(20, PATIENCE).await?;
     drill.drain_and_stop(service).await?;
     drill.trades().one_coupon_each(20).await
+}
+
+/// One test per scenario on `$drill`, a [`Deployment`] with `new` and `cleanup` (see there):
+/// each test builds a drill under its own name, runs its scenario, and cleans up.
+#[macro_export]
+macro_rules! scenario_tests {
+    ($drill:ty) => {
+        $crate::scenario_tests!(@test $drill,
+            /// The incident: every trade's event six times, Redis in front; a bad message
+            /// dead-lettered.
+            six_copies_per_trade_grant_one_coupon_each_and_a_bad_message_is_dead_lettered, incident);
+        $crate::scenario_tests!(@test $drill,
+            /// Killed with the grant's transaction open: the restarted service grants once.
+            killed_before_its_commit_the_restarted_service_grants_once, killed_before_commit);
+        $crate::scenario_tests!(@test $drill,
+            /// Killed after the commit, before the ack: the redelivery is answered by the SQL
+            /// record, with the first run's coupon, the dead claim still in Redis.
+            killed_after_its_commit_the_redelivery_is_answered_by_the_sql_record, killed_after_commit);
+        $crate::scenario_tests!(@test $drill,
+            /// Two replicas: the one that granted is killed after its commit; the other answers
+            /// the redelivery.
+            a_replica_killed_after_its_commit_leaves_the_redelivery_to_the_other, replica_killed_after_commit);
+        $crate::scenario_tests!(@test $drill,
+            /// The broker connection cut twice mid-run: nothing lost, nothing granted twice.
+            a_cut_broker_connection_loses_nothing_and_grants_nothing_twice, connection_cut);
+    };
+    (@test $drill:ty, $(#[$doc:meta])* $name:ident, $scenario:ident) => {
+        $(#[$doc])*
+        #[tokio::test]
+        async fn $name() {
+            let Some(drill) = <$drill>::new(stringify!($scenario)).await else {
+                return;
+            };
+            $crate::drill::scenarios::$scenario(&drill).await.unwrap();
+            drill.cleanup().await;
+        }
+    };
 }

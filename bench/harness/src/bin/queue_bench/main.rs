@@ -13,6 +13,7 @@ mod nats;
 mod rabbitmq;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idempotency_core::redis::RedisStore;
@@ -59,12 +60,14 @@ pub(crate) trait Broker {
     async fn delete(&self, queue: &str) -> Result<(), Error>;
 }
 
-/// Waits until `acked()` reaches `messages`; the elapsed time's rate.
-pub(crate) async fn rate_when_done(
-    messages: usize,
-    started: Instant,
-    acked: impl Fn() -> u64,
-) -> f64 {
+/// Runs `consume` (spawned) until `acked()` reaches `messages`; messages per second.
+pub(crate) async fn timed<Fut>(messages: usize, consume: Fut, acked: impl Fn() -> u64) -> f64
+where
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+{
+    let started = Instant::now();
+    let task = tokio::spawn(consume);
     while acked() < messages as u64 {
         assert!(
             started.elapsed() < Duration::from_secs(600),
@@ -72,7 +75,37 @@ pub(crate) async fn rate_when_done(
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    messages as f64 / started.elapsed().as_secs_f64()
+    let rate = messages as f64 / started.elapsed().as_secs_f64();
+    // The last verdicts are counted before their acks are sent: let those go out (untimed),
+    // else they are redelivered into the next run that reads the same queue.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    task.abort();
+    rate
+}
+
+/// [`timed`] for an idempotent consumer: `consume(consumer)` until it acked `messages`; prints
+/// the run's requeues, if any (they cost throughput; none are expected).
+pub(crate) async fn guarded_rate<S, K, H, F, Fut>(
+    messages: usize,
+    consumer: IdempotentConsumer<S, K, H>,
+    consume: F,
+) -> f64
+where
+    S: Store,
+    K: KeyExtractor,
+    H: Handler,
+    F: FnOnce(Arc<IdempotentConsumer<S, K, H>>) -> Fut,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+{
+    let consumer = Arc::new(consumer);
+    let acked = || consumer.stats().snapshot().acked();
+    let rate = timed(messages, consume(Arc::clone(&consumer)), acked).await;
+    let stats = consumer.stats().snapshot();
+    if stats.failed + stats.store_unavailable + stats.in_flight > 0 {
+        eprintln!("  (requeues during the run: {stats:?})");
+    }
+    rate
 }
 
 /// The SQL side: the business table, the dedup table, the Redis prefix, all under this run's

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, consumer::pull, stream};
@@ -12,8 +12,7 @@ use futures_util::TryStreamExt;
 use idempotency_core::Store;
 use idempotency_queue::{Handler, IdempotentConsumer, KeyExtractor, nats};
 
-use crate::rabbitmq::report_requeues;
-use crate::{Broker, Error, KEY_HEADER, rate_when_done};
+use crate::{Broker, Error, KEY_HEADER, guarded_rate, timed};
 
 pub(crate) struct Nats {
     js: jetstream::Context,
@@ -103,8 +102,7 @@ impl Broker for Nats {
         let messages = self.pull(subject).await?.messages().await?;
         let counter = Arc::clone(&done);
         let concurrency = self.concurrency;
-        let started = Instant::now();
-        let task = tokio::spawn(async move {
+        let consume = async move {
             let step = |message: jetstream::Message| {
                 let counter = Arc::clone(&counter);
                 let key = message
@@ -124,10 +122,8 @@ impl Broker for Nats {
                 .map_err(Error::from)
                 .try_for_each_concurrent(concurrency, step)
                 .await
-        });
-        let rate = rate_when_done(self.messages, started, || done.load(Ordering::Relaxed)).await;
-        task.abort();
-        Ok(rate)
+        };
+        Ok(timed(self.messages, consume, || done.load(Ordering::Relaxed)).await)
     }
 
     async fn guarded<S, K, H>(
@@ -140,23 +136,14 @@ impl Broker for Nats {
         K: KeyExtractor,
         H: Handler,
     {
-        let consumer = Arc::new(consumer);
         let pull = self.pull(subject).await?;
-        let running = Arc::clone(&consumer);
         let concurrency = self.concurrency;
-        let started = Instant::now();
-        let task = tokio::spawn(async move {
+        let consume = move |consumer: Arc<IdempotentConsumer<S, K, H>>| async move {
             // Every message here has its key and one payload: nothing is rejected.
             let dead_letters = nats::DeadLetters::drop_and_log();
-            nats::consume_pull(&running, &pull, &dead_letters, concurrency).await
-        });
-        let rate = rate_when_done(self.messages, started, || {
-            consumer.stats().snapshot().acked()
-        })
-        .await;
-        task.abort();
-        report_requeues(&consumer);
-        Ok(rate)
+            nats::consume_pull(&consumer, &pull, &dead_letters, concurrency).await
+        };
+        Ok(guarded_rate(self.messages, consumer, consume).await)
     }
 
     async fn delete(&self, subject: &str) -> Result<(), Error> {

@@ -3,7 +3,6 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use futures_util::TryStreamExt;
 use idempotency_core::Store;
@@ -15,7 +14,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
-use crate::{Broker, Error, KEY_HEADER, rate_when_done};
+use crate::{Broker, Error, KEY_HEADER, guarded_rate, timed};
 
 pub(crate) struct RabbitMq {
     connection: Connection,
@@ -126,8 +125,7 @@ impl Broker for RabbitMq {
         let deliveries = self.deliveries(queue).await?;
         let counter = Arc::clone(&done);
         let concurrency = self.concurrency;
-        let started = Instant::now();
-        let task = tokio::spawn(async move {
+        let consume = async move {
             let step = |delivery: lapin::message::Delivery| {
                 let counter = Arc::clone(&counter);
                 let work = work(key_of(&delivery));
@@ -140,10 +138,8 @@ impl Broker for RabbitMq {
                 }
             };
             deliveries.try_for_each_concurrent(concurrency, step).await
-        });
-        let rate = rate_when_done(self.messages, started, || done.load(Ordering::Relaxed)).await;
-        task.abort();
-        Ok(rate)
+        };
+        Ok(timed(self.messages, consume, || done.load(Ordering::Relaxed)).await)
     }
 
     async fn guarded<S, K, H>(
@@ -156,23 +152,14 @@ impl Broker for RabbitMq {
         K: KeyExtractor,
         H: Handler,
     {
-        let consumer = Arc::new(consumer);
         let deliveries = self.deliveries(queue).await?;
-        let running = Arc::clone(&consumer);
         let concurrency = self.concurrency;
-        let started = Instant::now();
-        let task = tokio::spawn(async move {
+        let consume = move |consumer: Arc<IdempotentConsumer<S, K, H>>| async move {
             // Every message here has its key and one payload: nothing is rejected.
             let dead_letters = rabbitmq::DeadLetters::drop_and_log();
-            rabbitmq::consume(&running, deliveries, &dead_letters, concurrency).await
-        });
-        let rate = rate_when_done(self.messages, started, || {
-            consumer.stats().snapshot().acked()
-        })
-        .await;
-        task.abort();
-        report_requeues(&consumer);
-        Ok(rate)
+            rabbitmq::consume(&consumer, deliveries, &dead_letters, concurrency).await
+        };
+        Ok(guarded_rate(self.messages, consumer, consume).await)
     }
 
     async fn delete(&self, queue: &str) -> Result<(), Error> {
@@ -180,15 +167,5 @@ impl Broker for RabbitMq {
             .queue_delete(queue.into(), QueueDeleteOptions::default())
             .await?;
         Ok(())
-    }
-}
-
-/// Prints the requeues of a run, if any (they cost throughput; none are expected).
-pub(crate) fn report_requeues<S: Store, K: KeyExtractor, H: Handler>(
-    consumer: &IdempotentConsumer<S, K, H>,
-) {
-    let stats = consumer.stats().snapshot();
-    if stats.failed + stats.store_unavailable + stats.in_flight > 0 {
-        eprintln!("  (requeues during the run: {stats:?})");
     }
 }
