@@ -39,6 +39,17 @@
 //!   never came, named by its [`ClaimId`].
 //! - **takeover**: a claim of a key whose lease ended; its owner is attempt `n + 1`.
 //! - **settle** (queue consumers only): ack, requeue or reject a delivery, by its verdict.
+//! - **abandoned**: an in-progress record whose lease ended (its owner crashed or hangs): a
+//!   **dangling** record until a claim takes it over or an operator releases it
+//!   ([`operations::Status::Abandoned`]).
+//! - **fence** (operations): the record as an operator listed it (its fencing token and last
+//!   write); an operator's release, complete or delete applies only while the record is still
+//!   that one ([`operations::Fence`]).
+//! - **audit**: the entry every operator action leaves: who, why, when, what, the record as it
+//!   was ([`operations::AuditLog`]).
+//! - **purge**: deleting expired records (completed past their TTL, abandoned past the grace)
+//!   in bounded batches; an **archive** is the copy a purge makes first (a table, or JSON
+//!   lines), opt-in since stored bodies may be personal data.
 //!
 //! ```
 //! use idempotency_core::{Decision, Fingerprint, Idempotency, IdempotencyKey, MemoryStore, Outcome, Scope};
@@ -72,6 +83,7 @@ pub mod function;
 mod in_flight;
 mod key;
 pub mod metrics;
+pub mod operations;
 mod record;
 mod scope;
 mod store;

@@ -29,6 +29,31 @@ pub enum Mechanism {
 }
 
 impl Mechanism {
+    /// Every mechanism.
+    pub const ALL: [Self; 4] = [
+        Self::Request,
+        Self::Function,
+        Self::Transaction,
+        Self::Message,
+    ];
+
+    /// `"request"`, `"function"`, `"transaction"` or `"message"`: its name on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Request => "request",
+            Self::Function => "function",
+            Self::Transaction => "transaction",
+            Self::Message => "message",
+        }
+    }
+
+    /// Parses [`Mechanism::as_str`]'s output.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|mechanism| mechanism.as_str() == text)
+    }
+
     /// The domain tag hashed in front of the key: short, so that a short namespace and a UUID
     /// key hash in one BLAKE3 block (64 bytes with their length bytes). `Request` keeps the
     /// tag records had before mechanisms were told apart.

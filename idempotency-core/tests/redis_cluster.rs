@@ -100,3 +100,21 @@ async fn cluster_has_three_masters() {
         .count();
     assert!(masters >= 3, "expected 3 masters with slots, got:\n{nodes}");
 }
+
+/// The operations suite on the cluster: its scans visit every master (on its own prefix, the
+/// suite's records land in slots of all three).
+#[tokio::test]
+async fn operations_on_every_master() {
+    let Some(connection) = (match connection().await {
+        Ok(connection) => Some(connection),
+        Err(error) => unavailable("Redis Cluster", error),
+    }) else {
+        return;
+    };
+    let prefix = format!(
+        "{}:",
+        idempotency_core::testing::unique_namespace("test:cluster:ops")
+    );
+    let store = RedisStore::new(connection).with_key_prefix(prefix);
+    idempotency_core::testing::operations_suite(store, 2, true).await;
+}

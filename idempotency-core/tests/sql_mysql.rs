@@ -161,3 +161,26 @@ async fn killed_connections_are_unavailable_then_recover() {
         Err(StoreError::Unavailable(_))
     ));
 }
+
+/// Every operation (list, count, fenced and audited release, complete, delete, reconcile,
+/// purge with JSON lines and with an archive table, the audit table) on a fresh table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_on_a_fresh_table() {
+    let Some((store, pool, coupons)) = fresh(4).await else {
+        return;
+    };
+    let mut tables = sql_support::operations::operations_on(store.clone(), pool.clone()).await;
+    tables.extend([store.table_name().to_owned(), coupons]);
+    sql_support::drop_tables(&pool, &tables).await;
+}
+
+/// A purge beside live claims deletes every expired record and no live one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn purge_beside_live_traffic() {
+    let Some((store, pool, coupons)) = fresh(6).await else {
+        return;
+    };
+    sql_support::operations::purge_beside_traffic(store.clone(), 1_000, 300).await;
+    let tables = [store.table_name().to_owned(), coupons];
+    sql_support::drop_tables(&pool, &tables).await;
+}

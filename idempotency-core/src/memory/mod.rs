@@ -2,6 +2,7 @@
 
 mod digest_hashing;
 mod micros;
+mod operations;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -161,6 +162,13 @@ impl<V> Shards<V> {
 
     fn lock(&self, key: &StorageKey) -> MutexGuard<'_, Shard<V>> {
         let index = shard_of(key);
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The shard of index `index` (< [`SHARDS`]), locked: operations scan shard by shard.
+    fn lock_index(&self, index: usize) -> MutexGuard<'_, Shard<V>> {
         self.shards[index]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -91,3 +91,12 @@ pub(super) const TOUCH: &str = concat!(
     "redis.call('SET', KEYS[1], string.sub(v, 1, 53) .. ARGV[2] .. string.sub(v, 78), 'PX', ARGV[3])\n\
      return 1\n"
 );
+
+/// `KEYS[1]` record. `ARGV`: token (8 bytes). Deletes the record, in any state, if its token
+/// is `ARGV[1]` (an operator's fenced delete). Returns 1, or 0 if absent or another token.
+pub(super) const DELETE: &str = "local v = redis.call('GET', KEYS[1])\n\
+     if not v or string.sub(v, 34, 41) ~= ARGV[1] then\n\
+       return 0\n\
+     end\n\
+     redis.call('DEL', KEYS[1])\n\
+     return 1\n";

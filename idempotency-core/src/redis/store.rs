@@ -32,6 +32,7 @@ struct Scripts {
     complete: Script,
     release: Script,
     touch: Script,
+    delete: Script,
 }
 
 /// A [`Store`] on Redis (7.0 or later) or Redis Cluster. Every step is one round trip, except
@@ -189,6 +190,7 @@ where
                 complete: Script::new(scripts::COMPLETE),
                 release: Script::new(scripts::RELEASE),
                 touch: Script::new(scripts::TOUCH),
+                delete: Script::new(scripts::DELETE),
             }),
             held: Arc::new(Held::new()),
             completed: Arc::new(crate::CompletedKeys::new()),
@@ -233,6 +235,37 @@ where
     /// The connection, to share it (for example with a [`super::RedisTokenStore`]).
     pub fn connection(&self) -> &C {
         &self.connection
+    }
+
+    /// The key prefix.
+    pub(super) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The bound on each call.
+    pub(super) fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// How long an in-progress record outlives its lease.
+    pub(super) fn grace(&self) -> Duration {
+        self.grace
+    }
+
+    /// Deletes the record of `key` if its token is `token` (an operator's fenced delete).
+    pub(super) async fn delete_op(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+    ) -> Result<bool, StoreError> {
+        let mut invocation = self.scripts.delete.prepare_invoke();
+        invocation
+            .key(self.record_key(key))
+            .arg(&codec::token_bytes(token)[..]);
+        self.held.forget(key);
+        self.completed.forget(key);
+        let deleted: i64 = self.invoke(&invocation).await?;
+        Ok(deleted == 1)
     }
 
     /// The Redis key of a record: `<prefix>{<key hex>}`.

@@ -10,6 +10,7 @@ use super::common::{RecordRow, RowsAffected, map_err, unix_micros};
 use super::schema::Steps;
 use super::store::SqlStore;
 use super::tx::{TxClaim, TxClaimRequest};
+use crate::operations::{Archive, AuditEntry};
 use crate::{Claim, ClaimId, ClaimRequest, FencingToken, Outcome, Record, StorageKey, StoreError};
 
 /// A database a [`SqlStore`] runs on: sqlx's `Postgres`, `MySql` and `Sqlite` (features
@@ -24,6 +25,9 @@ pub struct TableSql<Own> {
     pub(crate) steps: Steps,
     /// Deletes an owned in-progress record: key, token.
     pub(crate) release: String,
+    /// Deletes a record in any state if its token is the one given: key, token (an
+    /// operator's fenced delete).
+    pub(crate) delete: String,
     /// Deletes an in-progress record of one claimer: key, claim id.
     pub(crate) undo: String,
     /// A whole record ([`RecordRow`]): key.
@@ -50,6 +54,19 @@ pub(crate) mod sealed {
         /// The statement that begins a transaction fit for a transactional claim, if not the
         /// driver's own `BEGIN`.
         const BEGIN: Option<&'static str> = None;
+
+        /// How an identifier is quoted: before and after.
+        const QUOTE: (&'static str, &'static str) = ("\"", "\"");
+
+        /// What a purge's `SELECT` ends in to lock the rows it will delete.
+        const LOCK_ROWS: &'static str;
+
+        /// The database's time now, in the type of the record table's time columns (an
+        /// archive's `archived_at`).
+        const NOW: &'static str;
+
+        /// The column type of an audit table's generated primary key.
+        const SERIAL_KEY: &'static str;
 
         /// The statements of `table` (a validated identifier).
         fn statements(table: &str) -> TableSql<Self::Own>;
@@ -134,6 +151,71 @@ pub(crate) mod sealed {
             filter: &super::super::ListFilter,
             time: (&'static str, &'static str),
         ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send;
+
+        /// The records `select` selects under `filter` after the storage key `after`, in the
+        /// order of their storage keys: one page of an operations scan.
+        fn records_after(
+            pool: &Pool<Self>,
+            select: &str,
+            filter: &super::super::ListFilter,
+            after: Option<&StorageKey>,
+            time: (&'static str, &'static str),
+        ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send;
+
+        /// One purge batch in one transaction: the expired records after `batch.after`
+        /// selected and locked, copied to `archive`, deleted (if still expired); the records
+        /// and how many were deleted.
+        fn purge_batch(
+            pool: &Pool<Self>,
+            sql: PurgeSql<'_>,
+            batch: PurgeBatch<'_>,
+            archive: &mut Archive,
+        ) -> impl Future<Output = Result<(Vec<Record>, u64), StoreError>> + Send;
+
+        /// Runs one statement without parameters.
+        fn run(pool: &Pool<Self>, sql: &str)
+        -> impl Future<Output = Result<(), StoreError>> + Send;
+
+        /// Inserts one audit entry into `table` (quoted).
+        fn write_audit(
+            pool: &Pool<Self>,
+            table: &str,
+            entry: &AuditEntry,
+        ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    }
+
+    /// The statements of a purge batch, as the dialect writes them.
+    #[derive(Clone, Copy)]
+    pub struct PurgeSql<'a> {
+        /// The record table's `select_records`.
+        pub select: &'a str,
+        /// The record table (unquoted).
+        pub table: &'a str,
+        /// How identifiers are quoted.
+        pub quote: (&'static str, &'static str),
+        /// [`Steps::LOCK_ROWS`].
+        pub lock: &'static str,
+        /// [`Steps::NOW`].
+        pub now: &'static str,
+        /// [`Steps::LIST_TIME`].
+        pub time: (&'static str, &'static str),
+        /// [`Steps::BEGIN`].
+        pub begin: Option<&'static str>,
+    }
+
+    /// Which records one purge batch takes.
+    #[derive(Clone, Copy)]
+    pub struct PurgeBatch<'a> {
+        /// Only this namespace.
+        pub namespace: Option<&'a str>,
+        /// After this storage key (the previous batch's last).
+        pub after: Option<&'a StorageKey>,
+        /// At most this many.
+        pub limit: usize,
+        /// The purge's clock.
+        pub now: std::time::SystemTime,
+        /// The store's abandoned grace.
+        pub grace: Duration,
     }
 
     impl<DB> Shared for DB
@@ -145,6 +227,8 @@ pub(crate) mod sealed {
         for<'q> &'q str: Encode<'q, DB> + Type<DB>,
         String: for<'q> Encode<'q, DB> + Type<DB>,
         i64: for<'q> Encode<'q, DB> + Type<DB>,
+        Vec<u8>: for<'q> Encode<'q, DB> + Type<DB>,
+        Option<String>: for<'q> Encode<'q, DB> + Type<DB>,
         RecordRow: for<'r> FromRow<'r, DB::Row>,
         DB::QueryResult: RowsAffected,
     {
@@ -195,38 +279,11 @@ pub(crate) mod sealed {
             pool: &Pool<Self>,
             select: &str,
             filter: &super::super::ListFilter,
-            (before_time, after_time): (&'static str, &'static str),
+            time: (&'static str, &'static str),
         ) -> Result<Vec<Record>, StoreError> {
             let mut sql = String::from(select);
             let mut args = DB::Arguments::default();
-            if let Some(namespace) = &filter.namespace {
-                push_bind(
-                    &mut sql,
-                    &mut args,
-                    " AND namespace = ",
-                    namespace.clone(),
-                    "",
-                )?;
-            }
-            if let Some(state) = filter.state {
-                let state = state.as_str().to_owned();
-                push_bind(&mut sql, &mut args, " AND state = ", state, "")?;
-            }
-            for (condition, at) in [
-                (" AND updated_at >= ", filter.updated_from),
-                (" AND updated_at < ", filter.updated_before),
-            ] {
-                if let Some(at) = at {
-                    sql.push_str(condition);
-                    push_bind(
-                        &mut sql,
-                        &mut args,
-                        before_time,
-                        unix_micros(at),
-                        after_time,
-                    )?;
-                }
-            }
+            filtered::<DB>(&mut sql, &mut args, filter, time)?;
             push_bind(
                 &mut sql,
                 &mut args,
@@ -240,6 +297,228 @@ pub(crate) mod sealed {
                 .map_err(map_err)?;
             rows.into_iter().map(RecordRow::into_record).collect()
         }
+
+        async fn records_after(
+            pool: &Pool<Self>,
+            select: &str,
+            filter: &super::super::ListFilter,
+            after: Option<&StorageKey>,
+            time: (&'static str, &'static str),
+        ) -> Result<Vec<Record>, StoreError> {
+            let mut sql = String::from(select);
+            let mut args = DB::Arguments::default();
+            filtered::<DB>(&mut sql, &mut args, filter, time)?;
+            if let Some(after) = after {
+                push_bind(
+                    &mut sql,
+                    &mut args,
+                    " AND key_hash > ",
+                    after.0.to_vec(),
+                    "",
+                )?;
+            }
+            push_bind(
+                &mut sql,
+                &mut args,
+                " ORDER BY key_hash LIMIT ",
+                filter.limit_param(),
+                "",
+            )?;
+            let rows: Vec<RecordRow> = sqlx::query_as_with(&sql, args)
+                .fetch_all(pool)
+                .await
+                .map_err(map_err)?;
+            rows.into_iter().map(RecordRow::into_record).collect()
+        }
+
+        async fn purge_batch(
+            pool: &Pool<Self>,
+            sql: PurgeSql<'_>,
+            batch: PurgeBatch<'_>,
+            archive: &mut Archive,
+        ) -> Result<(Vec<Record>, u64), StoreError> {
+            let mut tx = match sql.begin {
+                Some(statement) => pool.begin_with(statement).await,
+                None => pool.begin().await,
+            }
+            .map_err(map_err)?;
+            // The expired records of the batch, locked until the delete commits.
+            let mut select = String::from(sql.select);
+            select.push_str(" AND");
+            let mut args = DB::Arguments::default();
+            expired::<DB>(&mut select, &mut args, &batch, sql.time)?;
+            if let Some(namespace) = batch.namespace {
+                push_bind(
+                    &mut select,
+                    &mut args,
+                    " AND namespace = ",
+                    namespace.to_owned(),
+                    "",
+                )?;
+            }
+            if let Some(after) = batch.after {
+                push_bind(
+                    &mut select,
+                    &mut args,
+                    " AND key_hash > ",
+                    after.0.to_vec(),
+                    "",
+                )?;
+            }
+            let limit = i64::try_from(batch.limit).unwrap_or(i64::MAX);
+            push_bind(
+                &mut select,
+                &mut args,
+                " ORDER BY key_hash LIMIT ",
+                limit,
+                "",
+            )?;
+            select.push_str(sql.lock);
+            let rows: Vec<RecordRow> = sqlx::query_as_with(&select, args)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            let records = rows
+                .into_iter()
+                .map(RecordRow::into_record)
+                .collect::<Result<Vec<_>, _>>()?;
+            if records.is_empty() {
+                tx.commit().await.map_err(map_err)?;
+                return Ok((records, 0));
+            }
+            let (open, close) = sql.quote;
+            let keys = |sql: &mut String, args: &mut DB::Arguments<'_>| {
+                sql.push_str(" key_hash IN (");
+                for (index, record) in records.iter().enumerate() {
+                    let comma = if index == 0 { "" } else { ", " };
+                    push_bind(sql, args, comma, record.key.0.to_vec(), "")?;
+                }
+                sql.push(')');
+                Ok::<(), StoreError>(())
+            };
+            match archive {
+                Archive::Table(archive) => {
+                    let mut copy = format!(
+                        "INSERT INTO {open}{archive}{close} SELECT r.*, {} FROM {open}{}{close} r WHERE",
+                        sql.now, sql.table
+                    );
+                    let mut args = DB::Arguments::default();
+                    keys(&mut copy, &mut args)?;
+                    sqlx::query_with(&copy, args)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(map_err)?;
+                }
+                lines => lines.write_lines(&records, batch.now)?,
+            }
+            let mut delete = format!("DELETE FROM {open}{}{close} WHERE", sql.table);
+            let mut args = DB::Arguments::default();
+            keys(&mut delete, &mut args)?;
+            delete.push_str(" AND");
+            expired::<DB>(&mut delete, &mut args, &batch, sql.time)?;
+            let deleted = sqlx::query_with(&delete, args)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?
+                .rows();
+            tx.commit().await.map_err(map_err)?;
+            Ok((records, deleted))
+        }
+
+        async fn run(pool: &Pool<Self>, sql: &str) -> Result<(), StoreError> {
+            sqlx::query(sql).execute(pool).await.map_err(map_err)?;
+            Ok(())
+        }
+
+        async fn write_audit(
+            pool: &Pool<Self>,
+            table: &str,
+            entry: &AuditEntry,
+        ) -> Result<(), StoreError> {
+            let mut sql = format!(
+                "INSERT INTO {table} (at_ms, actor, reason, action, namespace, key_hash, \
+                 applied, detail, record) VALUES ("
+            );
+            let mut args = DB::Arguments::default();
+            let at = i64::try_from(entry.at_ms).unwrap_or(i64::MAX);
+            push_bind(&mut sql, &mut args, "", at, ", ")?;
+            push_bind(&mut sql, &mut args, "", entry.actor.clone(), ", ")?;
+            push_bind(&mut sql, &mut args, "", entry.reason.clone(), ", ")?;
+            push_bind(
+                &mut sql,
+                &mut args,
+                "",
+                entry.action.as_str().to_owned(),
+                ", ",
+            )?;
+            push_bind(&mut sql, &mut args, "", entry.namespace.clone(), ", ")?;
+            push_bind(&mut sql, &mut args, "", entry.key_hash.clone(), ", ")?;
+            push_bind(&mut sql, &mut args, "", i64::from(entry.applied), ", ")?;
+            push_bind(&mut sql, &mut args, "", entry.detail.clone(), ", ")?;
+            push_bind(&mut sql, &mut args, "", entry.was_json(), ")")?;
+            sqlx::query_with(&sql, args)
+                .execute(pool)
+                .await
+                .map_err(map_err)?;
+            Ok(())
+        }
+    }
+
+    /// Appends the conditions of `filter` but its limit (namespace, state, `updated_at`).
+    fn filtered<DB: Database>(
+        sql: &mut String,
+        args: &mut DB::Arguments<'_>,
+        filter: &super::super::ListFilter,
+        (before_time, after_time): (&'static str, &'static str),
+    ) -> Result<(), StoreError>
+    where
+        String: for<'q> Encode<'q, DB> + Type<DB>,
+        i64: for<'q> Encode<'q, DB> + Type<DB>,
+    {
+        if let Some(namespace) = &filter.namespace {
+            push_bind(sql, args, " AND namespace = ", namespace.clone(), "")?;
+        }
+        if let Some(state) = filter.state {
+            let state = state.as_str().to_owned();
+            push_bind(sql, args, " AND state = ", state, "")?;
+        }
+        for (condition, at) in [
+            (" AND updated_at >= ", filter.updated_from),
+            (" AND updated_at < ", filter.updated_before),
+        ] {
+            if let Some(at) = at {
+                sql.push_str(condition);
+                push_bind(sql, args, before_time, unix_micros(at), after_time)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends ` (… expired …)`: completed past the TTL, or an abandoned lease past its end
+    /// plus the grace, by the batch's clock (the stores' own `purge_expired` condition).
+    fn expired<DB: Database>(
+        sql: &mut String,
+        args: &mut DB::Arguments<'_>,
+        batch: &PurgeBatch<'_>,
+        (before_time, after_time): (&'static str, &'static str),
+    ) -> Result<(), StoreError>
+    where
+        i64: for<'q> Encode<'q, DB> + Type<DB>,
+    {
+        let now = unix_micros(batch.now);
+        let grace = i64::try_from(batch.grace.as_micros()).unwrap_or(i64::MAX);
+        sql.push_str(" ((state = 'completed' AND expires_at <= ");
+        push_bind(sql, args, before_time, now, after_time)?;
+        sql.push_str(") OR expires_at <= ");
+        push_bind(
+            sql,
+            args,
+            before_time,
+            now.saturating_sub(grace),
+            after_time,
+        )?;
+        sql.push(')');
+        Ok(())
     }
 
     /// Appends `before`, a placeholder for `value` (bound in `args`) and `after` to `sql`.

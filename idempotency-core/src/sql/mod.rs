@@ -29,8 +29,10 @@
 //! (`statement_timestamp()`, `UTC_TIMESTAMP(6)`), so application servers with skewed clocks
 //! agree; SQLite is embedded and uses the host clock (microseconds), read once per statement.
 
+mod audit;
 mod common;
 mod dialect;
+mod operations;
 mod schema;
 mod store;
 mod transition;
@@ -43,6 +45,7 @@ mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub use audit::SqlAudit;
 pub use common::{ListFilter, validate_identifier};
 pub use dialect::Dialect;
 pub use schema::{SCHEMA_TABLE, SCHEMA_VERSION};

@@ -175,6 +175,7 @@ fn statements(table: &str) -> TableSql<Sql> {
                 "DELETE FROM {t} WHERE key_hash = ? AND claim_id = ? AND state = 'in_progress'"
             ),
             release: format!("DELETE FROM {t} WHERE {owned}"),
+            delete: format!("DELETE FROM {t} WHERE key_hash = ? AND token = ?"),
             get: format!("SELECT {record_columns} FROM {t} WHERE key_hash = ?"),
             select_records: format!("SELECT {record_columns} FROM {t} WHERE 1 = 1"),
         }
@@ -224,6 +225,11 @@ impl Steps for MySql {
 
     const LIST_TIME: (&'static str, &'static str) =
         ("TIMESTAMPADD(MICROSECOND, ", ", '1970-01-01 00:00:00')");
+
+    const QUOTE: (&'static str, &'static str) = ("`", "`");
+    const LOCK_ROWS: &'static str = " FOR UPDATE SKIP LOCKED";
+    const NOW: &'static str = NOW;
+    const SERIAL_KEY: &'static str = "BIGINT AUTO_INCREMENT PRIMARY KEY";
 
     fn statements(table: &str) -> TableSql<Sql> {
         statements(table)

@@ -239,6 +239,7 @@ fn statements(table: &str) -> TableSql<Sql> {
                 "DELETE FROM {t} WHERE key_hash = $1 AND claim_id = $2 AND state = 'in_progress'"
             ),
             release: format!("DELETE FROM {t} WHERE {owned}"),
+            delete: format!("DELETE FROM {t} WHERE key_hash = $1 AND token = $2"),
             get: format!("SELECT {} FROM {t} WHERE key_hash = $1", record_columns()),
             select_records: format!("SELECT {} FROM {t} WHERE TRUE", record_columns()),
         }
@@ -250,6 +251,10 @@ impl Steps for Postgres {
 
     const LIST_TIME: (&'static str, &'static str) =
         ("", " * interval '1 microsecond' + TIMESTAMPTZ 'epoch'");
+
+    const LOCK_ROWS: &'static str = " FOR UPDATE SKIP LOCKED";
+    const NOW: &'static str = NOW;
+    const SERIAL_KEY: &'static str = "BIGSERIAL PRIMARY KEY";
 
     fn statements(table: &str) -> TableSql<Sql> {
         statements(table)

@@ -138,6 +138,7 @@ fn statements(table: &str) -> TableSql<Sql> {
                 "DELETE FROM {t} WHERE key_hash = ?1 AND claim_id = ?2 AND state = 'in_progress'"
             ),
             release: format!("DELETE FROM {t} WHERE {owned}"),
+            delete: format!("DELETE FROM {t} WHERE key_hash = ?1 AND token = ?2"),
             get: format!("SELECT {record_columns} FROM {t} WHERE key_hash = ?1"),
             select_records: format!("SELECT {record_columns} FROM {t} WHERE 1 = 1"),
         }
@@ -152,6 +153,12 @@ impl Steps for Sqlite {
     type Own = Sql;
 
     const LIST_TIME: (&'static str, &'static str) = ("", "");
+
+    /// The write lock is the database's, taken by the purge's `BEGIN IMMEDIATE`.
+    const LOCK_ROWS: &'static str = "";
+    /// Unix microseconds, as the record table's time columns.
+    const NOW: &'static str = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
+    const SERIAL_KEY: &'static str = "INTEGER PRIMARY KEY AUTOINCREMENT";
 
     /// `BEGIN IMMEDIATE`, so the transaction holds the write lock from its start (waiting for
     /// it up to the busy timeout) and its claim is never refused.

@@ -17,8 +17,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod fault_proxy;
+mod operations;
 
 pub use fault_proxy::{FaultProxy, LinkFault};
+pub use operations::{
+    KeptAudit, SharedBuffer, claimed, completed, operations_suite, unique_namespace,
+};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,6 +9,8 @@
     dead_code
 )]
 
+pub mod operations;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,318 @@
+//! [`Admin`]: the operations over any store that brings [`Operations`].
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::{
+    Acted, Action, Actor, Archive, AuditEntry, AuditLog, Counts, Cursor, Fence, Operations, Page,
+    Query, RecordView, Refusal,
+};
+use crate::{Mechanism, Outcome, Record, RecordState, Scope, StorageKey, StoreError};
+
+/// Records examined per batch unless set otherwise ([`Admin::with_batch`]).
+pub const DEFAULT_BATCH: usize = 500;
+
+/// How far a long scan or purge has come, reported after each batch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Records examined so far.
+    pub examined: u64,
+    /// Records found (listed, counted or purged) so far.
+    pub done: u64,
+    /// Where the scan would resume; `None` once it is complete.
+    pub cursor: Option<Cursor>,
+}
+
+/// What a purge did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PurgeReport {
+    /// Records deleted (and archived).
+    pub purged: u64,
+    /// Records examined.
+    pub examined: u64,
+    /// Batches run.
+    pub batches: u64,
+}
+
+/// Operations on one store: list, count, inspect, reconcile, and the fenced, audited actions
+/// (release, complete, delete, purge). Cheap to clone.
+#[derive(Clone)]
+pub struct Admin {
+    store: Arc<dyn Operations>,
+    audit: Arc<dyn AuditLog>,
+    batch: usize,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin")
+            .field("batch", &self.batch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Admin {
+    /// Operations on `store`, its actions audited to `audit`.
+    pub fn new(store: impl Operations, audit: impl AuditLog) -> Self {
+        Self::from_shared(Arc::new(store), Arc::new(audit))
+    }
+
+    /// Operations on a store and an audit log chosen at run time.
+    pub fn from_shared(store: Arc<dyn Operations>, audit: Arc<dyn AuditLog>) -> Self {
+        Self {
+            store,
+            audit,
+            batch: DEFAULT_BATCH,
+        }
+    }
+
+    /// Examines at most about `batch` records per round trip (default [`DEFAULT_BATCH`]; at
+    /// least 1).
+    pub fn with_batch(mut self, batch: usize) -> Self {
+        self.batch = batch.max(1);
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &dyn Operations {
+        &*self.store
+    }
+
+    /// The storage key of a raw `key`, as a service with `scope` and `mechanism` derives it
+    /// (HTTP and gRPC layers: [`Mechanism::Request`], with the principal the layer extracts).
+    pub fn storage_key(scope: &Scope, mechanism: Mechanism, key: &str) -> StorageKey {
+        scope.storage_key_for(mechanism, key)
+    }
+
+    /// One batch of the records matching `query`, from `cursor`.
+    pub async fn scan(&self, query: &Query, cursor: &Cursor) -> Result<Page, StoreError> {
+        self.store.page(query, cursor, self.batch).await
+    }
+
+    /// The records matching `query`, at most `limit`, scanned in batches; `progress` is told
+    /// after each.
+    pub async fn list(
+        &self,
+        query: &Query,
+        limit: usize,
+        progress: &mut (dyn FnMut(&Progress) + Send),
+    ) -> Result<Vec<Record>, StoreError> {
+        let mut found = Vec::new();
+        let mut state = Progress::default();
+        let mut cursor = Cursor::start();
+        while found.len() < limit {
+            let page = self.scan(query, &cursor).await?;
+            state.examined += page.examined;
+            let room = limit - found.len();
+            found.extend(page.records.into_iter().take(room));
+            state.done = found.len() as u64;
+            state.cursor = page.next.clone();
+            progress(&state);
+            match page.next {
+                Some(next) => cursor = next,
+                None => break,
+            }
+        }
+        Ok(found)
+    }
+
+    /// Records matching `query` per status, and the age of the oldest abandoned one.
+    pub async fn count(
+        &self,
+        query: &Query,
+        progress: &mut (dyn FnMut(&Progress) + Send),
+    ) -> Result<Counts, StoreError> {
+        let mut counts = Counts::default();
+        let mut state = Progress::default();
+        let mut cursor = Cursor::start();
+        loop {
+            let page = self.scan(query, &cursor).await?;
+            let now = SystemTime::now();
+            counts.examined += page.examined;
+            for record in &page.records {
+                counts.add(record, now);
+            }
+            state.examined = counts.examined;
+            state.done = counts.total();
+            state.cursor = page.next.clone();
+            progress(&state);
+            match page.next {
+                Some(next) => cursor = next,
+                None => return Ok(counts),
+            }
+        }
+    }
+
+    /// The record of `key`, as it is.
+    pub async fn inspect(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        self.store.get_dyn(key).await
+    }
+
+    /// Each key's record (`None`: no record), in the order given: the reconciliation of a list
+    /// of keys (finance's trade numbers for a day, say).
+    pub async fn reconcile(&self, keys: &[StorageKey]) -> Result<Vec<Option<Record>>, StoreError> {
+        let mut records = Vec::with_capacity(keys.len());
+        for key in keys {
+            records.push(self.store.get_dyn(key).await?);
+        }
+        Ok(records)
+    }
+
+    /// Releases the in-progress record of `key` if it is still the one `fence` was taken of,
+    /// so that the next retry runs the work again; audited.
+    pub async fn release(
+        &self,
+        key: &StorageKey,
+        fence: Fence,
+        actor: &Actor,
+    ) -> Result<Acted, StoreError> {
+        self.act(key, fence, actor, Action::Release, async |store| {
+            store.release_dyn(key, fence.token).await.map(|()| true)
+        })
+        .await
+    }
+
+    /// Completes the in-progress record of `key` by hand with `outcome`, kept for `ttl`, if
+    /// it is still the one `fence` was taken of (manual reconciliation: the work was done,
+    /// duplicates get `outcome`); audited. The body is the front end's encoding (an HTTP
+    /// layer replays a `StoredResponse` of `idempotency-tower`).
+    pub async fn complete(
+        &self,
+        key: &StorageKey,
+        fence: Fence,
+        outcome: &Outcome,
+        ttl: Duration,
+        actor: &Actor,
+    ) -> Result<Acted, StoreError> {
+        self.act(key, fence, actor, Action::Complete, async |store| {
+            store
+                .complete_dyn(key, fence.token, outcome, ttl)
+                .await
+                .map(|()| true)
+        })
+        .await
+    }
+
+    /// Deletes the record of `key`, in any state, if it is still the one `fence` was taken of
+    /// (a completed record deleted lets the key run again); audited.
+    pub async fn delete(
+        &self,
+        key: &StorageKey,
+        fence: Fence,
+        actor: &Actor,
+    ) -> Result<Acted, StoreError> {
+        self.act(key, fence, actor, Action::Delete, async |store| {
+            store.delete_fenced(key, fence.token).await
+        })
+        .await
+    }
+
+    /// A fenced action: the record is read, compared with the fence, then changed by a step
+    /// the store itself fences by the token (so an owner that took the key over between the
+    /// read and the step is never touched); the entry is audited either way.
+    async fn act(
+        &self,
+        key: &StorageKey,
+        fence: Fence,
+        actor: &Actor,
+        action: Action,
+        step: impl AsyncFnOnce(&dyn Operations) -> Result<bool, StoreError>,
+    ) -> Result<Acted, StoreError> {
+        let current = self.store.get_dyn(key).await?;
+        let needs_in_progress = action != Action::Delete;
+        let refusal = match &current {
+            None => Some(Refusal::Absent),
+            Some(record) if !fence.holds(record) => Some(Refusal::MovedOn),
+            Some(record) if needs_in_progress && record.state != RecordState::InProgress => {
+                Some(Refusal::NotInProgress)
+            }
+            Some(_) => None,
+        };
+        let acted = match refusal {
+            Some(refusal) => Acted::Refused {
+                refusal,
+                current: current.clone().map(Box::new),
+            },
+            None => match step(&*self.store).await {
+                Ok(true) => Acted::Applied,
+                Ok(false) | Err(StoreError::LeaseLost) => Acted::Refused {
+                    refusal: Refusal::MovedOn,
+                    current: self.store.get_dyn(key).await?.map(Box::new),
+                },
+                Err(error) => return Err(error),
+            },
+        };
+        let now = SystemTime::now();
+        let detail = match &acted {
+            Acted::Applied => "applied",
+            Acted::Refused { refusal, .. } => refusal.as_str(),
+        };
+        let was = current.as_ref().map(|record| RecordView::of(record, now));
+        let entry = AuditEntry::new(actor, action, acted.applied(), detail).on(key, was);
+        self.audited(&entry).await?;
+        Ok(acted)
+    }
+
+    /// Writes `entry`; a failure says whether the action applied.
+    async fn audited(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        self.audit.write(entry).await.map_err(|error| {
+            StoreError::Backend(format!(
+                "{} {} but its audit entry could not be written: {error}",
+                entry.action.as_str(),
+                if entry.applied { "applied" } else { "refused" },
+            ))
+        })
+    }
+
+    /// Purges expired records ([`purgeable`](super::purgeable)), of `namespace` if given, in
+    /// batches from `from` (a cursor a stopped purge reported, or the start), copying each
+    /// to `archive` first; audited once for the run. Live records are never touched: each
+    /// delete is fenced (the expiry condition on SQL, the token elsewhere).
+    pub async fn purge(
+        &self,
+        namespace: Option<&str>,
+        archive: &mut Archive,
+        from: Cursor,
+        actor: &Actor,
+        progress: &mut (dyn FnMut(&Progress) + Send),
+    ) -> Result<PurgeReport, StoreError> {
+        let mut report = PurgeReport::default();
+        let mut cursor = from;
+        let result = loop {
+            let batch = self
+                .store
+                .purge_page(namespace, &cursor, self.batch, archive)
+                .await;
+            let batch = match batch {
+                Ok(batch) => batch,
+                Err(error) => break Err(error),
+            };
+            report.batches += 1;
+            report.purged += batch.purged;
+            report.examined += batch.examined;
+            progress(&Progress {
+                examined: report.examined,
+                done: report.purged,
+                cursor: batch.next.clone(),
+            });
+            match batch.next {
+                Some(next) => cursor = next,
+                None => break Ok(()),
+            }
+        };
+        let detail = match &result {
+            Ok(()) => format!(
+                "purged {} of {} examined in {} batches ({archive:?})",
+                report.purged, report.examined, report.batches
+            ),
+            Err(error) => format!(
+                "stopped after {} purged at cursor {cursor:?}: {error}",
+                report.purged
+            ),
+        };
+        let entry = AuditEntry::new(actor, Action::Purge, report.purged > 0, detail)
+            .in_namespace(namespace);
+        self.audited(&entry).await?;
+        result.map(|()| report)
+    }
+}

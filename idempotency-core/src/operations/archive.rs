@@ -1,0 +1,116 @@
+//! Purge with archive: where purged records go, and the purge of stores without a bulk path.
+
+use std::io::Write;
+use std::time::{Duration, SystemTime};
+
+use super::{Cursor, Operations, Query, RecordView};
+use crate::{Record, RecordState, StoreError};
+
+/// Where a purge copies each record before deleting it. Archives hold stored bodies, which may
+/// be personal data: an archive is opt-in ([`Archive::None`] deletes without a copy, as the
+/// sweeper does), and its retention is the operator's to decide.
+pub enum Archive {
+    /// No copy.
+    None,
+    /// One JSON object per line ([`RecordView`] with body and fingerprint), written and
+    /// flushed before the batch is deleted: a purge stopped between the two writes the batch
+    /// again when resumed (at least once).
+    JsonLines(Box<dyn Write + Send>),
+    /// A table in the same database (SQL stores only), created on first use with the record
+    /// table's columns and `archived_at`; the copy and the delete of a batch commit together.
+    Table(String),
+}
+
+impl std::fmt::Debug for Archive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("Archive::None"),
+            Self::JsonLines(_) => f.write_str("Archive::JsonLines"),
+            Self::Table(table) => write!(f, "Archive::Table({table})"),
+        }
+    }
+}
+
+impl Archive {
+    /// Writes `records` as JSON lines (nothing for the other archives) and flushes them.
+    pub(crate) fn write_lines(
+        &mut self,
+        records: &[Record],
+        now: SystemTime,
+    ) -> Result<(), StoreError> {
+        let Self::JsonLines(out) = self else {
+            return Ok(());
+        };
+        let io = |error: std::io::Error| StoreError::Backend(format!("archive: {error}"));
+        for record in records {
+            let view = RecordView::of(record, now).with_body(record);
+            let line = serde_json::to_string(&view)
+                .map_err(|error| StoreError::Codec(error.to_string()))?;
+            out.write_all(line.as_bytes()).map_err(io)?;
+            out.write_all(b"\n").map_err(io)?;
+        }
+        out.flush().map_err(io)
+    }
+}
+
+/// One purged batch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Purged {
+    /// Records deleted (and archived).
+    pub purged: u64,
+    /// Records examined.
+    pub examined: u64,
+    /// Where the next batch starts; `None` at the end.
+    pub next: Option<Cursor>,
+}
+
+/// Whether `record` is expired at `now` (what a purge deletes, as the stores' own
+/// `purge_expired`): completed past its TTL, or in progress with its lease ended more than
+/// `grace` ago.
+pub fn purgeable(record: &Record, now: SystemTime, grace: Duration) -> bool {
+    match record.state {
+        RecordState::Completed => record.expires_at <= now,
+        RecordState::InProgress => record.expires_at + grace <= now,
+    }
+}
+
+/// The purge of one batch by a scan and a fenced delete of each expired record (memory,
+/// Redis): a record renewed or taken over since the scan read it keeps its new token and
+/// stays.
+pub(crate) async fn purge_by_scan<O: Operations + ?Sized>(
+    store: &O,
+    namespace: Option<&str>,
+    cursor: &Cursor,
+    batch: usize,
+    archive: &mut Archive,
+) -> Result<Purged, StoreError> {
+    if let Archive::Table(_) = archive {
+        return Err(StoreError::Config(
+            "an archive table needs a SQL store; archive to JSON lines instead".to_owned(),
+        ));
+    }
+    let query = Query {
+        namespace: namespace.map(str::to_owned),
+        ..Query::default()
+    };
+    let page = store.page(&query, cursor, batch).await?;
+    let now = SystemTime::now();
+    let grace = store.abandoned_grace();
+    let expired: Vec<Record> = page
+        .records
+        .into_iter()
+        .filter(|record| purgeable(record, now, grace))
+        .collect();
+    archive.write_lines(&expired, now)?;
+    let mut purged = 0;
+    for record in &expired {
+        if store.delete_fenced(&record.key, record.token).await? {
+            purged += 1;
+        }
+    }
+    Ok(Purged {
+        purged,
+        examined: page.examined,
+        next: page.next,
+    })
+}

@@ -1,0 +1,137 @@
+//! Operations on records: find and resolve dangling records, reconcile, purge with archive.
+//!
+//! A crash between a claim and its completion leaves an **abandoned** record: in progress,
+//! its lease ended ([`Status::Abandoned`]). The next claim of its key takes it over, but until
+//! a retry comes every duplicate waits on it, and finance may ask whether it was processed.
+//! This module lets an operator see such records and decide about them, on every store:
+//!
+//! - [`Operations`]: what a store brings, implemented by the memory store, `RedisStore` (one
+//!   node: `SCAN`; Cluster: `SCAN` on every master in turn) and the SQL stores (pages by
+//!   storage key): a scan in bounded batches, a delete fenced by the fencing token, and a
+//!   purge of one batch with its [`Archive`].
+//! - [`Admin`]: the operations themselves over any such store: list and count by [`Query`]
+//!   (namespace, [`Status`], last update, attempts), inspect one record, reconcile a list of
+//!   keys, and the operator's actions, each **fenced** ([`Fence`]: applied only to the record
+//!   as it was listed, refused when it moved on) and **audited** ([`AuditLog`]: who, why,
+//!   when, the record as it was): release, complete by hand, delete, purge.
+//!
+//! Records are shown as [`RecordView`]s: storage keys (digests), never raw keys, and a stored
+//! body only when one record is asked for by its key. A raw key becomes a storage key exactly
+//! as the service derived it: by its [`Scope`](crate::Scope) (namespace, principal) and
+//! [`Mechanism`](crate::Mechanism) ([`Admin::storage_key`]).
+//!
+//! ```
+//! use idempotency_core::operations::{Actor, Admin, Fence, Query, TracingAudit};
+//! use idempotency_core::{Fingerprint, Idempotency, IdempotencyKey, MemoryStore, Mechanism, Scope};
+//! use std::sync::Arc;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idempotency_core::Error> {
+//! let store = Arc::new(MemoryStore::new());
+//! let admin = Admin::new(Arc::clone(&store), TracingAudit);
+//! let key = Admin::storage_key(&Scope::new("payments.callback"), Mechanism::Request, "T1");
+//! // ... a record of "T1" dangles after a crash ...
+//! # let engine = Idempotency::new(Arc::clone(&store));
+//! # let scope = Scope::new("payments.callback");
+//! # let _claimed = engine.begin(&scope, &IdempotencyKey::parse("T1")?, &Fingerprint::of_bytes(b"x")).await?;
+//! let stuck = admin.list(&Query::stuck(Some(std::time::Duration::ZERO)), 100, &mut |_| {}).await?;
+//! for record in &stuck {
+//!     let acted = admin.release(&record.key, Fence::of(record), &Actor::new("ops", "INC-42")).await?;
+//!     assert!(acted.applied());
+//! }
+//! assert!(admin.inspect(&key).await?.is_none());
+//! # Ok(()) }
+//! ```
+
+mod admin;
+mod archive;
+mod audit;
+mod cursor;
+mod fence;
+mod query;
+mod status;
+mod view;
+
+pub use admin::{Admin, DEFAULT_BATCH, Progress, PurgeReport};
+pub use archive::{Archive, Purged, purgeable};
+pub use audit::{AUDIT_TARGET, Action, Actor, AuditEntry, AuditLog, TracingAudit};
+pub use cursor::{Cursor, Page};
+pub use fence::{Acted, Fence, Refusal};
+pub use query::Query;
+pub use status::Status;
+pub use view::{Counts, RecordView};
+
+pub(crate) use archive::purge_by_scan;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{BoxFuture, DynStore, FencingToken, StorageKey, StoreError};
+
+/// What a store brings to operations, beyond [`Store`](crate::Store) (whose `get`, `release`
+/// and `complete` the fenced actions use): object-safe, so a store chosen at run time (the
+/// command line's `--store URL`) is one `Arc<dyn Operations>`.
+pub trait Operations: DynStore {
+    /// One bounded batch of a scan from `cursor`: the records among at most about `batch`
+    /// examined that match `query`. Stores filter what they can before reading records (SQL:
+    /// namespace, state, times; Redis keys carry no namespace, so every record is read).
+    fn page<'a>(
+        &'a self,
+        query: &'a Query,
+        cursor: &'a Cursor,
+        batch: usize,
+    ) -> BoxFuture<'a, Result<Page, StoreError>>;
+
+    /// Deletes the record of `key` if its fencing token is still `token`, in any state;
+    /// whether it did.
+    fn delete_fenced<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        token: FencingToken,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// How long after its lease ended an abandoned record is kept ([`purgeable`]).
+    fn abandoned_grace(&self) -> Duration;
+
+    /// Purges one batch of expired records ([`purgeable`]) from `cursor`, copying them to
+    /// `archive` first.
+    fn purge_page<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        cursor: &'a Cursor,
+        batch: usize,
+        archive: &'a mut Archive,
+    ) -> BoxFuture<'a, Result<Purged, StoreError>>;
+}
+
+impl<O: Operations + crate::Store> Operations for Arc<O> {
+    fn page<'a>(
+        &'a self,
+        query: &'a Query,
+        cursor: &'a Cursor,
+        batch: usize,
+    ) -> BoxFuture<'a, Result<Page, StoreError>> {
+        (**self).page(query, cursor, batch)
+    }
+
+    fn delete_fenced<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        token: FencingToken,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        (**self).delete_fenced(key, token)
+    }
+
+    fn abandoned_grace(&self) -> Duration {
+        (**self).abandoned_grace()
+    }
+
+    fn purge_page<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        cursor: &'a Cursor,
+        batch: usize,
+        archive: &'a mut Archive,
+    ) -> BoxFuture<'a, Result<Purged, StoreError>> {
+        (**self).purge_page(namespace, cursor, batch, archive)
+    }
+}

@@ -1,0 +1,157 @@
+//! [`Operations`] on the SQL stores: pages in storage-key order, filtered by the database
+//! (namespace, state, `updated_at`), and purges that copy and delete a batch in one
+//! transaction.
+
+use std::time::{Duration, SystemTime};
+
+use super::ListFilter;
+use super::common::{token_param, validate_identifier};
+use super::dialect::Dialect;
+use super::dialect::sealed::{PurgeBatch, PurgeSql};
+use super::store::SqlStore;
+use crate::operations::{Archive, Cursor, Operations, Page, Purged, Query};
+use crate::{BoxFuture, FencingToken, Record, StorageKey, StoreError};
+
+/// The storage key a SQL cursor names (the last key of the previous page).
+fn after(cursor: &Cursor) -> Result<Option<StorageKey>, StoreError> {
+    if cursor.is_start() {
+        return Ok(None);
+    }
+    StorageKey::from_hex(cursor.as_str())
+        .map(Some)
+        .ok_or_else(|| StoreError::Config(format!("not a SQL store cursor: {cursor}")))
+}
+
+/// The cursor after a full page (`None` after a short one: the scan is done).
+fn next(records: &[Record], batch: usize) -> Option<Cursor> {
+    let last = records.last()?;
+    (records.len() >= batch).then(|| Cursor::from_text(last.key.to_hex()))
+}
+
+impl<D: Dialect> SqlStore<D> {
+    async fn page_op(
+        &self,
+        query: &Query,
+        cursor: &Cursor,
+        batch: usize,
+    ) -> Result<Page, StoreError> {
+        let filter = ListFilter {
+            namespace: query.namespace.clone(),
+            state: query.stored_state(),
+            updated_from: query.updated_from,
+            updated_before: query.updated_before,
+            limit: batch,
+        };
+        let after = after(cursor)?;
+        let records = D::records_after(
+            &self.pool,
+            &self.sql.select_records,
+            &filter,
+            after.as_ref(),
+            D::LIST_TIME,
+        )
+        .await?;
+        let next = next(&records, batch);
+        let examined = records.len() as u64;
+        let now = SystemTime::now();
+        Ok(Page {
+            records: records
+                .into_iter()
+                .filter(|record| query.matches(record, now))
+                .collect(),
+            examined,
+            next,
+        })
+    }
+
+    async fn delete_op(&self, key: &StorageKey, token: FencingToken) -> Result<bool, StoreError> {
+        let Ok(token) = token_param(token) else {
+            return Ok(false);
+        };
+        let mut conn = self.pool.acquire().await.map_err(super::map_err)?;
+        Ok(D::fenced(&mut conn, &self.sql.delete, key, token).await? > 0)
+    }
+
+    async fn purge_op(
+        &self,
+        namespace: Option<&str>,
+        cursor: &Cursor,
+        batch: usize,
+        archive: &mut Archive,
+    ) -> Result<Purged, StoreError> {
+        let (open, close) = D::QUOTE;
+        let table = self.table_name();
+        if let Archive::Table(name) = archive {
+            validate_identifier(name)?;
+            if cursor.is_start() {
+                let create = format!(
+                    "CREATE TABLE IF NOT EXISTS {open}{name}{close} AS SELECT r.*, {} AS \
+                     archived_at FROM {open}{table}{close} r WHERE 1 = 0",
+                    D::NOW
+                );
+                D::run(&self.pool, &create).await?;
+            }
+        }
+        let after = after(cursor)?;
+        let sql = PurgeSql {
+            select: &self.sql.select_records,
+            table,
+            quote: D::QUOTE,
+            lock: D::LOCK_ROWS,
+            now: D::NOW,
+            time: D::LIST_TIME,
+            begin: D::BEGIN,
+        };
+        let batch_of = PurgeBatch {
+            namespace,
+            after: after.as_ref(),
+            limit: batch,
+            now: SystemTime::now(),
+            grace: self.settings.abandoned_grace,
+        };
+        let (records, purged) = D::purge_batch(&self.pool, sql, batch_of, archive).await?;
+        Ok(Purged {
+            purged,
+            examined: records.len() as u64,
+            next: next(&records, batch),
+        })
+    }
+}
+
+/// Pages of at most `batch` rows in storage-key order (the primary key), so a scan resumes
+/// after the last key it saw; a purge batch selects its expired rows (`FOR UPDATE SKIP
+/// LOCKED` on PostgreSQL and MySQL, SQLite's write lock), copies them to the archive and
+/// deletes those still expired, in one transaction: live traffic's rows are skipped, never
+/// deleted. Times are compared with this process's clock.
+impl<D: Dialect> Operations for SqlStore<D> {
+    fn page<'a>(
+        &'a self,
+        query: &'a Query,
+        cursor: &'a Cursor,
+        batch: usize,
+    ) -> BoxFuture<'a, Result<Page, StoreError>> {
+        Box::pin(self.page_op(query, cursor, batch))
+    }
+
+    fn delete_fenced<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        token: FencingToken,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(self.delete_op(key, token))
+    }
+
+    fn abandoned_grace(&self) -> Duration {
+        self.settings.abandoned_grace
+    }
+
+    fn purge_page<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        cursor: &'a Cursor,
+        batch: usize,
+        archive: &'a mut Archive,
+    ) -> BoxFuture<'a, Result<Purged, StoreError>> {
+        Box::pin(self.purge_op(namespace, cursor, batch, archive))
+    }
+}

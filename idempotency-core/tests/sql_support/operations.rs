@@ -1,0 +1,166 @@
+//! Operations on a SQL store: the shared suite, then what only SQL has (an archive table, an
+//! audit table), and a purge while live traffic claims.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idempotency_core::operations::{
+    Acted, Actor, Admin, Archive, Cursor, Fence, Operations, Query, TracingAudit,
+};
+use idempotency_core::sql::{SqlAudit, SqlStore};
+use idempotency_core::testing::{claimed, completed, operations_suite, unique_namespace};
+use idempotency_core::{Outcome, Scope, Store};
+use sqlx::Pool;
+
+use super::{Dialect, unique_table};
+
+/// Every operation on `store` (on a fresh table, migrated), its audit table and archive table.
+pub async fn operations_on<DB>(store: SqlStore<DB>, pool: Pool<DB>) -> Vec<String>
+where
+    DB: Dialect + idempotency_core::sql::Dialect,
+    SqlStore<DB>: Operations,
+{
+    operations_suite(store.clone(), 3, false).await;
+
+    // The archive table: expired records copied and deleted in one transaction per batch; a
+    // second purge finds nothing more (restartable, nothing archived twice).
+    let scope = Scope::new(unique_namespace("archive"));
+    let namespace = scope.namespace().to_owned();
+    for raw in ["X1", "X2", "X3", "X4", "X5"] {
+        completed(
+            &store,
+            &scope,
+            raw,
+            &Outcome::new(200, raw),
+            Duration::from_millis(10),
+        )
+        .await;
+    }
+    let live = claimed(&store, &scope, "live", Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let archive_table = unique_table("idem_archive");
+    let audit_table = unique_table("idem_audit");
+    let audit = SqlAudit::new(pool.clone(), &audit_table).unwrap();
+    audit.migrate().await.unwrap();
+    let admin = Admin::new(store.clone(), audit.clone()).with_batch(2);
+    let ops = Actor::new("ops@example", "archive drill");
+    let mut archive = Archive::Table(archive_table.clone());
+    let mut batches = 0;
+    let report = admin
+        .purge(
+            Some(&namespace),
+            &mut archive,
+            Cursor::start(),
+            &ops,
+            &mut |_| batches += 1,
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.purged, 5, "{report:?}");
+    assert!(batches >= 3, "batches of 2: {batches}");
+    let archived = format!("SELECT COUNT(*) FROM {archive_table} WHERE namespace = '{namespace}'");
+    assert_eq!(DB::scalar(&pool, &archived).await, 5);
+    let again = admin
+        .purge(
+            Some(&namespace),
+            &mut archive,
+            Cursor::start(),
+            &ops,
+            &mut |_| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.purged, 0);
+    assert_eq!(
+        DB::scalar(&pool, &archived).await,
+        5,
+        "nothing archived twice"
+    );
+    assert!(
+        store.get(&live).await.unwrap().is_some(),
+        "the live record stays"
+    );
+
+    // The audit table: one row per action, the record as it was, never a raw key.
+    let record = store.get(&live).await.unwrap().unwrap();
+    assert_eq!(
+        admin
+            .release(&live, Fence::of(&record), &ops)
+            .await
+            .unwrap(),
+        Acted::Applied
+    );
+    let rows = format!(
+        "SELECT COUNT(*) FROM {audit_table} WHERE action = 'release' AND applied = 1 \
+         AND key_hash = '{}' AND actor = 'ops@example' AND record LIKE '%in_progress%'",
+        live.to_hex()
+    );
+    assert_eq!(DB::scalar(&pool, &rows).await, 1);
+    let purges = format!("SELECT COUNT(*) FROM {audit_table} WHERE action = 'purge'");
+    assert_eq!(DB::scalar(&pool, &purges).await, 2);
+    vec![archive_table, audit_table]
+}
+
+/// A purge of `expired` records while `live` fresh keys are claimed concurrently: every live
+/// record is still there afterwards, every expired one is gone.
+pub async fn purge_beside_traffic<DB>(store: SqlStore<DB>, expired: usize, live: usize)
+where
+    DB: idempotency_core::sql::Dialect,
+    SqlStore<DB>: Operations,
+{
+    let scope = Scope::new(unique_namespace("traffic"));
+    let mut old = Vec::new();
+    for index in 0..expired {
+        let raw = format!("old-{index}");
+        old.push(
+            completed(
+                &store,
+                &scope,
+                &raw,
+                &Outcome::new(200, "x"),
+                Duration::from_millis(1),
+            )
+            .await,
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let store = Arc::new(store);
+    let traffic = {
+        let store = Arc::clone(&store);
+        let scope = scope.clone();
+        tokio::spawn(async move {
+            let mut keys = Vec::new();
+            for index in 0..live {
+                let raw = format!("new-{index}");
+                keys.push(claimed(&*store, &scope, &raw, Duration::from_secs(60)).await);
+            }
+            keys
+        })
+    };
+    let admin = Admin::new(Arc::clone(&store), TracingAudit).with_batch(100);
+    let report = admin
+        .purge(
+            Some(scope.namespace()),
+            &mut Archive::None,
+            Cursor::start(),
+            &Actor::new("test", "purge beside traffic"),
+            &mut |_| {},
+        )
+        .await
+        .unwrap();
+    let fresh = traffic.await.unwrap();
+    assert_eq!(report.purged, expired as u64, "{report:?}");
+    let counts = admin
+        .count(&Query::all().namespace(scope.namespace()), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        counts.in_progress, live as u64,
+        "no live record was purged: {counts:?}"
+    );
+    assert_eq!(counts.completed, 0, "{counts:?}");
+    for key in fresh.iter().take(20).chain(old.iter().take(20)) {
+        let found = store.get(key).await.unwrap();
+        assert_eq!(found.is_some(), fresh.contains(key));
+    }
+}
