@@ -1,0 +1,205 @@
+//! The command line: global options and one subcommand per operation.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration::parse_duration;
+
+/// Find and resolve dangling idempotency records, reconcile, purge with archive.
+///
+/// Exit codes: 0 done, 2 usage (or a destructive action not confirmed), 3 refused by the
+/// fence (the record moved on, is absent, or is not in progress), 4 store unreachable, 1 any
+/// other failure.
+#[derive(Debug, Parser)]
+#[command(name = "idempotency", version)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Args)]
+pub(crate) struct Global {
+    /// The store: redis://host:6379, a Redis Cluster as a comma-separated node list
+    /// (redis://a:7001,redis://b:7002), postgres://…, mysql://…, sqlite://path. Read from
+    /// IDEMPOTENCY_STORE_URL if not given, so that passwords stay out of argv.
+    #[arg(
+        long,
+        env = "IDEMPOTENCY_STORE_URL",
+        hide_env_values = true,
+        global = true
+    )]
+    pub(crate) store: Option<String>,
+    /// The record table (SQL stores).
+    #[arg(long, default_value = "idempotency_records", global = true)]
+    pub(crate) table: String,
+    /// The key prefix (Redis).
+    #[arg(long, default_value = "idempotency:", global = true)]
+    pub(crate) prefix: String,
+    /// The namespace (an endpoint, a consumer: `payments.callback`).
+    #[arg(long, global = true)]
+    pub(crate) namespace: Option<String>,
+    /// One JSON object per line, for scripts; a table for people otherwise.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    /// Records examined per round trip.
+    #[arg(long, default_value_t = 500, global = true)]
+    pub(crate) batch: usize,
+}
+
+/// How a raw key becomes the storage key the service derived: its scope (namespace, principal)
+/// and mechanism.
+#[derive(Debug, Args)]
+pub(crate) struct KeyArgs {
+    /// The raw key, as the client sent it (an Idempotency-Key, a trade number).
+    #[arg(long, required_unless_present = "key_hash")]
+    pub(crate) key: Option<String>,
+    /// The storage key (64 hex characters, as listed), instead of the raw key.
+    #[arg(long, conflicts_with = "key")]
+    pub(crate) key_hash: Option<String>,
+    /// The principal (tenant, user) the service scoped the key with, if it extracts one.
+    #[arg(long)]
+    pub(crate) principal: Option<String>,
+    /// Which front end wrote the record: request (HTTP and gRPC layers, direct engine calls),
+    /// function (#[idempotent], Call), transaction (claims by hand in a transaction), message.
+    #[arg(long, default_value = "request")]
+    pub(crate) mechanism: String,
+}
+
+/// Who acts and why, for the audit; and the confirmation.
+#[derive(Debug, Args)]
+pub(crate) struct ActionArgs {
+    /// Who acts (default: $USER).
+    #[arg(long)]
+    pub(crate) actor: Option<String>,
+    /// Why (a ticket, an incident).
+    #[arg(long, default_value = "")]
+    pub(crate) reason: String,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub(crate) yes: bool,
+    /// The SQL audit table (created if missing); Redis audits to the log stream (stderr).
+    #[arg(long, default_value = "idempotency_audit")]
+    pub(crate) audit_table: String,
+}
+
+/// The fence of an action: the record as listed (its token, and when it was last written).
+/// Without them, the record as read just before acting.
+#[derive(Debug, Args)]
+pub(crate) struct FenceArgs {
+    /// The fencing token the record was listed with.
+    #[arg(long)]
+    pub(crate) token: Option<u64>,
+    /// When the record had been last written, as listed (updated_at_ms).
+    #[arg(long, requires = "token")]
+    pub(crate) updated_at_ms: Option<u64>,
+}
+
+/// The operations.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Records in progress whose lease ended (abandoned), or, with --older-than, in progress
+    /// and last written longer ago than that.
+    Stuck {
+        /// Also in-progress records last written longer ago than this (0s: every one).
+        #[arg(long, value_parser = parse_duration)]
+        older_than: Option<Duration>,
+        /// At most this many records.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
+    /// One record, by its namespace (and principal) and raw key.
+    Inspect {
+        #[command(flatten)]
+        key: KeyArgs,
+        /// Also show the stored body (it may hold personal data) and fingerprint.
+        #[arg(long)]
+        body: bool,
+    },
+    /// Releases a stuck key, so that the next retry runs the work.
+    Release {
+        #[command(flatten)]
+        key: KeyArgs,
+        #[command(flatten)]
+        fence: FenceArgs,
+        #[command(flatten)]
+        action: ActionArgs,
+    },
+    /// Completes an in-progress key by hand: duplicates then get this outcome.
+    Complete {
+        #[command(flatten)]
+        key: KeyArgs,
+        #[command(flatten)]
+        fence: FenceArgs,
+        #[command(flatten)]
+        action: ActionArgs,
+        /// The outcome's status (HTTP status; 0 for functions).
+        #[arg(long)]
+        status: u16,
+        /// The outcome's body.
+        #[arg(long, default_value = "")]
+        body: String,
+        /// How the body is stored: http (a response the HTTP layer replays, JSON if it
+        /// parses) or raw (the bytes as given: functions, consumers).
+        #[arg(long, default_value = "http")]
+        encoding: String,
+        /// How long the outcome is kept.
+        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        ttl: Duration,
+    },
+    /// Deletes one record, in any state: a completed key then runs again.
+    Delete {
+        #[command(flatten)]
+        key: KeyArgs,
+        #[command(flatten)]
+        fence: FenceArgs,
+        #[command(flatten)]
+        action: ActionArgs,
+    },
+    /// Deletes expired records (completed past their TTL, abandoned past the grace) in
+    /// batches, copying them first to an archive if asked (bodies may be personal data).
+    Purge {
+        #[command(flatten)]
+        action: ActionArgs,
+        /// Copy each purged record to this table in the same database (SQL).
+        #[arg(long, conflicts_with = "archive_file")]
+        archive_table: Option<String>,
+        /// Append each purged record to this file, one JSON object per line.
+        #[arg(long)]
+        archive_file: Option<PathBuf>,
+        /// Resume a stopped purge at the cursor it reported.
+        #[arg(long)]
+        resume: Option<String>,
+        /// How long after its lease ended an abandoned record is kept (the services' setting).
+        #[arg(long, default_value = "1h", value_parser = parse_duration)]
+        grace: Duration,
+    },
+    /// Records per state (in progress, abandoned, completed) and the oldest abandoned age.
+    Stats {
+        /// Only records last written within this long.
+        #[arg(long, value_parser = parse_duration)]
+        since: Option<Duration>,
+        /// Only records last written longer ago than this.
+        #[arg(long, value_parser = parse_duration)]
+        older_than: Option<Duration>,
+    },
+    /// Each given key's state, attempts and outcome status (absent: no record), in order.
+    Reconcile {
+        /// A raw key (repeat for several).
+        #[arg(long = "key")]
+        keys: Vec<String>,
+        /// A file of raw keys, one per line (- for stdin).
+        #[arg(long)]
+        keys_file: Option<PathBuf>,
+        /// The principal the keys were scoped with.
+        #[arg(long)]
+        principal: Option<String>,
+        /// The mechanism that wrote the records (see inspect).
+        #[arg(long, default_value = "request")]
+        mechanism: String,
+    },
+}

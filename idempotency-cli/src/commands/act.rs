@@ -1,0 +1,165 @@
+//! `release`, `complete`, `delete`: one record, fenced, confirmed, audited.
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use idempotency_core::operations::{Acted, Actor, Fence, RecordView};
+use idempotency_core::{DEFAULT_ABANDONED_GRACE, FencingToken, Outcome, StorageKey};
+use idempotency_tower::StoredResponse;
+use serde::Serialize;
+
+use crate::args::{ActionArgs, FenceArgs, Global};
+use crate::connect::connect;
+use crate::failure::Failure;
+use crate::output::{Output, age};
+use crate::terminal::confirm;
+
+/// Which action.
+pub(crate) enum Step {
+    /// Release an in-progress record.
+    Release,
+    /// Complete an in-progress record with this outcome, kept `ttl`.
+    Complete {
+        /// The outcome, as the front end stores it.
+        outcome: Outcome,
+        /// How long it is kept.
+        ttl: Duration,
+    },
+    /// Delete a record.
+    Delete,
+}
+
+impl Step {
+    fn verb(&self) -> &'static str {
+        match self {
+            Self::Release => "release",
+            Self::Complete { .. } => "complete",
+            Self::Delete => "delete",
+        }
+    }
+}
+
+/// The outcome of `complete`: `http` stores a response the HTTP layer replays (JSON if the
+/// body parses as JSON, text otherwise), `raw` the bytes as given.
+pub(crate) fn outcome(status: u16, body: &str, encoding: &str) -> Result<Outcome, Failure> {
+    match encoding {
+        "raw" => Ok(Outcome::new(status, Bytes::from(body.to_owned()))),
+        "http" => {
+            let code = http::StatusCode::from_u16(status)
+                .map_err(|_| Failure::Usage(format!("--status {status} is no HTTP status")))?;
+            let mut headers = http::HeaderMap::new();
+            if !body.is_empty() {
+                let json = serde_json::from_str::<serde_json::Value>(body).is_ok();
+                let content_type = if json {
+                    "application/json"
+                } else {
+                    "text/plain; charset=utf-8"
+                };
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static(content_type),
+                );
+            }
+            let response = StoredResponse {
+                status: code,
+                headers,
+                body: Bytes::from(body.to_owned()),
+                trailers: None,
+            };
+            Ok(Outcome::new(status, response.encode()))
+        }
+        other => Err(Failure::Usage(format!("--encoding {other:?}: http or raw"))),
+    }
+}
+
+/// What an action prints.
+#[derive(Serialize)]
+struct Done<'a> {
+    action: &'static str,
+    applied: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<&'static str>,
+    key_hash: String,
+    was: &'a RecordView,
+}
+
+/// Runs `step` on the record of `key`, fenced to `fence` (or the record as read now).
+pub(crate) async fn act(
+    global: &Global,
+    key: &StorageKey,
+    fence: &FenceArgs,
+    action: &ActionArgs,
+    step: Step,
+    out: &mut Output,
+) -> Result<(), Failure> {
+    let admin = connect(global, Some(&action.audit_table), DEFAULT_ABANDONED_GRACE).await?;
+    let Some(record) = admin.inspect(key).await? else {
+        return Err(Failure::Refused(format!(
+            "{}: no record for {} (released, expired, or another namespace, principal or \
+             mechanism)",
+            step.verb(),
+            key.to_hex()
+        )));
+    };
+    let fence = Fence {
+        token: fence.token.map_or(record.token, FencingToken::new),
+        updated_at: fence.updated_at_ms.map_or(record.updated_at, |at| {
+            SystemTime::UNIX_EPOCH + Duration::from_millis(at)
+        }),
+    };
+    let was = RecordView::of(&record, SystemTime::now());
+    confirm(
+        &format!(
+            "{} the {} record {} of {} (attempt {}, last written {} ago, token {})?",
+            step.verb(),
+            was.state,
+            &was.key_hash[..16],
+            was.namespace,
+            was.attempts,
+            age(was.age_ms),
+            was.token
+        ),
+        action.yes,
+    )?;
+    let actor = Actor::new(
+        action
+            .actor
+            .clone()
+            .or_else(|| std::env::var("USER").ok())
+            .unwrap_or_else(|| "unknown".to_owned()),
+        action.reason.clone(),
+    );
+    let acted = match &step {
+        Step::Release => admin.release(key, fence, &actor).await?,
+        Step::Complete { outcome, ttl } => {
+            admin.complete(key, fence, outcome, *ttl, &actor).await?
+        }
+        Step::Delete => admin.delete(key, fence, &actor).await?,
+    };
+    let refusal = match &acted {
+        Acted::Applied => None,
+        Acted::Refused { refusal, .. } => Some(refusal.as_str()),
+    };
+    let done = Done {
+        action: step.verb(),
+        applied: acted.applied(),
+        refusal,
+        key_hash: key.to_hex(),
+        was: &was,
+    };
+    if out.json() {
+        out.line(&done)?;
+    }
+    match refusal {
+        None => {
+            if !out.json() {
+                out.text(&format!("{}d {}", step.verb(), done.key_hash))?;
+            }
+            Ok(())
+        }
+        Some(refusal) => Err(Failure::Refused(format!(
+            "{} refused by the fence ({refusal}): the record is not the one listed",
+            step.verb()
+        ))),
+    }
+}

@@ -1,0 +1,141 @@
+//! `--store URL` to a store with operations, and the audit its actions go to.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idempotency_core::operations::{Admin, AuditLog, Operations, TracingAudit};
+use idempotency_core::redis::RedisStore;
+use idempotency_core::sql::{MySqlStore, PostgresStore, SqlAudit, SqlStore, SqliteStore};
+use sqlx::Pool;
+
+use crate::args::Global;
+use crate::failure::{Failure, sqlx_failure};
+
+/// How long connecting to a store may take before it counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A store's kind, by its URL's scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Redis,
+    RedisCluster,
+    Postgres,
+    MySql,
+    Sqlite,
+}
+
+fn kind_of(url: &str) -> Result<Kind, Failure> {
+    let scheme = url.split(':').next().unwrap_or_default();
+    match scheme {
+        "redis" | "rediss" if url.contains(',') => Ok(Kind::RedisCluster),
+        "redis" | "rediss" => Ok(Kind::Redis),
+        "postgres" | "postgresql" => Ok(Kind::Postgres),
+        "mysql" | "mariadb" => Ok(Kind::MySql),
+        "sqlite" => Ok(Kind::Sqlite),
+        _ => Err(Failure::Usage(format!(
+            "--store: unknown scheme {scheme:?} (redis://, postgres://, mysql://, sqlite://, or \
+             a comma-separated list of redis:// nodes for a Cluster)"
+        ))),
+    }
+}
+
+/// Operations on the store of `--store`, audited to its SQL audit table (created if missing)
+/// when `audit_table` is given and the store is SQL, to the log stream otherwise; `grace` is
+/// how long the services keep an abandoned record after its lease ended (what a purge waits).
+pub(crate) async fn connect(
+    global: &Global,
+    audit_table: Option<&str>,
+    grace: Duration,
+) -> Result<Admin, Failure> {
+    let url = global.store.as_deref().ok_or_else(|| {
+        Failure::Usage("no store: pass --store URL or set IDEMPOTENCY_STORE_URL".to_owned())
+    })?;
+    let (store, audit): (Arc<dyn Operations>, Arc<dyn AuditLog>) = match kind_of(url)? {
+        Kind::Redis => {
+            let store = RedisStore::connect(url).await?.with_abandoned_grace(grace);
+            (
+                Arc::new(store.with_key_prefix(global.prefix.clone())),
+                Arc::new(TracingAudit),
+            )
+        }
+        Kind::RedisCluster => {
+            let nodes = url
+                .split(',')
+                .map(str::trim)
+                .filter(|node| !node.is_empty());
+            let store = RedisStore::connect_cluster(nodes)
+                .await?
+                .with_abandoned_grace(grace);
+            (
+                Arc::new(store.with_key_prefix(global.prefix.clone())),
+                Arc::new(TracingAudit),
+            )
+        }
+        Kind::Postgres => {
+            let pool = sqlx::postgres::PgPoolOptions::new();
+            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
+            let store = PostgresStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
+            sql(store, global, audit_table, grace).await?
+        }
+        Kind::MySql => {
+            let pool = sqlx::mysql::MySqlPoolOptions::new();
+            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
+            let store = MySqlStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
+            sql(store, global, audit_table, grace).await?
+        }
+        Kind::Sqlite => {
+            let pool = sqlx::sqlite::SqlitePoolOptions::new();
+            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
+            let store = SqliteStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
+            sql(store, global, audit_table, grace).await?
+        }
+    };
+    Ok(Admin::from_shared(store, audit).with_batch(global.batch))
+}
+
+/// A SQL store on `--table`, and its audit table if actions need one.
+async fn sql<D>(
+    store: SqlStore<D>,
+    global: &Global,
+    audit_table: Option<&str>,
+    grace: Duration,
+) -> Result<(Arc<dyn Operations>, Arc<dyn AuditLog>), Failure>
+where
+    D: idempotency_core::sql::Dialect,
+    SqlStore<D>: Operations,
+{
+    let store = store
+        .with_table_name(&global.table)?
+        .with_abandoned_grace(grace);
+    let audit: Arc<dyn AuditLog> = match audit_table {
+        Some(table) => {
+            let pool: Pool<D> = store.pool().clone();
+            let audit = SqlAudit::new(pool, table)?;
+            audit.migrate().await?;
+            Arc::new(audit)
+        }
+        None => Arc::new(TracingAudit),
+    };
+    Ok((Arc::new(store), audit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes() {
+        assert_eq!(kind_of("redis://127.0.0.1:6379").ok(), Some(Kind::Redis));
+        assert_eq!(
+            kind_of("redis://127.0.0.1:7001,redis://127.0.0.1:7002").ok(),
+            Some(Kind::RedisCluster)
+        );
+        assert_eq!(
+            kind_of("postgres://postgres@h/test").ok(),
+            Some(Kind::Postgres)
+        );
+        assert_eq!(kind_of("mysql://root@h/test").ok(), Some(Kind::MySql));
+        assert_eq!(kind_of("sqlite:///tmp/x.db").ok(), Some(Kind::Sqlite));
+        assert!(kind_of("http://h").is_err());
+    }
+}

@@ -1,0 +1,100 @@
+//! What commands print: one JSON object per line (`--json`), or a table for people.
+
+use std::io::Write;
+
+use idempotency_core::operations::RecordView;
+use serde::Serialize;
+
+use crate::failure::Failure;
+
+/// Where a command prints its results (stdout).
+pub(crate) struct Output {
+    json: bool,
+    out: std::io::StdoutLock<'static>,
+}
+
+fn io(error: std::io::Error) -> Failure {
+    Failure::Other(format!("stdout: {error}"))
+}
+
+impl Output {
+    /// Prints JSON lines if `json`, tables otherwise.
+    pub(crate) fn new(json: bool) -> Self {
+        Self {
+            json,
+            out: std::io::stdout().lock(),
+        }
+    }
+
+    /// Whether results are JSON lines.
+    pub(crate) fn json(&self) -> bool {
+        self.json
+    }
+
+    /// One JSON object on its own line.
+    pub(crate) fn line(&mut self, value: &impl Serialize) -> Result<(), Failure> {
+        let text =
+            serde_json::to_string(value).map_err(|error| Failure::Other(error.to_string()))?;
+        writeln!(self.out, "{text}").map_err(io)
+    }
+
+    /// A line of text for people.
+    pub(crate) fn text(&mut self, text: &str) -> Result<(), Failure> {
+        writeln!(self.out, "{text}").map_err(io)
+    }
+
+    /// Records: JSON lines, or a table of their storage keys (shortened), namespaces,
+    /// states, attempts, ages and tokens.
+    pub(crate) fn records(&mut self, views: &[RecordView]) -> Result<(), Failure> {
+        if self.json {
+            return views.iter().try_for_each(|view| self.line(view));
+        }
+        let namespace_width = views
+            .iter()
+            .map(|view| view.namespace.len())
+            .max()
+            .unwrap_or(0)
+            .max("NAMESPACE".len());
+        self.text(&format!(
+            "{:<16}  {:<namespace_width$}  {:<11}  {:>8}  {:>10}  {:>20}",
+            "KEY_HASH", "NAMESPACE", "STATE", "ATTEMPTS", "AGE", "TOKEN"
+        ))?;
+        for view in views {
+            self.text(&format!(
+                "{:<16}  {:<namespace_width$}  {:<11}  {:>8}  {:>10}  {:>20}",
+                &view.key_hash[..16],
+                view.namespace,
+                view.state.as_str(),
+                view.attempts,
+                age(view.age_ms),
+                view.token
+            ))?;
+        }
+        self.text(&format!("{} record(s)", views.len()))
+    }
+}
+
+/// An age for people: `850ms`, `42s`, `17m`, `5h`, `3d`.
+pub(crate) fn age(millis: u64) -> String {
+    match millis {
+        0..1_000 => format!("{millis}ms"),
+        1_000..60_000 => format!("{}s", millis / 1_000),
+        60_000..3_600_000 => format!("{}m", millis / 60_000),
+        3_600_000..86_400_000 => format!("{}h", millis / 3_600_000),
+        _ => format!("{}d", millis / 86_400_000),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages() {
+        assert_eq!(age(850), "850ms");
+        assert_eq!(age(42_000), "42s");
+        assert_eq!(age(17 * 60_000), "17m");
+        assert_eq!(age(5 * 3_600_000), "5h");
+        assert_eq!(age(3 * 86_400_000), "3d");
+    }
+}
