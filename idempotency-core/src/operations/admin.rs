@@ -9,6 +9,40 @@ use super::{
 };
 use crate::{Mechanism, Outcome, Record, RecordState, Scope, StorageKey, StoreError};
 
+/// A fenced action's step, as the store fences it by the token.
+enum Step<'a> {
+    Release,
+    Complete(&'a Outcome, Duration),
+    Delete,
+}
+
+impl Step<'_> {
+    fn action(&self) -> Action {
+        match self {
+            Self::Release => Action::Release,
+            Self::Complete(..) => Action::Complete,
+            Self::Delete => Action::Delete,
+        }
+    }
+
+    /// Runs the step: whether it applied (a stale token: `false` or `LeaseLost`).
+    async fn run(
+        &self,
+        store: &dyn Operations,
+        key: &StorageKey,
+        token: crate::FencingToken,
+    ) -> Result<bool, StoreError> {
+        match self {
+            Self::Release => store.release_dyn(key, token).await.map(|()| true),
+            Self::Complete(outcome, ttl) => store
+                .complete_dyn(key, token, outcome, *ttl)
+                .await
+                .map(|()| true),
+            Self::Delete => store.delete_fenced(key, token).await,
+        }
+    }
+}
+
 /// Records examined per batch unless set otherwise ([`Admin::with_batch`]).
 pub const DEFAULT_BATCH: usize = 500;
 
@@ -32,6 +66,8 @@ pub struct PurgeReport {
     pub examined: u64,
     /// Batches run.
     pub batches: u64,
+    /// Where a purge stopped by its batch limit resumes; `None` once it is complete.
+    pub next: Option<Cursor>,
 }
 
 /// Operations on one store: list, count, inspect, reconcile, and the fenced, audited actions
@@ -166,10 +202,7 @@ impl Admin {
         fence: Fence,
         actor: &Actor,
     ) -> Result<Acted, StoreError> {
-        self.act(key, fence, actor, Action::Release, async |store| {
-            store.release_dyn(key, fence.token).await.map(|()| true)
-        })
-        .await
+        self.act(key, fence, actor, Step::Release).await
     }
 
     /// Completes the in-progress record of `key` by hand with `outcome`, kept for `ttl`, if
@@ -184,13 +217,8 @@ impl Admin {
         ttl: Duration,
         actor: &Actor,
     ) -> Result<Acted, StoreError> {
-        self.act(key, fence, actor, Action::Complete, async |store| {
-            store
-                .complete_dyn(key, fence.token, outcome, ttl)
-                .await
-                .map(|()| true)
-        })
-        .await
+        self.act(key, fence, actor, Step::Complete(outcome, ttl))
+            .await
     }
 
     /// Deletes the record of `key`, in any state, if it is still the one `fence` was taken of
@@ -201,10 +229,7 @@ impl Admin {
         fence: Fence,
         actor: &Actor,
     ) -> Result<Acted, StoreError> {
-        self.act(key, fence, actor, Action::Delete, async |store| {
-            store.delete_fenced(key, fence.token).await
-        })
-        .await
+        self.act(key, fence, actor, Step::Delete).await
     }
 
     /// A fenced action: the record is read, compared with the fence, then changed by a step
@@ -215,10 +240,10 @@ impl Admin {
         key: &StorageKey,
         fence: Fence,
         actor: &Actor,
-        action: Action,
-        step: impl AsyncFnOnce(&dyn Operations) -> Result<bool, StoreError>,
+        step: Step<'_>,
     ) -> Result<Acted, StoreError> {
         let current = self.store.get_dyn(key).await?;
+        let action = step.action();
         let needs_in_progress = action != Action::Delete;
         let refusal = match &current {
             None => Some(Refusal::Absent),
@@ -233,7 +258,7 @@ impl Admin {
                 refusal,
                 current: current.clone().map(Box::new),
             },
-            None => match step(&*self.store).await {
+            None => match step.run(&*self.store, key, fence.token).await {
                 Ok(true) => Acted::Applied,
                 Ok(false) | Err(StoreError::LeaseLost) => Acted::Refused {
                     refusal: Refusal::MovedOn,
@@ -276,6 +301,21 @@ impl Admin {
         actor: &Actor,
         progress: &mut (dyn FnMut(&Progress) + Send),
     ) -> Result<PurgeReport, StoreError> {
+        self.purge_batches(namespace, archive, from, u64::MAX, actor, progress)
+            .await
+    }
+
+    /// [`purge`](Self::purge), at most `max_batches` batches (an HTTP request's share of a
+    /// long purge): the report's `next` is where the next call resumes.
+    pub async fn purge_batches(
+        &self,
+        namespace: Option<&str>,
+        archive: &mut Archive,
+        from: Cursor,
+        max_batches: u64,
+        actor: &Actor,
+        progress: &mut (dyn FnMut(&Progress) + Send),
+    ) -> Result<PurgeReport, StoreError> {
         let mut report = PurgeReport::default();
         let mut cursor = from;
         let result = loop {
@@ -296,8 +336,11 @@ impl Admin {
                 cursor: batch.next.clone(),
             });
             match batch.next {
-                Some(next) => cursor = next,
-                None => break Ok(()),
+                Some(next) if report.batches < max_batches => cursor = next,
+                next => {
+                    report.next = next;
+                    break Ok(());
+                }
             }
         };
         let detail = match &result {

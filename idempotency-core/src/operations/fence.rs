@@ -2,6 +2,7 @@
 
 use std::time::SystemTime;
 
+use crate::time::unix_millis;
 use crate::{FencingToken, Record};
 
 /// The record an operator decided about, as it was listed: its fencing token and when it
@@ -26,9 +27,10 @@ impl Fence {
         }
     }
 
-    /// Whether `record` is still the one this fence was taken of.
+    /// Whether `record` is still the one this fence was taken of: the same token, last
+    /// written in the same millisecond (listings show milliseconds; a store may keep finer).
     pub fn holds(&self, record: &Record) -> bool {
-        record.token == self.token && record.updated_at == self.updated_at
+        record.token == self.token && unix_millis(record.updated_at) == unix_millis(self.updated_at)
     }
 }
 
