@@ -101,6 +101,9 @@ mod token;
 #[cfg(feature = "sql")]
 pub mod transactional;
 
+#[cfg(feature = "admin")]
+pub mod admin;
+
 pub use body::{RequestBody, ResponseBody};
 pub use codec::{DecodeError, StoredResponse};
 pub use deadline::Deadline;

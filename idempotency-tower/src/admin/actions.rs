@@ -1,0 +1,174 @@
+//! The admin API's actions: release, complete, delete (fenced by the record as listed) and
+//! purge; each audited with who acts.
+
+use std::time::{Duration, SystemTime};
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use bytes::Bytes;
+use http::StatusCode;
+use idempotency_core::Outcome;
+use idempotency_core::operations::{Acted, Admin, Archive, Cursor, RecordView};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::ApiError;
+use super::requests::{FenceBody, Operator, Target, actor};
+use crate::StoredResponse;
+
+/// What every action on one record carries.
+#[derive(Deserialize)]
+pub(super) struct OnRecord {
+    #[serde(flatten)]
+    target: Target,
+    fence: FenceBody,
+    actor: Option<String>,
+    #[serde(default)]
+    reason: String,
+}
+
+/// `200 {"applied": true}`, or `409` with the refusal and the record as it is now.
+fn answer(acted: Acted) -> Response {
+    match acted {
+        Acted::Applied => Json(json!({ "applied": true })).into_response(),
+        Acted::Refused { refusal, current } => {
+            let current = current.map(|record| RecordView::of(&record, SystemTime::now()));
+            let body = json!({ "applied": false, "refusal": refusal.as_str(), "current": current });
+            (StatusCode::CONFLICT, Json(body)).into_response()
+        }
+    }
+}
+
+/// `POST /release`.
+pub(super) async fn release(
+    State(admin): State<Admin>,
+    operator: Option<Extension<Operator>>,
+    Json(request): Json<OnRecord>,
+) -> Result<Response, ApiError> {
+    let who = actor(
+        operator.as_deref(),
+        request.actor.as_deref(),
+        &request.reason,
+    )?;
+    let key = request.target.storage_key()?;
+    Ok(answer(
+        admin.release(&key, request.fence.fence(), &who).await?,
+    ))
+}
+
+/// `POST /delete`.
+pub(super) async fn delete(
+    State(admin): State<Admin>,
+    operator: Option<Extension<Operator>>,
+    Json(request): Json<OnRecord>,
+) -> Result<Response, ApiError> {
+    let who = actor(
+        operator.as_deref(),
+        request.actor.as_deref(),
+        &request.reason,
+    )?;
+    let key = request.target.storage_key()?;
+    Ok(answer(
+        admin.delete(&key, request.fence.fence(), &who).await?,
+    ))
+}
+
+/// `POST /complete`: the record's outcome by hand.
+#[derive(Deserialize)]
+pub(super) struct Complete {
+    #[serde(flatten)]
+    on: OnRecord,
+    status: u16,
+    #[serde(default)]
+    body: String,
+    encoding: Option<String>,
+    ttl_ms: Option<u64>,
+}
+
+/// The outcome as the front end stores it: `http` (default) a response the layer replays,
+/// `raw` the bytes as given.
+fn outcome(status: u16, body: String, encoding: Option<&str>) -> Result<Outcome, ApiError> {
+    match encoding.unwrap_or("http") {
+        "raw" => Ok(Outcome::new(status, body)),
+        "http" => {
+            let code = StatusCode::from_u16(status)
+                .map_err(|_| ApiError::bad(format!("status {status} is no HTTP status")))?;
+            let mut headers = http::HeaderMap::new();
+            if serde_json::from_str::<serde_json::Value>(&body).is_ok() {
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json"),
+                );
+            }
+            let response = StoredResponse {
+                status: code,
+                headers,
+                body: Bytes::from(body),
+                trailers: None,
+            };
+            Ok(Outcome::new(status, response.encode()))
+        }
+        other => Err(ApiError::bad(format!("encoding {other:?}: http or raw"))),
+    }
+}
+
+pub(super) async fn complete(
+    State(admin): State<Admin>,
+    operator: Option<Extension<Operator>>,
+    Json(request): Json<Complete>,
+) -> Result<Response, ApiError> {
+    let on = &request.on;
+    let who = actor(operator.as_deref(), on.actor.as_deref(), &on.reason)?;
+    let key = on.target.storage_key()?;
+    let outcome = outcome(request.status, request.body, request.encoding.as_deref())?;
+    let ttl = Duration::from_millis(request.ttl_ms.unwrap_or(24 * 60 * 60 * 1000));
+    Ok(answer(
+        admin
+            .complete(&key, on.fence.fence(), &outcome, ttl, &who)
+            .await?,
+    ))
+}
+
+/// `POST /purge`: at most `max_batches` batches, resumable at `next_cursor`.
+#[derive(Deserialize)]
+pub(super) struct Purge {
+    namespace: Option<String>,
+    cursor: Option<String>,
+    max_batches: Option<u64>,
+    archive_table: Option<String>,
+    actor: Option<String>,
+    #[serde(default)]
+    reason: String,
+}
+
+pub(super) async fn purge(
+    State(admin): State<Admin>,
+    operator: Option<Extension<Operator>>,
+    Json(request): Json<Purge>,
+) -> Result<Response, ApiError> {
+    let who = actor(
+        operator.as_deref(),
+        request.actor.as_deref(),
+        &request.reason,
+    )?;
+    let mut archive = request.archive_table.map_or(Archive::None, Archive::Table);
+    let from = request.cursor.map(Cursor::from_text).unwrap_or_default();
+    let report = admin
+        .purge_batches(
+            request.namespace.as_deref(),
+            &mut archive,
+            from,
+            request.max_batches.unwrap_or(10).max(1),
+            &who,
+            &mut |_| {},
+        )
+        .await?;
+    Ok(Json(json!({
+        "purged": report.purged,
+        "examined": report.examined,
+        "batches": report.batches,
+        "next_cursor": report.next.map(|next| next.to_string()),
+    }))
+    .into_response())
+}

@@ -1,0 +1,131 @@
+//! What the admin API's requests carry: targets, fences, filters, the operator.
+
+use std::time::{Duration, SystemTime};
+
+use idempotency_core::operations::{Actor, Admin, Fence, Query, Status};
+use idempotency_core::{FencingToken, Mechanism, Scope, StorageKey};
+use serde::Deserialize;
+
+use super::error::ApiError;
+
+/// Who acts, as the service's authentication established it: insert it as a request
+/// extension in front of the admin router, and it is audited instead of the body's `actor`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operator(pub String);
+
+/// One record: by namespace (+ principal, mechanism) and raw key, or by storage key.
+#[derive(Debug, Deserialize)]
+pub(super) struct Target {
+    namespace: Option<String>,
+    principal: Option<String>,
+    mechanism: Option<String>,
+    key: Option<String>,
+    key_hash: Option<String>,
+}
+
+/// The scope of a namespace and optional principal.
+pub(super) fn scope(namespace: Option<&str>, principal: Option<&str>) -> Result<Scope, ApiError> {
+    let namespace = namespace.ok_or_else(|| ApiError::bad("namespace is required"))?;
+    let scope = Scope::new(namespace);
+    Ok(match principal {
+        Some(principal) => scope.with_principal(principal),
+        None => scope,
+    })
+}
+
+/// The mechanism named (default: request).
+pub(super) fn mechanism(name: Option<&str>) -> Result<Mechanism, ApiError> {
+    let name = name.unwrap_or("request");
+    Mechanism::parse(name).ok_or_else(|| {
+        ApiError::bad(format!(
+            "mechanism {name:?}: one of request, function, transaction, message"
+        ))
+    })
+}
+
+impl Target {
+    /// The storage key named.
+    pub(super) fn storage_key(&self) -> Result<StorageKey, ApiError> {
+        if let Some(hex) = &self.key_hash {
+            return StorageKey::from_hex(hex)
+                .ok_or_else(|| ApiError::bad("key_hash is not 64 hex characters"));
+        }
+        let key = self
+            .key
+            .as_deref()
+            .ok_or_else(|| ApiError::bad("key or key_hash is required"))?;
+        let scope = scope(self.namespace.as_deref(), self.principal.as_deref())?;
+        Ok(Admin::storage_key(
+            &scope,
+            mechanism(self.mechanism.as_deref())?,
+            key,
+        ))
+    }
+}
+
+/// The record as listed: its token and last write.
+#[derive(Debug, Deserialize)]
+pub(super) struct FenceBody {
+    token: u64,
+    updated_at_ms: u64,
+}
+
+impl FenceBody {
+    pub(super) fn fence(&self) -> Fence {
+        Fence {
+            token: FencingToken::new(self.token),
+            updated_at: SystemTime::UNIX_EPOCH + Duration::from_millis(self.updated_at_ms),
+        }
+    }
+}
+
+/// Who acts and why: the [`Operator`] extension, else `actor`.
+pub(super) fn actor(
+    operator: Option<&Operator>,
+    actor: Option<&str>,
+    reason: &str,
+) -> Result<Actor, ApiError> {
+    let who = match (operator, actor) {
+        (Some(Operator(who)), _) => who.clone(),
+        (None, Some(who)) => who.to_owned(),
+        (None, None) => {
+            return Err(ApiError::bad(
+                "actor is required (or an Operator extension)",
+            ));
+        }
+    };
+    Ok(Actor::new(who, reason))
+}
+
+/// Filters of the listing endpoints, from the query string.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Filter {
+    pub(super) namespace: Option<String>,
+    pub(super) state: Option<String>,
+    pub(super) since_ms: Option<u64>,
+    pub(super) older_than_ms: Option<u64>,
+    pub(super) min_attempts: Option<u32>,
+    pub(super) limit: Option<usize>,
+    pub(super) cursor: Option<String>,
+}
+
+impl Filter {
+    /// The query these filters make.
+    pub(super) fn query(&self) -> Result<Query, ApiError> {
+        let now = SystemTime::now();
+        let mut query = Query::all();
+        query.namespace = self.namespace.clone();
+        if let Some(state) = &self.state {
+            let status = Status::parse(state).ok_or_else(|| {
+                ApiError::bad(format!(
+                    "state {state:?}: in_progress, abandoned or completed"
+                ))
+            })?;
+            query = query.status(status);
+        }
+        query.updated_from = self.since_ms.map(|ms| now - Duration::from_millis(ms));
+        query.updated_before = self.older_than_ms.map(|ms| now - Duration::from_millis(ms));
+        query.min_attempts = self.min_attempts;
+        Ok(query)
+    }
+}

@@ -1,0 +1,266 @@
+//! The admin router over real TCP (axum served by hyper, a hyper client), on the memory store
+//! and a real Redis server (`REDIS_URL`, default `redis://127.0.0.1:6379`): every endpoint,
+//! what it never answers (raw keys, bodies not asked for), the fence, and who is audited.
+#![cfg(feature = "admin")]
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use idempotency_core::operations::{Admin, Operations};
+use idempotency_core::redis::RedisStore;
+use idempotency_core::testing::{KeptAudit, claimed, completed, unavailable, unique_namespace};
+use idempotency_core::{MemoryStore, Outcome, RecordState, Scope, Store};
+use idempotency_tower::StoredResponse;
+use idempotency_tower::admin::{Operator, admin_router};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+/// The router served on a loopback port, under `/admin`; `operator`: an auth layer's
+/// identity, as a request extension.
+struct Served {
+    base: String,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl Served {
+    async fn start(admin: Admin, operator: Option<&str>) -> Self {
+        let mut app = axum::Router::new().nest("/admin", admin_router(admin));
+        if let Some(who) = operator {
+            app = app.layer(axum::Extension(Operator(who.to_owned())));
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/admin", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self {
+            base,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    /// Sends a request; the status and the body as text.
+    async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, String) {
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(
+                body.map(|b| b.to_string()).unwrap_or_default(),
+            )))
+            .unwrap();
+        let response = self.client.request(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let (status, text) = self.send(Method::GET, path, None).await;
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// Every record of `GET /records?{filter}`, batch after batch by `next_cursor`.
+    async fn all_records(&self, filter: &str) -> Vec<Value> {
+        let mut records = Vec::new();
+        let mut cursor = String::new();
+        loop {
+            let (status, page) = self.get(&format!("/records?{filter}{cursor}")).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            records.extend(page["records"].as_array().unwrap().iter().cloned());
+            match page["next_cursor"].as_str() {
+                Some(next) => cursor = format!("&cursor={next}"),
+                None => return records,
+            }
+        }
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let (status, text) = self.send(Method::POST, path, Some(body)).await;
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+}
+
+/// Every endpoint on `store`.
+async fn endpoints<S: Store + Operations + Clone>(store: S) {
+    let namespace = unique_namespace("payments.callback");
+    let scope = Scope::new(namespace.clone());
+    let long = Duration::from_secs(60);
+    let crashed = claimed(&store, &scope, "T1", Duration::from_millis(100)).await;
+    completed(
+        &store,
+        &scope,
+        "T2",
+        &Outcome::new(200, "secret-body"),
+        long,
+    )
+    .await;
+    let by_hand = claimed(&store, &scope, "T4", long).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let audit = KeptAudit::default();
+    let served = Served::start(Admin::new(store.clone(), audit.clone()), None).await;
+    let secret = "c2VjcmV0LWJvZHk="; // base64 of the stored body
+
+    // Listings: storage keys, never raw keys nor bodies.
+    let (status, stuck) = served.get(&format!("/stuck?namespace={namespace}")).await;
+    assert_eq!(status, StatusCode::OK, "{stuck}");
+    let records = stuck["records"].as_array().unwrap();
+    assert_eq!(records.len(), 1, "{stuck}");
+    assert_eq!(records[0]["key_hash"], crashed.to_hex().as_str());
+    assert_eq!(records[0]["state"], "abandoned");
+    let (_, text) = served
+        .send(
+            Method::GET,
+            &format!("/records?namespace={namespace}"),
+            None,
+        )
+        .await;
+    assert!(
+        !text.contains("\"T1\"") && !text.contains("\"T2\"") && !text.contains(secret),
+        "{text}"
+    );
+    let completed_only = served
+        .all_records(&format!("namespace={namespace}&state=completed"))
+        .await;
+    assert_eq!(completed_only.len(), 1);
+    assert_eq!(completed_only[0]["outcome_status"], 200);
+    assert_eq!(
+        served
+            .all_records(&format!("namespace={namespace}"))
+            .await
+            .len(),
+        3
+    );
+    let (_, stats) = served.get(&format!("/stats?namespace={namespace}")).await;
+    assert_eq!(
+        (
+            stats["in_progress"].clone(),
+            stats["abandoned"].clone(),
+            stats["completed"].clone()
+        ),
+        (json!(1), json!(1), json!(1)),
+        "{stats}"
+    );
+    let (status, bad) = served.get("/records?state=stuck").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+
+    // One record by its key: its body only when asked for.
+    let (_, plain) = served
+        .post("/inspect", json!({"namespace": namespace, "key": "T2"}))
+        .await;
+    assert_eq!(plain["record"]["state"], "completed");
+    assert!(plain["record"].get("body_base64").is_none());
+    let (_, with_body) = served
+        .post(
+            "/inspect",
+            json!({"namespace": namespace, "key": "T2", "body": true}),
+        )
+        .await;
+    assert_eq!(with_body["record"]["body_base64"], secret);
+
+    // Reconciliation answers by index, no raw key.
+    let (_, text) = served
+        .send(
+            Method::POST,
+            "/reconcile",
+            Some(json!({"namespace": namespace, "keys": ["T1", "T2", "T3"]})),
+        )
+        .await;
+    assert!(!text.contains("T3"), "{text}");
+    let reconciled: Value = serde_json::from_str(&text).unwrap();
+    let states: Vec<&str> = reconciled["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["abandoned", "completed", "absent"]);
+
+    // Release, fenced to the record as listed: applied, then refused (409) as absent.
+    let fence = json!({"token": records[0]["token"], "updated_at_ms": records[0]["updated_at_ms"]});
+    let release = json!({"namespace": namespace, "key": "T1", "fence": fence, "actor": "ops", "reason": "INC-25"});
+    let (status, applied) = served.post("/release", release.clone()).await;
+    assert_eq!(
+        (status, applied["applied"].clone()),
+        (StatusCode::OK, json!(true))
+    );
+    assert!(store.get(&crashed).await.unwrap().is_none());
+    let (status, refused) = served.post("/release", release).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(refused["refusal"], "absent");
+    // Without anyone to audit, no action.
+    let anonymous = json!({"namespace": namespace, "key": "T4", "fence": fence});
+    assert_eq!(
+        served.post("/release", anonymous).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    // A stale fence is refused, and the record as it is now is answered.
+    let stale = json!({"namespace": namespace, "key": "T4", "fence": fence, "actor": "ops"});
+    let (status, moved) = served.post("/release", stale).await;
+    assert_eq!(
+        (status, moved["refusal"].clone()),
+        (StatusCode::CONFLICT, json!("moved_on"))
+    );
+    assert_eq!(moved["current"]["state"], "in_progress");
+
+    // Complete by hand, the operator from the auth layer's extension: the layer replays it.
+    let record = store.get(&by_hand).await.unwrap().unwrap();
+    let as_listed =
+        json!({"token": record.token.get(), "updated_at_ms": moved["current"]["updated_at_ms"]});
+    let behind_auth = Served::start(Admin::new(store.clone(), audit.clone()), Some("alice")).await;
+    let (status, done) = behind_auth
+        .post(
+            "/complete",
+            json!({"namespace": namespace, "key": "T4", "fence": as_listed, "actor": "mallory",
+                   "status": 200, "body": "{\"ok\":true}", "reason": "paid at the bank"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    let record = store.get(&by_hand).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Completed);
+    let replayed = StoredResponse::decode(&record.outcome.unwrap().body).unwrap();
+    assert_eq!(
+        (replayed.status, replayed.body),
+        (StatusCode::OK, Bytes::from_static(b"{\"ok\":true}"))
+    );
+    let entries = audit.entries();
+    let last = entries.last().unwrap();
+    assert_eq!(
+        (last.actor.as_str(), last.reason.as_str()),
+        ("alice", "paid at the bank")
+    );
+    assert_eq!(entries.iter().filter(|e| e.actor == "ops").count(), 3);
+
+    // Purge, bounded per request.
+    let (status, purged) = served
+        .post(
+            "/purge",
+            json!({"namespace": namespace, "max_batches": 1, "actor": "ops"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{purged}");
+    assert_eq!(purged["batches"], 1);
+    assert_eq!(purged["purged"], 0, "nothing expired: {purged}");
+}
+
+#[tokio::test]
+async fn every_endpoint_on_the_memory_store() {
+    endpoints(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn every_endpoint_on_redis() {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    match RedisStore::connect(&url).await {
+        Ok(store) => {
+            let prefix = format!("{}:", unique_namespace("test:admin"));
+            endpoints(store.with_key_prefix(prefix)).await;
+        }
+        Err(error) => unavailable::<()>("Redis", error).unwrap_or_default(),
+    }
+}
