@@ -207,8 +207,11 @@ pub async fn backend(
 /// `REDIS_URL`'s default.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
-/// Redis keeps the idempotency records (expiring natively); orders and coupons stay in this
-/// process ([`MemoryRepo`]), so they do not survive a restart while the records do. With
+/// Redis keeps the idempotency records (expiring natively); orders and coupons live in
+/// PostgreSQL when `DATABASE_URL` is set (feature `postgres`), else in this process
+/// ([`MemoryRepo`], lost on a restart while the records stay). The first is the setup whose
+/// records can dangle: a process killed between its business commit and its completion (or
+/// before either) leaves an in-progress record in Redis, which `idempotency stuck` finds. With
 /// `REDIS_CLUSTER_URLS` set (some of a Redis Cluster's nodes, comma separated), the records
 /// live in that cluster instead of at `REDIS_URL`: the path a service takes when it outgrows
 /// one Redis, with no other change.
@@ -237,9 +240,35 @@ async fn redis_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend,
     Ok(Backend {
         kind: StoreKind::Redis,
         store,
-        repo: Arc::new(MemoryRepo::new()),
+        repo: repo_beside_redis(env).await?,
         sql: None,
     })
+}
+
+/// Orders and coupons beside Redis records: in PostgreSQL at `DATABASE_URL` if it is set.
+#[cfg(all(feature = "redis", feature = "postgres"))]
+async fn repo_beside_redis(
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn PaymentsRepo>, ConfigError> {
+    let Some(url) = env("DATABASE_URL") else {
+        return Ok(Arc::new(MemoryRepo::new()));
+    };
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .connect(&url)
+        .await
+        .map_err(|e| failed("postgres", &url, e))?;
+    let repo = crate::sql::PostgresRepo::new(pool, DEFAULT_TABLE_PREFIX)
+        .await
+        .map_err(|e| failed("postgres", &url, e))?;
+    Ok(Arc::new(repo))
+}
+
+/// Orders and coupons beside Redis records: in this process (no `postgres` feature).
+#[cfg(all(feature = "redis", not(feature = "postgres")))]
+async fn repo_beside_redis(
+    _env: &impl Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn PaymentsRepo>, ConfigError> {
+    Ok(Arc::new(MemoryRepo::new()))
 }
 
 #[cfg(not(feature = "redis"))]

@@ -235,3 +235,40 @@ async fn a_store_left_out_of_the_build_names_its_feature() {
     ));
     assert!(error.to_string().contains("--features redis"));
 }
+
+/// `IDEMPOTENCY_STORE=redis` with `DATABASE_URL`: the records in Redis, orders and coupons in
+/// PostgreSQL (an order the service creates is read back through a repository of its own).
+#[cfg(all(feature = "redis", feature = "postgres"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_records_beside_postgres_business_data() {
+    use axum_payments::{NewOrder, PaymentsRepo};
+    let url = env("DATABASE_URL").unwrap_or_else(|| config::DEFAULT_DATABASE_URL.to_owned());
+    let with_database = move |name: &str| match name {
+        "DATABASE_URL" => Some(url.clone()),
+        _ => env(name),
+    };
+    let backend = match config::backend(StoreKind::Redis, with_database).await {
+        Ok(backend) => backend,
+        Err(error) => {
+            idempotency_core::testing::unavailable::<()>("Redis and PostgreSQL", error);
+            return;
+        }
+    };
+    let order = backend
+        .repo
+        .create_order(NewOrder {
+            user_id: fresh_user(),
+            amount_cents: 4200,
+        })
+        .await
+        .unwrap();
+    let database = env("DATABASE_URL").unwrap_or_else(|| config::DEFAULT_DATABASE_URL.to_owned());
+    let pool = sqlx::PgPool::connect(&database).await.unwrap();
+    let beside =
+        axum_payments::sql::PostgresRepo::new(pool, axum_payments::sql::DEFAULT_TABLE_PREFIX)
+            .await
+            .unwrap();
+    let found = beside.order(order.order_id).await.unwrap();
+    assert_eq!(found.map(|o| o.order_id), Some(order.order_id));
+    one_coupon_per_payment(backend).await;
+}
