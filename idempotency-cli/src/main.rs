@@ -17,6 +17,7 @@ mod failure;
 mod output;
 mod terminal;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -158,8 +158,15 @@ pub(crate) async fn act(
             Ok(())
         }
         Some(refusal) => Err(Failure::Refused(format!(
-            "{} refused by the fence ({refusal}): the record is not the one listed",
-            step.verb()
+            "{} refused ({refusal}): {}",
+            step.verb(),
+            match refusal {
+                "absent" => "the record is gone (released, completed and expired, or deleted)",
+                "moved_on" =>
+                    "the record moved on since it was listed (renewed, taken over or completed)",
+                _ =>
+                    "the record is completed: only in-progress records are released or completed by hand",
+            }
         ))),
     }
 }
