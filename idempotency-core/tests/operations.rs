@@ -15,6 +15,72 @@ async fn operations_on_the_memory_store() {
     operations_suite(Arc::new(MemoryStore::new()), 3, false).await;
 }
 
+/// The gauges of a namespace, from a count: records per state and the oldest abandoned age.
+#[test]
+fn gauges_from_a_count() {
+    use idempotency_core::Scope;
+    use idempotency_core::metrics::{OLDEST_ABANDONED, RECORDS};
+    use idempotency_core::operations::{Admin, TracingAudit};
+    use idempotency_core::testing::{claimed, unique_namespace};
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use std::time::Duration;
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let namespace = unique_namespace("gauges");
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let store = Arc::new(MemoryStore::new());
+            let scope = Scope::new(namespace.clone());
+            claimed(&store, &scope, "A", Duration::from_millis(1)).await;
+            claimed(&store, &scope, "B", Duration::from_millis(1)).await;
+            claimed(&store, &scope, "C", Duration::from_secs(60)).await;
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+            assert_eq!(store.len(), 3);
+            let admin = Admin::new(store, TracingAudit);
+            let counts = admin.publish_gauges(Some(&namespace)).await.unwrap();
+            assert_eq!((counts.in_progress, counts.abandoned), (1, 2));
+        })
+    });
+    let gauges: Vec<(String, Vec<String>, f64)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| match value {
+            DebugValue::Gauge(value) => Some((
+                key.key().name().to_owned(),
+                key.key()
+                    .labels()
+                    .map(|label| label.value().to_owned())
+                    .collect(),
+                value.into_inner(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let gauge = |name: &str, state: Option<&str>| {
+        gauges
+            .iter()
+            .find(|(n, labels, _)| {
+                n == name
+                    && labels[0] == namespace
+                    && state.is_none_or(|state| labels.get(1).map(String::as_str) == Some(state))
+            })
+            .map(|(.., value)| *value)
+    };
+    assert_eq!(gauge(RECORDS, Some("abandoned")), Some(2.0));
+    assert_eq!(gauge(RECORDS, Some("in_progress")), Some(1.0));
+    assert_eq!(gauge(RECORDS, Some("completed")), Some(0.0));
+    assert!(
+        gauge(OLDEST_ABANDONED, None).is_some_and(|age| age >= 1.0),
+        "{gauges:?}"
+    );
+}
+
 #[cfg(feature = "redis")]
 mod redis {
     use idempotency_core::redis::RedisStore;

@@ -179,6 +179,21 @@ impl Admin {
         }
     }
 
+    /// [`count`](Self::count)s the records of `namespace` (every namespace: `None`) and sets the
+    /// gauges [`RECORDS`](crate::metrics::RECORDS) and
+    /// [`OLDEST_ABANDONED`](crate::metrics::OLDEST_ABANDONED) from the counts: call it on a
+    /// timer (a minute, say) where the store counts cheaply (SQL), less often on Redis (a scan
+    /// of every record).
+    pub async fn publish_gauges(&self, namespace: Option<&str>) -> Result<Counts, StoreError> {
+        let query = Query {
+            namespace: namespace.map(str::to_owned),
+            ..Query::default()
+        };
+        let counts = self.count(&query, &mut |_| {}).await?;
+        crate::metrics::publish_counts(namespace.unwrap_or(""), &counts);
+        Ok(counts)
+    }
+
     /// The record of `key`, as it is.
     pub async fn inspect(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         self.store.get_dyn(key).await
