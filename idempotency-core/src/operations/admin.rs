@@ -158,6 +158,14 @@ impl Admin {
         query: &Query,
         progress: &mut (dyn FnMut(&Progress) + Send),
     ) -> Result<Counts, StoreError> {
+        if let Some(counts) = self.store.count_fast(query).await? {
+            progress(&Progress {
+                examined: counts.examined,
+                done: counts.total(),
+                cursor: None,
+            });
+            return Ok(counts);
+        }
         let mut counts = Counts::default();
         let mut state = Progress::default();
         let mut cursor = Cursor::start();

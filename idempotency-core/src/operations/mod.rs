@@ -92,6 +92,17 @@ pub trait Operations: DynStore {
     /// How long after its lease ended an abandoned record is kept ([`purgeable`]).
     fn abandoned_grace(&self) -> Duration;
 
+    /// The counts of `query` when the store can count without reading every record (the SQL
+    /// stores, through their index, for queries by namespace and last write); `None`, the
+    /// default: [`Admin::count`] scans.
+    fn count_fast<'a>(
+        &'a self,
+        query: &'a Query,
+    ) -> BoxFuture<'a, Result<Option<Counts>, StoreError>> {
+        let _ = query;
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
     /// Purges one batch of expired records ([`purgeable`]) from `cursor`, copying them to
     /// `archive` first.
     fn purge_page<'a>(
@@ -123,6 +134,13 @@ impl<O: Operations + crate::Store> Operations for Arc<O> {
 
     fn abandoned_grace(&self) -> Duration {
         (**self).abandoned_grace()
+    }
+
+    fn count_fast<'a>(
+        &'a self,
+        query: &'a Query,
+    ) -> BoxFuture<'a, Result<Option<Counts>, StoreError>> {
+        (**self).count_fast(query)
     }
 
     fn purge_page<'a>(

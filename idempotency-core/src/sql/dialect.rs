@@ -10,7 +10,8 @@ use super::common::{RecordRow, RowsAffected, map_err, unix_micros};
 use super::schema::Steps;
 use super::store::SqlStore;
 use super::tx::{TxClaim, TxClaimRequest};
-use crate::operations::{Archive, AuditEntry};
+use crate::RecordState;
+use crate::operations::{Archive, AuditEntry, Counts};
 use crate::{Claim, ClaimId, ClaimRequest, FencingToken, Outcome, Record, StorageKey, StoreError};
 
 /// A database a [`SqlStore`] runs on: sqlx's `Postgres`, `MySql` and `Sqlite` (features
@@ -67,6 +68,10 @@ pub(crate) mod sealed {
 
         /// The column type of an audit table's generated primary key.
         const SERIAL_KEY: &'static str;
+
+        /// How a time column (or an aggregate of one) becomes Unix microseconds: the text
+        /// before and after it.
+        const MICROS: (&'static str, &'static str);
 
         /// The statements of `table` (a validated identifier).
         fn statements(table: &str) -> TableSql<Self::Own>;
@@ -176,6 +181,18 @@ pub(crate) mod sealed {
         fn run(pool: &Pool<Self>, sql: &str)
         -> impl Future<Output = Result<(), StoreError>> + Send;
 
+        /// The records of `table` (quoted) under `filter` (its state ignored) per status at
+        /// `now`, and the oldest abandoned one's last write: three counts, each served by the
+        /// `(namespace, state, updated_at)` index.
+        fn count_records(
+            pool: &Pool<Self>,
+            table: &str,
+            filter: &super::super::ListFilter,
+            now: std::time::SystemTime,
+            micros: (&'static str, &'static str),
+            time: (&'static str, &'static str),
+        ) -> impl Future<Output = Result<Counts, StoreError>> + Send;
+
         /// Inserts one audit entry into `table` (quoted).
         fn write_audit(
             pool: &Pool<Self>,
@@ -230,6 +247,7 @@ pub(crate) mod sealed {
         Vec<u8>: for<'q> Encode<'q, DB> + Type<DB>,
         Option<String>: for<'q> Encode<'q, DB> + Type<DB>,
         RecordRow: for<'r> FromRow<'r, DB::Row>,
+        (i64, Option<i64>): for<'r> FromRow<'r, DB::Row>,
         DB::QueryResult: RowsAffected,
     {
         async fn fenced(
@@ -423,6 +441,67 @@ pub(crate) mod sealed {
                 .rows();
             tx.commit().await.map_err(map_err)?;
             Ok((records, deleted))
+        }
+
+        async fn count_records(
+            pool: &Pool<Self>,
+            table: &str,
+            filter: &super::super::ListFilter,
+            now: std::time::SystemTime,
+            (micros_before, micros_after): (&'static str, &'static str),
+            time: (&'static str, &'static str),
+        ) -> Result<Counts, StoreError> {
+            let (before_time, after_time) = time;
+            let mut counts = Counts::default();
+            for (state, lease_ended) in [
+                (RecordState::Completed, None),
+                (RecordState::InProgress, Some(false)),
+                (RecordState::InProgress, Some(true)),
+            ] {
+                let mut sql = format!(
+                    "SELECT COUNT(*), {micros_before}MIN(updated_at){micros_after} FROM {table} \
+                     WHERE 1 = 1"
+                );
+                let mut args = DB::Arguments::default();
+                let filter = super::super::ListFilter {
+                    state: Some(state),
+                    ..filter.clone()
+                };
+                filtered::<DB>(&mut sql, &mut args, &filter, time)?;
+                if let Some(ended) = lease_ended {
+                    let compare = if ended {
+                        " AND expires_at <= "
+                    } else {
+                        " AND expires_at > "
+                    };
+                    sql.push_str(compare);
+                    push_bind(
+                        &mut sql,
+                        &mut args,
+                        before_time,
+                        unix_micros(now),
+                        after_time,
+                    )?;
+                }
+                let (count, oldest): (i64, Option<i64>) = sqlx::query_as_with(&sql, args)
+                    .fetch_one(pool)
+                    .await
+                    .map_err(map_err)?;
+                let count = u64::try_from(count).unwrap_or(0);
+                counts.examined += count;
+                match (state, lease_ended) {
+                    (RecordState::Completed, _) => counts.completed = count,
+                    (_, Some(true)) => {
+                        counts.abandoned = count;
+                        counts.oldest_abandoned_ms = oldest.map(|micros| {
+                            let age = unix_micros(now).saturating_sub(micros);
+                            u64::try_from(age / 1000).unwrap_or(0)
+                        });
+                    }
+                    _ => counts.in_progress = count,
+                }
+            }
+            Ok(counts)
         }
 
         async fn run(pool: &Pool<Self>, sql: &str) -> Result<(), StoreError> {

@@ -230,6 +230,8 @@ impl Steps for MySql {
     const LOCK_ROWS: &'static str = " FOR UPDATE SKIP LOCKED";
     const NOW: &'static str = NOW;
     const SERIAL_KEY: &'static str = "BIGINT AUTO_INCREMENT PRIMARY KEY";
+    const MICROS: (&'static str, &'static str) =
+        ("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ", ")");
 
     fn statements(table: &str) -> TableSql<Sql> {
         statements(table)

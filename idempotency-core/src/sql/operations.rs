@@ -9,7 +9,7 @@ use super::common::{token_param, validate_identifier};
 use super::dialect::Dialect;
 use super::dialect::sealed::{PurgeBatch, PurgeSql};
 use super::store::SqlStore;
-use crate::operations::{Archive, Cursor, Operations, Page, Purged, Query};
+use crate::operations::{Archive, Counts, Cursor, Operations, Page, Purged, Query};
 use crate::{BoxFuture, FencingToken, Record, StorageKey, StoreError};
 
 /// The storage key a SQL cursor names (the last key of the previous page).
@@ -143,6 +143,41 @@ impl<D: Dialect> Operations for SqlStore<D> {
 
     fn abandoned_grace(&self) -> Duration {
         self.settings.abandoned_grace
+    }
+
+    /// Three `COUNT(*)`s (completed; in progress with a live lease; abandoned, with the oldest
+    /// last write) for queries by namespace and last write only.
+    fn count_fast<'a>(
+        &'a self,
+        query: &'a Query,
+    ) -> BoxFuture<'a, Result<Option<Counts>, StoreError>> {
+        Box::pin(async move {
+            if !query.statuses.is_empty()
+                || query.in_progress_before.is_some()
+                || query.min_attempts.is_some()
+            {
+                return Ok(None);
+            }
+            let filter = ListFilter {
+                namespace: query.namespace.clone(),
+                state: None,
+                updated_from: query.updated_from,
+                updated_before: query.updated_before,
+                limit: 0,
+            };
+            let (open, close) = D::QUOTE;
+            let table = format!("{open}{}{close}", self.table_name());
+            let counts = D::count_records(
+                &self.pool,
+                &table,
+                &filter,
+                SystemTime::now(),
+                D::MICROS,
+                D::LIST_TIME,
+            )
+            .await?;
+            Ok(Some(counts))
+        })
     }
 
     fn purge_page<'a>(

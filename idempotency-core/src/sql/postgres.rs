@@ -255,6 +255,7 @@ impl Steps for Postgres {
     const LOCK_ROWS: &'static str = " FOR UPDATE SKIP LOCKED";
     const NOW: &'static str = NOW;
     const SERIAL_KEY: &'static str = "BIGSERIAL PRIMARY KEY";
+    const MICROS: (&'static str, &'static str) = ("(EXTRACT(EPOCH FROM ", ") * 1000000)::bigint");
 
     fn statements(table: &str) -> TableSql<Sql> {
         statements(table)

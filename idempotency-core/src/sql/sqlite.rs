@@ -159,6 +159,8 @@ impl Steps for Sqlite {
     /// Unix microseconds, as the record table's time columns.
     const NOW: &'static str = "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
     const SERIAL_KEY: &'static str = "INTEGER PRIMARY KEY AUTOINCREMENT";
+    /// Time columns hold Unix microseconds already.
+    const MICROS: (&'static str, &'static str) = ("", "");
 
     /// `BEGIN IMMEDIATE`, so the transaction holds the write lock from its start (waiting for
     /// it up to the busy timeout) and its claim is never refused.

@@ -38,6 +38,27 @@ where
     }
     let live = claimed(&store, &scope, "live", Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // The SQL count (three COUNT(*)s through the index) agrees with a scan of the records.
+    let in_archive_namespace = Query::all().namespace(namespace.clone());
+    let fast = store
+        .count_fast(&in_archive_namespace)
+        .await
+        .unwrap()
+        .expect("SQL stores count without a scan");
+    let mut scanned = idempotency_core::operations::Counts::default();
+    let now = std::time::SystemTime::now();
+    for record in Admin::new(store.clone(), TracingAudit)
+        .list(&in_archive_namespace, 100, &mut |_| {})
+        .await
+        .unwrap()
+    {
+        scanned.add(&record, now);
+    }
+    assert_eq!(
+        (fast.in_progress, fast.abandoned, fast.completed),
+        (scanned.in_progress, scanned.abandoned, scanned.completed)
+    );
+    assert_eq!((fast.in_progress, fast.completed), (1, 5), "{fast:?}");
     let archive_table = unique_table("idem_archive");
     let audit_table = unique_table("idem_audit");
     let audit = SqlAudit::new(pool.clone(), &audit_table).unwrap();
