@@ -24,6 +24,29 @@ const VERSIONS: VersionSql = VersionSql {
             ON CONFLICT (table_name) DO UPDATE SET version = excluded.version, migrated_at = now()",
 };
 
+/// Brings `table` to the latest version of `steps` in one transaction, serialized by an
+/// advisory lock (record tables and outbox tables alike).
+pub(crate) async fn migrate_table(
+    pool: &sqlx::PgPool,
+    table: &str,
+    steps: &schema::Steps,
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await.map_err(map_err)?;
+    // No argument for a statement that takes none: the application may have prepared this
+    // same text without one on the connection.
+    sqlx::query("SET LOCAL client_min_messages = warning")
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('idempotency-migrate:' || $1))")
+        .bind(table)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+    schema::migrate::<Postgres>(&mut tx, &VERSIONS, table, steps).await?;
+    tx.commit().await.map_err(map_err)
+}
+
 /// A [`Store`](crate::Store) on PostgreSQL (sqlx), also usable inside the caller's
 /// transactions ([`TxStore`](super::TxStore)); settings and `migrate` on [`SqlStore`].
 ///
@@ -271,21 +294,8 @@ impl Steps for Postgres {
         }
     }
 
-    /// Runs the schema steps in one transaction, serialized by an advisory lock.
     async fn migrate(store: &PostgresStore) -> Result<(), StoreError> {
-        let table = store.table_name();
-        let mut tx = store.pool.begin().await.map_err(map_err)?;
-        sqlx::query("SET LOCAL client_min_messages = warning")
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('idempotency-migrate:' || $1))")
-            .bind(table)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        schema::migrate::<Postgres>(&mut tx, &VERSIONS, table, &store.sql.steps).await?;
-        tx.commit().await.map_err(map_err)
+        migrate_table(&store.pool, store.table_name(), &store.sql.steps).await
     }
 
     /// A fresh key is inserted by one plain statement; a key that exists is decided by the

@@ -121,6 +121,11 @@ impl<D: Dialect> SqlStore<D> {
     /// [`SCHEMA_TABLE`](super::SCHEMA_TABLE)). Safe to run concurrently (serialized by a lock),
     /// and quiet when the table is up to date.
     pub async fn migrate(&self) -> Result<(), StoreError> {
+        debug_assert_eq!(
+            self.sql.steps.len(),
+            super::SCHEMA_VERSION as usize,
+            "one step per version"
+        );
         D::migrate(self).await
     }
 
