@@ -50,6 +50,14 @@
 //! - **purge**: deleting expired records (completed past their TTL, abandoned past the grace)
 //!   in bounded batches; an **archive** is the copy a purge makes first (a table, or JSON
 //!   lines), opt-in since stored bodies may be personal data.
+//! - **outbox**: a table of messages to other services, written in the same transaction as the
+//!   business change (`sql::Outbox`), so a message exists exactly when its change committed.
+//!   **Enqueue** adds one; its **message id** is derived from the scope and the business key, so
+//!   one business event always carries one id (the receiver's key).
+//! - **relay**: the process that delivers committed outbox messages at least once to a
+//!   **target** (a broker or an HTTP endpoint) and marks them **sent**; it claims a batch for a
+//!   lease, like a record's, so a relay that dies is replaced. A message refused too often is
+//!   **dead**: kept for an operator, never dropped.
 //!
 //! ```
 //! use idempotency_core::{Decision, Fingerprint, Idempotency, IdempotencyKey, MemoryStore, Outcome, Scope};

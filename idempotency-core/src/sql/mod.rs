@@ -15,6 +15,9 @@
 //! - [`Transition`]: conditional state transitions on the application's own table
 //!   (`UPDATE … SET state = to WHERE id = ? AND state = from`), telling *applied* from
 //!   *already in target*, *illegal* and *not found*; run side effects only when applied.
+//! - [`Outbox`] ([`outbox`]): messages to other services enqueued in the same transaction as
+//!   the business change, delivered at least once by a relay (crate `idempotency-outbox`) with
+//!   a stable id the receiver dedups on: what crosses databases, where a dedup record cannot.
 //!
 //! | step | PostgreSQL | MySQL/MariaDB | SQLite |
 //! |---|---|---|---|
@@ -33,6 +36,7 @@ mod audit;
 mod common;
 mod dialect;
 mod operations;
+pub mod outbox;
 mod schema;
 mod store;
 mod transition;
@@ -48,6 +52,7 @@ mod sqlite;
 pub use audit::SqlAudit;
 pub use common::{ListFilter, validate_identifier};
 pub use dialect::Dialect;
+pub use outbox::{Outbox, OutboxMessage, OutboxTable};
 pub use schema::{SCHEMA_TABLE, SCHEMA_VERSION};
 pub use store::SqlStore;
 pub use transition::{StateValue, Transition, TransitionOutcome};

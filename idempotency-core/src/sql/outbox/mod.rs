@@ -1,0 +1,364 @@
+//! The transactional outbox: messages enqueued in the business transaction, delivered by a relay.
+//!
+//! A dedup record cannot be atomic with a write in another service's database, nor with a
+//! publish to a broker. The outbox closes that gap on the sending side: the message is a row
+//! written **in the same transaction** as the business change (and the dedup record of
+//! [`TxStore`](super::TxStore) or transactional HTTP), so it exists exactly when the change
+//! committed. A relay (crate `idempotency-outbox`) then delivers committed messages at least
+//! once and marks them sent; the receiving service's consumer claims the message's id in its own
+//! transaction, so its effect and its dedup record commit together there.
+//!
+//! - **Message id**: stable, derived from the scope and the business key
+//!   ([`OutboxMessage::new`]), so every redelivery and every re-enqueue of one business event
+//!   carries the same id: the idempotency key downstream (AMQP `message-id`, `Nats-Msg-Id`,
+//!   `Idempotency-Key`). The table refuses a second message with one id (the enqueue answers
+//!   `false`), but the first line is the caller's: enqueue only when the state transition or the
+//!   claim applied, so a duplicate callback enqueues nothing.
+//! - **States**: `pending` (due at `available_at`), `sent`, `dead` (refused `max_attempts`
+//!   times; listed by [`OutboxTable::dead`] for operators, re-armed by [`OutboxTable::revive`]).
+//! - **Claiming**: a relay claims a batch by setting a fresh claim token and a lease (the row's
+//!   `available_at` moves to the lease's end), so a relay that dies mid-batch loses its claim
+//!   when the lease ends and another relay delivers the batch again (at least once). PostgreSQL
+//!   picks the batch with `FOR UPDATE SKIP LOCKED`, so concurrent relays take disjoint batches
+//!   without waiting on each other.
+//! - **Ordering** (optional): messages with an aggregate key are claimed one at a time per
+//!   aggregate, oldest first; a later message waits until every earlier one of its aggregate is
+//!   sent (a dead one blocks its aggregate until revived: order is kept, not skipped).
+//! - **Wake-up**: on PostgreSQL the enqueue notifies the channel named like the table
+//!   (`pg_notify`, delivered at commit) and the relay `LISTEN`s on it
+//!   ([`OutboxTable::listen`]), so it does not poll.
+//!
+//! ```no_run
+//! # #[cfg(feature = "postgres")]
+//! # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! use idempotency_core::sql::{Outbox, OutboxMessage};
+//! use idempotency_core::{IdempotencyKey, Scope};
+//!
+//! let outbox = Outbox::postgres(pool.clone());
+//! outbox.migrate().await?;
+//! let trade = IdempotencyKey::parse("T1")?;
+//! let mut tx = pool.begin().await?;
+//! let paid = sqlx::query("UPDATE orders SET state = 'paid' WHERE trade_no = $1 AND state = 'pending'")
+//!     .bind(trade.as_str())
+//!     .execute(&mut *tx)
+//!     .await?;
+//! if paid.rows_affected() == 1 {
+//!     // The side effect hangs off the transition: a duplicate callback enqueues nothing.
+//!     let grant = OutboxMessage::new(&Scope::new("coupon.grant"), &trade, "coupon.grant", br#"{"trade_no":"T1"}"#.to_vec());
+//!     outbox.enqueue(&mut tx, &grant).await?;
+//! }
+//! tx.commit().await?;
+//! # Ok(()) }
+//! ```
+
+#[cfg(feature = "postgres")]
+mod postgres;
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{IdempotencyKey, Scope, StoreError};
+
+use super::common::validate_identifier;
+
+/// The default outbox table.
+pub const DEFAULT_OUTBOX_TABLE: &str = "idempotency_outbox";
+
+/// The domain tag of message ids ([`Scope::derive`]).
+const MESSAGE_ID_TAG: &[u8] = b"outbox";
+
+/// One message to enqueue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxMessage {
+    /// The stable id, 64 hex characters: the delivery's idempotency key downstream.
+    pub id: String,
+    /// Where the relay sends it: an AMQP routing key, a NATS subject, an HTTP path.
+    pub topic: String,
+    /// The business key it was derived from, kept in the clear for operators and headers.
+    pub key: String,
+    /// The ordering key: messages of one aggregate are delivered one at a time, in order.
+    pub aggregate: Option<String>,
+    /// The body.
+    pub payload: Vec<u8>,
+}
+
+impl OutboxMessage {
+    /// A message for the business event `key` in `scope` (the scope's namespace names the kind of
+    /// message, such as `coupon.grant`), with its id derived from both: enqueueing the same event
+    /// again yields the same id.
+    ///
+    /// ```
+    /// use idempotency_core::sql::OutboxMessage;
+    /// use idempotency_core::{IdempotencyKey, Scope};
+    ///
+    /// let scope = Scope::new("coupon.grant");
+    /// let key = IdempotencyKey::parse("T1").unwrap();
+    /// let a = OutboxMessage::new(&scope, &key, "coupons", b"{}".to_vec());
+    /// let b = OutboxMessage::new(&scope, &key, "coupons", b"{}".to_vec());
+    /// assert_eq!(a.id, b.id);
+    /// assert!(IdempotencyKey::parse(&a.id).is_ok());
+    /// ```
+    pub fn new(
+        scope: &Scope,
+        key: &IdempotencyKey,
+        topic: impl Into<String>,
+        payload: impl Into<Vec<u8>>,
+    ) -> Self {
+        Self {
+            id: message_id(scope, key),
+            topic: topic.into(),
+            key: key.as_str().to_owned(),
+            aggregate: None,
+            payload: payload.into(),
+        }
+    }
+
+    /// Delivers this message only after every earlier message of `aggregate` was sent.
+    pub fn ordered_by(mut self, aggregate: impl Into<String>) -> Self {
+        self.aggregate = Some(aggregate.into());
+        self
+    }
+}
+
+/// The stable message id of the business event `key` in `scope`: 64 hex characters, a valid
+/// [`IdempotencyKey`].
+pub fn message_id(scope: &Scope, key: &IdempotencyKey) -> String {
+    scope
+        .derive(MESSAGE_ID_TAG, key.as_str().as_bytes())
+        .to_hex()
+}
+
+/// A message a relay claimed: deliver it, then mark it sent (or failed) with its claim token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claimed {
+    /// The row's sequence number (enqueue order).
+    pub seq: i64,
+    /// The claim token of the batch: marks by an owner whose lease ended change nothing.
+    pub claim: i64,
+    /// Failed deliveries so far.
+    pub attempts: u32,
+    /// The message.
+    pub message: OutboxMessage,
+}
+
+/// A message refused `max_attempts` times, for operators.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadMessage {
+    /// The row's sequence number.
+    pub seq: i64,
+    /// Failed deliveries.
+    pub attempts: u32,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// The message.
+    pub message: OutboxMessage,
+}
+
+/// How many messages an outbox holds per state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutboxCounts {
+    /// Waiting for delivery (claimed ones included).
+    pub pending: u64,
+    /// Delivered, not purged yet.
+    pub sent: u64,
+    /// Refused too often; waiting for an operator.
+    pub dead: u64,
+}
+
+/// What a relay asks [`OutboxTable::claim`] for.
+#[derive(Clone, Copy, Debug)]
+pub struct ClaimBatch {
+    /// At most this many messages.
+    pub limit: usize,
+    /// How long the claim holds before another relay may claim the messages again.
+    pub lease: Duration,
+    /// The token marks must carry (fresh per batch).
+    pub claim: i64,
+}
+
+/// An outbox table on one database (`Outbox<Postgres>`, …): enqueue inside the caller's
+/// transaction, and the relay side through [`OutboxTable`].
+#[derive(Debug)]
+pub struct Outbox<DB: sqlx::Database> {
+    pub(crate) pool: sqlx::Pool<DB>,
+    pub(crate) sql: Arc<OutboxSql>,
+    database: PhantomData<DB>,
+}
+
+impl<DB: sqlx::Database> Clone for Outbox<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            sql: Arc::clone(&self.sql),
+            database: PhantomData,
+        }
+    }
+}
+
+/// The statements of one outbox table, built once per table name.
+#[derive(Debug)]
+pub(crate) struct OutboxSql {
+    pub(crate) table: String,
+    pub(crate) steps: super::schema::Steps,
+    pub(crate) enqueue: String,
+    pub(crate) claim: String,
+    pub(crate) mark_sent: String,
+    pub(crate) mark_failed: String,
+    pub(crate) release: String,
+    pub(crate) next_due: String,
+    pub(crate) purge_sent: String,
+    pub(crate) dead: String,
+    pub(crate) revive: String,
+    pub(crate) counts: String,
+}
+
+impl<DB: sqlx::Database> Outbox<DB> {
+    pub(crate) fn with_sql(pool: sqlx::Pool<DB>, sql: OutboxSql) -> Self {
+        Self {
+            pool,
+            sql: Arc::new(sql),
+            database: PhantomData,
+        }
+    }
+
+    /// The pool the table lives in.
+    pub fn pool(&self) -> &sqlx::Pool<DB> {
+        &self.pool
+    }
+}
+
+/// Checks an outbox table name: a plain identifier ([`validate_identifier`]).
+pub(crate) fn checked_table(table: &str) -> Result<(), StoreError> {
+    validate_identifier(table)
+}
+
+/// A row's column of attempts as the count it is.
+pub(crate) fn attempts(column: i64) -> u32 {
+    u32::try_from(column.max(0)).unwrap_or(u32::MAX)
+}
+
+/// The relay's side of an outbox: claim due messages, mark them, wait for new ones, and what
+/// operators see. Implemented by [`Outbox`] on each database.
+pub trait OutboxTable: Clone + Send + Sync + 'static {
+    /// The table's name.
+    fn table_name(&self) -> &str;
+
+    /// Claims up to `batch.limit` due messages no other relay holds, oldest first (one per
+    /// aggregate at a time), for `batch.lease`.
+    fn claim(
+        &self,
+        batch: ClaimBatch,
+    ) -> impl Future<Output = Result<Vec<Claimed>, StoreError>> + Send;
+
+    /// Marks the messages `seqs` of claim `claim` sent; how many it marked (a message whose
+    /// claim ended and was taken again by another relay is that relay's to mark).
+    fn mark_sent(
+        &self,
+        claim: i64,
+        seqs: &[i64],
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Counts a refused delivery of message `seq`: due again after `retry_in`, or `dead`.
+    fn mark_failed(
+        &self,
+        claim: i64,
+        seq: i64,
+        error: &str,
+        retry_in: Duration,
+        dead: bool,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Gives the messages `seqs` back without counting a failure (the target was unreachable),
+    /// due again after `retry_in`.
+    fn release(
+        &self,
+        claim: i64,
+        seqs: &[i64],
+        retry_in: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// How long until the next pending message is due (zero if one is due now), if any is
+    /// pending.
+    fn next_due(&self) -> impl Future<Output = Result<Option<Duration>, StoreError>> + Send;
+
+    /// Wake-ups for the relay: PostgreSQL `LISTEN`s for enqueues; other databases poll.
+    fn listen(&self) -> impl Future<Output = Result<Notifications, StoreError>> + Send;
+
+    /// Deletes up to `limit` messages sent more than `older_than` ago; how many.
+    fn purge_sent(
+        &self,
+        older_than: Duration,
+        limit: usize,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Dead messages, oldest first, at most `limit`.
+    fn dead(
+        &self,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<DeadMessage>, StoreError>> + Send;
+
+    /// Makes the dead message `id` pending again, due now, its attempts reset; whether it was
+    /// dead.
+    fn revive(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Messages per state.
+    fn counts(&self) -> impl Future<Output = Result<OutboxCounts, StoreError>> + Send;
+}
+
+/// How a relay learns that messages were enqueued: `LISTEN` on PostgreSQL, nothing elsewhere
+/// (the relay then polls).
+pub struct Notifications {
+    #[cfg(feature = "postgres")]
+    listener: Option<sqlx::postgres::PgListener>,
+}
+
+impl std::fmt::Debug for Notifications {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifications")
+            .field("listens", &self.listens())
+            .finish()
+    }
+}
+
+impl Notifications {
+    /// No notifications: [`wait`](Self::wait) sleeps its whole bound.
+    pub fn none() -> Self {
+        Self {
+            #[cfg(feature = "postgres")]
+            listener: None,
+        }
+    }
+
+    /// Whether enqueues wake the relay (otherwise it polls).
+    pub fn listens(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        {
+            self.listener.is_some()
+        }
+        #[cfg(not(feature = "postgres"))]
+        {
+            false
+        }
+    }
+
+    /// Waits for an enqueue, at most `at_most`; whether one was notified. A lost listening
+    /// connection is reconnected (enqueues meanwhile are found by the next claim anyway).
+    pub async fn wait(&mut self, at_most: Duration) -> bool {
+        #[cfg(feature = "postgres")]
+        if let Some(listener) = &mut self.listener {
+            return match tokio::time::timeout(at_most, listener.recv()).await {
+                Ok(Ok(_)) => true,
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "outbox LISTEN failed; polling until it reconnects");
+                    tokio::time::sleep(at_most).await;
+                    false
+                }
+                Err(_) => false,
+            };
+        }
+        tokio::time::sleep(at_most).await;
+        false
+    }
+}
