@@ -1,0 +1,53 @@
+//! The relay of the transactional outbox: committed messages delivered at least once, each with
+//! a stable id the receiver dedups on.
+//!
+//! The post-mortem's second trap: the coupon service has its own database, so the callback
+//! service cannot write the coupon, nor a dedup record that answers for it, in its own
+//! transaction. The way across is a message: the callback enqueues it in an outbox table **in
+//! its business transaction** ([`idempotency_core::sql::Outbox`]), a [`Relay`] delivers it
+//! once committed, and the coupon service's consumer claims the message id in **its**
+//! transaction (`idempotency_queue::two_tier::SqlTruth`), so coupon and dedup record commit
+//! together there. Every crash in between either loses nothing that committed or delivers a copy
+//! the receiver drops.
+//!
+//! # Why the relay is a crate of its own
+//!
+//! The outbox table and its enqueue live in `idempotency-core` next to `TxStore`: they are
+//! written in the same transaction, with the same schema migrations, on the same three
+//! databases, and a service that only enqueues needs nothing else. The relay is a long-running
+//! loop with broker and HTTP clients (lapin, async-nats), which neither the core nor the
+//! consumers need; it speaks to the table only through
+//! [`OutboxTable`](idempotency_core::sql::OutboxTable).
+//!
+//! # Delivery
+//!
+//! - **At least once**: a message is marked sent only after the [`Target`] confirmed it (a
+//!   publisher confirm, a stream's ack). A relay killed in between leaves its batch claimed
+//!   until the claim's lease ends; then it is delivered again with the same ids.
+//! - **Several relays**: each claims its own batch (`FOR UPDATE SKIP LOCKED` on PostgreSQL), so
+//!   two relays never deliver one message at the same time.
+//! - **Retries**: a refused message is due again after a backoff by its failures, and dead
+//!   after `max_attempts` (listed by `OutboxTable::dead` for operators, revived by
+//!   `OutboxTable::revive`); an unreachable target counts no failure, the relay backs off.
+//! - **Wake-up**: on PostgreSQL the relay `LISTEN`s and the enqueue notifies at commit; it polls
+//!   only for retries that come due.
+//! - **Ordering** (optional): messages with an aggregate key go out one at a time per aggregate.
+//!
+//! Targets: [`rabbitmq::RabbitMqTarget`] (feature `rabbitmq`), [`nats::JetStreamTarget`]
+//! (feature `nats`), or any [`Target`]. Outboxes: feature `postgres`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod metrics;
+mod relay;
+mod target;
+
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub mod nats;
+#[cfg(feature = "rabbitmq")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rabbitmq")))]
+pub mod rabbitmq;
+
+pub use relay::{Relay, Round};
+pub use target::{DeliveryError, Target};

@@ -1,0 +1,321 @@
+//! The relay: claims due outbox messages, delivers them, marks them.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idempotency_core::StoreError;
+use idempotency_core::sql::outbox::{ClaimBatch, Claimed, Notifications, OutboxTable};
+use idempotency_queue::Backoff;
+
+use crate::metrics::{DEAD, FAILURES, SENT};
+use crate::target::{DeliveryError, Target};
+
+/// How often a running relay purges sent messages past their retention.
+const PURGE_EVERY: Duration = Duration::from_secs(60);
+/// The most sent messages one purge statement deletes.
+const PURGE_BATCH: usize = 1_000;
+
+/// What the relay calls between a batch's delivery and its marks (see
+/// [`Relay::with_after_deliver`]).
+type AfterDeliver = Arc<dyn Fn(&[Claimed]) + Send + Sync>;
+
+/// What one claim round did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    /// Messages claimed.
+    pub claimed: usize,
+    /// Delivered and marked sent.
+    pub sent: usize,
+    /// Refused by the target, due again after a backoff.
+    pub refused: usize,
+    /// Refused for the last allowed time: now dead.
+    pub dead: usize,
+    /// Given back because the target could not be reached.
+    pub unreachable: usize,
+}
+
+/// Delivers committed outbox messages to a [`Target`] at least once, then marks them sent.
+///
+/// Run as many relays on one outbox as you like: each claims its own batches (disjoint, by the
+/// claim's lease), so none delivers a message another holds. A relay that dies after delivering
+/// and before marking leaves its batch claimed until the lease ends; then a relay delivers it
+/// again, with the same message ids, for the receiver to drop as duplicates.
+///
+/// ```no_run
+/// # #[cfg(all(feature = "postgres", feature = "rabbitmq"))]
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), idempotency_core::StoreError> {
+/// use idempotency_core::sql::Outbox;
+/// use idempotency_outbox::{Relay, rabbitmq::RabbitMqTarget};
+///
+/// let outbox = Outbox::postgres(pool);
+/// outbox.migrate().await?;
+/// let target = RabbitMqTarget::new("amqp://guest:guest@127.0.0.1:5672/%2f", "");
+/// Relay::new(outbox, target).run().await;
+/// # Ok(()) }
+/// # #[cfg(not(all(feature = "postgres", feature = "rabbitmq")))]
+/// # async fn demo() {}
+/// ```
+pub struct Relay<O, T> {
+    outbox: O,
+    target: T,
+    batch_size: usize,
+    lease: Duration,
+    max_attempts: u32,
+    backoff: Backoff,
+    poll_interval: Duration,
+    listen_bound: Duration,
+    retention: Duration,
+    after_deliver: Option<AfterDeliver>,
+}
+
+impl<O: OutboxTable, T: Target> Relay<O, T> {
+    /// A relay from `outbox` to `target`: batches of 100, a 30 s lease, dead after 10 refusals,
+    /// retries 1 s doubling to 5 min, polling every 500 ms where it cannot `LISTEN`, sent
+    /// messages kept 24 h.
+    pub fn new(outbox: O, target: T) -> Self {
+        Self {
+            outbox,
+            target,
+            batch_size: 100,
+            lease: Duration::from_secs(30),
+            max_attempts: 10,
+            backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
+            poll_interval: Duration::from_millis(500),
+            listen_bound: Duration::from_secs(30),
+            retention: Duration::from_secs(24 * 60 * 60),
+            after_deliver: None,
+        }
+    }
+
+    /// At most `size` messages per claim (at least 1).
+    pub fn with_batch_size(mut self, size: usize) -> Self {
+        self.batch_size = size.max(1);
+        self
+    }
+
+    /// How long a claimed batch stays this relay's. Keep it well above a batch's delivery time:
+    /// a batch still being delivered when its lease ends may be delivered by another relay too.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// A message refused this many times is dead (at least 1).
+    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// The delay before a refused message is due again (by its failures), and before the relay
+    /// tries an unreachable target or a failing database again (by consecutive failures).
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// How often to look for due messages without `LISTEN` (MySQL, SQLite, or a PostgreSQL
+    /// listener that failed), and while due messages are held back (ordering, other relays).
+    pub fn with_poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// How long sent messages are kept before a running relay purges them.
+    pub fn with_retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Calls `hook` after each batch was delivered and before it is marked sent: the window
+    /// in which a crash makes at-least-once delivery deliver twice. For fault injection (a test
+    /// kills the process there) and tracing; keep it quick.
+    pub fn with_after_deliver(mut self, hook: impl Fn(&[Claimed]) + Send + Sync + 'static) -> Self {
+        self.after_deliver = Some(Arc::new(hook));
+        self
+    }
+
+    /// The outbox it relays from.
+    pub fn outbox(&self) -> &O {
+        &self.outbox
+    }
+
+    /// Delivers due messages until it is dropped: woken by enqueues on PostgreSQL, polling
+    /// elsewhere; backs off while the target or the database fails; purges sent messages past
+    /// their retention.
+    pub async fn run(&self) {
+        let mut notifications = match self.outbox.listen().await {
+            Ok(notifications) => notifications,
+            Err(error) => {
+                tracing::warn!(%error, table = self.outbox.table_name(), "outbox LISTEN unavailable; polling");
+                Notifications::none()
+            }
+        };
+        let mut failures = 0u64;
+        let mut purged_at: Option<Instant> = None;
+        loop {
+            match self.deliver_due().await {
+                Ok(round) if round.unreachable > 0 => {
+                    failures += 1;
+                    tokio::time::sleep(self.backoff.delay(failures)).await;
+                    continue;
+                }
+                // Sending may have unblocked the next message of an aggregate: claim again.
+                Ok(round) if round.claimed > 0 => {
+                    failures = 0;
+                    continue;
+                }
+                Ok(_) => failures = 0,
+                Err(error) => {
+                    failures += 1;
+                    tracing::warn!(%error, table = self.outbox.table_name(), "outbox claim failed");
+                    tokio::time::sleep(self.backoff.delay(failures)).await;
+                    continue;
+                }
+            }
+            if purged_at.is_none_or(|at| at.elapsed() >= PURGE_EVERY) {
+                self.purge().await;
+                purged_at = Some(Instant::now());
+            }
+            notifications.wait(self.idle(&notifications).await).await;
+        }
+    }
+
+    /// How long to wait for an enqueue before claiming again: until the next message is due,
+    /// bounded; the poll interval if a due message could not be claimed.
+    async fn idle(&self, notifications: &Notifications) -> Duration {
+        let bound = if notifications.listens() {
+            self.listen_bound
+        } else {
+            self.poll_interval
+        };
+        match self.outbox.next_due().await {
+            Ok(Some(due)) if due.is_zero() => self.poll_interval,
+            Ok(Some(due)) => due.min(bound),
+            Ok(None) => bound,
+            Err(error) => {
+                tracing::warn!(%error, table = self.outbox.table_name(), "outbox next due failed");
+                self.poll_interval
+            }
+        }
+    }
+
+    /// Deletes sent messages past the retention, in bounded batches.
+    async fn purge(&self) {
+        loop {
+            match self.outbox.purge_sent(self.retention, PURGE_BATCH).await {
+                Ok(purged) if purged as usize >= PURGE_BATCH => continue,
+                Ok(purged) => {
+                    tracing::debug!(
+                        purged,
+                        table = self.outbox.table_name(),
+                        "purged sent outbox messages"
+                    );
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, table = self.outbox.table_name(), "purging the outbox failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Claims one batch of due messages, delivers it and marks every message: sent, refused
+    /// (due again after a backoff, or dead), or given back (target unreachable).
+    pub async fn deliver_due(&self) -> Result<Round, StoreError> {
+        let claim = fresh_claim_token()?;
+        let batch = self
+            .outbox
+            .claim(ClaimBatch {
+                limit: self.batch_size,
+                lease: self.lease,
+                claim,
+            })
+            .await?;
+        let mut round = Round {
+            claimed: batch.len(),
+            ..Round::default()
+        };
+        if batch.is_empty() {
+            return Ok(round);
+        }
+        let mut results = self.target.deliver(&batch).await;
+        results.resize_with(batch.len(), || {
+            Err(DeliveryError::Unreachable(
+                "the target answered for fewer messages".to_owned(),
+            ))
+        });
+        if let Some(hook) = &self.after_deliver {
+            hook(&batch);
+        }
+        let table = self.outbox.table_name().to_owned();
+        let (mut sent, mut given_back) = (Vec::new(), Vec::new());
+        for (claimed, result) in batch.iter().zip(results) {
+            match result {
+                Ok(()) => sent.push(claimed.seq),
+                Err(DeliveryError::Unreachable(reason)) => {
+                    tracing::debug!(id = %claimed.message.id, %reason, "outbox target unreachable");
+                    given_back.push(claimed.seq);
+                }
+                Err(DeliveryError::Refused(reason)) => {
+                    let attempt = claimed.attempts.saturating_add(1);
+                    let dead = attempt >= self.max_attempts;
+                    let retry_in = self.backoff.delay(u64::from(attempt));
+                    self.outbox
+                        .mark_failed(claim, claimed.seq, &reason, retry_in, dead)
+                        .await?;
+                    metrics::counter!(FAILURES, "table" => table.clone(), "reason" => "refused")
+                        .increment(1);
+                    if dead {
+                        round.dead += 1;
+                        metrics::counter!(DEAD, "table" => table.clone()).increment(1);
+                        tracing::warn!(id = %claimed.message.id, topic = %claimed.message.topic, attempts = attempt, %reason, "outbox message dead");
+                    } else {
+                        round.refused += 1;
+                    }
+                }
+            }
+        }
+        if !sent.is_empty() {
+            let marked = self.outbox.mark_sent(claim, &sent).await?;
+            round.sent = usize::try_from(marked).unwrap_or(usize::MAX);
+            metrics::counter!(SENT, "table" => table.clone()).increment(marked);
+        }
+        if !given_back.is_empty() {
+            self.outbox
+                .release(claim, &given_back, Duration::ZERO)
+                .await?;
+            round.unreachable = given_back.len();
+            metrics::counter!(FAILURES, "table" => table, "reason" => "unreachable")
+                .increment(given_back.len() as u64);
+        }
+        Ok(round)
+    }
+
+    /// Delivers rounds until one claims nothing; the rounds' totals. For tests, tools and
+    /// benchmarks (a running relay uses [`run`](Self::run)).
+    pub async fn drain(&self) -> Result<Round, StoreError> {
+        let mut total = Round::default();
+        loop {
+            let round = self.deliver_due().await?;
+            if round.claimed == 0 {
+                return Ok(total);
+            }
+            total.claimed += round.claimed;
+            total.sent += round.sent;
+            total.refused += round.refused;
+            total.dead += round.dead;
+            total.unreachable += round.unreachable;
+            if round.unreachable > 0 {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+/// A claim token no other batch uses (random, 63 bits).
+fn fresh_claim_token() -> Result<i64, StoreError> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|error| StoreError::Backend(error.to_string()))?;
+    Ok(i64::from_le_bytes(bytes) & i64::MAX)
+}

@@ -1,0 +1,182 @@
+//! The relay against real PostgreSQL (`DATABASE_URL`) and NATS JetStream (`NATS_URL`): the
+//! message id as `Nats-Msg-Id`, a batch delivered again after a relay died before marking it
+//! (the stream drops the copies), racing relays, and a subject without a stream.
+#![cfg(all(feature = "postgres", feature = "nats"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, stream};
+use idempotency_core::sql::outbox::OutboxTable;
+use idempotency_core::sql::{Outbox, OutboxMessage};
+use idempotency_outbox::nats::JetStreamTarget;
+use idempotency_outbox::{Relay, Round};
+use idempotency_queue::Backoff;
+use sqlx::Postgres;
+use support::{enqueue_committed, fresh_outbox, message, nats_url, unique};
+
+/// A PostgreSQL outbox and a fresh JetStream stream.
+struct Fixture {
+    outbox: Outbox<Postgres>,
+    js: jetstream::Context,
+    name: String,
+    subject: String,
+}
+
+impl Fixture {
+    async fn new() -> Option<Self> {
+        let client = match async_nats::connect(nats_url()).await {
+            Ok(client) => client,
+            Err(error) => return idempotency_core::testing::unavailable("NATS", error),
+        };
+        let outbox = fresh_outbox().await?;
+        let js = jetstream::new(client);
+        let name = unique("OUTBOX");
+        let subject = format!("outbox.test.{name}");
+        js.create_stream(stream::Config {
+            name: name.clone(),
+            subjects: vec![subject.clone()],
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        Some(Self {
+            outbox,
+            js,
+            name,
+            subject,
+        })
+    }
+
+    fn messages(&self, count: usize) -> Vec<OutboxMessage> {
+        (0..count)
+            .map(|n| message(&format!("N{n}"), &self.subject))
+            .collect()
+    }
+
+    fn relay(&self) -> Relay<Outbox<Postgres>, JetStreamTarget> {
+        Relay::new(self.outbox.clone(), JetStreamTarget::new(self.js.clone()))
+    }
+
+    /// The `Nats-Msg-Id` of every message in the stream.
+    async fn stored_ids(&self) -> Vec<String> {
+        let stream = self.js.get_stream(&self.name).await.unwrap();
+        let count = stream.get_info().await.unwrap().state.messages;
+        let mut ids = Vec::new();
+        for sequence in 1..=count {
+            let stored = stream.get_raw_message(sequence).await.unwrap();
+            let id = stored.headers.get("Nats-Msg-Id").unwrap();
+            ids.push(id.as_str().to_owned());
+        }
+        ids
+    }
+
+    async fn cleanup(self) {
+        self.js.delete_stream(&self.name).await.unwrap();
+    }
+}
+
+/// A relay dies after JetStream acked its batch and before marking it (the documented
+/// `after_deliver` hook panics there, ending the relay's task); once its lease ends another
+/// relay delivers the batch again with the same `Nats-Msg-Id`s, and the stream keeps one copy
+/// of each.
+#[tokio::test]
+async fn a_batch_delivered_again_after_a_dead_relay_is_stored_once_by_the_stream() {
+    let Some(fixture) = Fixture::new().await else {
+        return;
+    };
+    let messages = fixture.messages(10);
+    enqueue_committed(&fixture.outbox, &messages).await;
+    let doomed = fixture
+        .relay()
+        .with_lease(Duration::from_secs(1))
+        .with_after_deliver(|_| panic!("the relay dies between delivering and marking"));
+    let died = tokio::spawn(async move { doomed.deliver_due().await }).await;
+    assert!(died.unwrap_err().is_panic());
+    let counts = fixture.outbox.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.sent), (10, 0));
+
+    let relay = fixture.relay();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut sent = 0;
+    while sent < 10 {
+        assert!(
+            Instant::now() < deadline,
+            "the batch was never delivered again"
+        );
+        let round = relay.deliver_due().await.unwrap();
+        sent += round.sent;
+        if round.claimed == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let stored = fixture.stored_ids().await;
+    let expected: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
+    assert_eq!(stored, expected, "one copy each, in enqueue order");
+    fixture.cleanup().await;
+}
+
+/// Three relays drain one outbox at once: every message is claimed and sent by exactly one of
+/// them (counted on the outbox side), and the stream holds each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn racing_relays_claim_disjoint_batches() {
+    let Some(fixture) = Fixture::new().await else {
+        return;
+    };
+    let messages = fixture.messages(150);
+    enqueue_committed(&fixture.outbox, &messages).await;
+    let relays: Vec<_> = (0..3)
+        .map(|_| {
+            let relay = fixture.relay().with_batch_size(5);
+            tokio::spawn(async move { relay.drain().await.unwrap() })
+        })
+        .collect();
+    let mut total = Round::default();
+    for relay in relays {
+        let round = relay.await.unwrap();
+        total.claimed += round.claimed;
+        total.sent += round.sent;
+    }
+    assert_eq!((total.claimed, total.sent), (150, 150));
+    let stored: HashSet<String> = fixture.stored_ids().await.into_iter().collect();
+    assert_eq!(stored.len(), 150);
+    fixture.cleanup().await;
+}
+
+/// A subject no stream captures is refused (not unreachable): counted, and dead at the last
+/// attempt.
+#[tokio::test]
+async fn a_subject_without_a_stream_is_refused_until_dead() {
+    let Some(fixture) = Fixture::new().await else {
+        return;
+    };
+    let stray = message("stray", &format!("outbox.nowhere.{}", unique("s")));
+    enqueue_committed(&fixture.outbox, std::slice::from_ref(&stray)).await;
+    let relay = fixture
+        .relay()
+        .with_max_attempts(2)
+        .with_backoff(Backoff::new(
+            Duration::from_millis(1),
+            Duration::from_millis(1),
+        ));
+    let mut total = Round::default();
+    for _ in 0..200 {
+        let round = relay.deliver_due().await.unwrap();
+        total.refused += round.refused;
+        total.dead += round.dead;
+        total.unreachable += round.unreachable;
+        if total.dead > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!((total.refused, total.dead, total.unreachable), (1, 1, 0));
+    let dead = fixture.outbox.dead(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].message.id, stray.id);
+    fixture.cleanup().await;
+}
