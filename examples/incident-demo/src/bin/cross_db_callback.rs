@@ -21,6 +21,12 @@
 //! exactly one coupon. If the business data must stay in another database, move the dedup
 //! record there (or drive the business change by a state transition on its own row, see
 //! `idempotency_core::sql::Transition`), instead of trying to pair two commits.
+//!
+//! When the coupons belong to another service with its own database, the fourth way is the one
+//! that works across databases: a transactional outbox (`idempotency_core::sql::Outbox`, the
+//! grant enqueued in the callback's transaction), a relay (`idempotency-outbox`), and the coupon
+//! service claiming the message id in its own transaction. `outbox_demo` (feature `outbox`)
+//! runs it through a crash at every boundary.
 #![allow(clippy::print_stdout)]
 
 use std::path::{Path, PathBuf};
@@ -246,6 +252,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let coupons = six_deliveries(&dir, layout).await?;
         println!("  {layout:?}: {coupons} coupon(s) -- {verdict}");
     }
+    println!(
+        "  Outbox: the fourth way, for a coupon service with its own database (the grant \
+         enqueued in the callback's transaction, the message id deduped in the coupon's): \
+         not run here, it needs PostgreSQL and RabbitMQ; \
+         cargo run -p incident-demo --features outbox --bin outbox_demo"
+    );
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }
