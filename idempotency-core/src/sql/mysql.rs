@@ -28,6 +28,36 @@ const VERSIONS: VersionSql = VersionSql {
             VALUES (?, ?, UTC_TIMESTAMP(6))",
 };
 
+/// Brings `table` to the latest version of `steps` under a named lock (MySQL's DDL is not
+/// transactional), record tables and outbox tables alike; the connection it used.
+pub(crate) async fn migrate_table(
+    pool: &sqlx::MySqlPool,
+    table: &str,
+    steps: &schema::Steps,
+) -> Result<sqlx::pool::PoolConnection<MySql>, StoreError> {
+    let lock = format!("idempotency-migrate:{table}");
+    let mut conn = pool.acquire().await.map_err(map_err)?;
+    let (locked,): (Option<i64>,) = sqlx::query_as("SELECT GET_LOCK(?, 60)")
+        .bind(&lock)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    if locked != Some(1) {
+        return Err(StoreError::Backend(format!(
+            "could not take the migration lock {lock:?} within 60 s"
+        )));
+    }
+    let migrated = schema::migrate::<MySql>(&mut conn, &VERSIONS, table, steps).await;
+    let released = sqlx::query("SELECT RELEASE_LOCK(?)")
+        .bind(&lock)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err);
+    migrated?;
+    released?;
+    Ok(conn)
+}
+
 /// How often a claim tries again after losing a race (a row that changed between statements).
 const CLAIM_ROUNDS: usize = 8;
 
@@ -248,30 +278,8 @@ impl Steps for MySql {
         }
     }
 
-    /// Runs the schema steps under a named lock (MySQL's DDL is not transactional).
     async fn migrate(store: &MySqlStore) -> Result<(), StoreError> {
-        let table = store.table_name();
-        let lock = format!("idempotency-migrate:{table}");
-        let mut conn = store.pool.acquire().await.map_err(map_err)?;
-        let (locked,): (Option<i64>,) = sqlx::query_as("SELECT GET_LOCK(?, 60)")
-            .bind(&lock)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(map_err)?;
-        if locked != Some(1) {
-            return Err(StoreError::Backend(format!(
-                "could not take the migration lock {lock:?} within 60 s"
-            )));
-        }
-        let migrated =
-            schema::migrate::<MySql>(&mut conn, &VERSIONS, table, &store.sql.steps).await;
-        let released = sqlx::query("SELECT RELEASE_LOCK(?)")
-            .bind(&lock)
-            .execute(&mut *conn)
-            .await
-            .map_err(map_err);
-        migrated?;
-        released?;
+        let mut conn = migrate_table(&store.pool, store.table_name(), &store.sql.steps).await?;
         store.sql.own.is_mariadb(&mut conn).await?;
         Ok(())
     }

@@ -8,7 +8,7 @@ use super::common::{ClaimRow, map_err, micros, owned, token_param, unix_micros};
 use super::dialect::{TableSql, sealed::Steps};
 use super::schema::{self, VersionSql};
 use super::store::SqlStore;
-use super::tx::{TxClaim, TxClaimRequest, TxStore, tx_claim};
+use super::tx::{TxClaim, TxClaimRequest, tx_claim};
 use crate::{Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, StoreError};
 
 /// The schema versions table on SQLite.
@@ -22,6 +22,18 @@ const VERSIONS: VersionSql = VersionSql {
 
 /// How often a claim re-reads after losing a race (a row that changed between two statements).
 const CLAIM_ROUNDS: usize = 8;
+
+/// Brings `table` to the latest version of `steps` in one `BEGIN IMMEDIATE` transaction, which
+/// serializes migrations (record tables and outbox tables alike).
+pub(crate) async fn migrate_table(
+    pool: &sqlx::SqlitePool,
+    table: &str,
+    steps: &schema::Steps,
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
+    schema::migrate::<Sqlite>(&mut tx, &VERSIONS, table, steps).await?;
+    tx.commit().await.map_err(map_err)
+}
 
 /// A [`Store`](crate::Store) on SQLite (sqlx), also usable inside the caller's transactions
 /// ([`TxStore`]); settings and `migrate` on [`SqlStore`].
@@ -183,9 +195,7 @@ impl Steps for Sqlite {
 
     /// Runs the schema steps in one `BEGIN IMMEDIATE` transaction, which serializes them.
     async fn migrate(store: &SqliteStore) -> Result<(), StoreError> {
-        let mut tx = store.begin().await?;
-        schema::migrate::<Sqlite>(&mut tx, &VERSIONS, store.table_name(), &store.sql.steps).await?;
-        tx.commit().await.map_err(map_err)
+        migrate_table(&store.pool, store.table_name(), &store.sql.steps).await
     }
 
     /// SQLite only waits (for the write lock, at `BEGIN IMMEDIATE` or at the claim's write, up
