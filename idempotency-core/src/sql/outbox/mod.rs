@@ -18,15 +18,23 @@
 //!   times; listed by [`OutboxTable::dead`] for operators, re-armed by [`OutboxTable::revive`]).
 //! - **Claiming**: a relay claims a batch by setting a fresh claim token and a lease (the row's
 //!   `available_at` moves to the lease's end), so a relay that dies mid-batch loses its claim
-//!   when the lease ends and another relay delivers the batch again (at least once). PostgreSQL
-//!   picks the batch with `FOR UPDATE SKIP LOCKED`, so concurrent relays take disjoint batches
-//!   without waiting on each other.
+//!   when the lease ends and another relay delivers the batch again (at least once). How
+//!   concurrent relays pick disjoint batches:
+//!
+//!   | database | picking a batch | wake-up |
+//!   |---|---|---|
+//!   | PostgreSQL | `FOR UPDATE SKIP LOCKED`, one statement | `LISTEN`/`NOTIFY` |
+//!   | MySQL 8.0.1+, MariaDB 10.6+ | `FOR UPDATE SKIP LOCKED`, then the lease | polling |
+//!   | older MySQL/MariaDB | `FOR UPDATE` (relays wait for each other's short claim), then the lease | polling |
+//!   | SQLite | one writer at a time, one statement | polling |
+//!
 //! - **Ordering** (optional): messages with an aggregate key are claimed one at a time per
 //!   aggregate, oldest first; a later message waits until every earlier one of its aggregate is
 //!   sent (a dead one blocks its aggregate until revived: order is kept, not skipped).
 //! - **Wake-up**: on PostgreSQL the enqueue notifies the channel named like the table
 //!   (`pg_notify`, delivered at commit) and the relay `LISTEN`s on it
-//!   ([`OutboxTable::listen`]), so it does not poll.
+//!   ([`OutboxTable::listen`]), so it does not poll. Times are the database's clock, except on
+//!   SQLite (the host's, as its store).
 //!
 //! ```no_run
 //! # #[cfg(feature = "postgres")]
@@ -51,8 +59,12 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -178,8 +190,10 @@ pub struct ClaimBatch {
     pub claim: i64,
 }
 
-/// An outbox table on one database (`Outbox<Postgres>`, …): enqueue inside the caller's
-/// transaction, and the relay side through [`OutboxTable`].
+/// An outbox table on one database: `Outbox::postgres(pool)`, `Outbox::mysql(pool)`,
+/// `Outbox::sqlite(pool)` (features `postgres`, `mysql`, `sqlite`), each with
+/// `with_table_name`, `migrate` and `enqueue` (inside the caller's transaction); the relay side
+/// through [`OutboxTable`].
 #[derive(Debug)]
 pub struct Outbox<DB: sqlx::Database> {
     pub(crate) pool: sqlx::Pool<DB>,
@@ -197,13 +211,21 @@ impl<DB: sqlx::Database> Clone for Outbox<DB> {
     }
 }
 
-/// The statements of one outbox table, built once per table name.
+/// The statements of one outbox table, built once per table name. Statements ending in
+/// `seq IN (` take the list of sequence numbers last, where the database has no arrays.
 #[derive(Debug)]
 pub(crate) struct OutboxSql {
     pub(crate) table: String,
     pub(crate) steps: super::schema::Steps,
     pub(crate) enqueue: String,
+    /// PostgreSQL and SQLite: the claim; MySQL: the locking read that picks the batch.
     pub(crate) claim: String,
+    /// MySQL: the update that claims the picked rows, and the read of the claimed rows.
+    pub(crate) claim_update: String,
+    pub(crate) claim_read: String,
+    /// Whether claims skip rows other relays hold locked (`SKIP LOCKED`), decided by the server
+    /// version on MySQL/MariaDB at the first claim.
+    pub(crate) skip_locked: std::sync::OnceLock<bool>,
     pub(crate) mark_sent: String,
     pub(crate) mark_failed: String,
     pub(crate) release: String,
@@ -232,6 +254,18 @@ impl<DB: sqlx::Database> Outbox<DB> {
 /// Checks an outbox table name: a plain identifier ([`validate_identifier`]).
 pub(crate) fn checked_table(table: &str) -> Result<(), StoreError> {
     validate_identifier(table)
+}
+
+/// `sql` followed by one placeholder per sequence number and `)`.
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+pub(crate) fn in_list(sql: &str, count: usize) -> String {
+    let mut text = String::with_capacity(sql.len() + 2 * count + 1);
+    text.push_str(sql);
+    for index in 0..count {
+        text.push_str(if index == 0 { "?" } else { ",?" });
+    }
+    text.push(')');
+    text
 }
 
 /// A row's column of attempts as the count it is.

@@ -84,6 +84,9 @@ fn statements(t: &str) -> OutboxSql {
                FOR UPDATE SKIP LOCKED) \
              RETURNING {COLUMNS}"
         ),
+        claim_update: String::new(),
+        claim_read: String::new(),
+        skip_locked: std::sync::OnceLock::from(true),
         mark_sent: format!(
             "UPDATE \"{t}\" SET state = 'sent', sent_at = statement_timestamp(), claim = NULL, \
                last_error = NULL \

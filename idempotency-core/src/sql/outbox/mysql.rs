@@ -1,0 +1,432 @@
+//! The outbox on MySQL/MariaDB: claims pick their batch with `FOR UPDATE SKIP LOCKED` where the
+//! server has it (MySQL 8.0.1+, MariaDB 10.6+), with a plain `FOR UPDATE` otherwise; either way
+//! the batch is then held by its lease, not by the lock. No wake-ups: relays poll.
+
+use std::time::Duration;
+
+use sqlx::{MySql, MySqlPool};
+
+use super::{
+    ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, DeadMessage, Notifications, Outbox, OutboxCounts,
+    OutboxMessage, OutboxSql, OutboxTable, attempts, checked_table, in_list,
+};
+use crate::StoreError;
+use crate::sql::common::{map_err, micros};
+use crate::sql::tx::InTransaction;
+
+/// MySQL's error number for a duplicate key.
+const DUPLICATE_KEY: u16 = 1062;
+/// MySQL's error number for a deadlock (InnoDB rolled the transaction back).
+const DEADLOCK: u16 = 1213;
+/// How often a claim or a mark runs again after InnoDB chose it as a deadlock's victim (a
+/// claim's locking read and another relay's marks lock index entries in different orders).
+const DEADLOCK_ROUNDS: usize = 8;
+
+/// Whether `error` is MySQL's error `number`.
+fn is_error(error: &sqlx::Error, number: u16) -> bool {
+    matches!(error, sqlx::Error::Database(error)
+        if error
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|error| error.number() == number))
+}
+
+/// Runs `attempt` again while it fails as a deadlock's victim, at most [`DEADLOCK_ROUNDS`] times.
+async fn retry_deadlocks<T, F, Fut>(mut attempt: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+{
+    let mut round = 1;
+    loop {
+        match attempt().await {
+            Err(error) if is_error(&error, DEADLOCK) && round < DEADLOCK_ROUNDS => round += 1,
+            done => return done.map_err(map_err),
+        }
+    }
+}
+
+/// The columns a claim and a dead listing read, in [`Row`]'s order.
+const COLUMNS: &str = "seq, id, topic, business_key, aggregate, payload, attempts";
+
+/// A message row: [`COLUMNS`].
+type Row = (i64, String, String, String, Option<String>, Vec<u8>, i64);
+
+fn message((_, id, topic, key, aggregate, payload, _): Row) -> OutboxMessage {
+    OutboxMessage {
+        id,
+        topic,
+        key,
+        aggregate,
+        payload,
+    }
+}
+
+fn statements(t: &str) -> OutboxSql {
+    let steps = vec![vec![format!(
+        "CREATE TABLE IF NOT EXISTS {t} (\
+         seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+         id VARCHAR(255) NOT NULL, \
+         topic VARCHAR(1024) NOT NULL, \
+         business_key VARCHAR(255) NOT NULL, \
+         aggregate VARCHAR(255) NULL, \
+         payload LONGBLOB NOT NULL, \
+         state VARCHAR(16) NOT NULL DEFAULT 'pending', \
+         attempts BIGINT NOT NULL DEFAULT 0, \
+         available_at DATETIME(6) NOT NULL, \
+         claim BIGINT NULL, \
+         last_error TEXT NULL, \
+         created_at DATETIME(6) NOT NULL, \
+         sent_at DATETIME(6) NULL, \
+         UNIQUE KEY {t}_id (id), \
+         KEY {t}_due (state, available_at, seq), \
+         KEY {t}_aggregate (aggregate, seq), \
+         KEY {t}_sent (state, sent_at)) ENGINE = InnoDB"
+    )]];
+    let later = "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND";
+    OutboxSql {
+        table: t.to_owned(),
+        steps,
+        enqueue: format!(
+            "INSERT INTO {t} (id, topic, business_key, aggregate, payload, available_at, created_at) \
+             VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
+        ),
+        // Earlier unsent messages of the aggregate (claimed ones included) hold a message back.
+        // `FOR UPDATE` (and `SKIP LOCKED`, appended where the server has it) locks the outer
+        // rows only: the subquery is a plain read.
+        claim: format!(
+            "SELECT o.seq FROM {t} o \
+             WHERE o.state = 'pending' AND o.available_at <= UTC_TIMESTAMP(6) \
+               AND (o.aggregate IS NULL OR NOT EXISTS (\
+                 SELECT 1 FROM {t} e WHERE e.aggregate = o.aggregate \
+                   AND e.seq < o.seq AND e.state <> 'sent')) \
+             ORDER BY o.available_at, o.seq LIMIT ? FOR UPDATE"
+        ),
+        claim_update: format!("UPDATE {t} SET claim = ?, available_at = {later} WHERE seq IN ("),
+        claim_read: format!("SELECT {COLUMNS} FROM {t} WHERE claim = ? ORDER BY seq"),
+        skip_locked: std::sync::OnceLock::new(),
+        mark_sent: format!(
+            "UPDATE {t} SET state = 'sent', sent_at = UTC_TIMESTAMP(6), claim = NULL, \
+               last_error = NULL \
+             WHERE claim = ? AND state = 'pending' AND seq IN ("
+        ),
+        mark_failed: format!(
+            "UPDATE {t} SET attempts = attempts + 1, last_error = ?, claim = NULL, \
+               state = IF(?, 'dead', 'pending'), available_at = {later} \
+             WHERE seq = ? AND claim = ? AND state = 'pending'"
+        ),
+        release: format!(
+            "UPDATE {t} SET claim = NULL, available_at = {later} \
+             WHERE claim = ? AND state = 'pending' AND seq IN ("
+        ),
+        next_due: format!(
+            "SELECT CAST(GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), \
+               MIN(available_at))) AS SIGNED) FROM {t} WHERE state = 'pending'"
+        ),
+        purge_sent: format!(
+            "DELETE FROM {t} WHERE state = 'sent' \
+               AND sent_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+             ORDER BY sent_at LIMIT ?"
+        ),
+        dead: format!(
+            "SELECT {COLUMNS}, last_error FROM {t} WHERE state = 'dead' ORDER BY seq LIMIT ?"
+        ),
+        revive: format!(
+            "UPDATE {t} SET state = 'pending', attempts = 0, claim = NULL, \
+               available_at = UTC_TIMESTAMP(6) WHERE id = ? AND state = 'dead'"
+        ),
+        counts: format!(
+            "SELECT CAST(COALESCE(SUM(state = 'pending'), 0) AS SIGNED), \
+               CAST(COALESCE(SUM(state = 'sent'), 0) AS SIGNED), \
+               CAST(COALESCE(SUM(state = 'dead'), 0) AS SIGNED) FROM {t}"
+        ),
+    }
+}
+
+/// Whether a server of `version` (`SELECT VERSION()`) has `SKIP LOCKED`: MySQL 8.0.1+, MariaDB
+/// 10.6+.
+fn has_skip_locked(version: &str) -> bool {
+    let mut numbers = version
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|part| part.parse::<u32>().unwrap_or(0));
+    let (major, minor, patch) = (
+        numbers.next().unwrap_or(0),
+        numbers.next().unwrap_or(0),
+        numbers.next().unwrap_or(0),
+    );
+    if version.contains("MariaDB") {
+        (major, minor) >= (10, 6)
+    } else {
+        (major, minor, patch) >= (8, 0, 1)
+    }
+}
+
+impl Outbox<MySql> {
+    /// The outbox table `idempotency_outbox` in `pool`'s database.
+    pub fn mysql(pool: MySqlPool) -> Self {
+        Self::with_sql(pool, statements(DEFAULT_OUTBOX_TABLE))
+    }
+
+    /// The same outbox in the table `table` (a plain identifier).
+    pub fn with_table_name(self, table: &str) -> Result<Self, StoreError> {
+        checked_table(table)?;
+        let renamed = Self::with_sql(self.pool, statements(table));
+        if let Some(skips) = self.sql.skip_locked.get() {
+            let _ = renamed.sql.skip_locked.set(*skips);
+        }
+        Ok(renamed)
+    }
+
+    /// Claims with a plain `FOR UPDATE` even where the server has `SKIP LOCKED`: concurrent
+    /// relays then wait for each other's (short) claim instead of skipping its rows, as on
+    /// servers without it. For such servers' behaviour on a newer one (tests, comparisons).
+    pub fn without_skip_locked(self) -> Self {
+        let outbox = Self::with_sql(self.pool, statements(&self.sql.table));
+        let _ = outbox.sql.skip_locked.set(false);
+        outbox
+    }
+
+    /// Whether claims skip rows other relays hold (`SKIP LOCKED`): the server's version decides.
+    pub async fn skips_locked(&self) -> Result<bool, StoreError> {
+        if let Some(skips) = self.sql.skip_locked.get() {
+            return Ok(*skips);
+        }
+        let version: String = sqlx::query_scalar("SELECT VERSION()")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(*self
+            .sql
+            .skip_locked
+            .get_or_init(|| has_skip_locked(&version)))
+    }
+
+    /// Creates the table or brings it to this release's schema (versioned like record tables,
+    /// serialized by a named lock, quiet when up to date).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        crate::sql::mysql::migrate_table(&self.pool, &self.sql.table, &self.sql.steps).await?;
+        Ok(())
+    }
+
+    /// Enqueues `message` inside `tx`: it is delivered only if `tx` commits. `false` if a message
+    /// with this id was enqueued before (and not purged yet): nothing is added, and the
+    /// transaction goes on.
+    pub async fn enqueue<T: InTransaction<MySql> + ?Sized>(
+        &self,
+        tx: &mut T,
+        message: &OutboxMessage,
+    ) -> Result<bool, StoreError> {
+        let inserted = sqlx::query(&self.sql.enqueue)
+            .bind(&message.id)
+            .bind(&message.topic)
+            .bind(&message.key)
+            .bind(message.aggregate.as_deref())
+            .bind(message.payload.as_slice())
+            .execute(tx.connection())
+            .await;
+        match inserted {
+            Ok(_) => Ok(true),
+            // MySQL rolls back only the failed statement: the transaction goes on.
+            Err(error) if is_error(&error, DUPLICATE_KEY) => Ok(false),
+            Err(error) => Err(map_err(error)),
+        }
+    }
+
+    /// Runs `sql` (ending in `seq IN (`) with `leading` bound first, then `seqs`; rows
+    /// affected.
+    async fn with_seqs(&self, sql: &str, leading: &[i64], seqs: &[i64]) -> Result<u64, StoreError> {
+        let statement = in_list(sql, seqs.len());
+        let done = retry_deadlocks(|| {
+            let mut query = sqlx::query(&statement);
+            for value in leading.iter().chain(seqs) {
+                query = query.bind(value);
+            }
+            query.execute(&self.pool)
+        })
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// One claim transaction: pick the batch with a locking read, claim it, read it back.
+    async fn claim_once(&self, batch: ClaimBatch, pick: &str) -> Result<Vec<Row>, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let seqs: Vec<i64> = sqlx::query_scalar(pick)
+            .bind(i64::try_from(batch.limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await?;
+        if seqs.is_empty() {
+            tx.rollback().await?;
+            return Ok(Vec::new());
+        }
+        let update = in_list(&self.sql.claim_update, seqs.len());
+        let mut query = sqlx::query(&update)
+            .bind(batch.claim)
+            .bind(micros(batch.lease));
+        for seq in &seqs {
+            query = query.bind(seq);
+        }
+        query.execute(&mut *tx).await?;
+        let rows: Vec<Row> = sqlx::query_as(&self.sql.claim_read)
+            .bind(batch.claim)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
+}
+
+impl OutboxTable for Outbox<MySql> {
+    fn table_name(&self) -> &str {
+        &self.sql.table
+    }
+
+    /// Picks the batch with a locking read, claims it, reads it back: one short transaction,
+    /// run again if InnoDB picks it as a deadlock's victim.
+    async fn claim(&self, batch: ClaimBatch) -> Result<Vec<Claimed>, StoreError> {
+        let pick = if self.skips_locked().await? {
+            format!("{} SKIP LOCKED", self.sql.claim)
+        } else {
+            self.sql.claim.clone()
+        };
+        let rows = retry_deadlocks(|| self.claim_once(batch, &pick)).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| Claimed {
+                seq: row.0,
+                claim: batch.claim,
+                attempts: attempts(row.6),
+                message: message(row),
+            })
+            .collect())
+    }
+
+    async fn mark_sent(&self, claim: i64, seqs: &[i64]) -> Result<u64, StoreError> {
+        if seqs.is_empty() {
+            return Ok(0);
+        }
+        self.with_seqs(&self.sql.mark_sent, &[claim], seqs).await
+    }
+
+    async fn mark_failed(
+        &self,
+        claim: i64,
+        seq: i64,
+        error: &str,
+        retry_in: Duration,
+        dead: bool,
+    ) -> Result<(), StoreError> {
+        retry_deadlocks(|| {
+            sqlx::query(&self.sql.mark_failed)
+                .bind(error)
+                .bind(dead)
+                .bind(micros(retry_in))
+                .bind(seq)
+                .bind(claim)
+                .execute(&self.pool)
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn release(
+        &self,
+        claim: i64,
+        seqs: &[i64],
+        retry_in: Duration,
+    ) -> Result<(), StoreError> {
+        if seqs.is_empty() {
+            return Ok(());
+        }
+        self.with_seqs(&self.sql.release, &[micros(retry_in), claim], seqs)
+            .await?;
+        Ok(())
+    }
+
+    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
+        let due: Option<i64> = sqlx::query_scalar(&self.sql.next_due)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(due.map(|micros| Duration::from_micros(u64::try_from(micros).unwrap_or(0))))
+    }
+
+    async fn listen(&self) -> Result<Notifications, StoreError> {
+        Ok(Notifications::none())
+    }
+
+    async fn purge_sent(&self, older_than: Duration, limit: usize) -> Result<u64, StoreError> {
+        let done = sqlx::query(&self.sql.purge_sent)
+            .bind(micros(older_than))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn dead(&self, limit: usize) -> Result<Vec<DeadMessage>, StoreError> {
+        type DeadRow = (
+            i64,
+            String,
+            String,
+            String,
+            Option<String>,
+            Vec<u8>,
+            i64,
+            Option<String>,
+        );
+        let rows: Vec<DeadRow> = sqlx::query_as(&self.sql.dead)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(seq, id, topic, key, aggregate, payload, tries, last_error)| DeadMessage {
+                    seq,
+                    attempts: attempts(tries),
+                    last_error,
+                    message: message((seq, id, topic, key, aggregate, payload, tries)),
+                },
+            )
+            .collect())
+    }
+
+    async fn revive(&self, id: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(&self.sql.revive)
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn counts(&self) -> Result<OutboxCounts, StoreError> {
+        let (pending, sent, dead): (i64, i64, i64) = sqlx::query_as(&self.sql.counts)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        Ok(OutboxCounts {
+            pending: count(pending),
+            sent: count(sent),
+            dead: count(dead),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_skip_locked;
+
+    #[test]
+    fn skip_locked_by_server_version() {
+        assert!(has_skip_locked("10.11.19-MariaDB-0+deb12u1"));
+        assert!(has_skip_locked("10.6.0-MariaDB"));
+        assert!(!has_skip_locked("10.5.22-MariaDB-log"));
+        assert!(has_skip_locked("8.0.36"));
+        assert!(has_skip_locked("8.4.0-log"));
+        assert!(!has_skip_locked("8.0.0"));
+        assert!(!has_skip_locked("5.7.44"));
+    }
+}
