@@ -24,17 +24,18 @@
 //! - **At least once**: a message is marked sent only after the [`Target`] confirmed it (a
 //!   publisher confirm, a stream's ack). A relay killed in between leaves its batch claimed
 //!   until the claim's lease ends; then it is delivered again with the same ids.
-//! - **Several relays**: each claims its own batch (`FOR UPDATE SKIP LOCKED` on PostgreSQL), so
-//!   two relays never deliver one message at the same time.
+//! - **Several relays**: each claims its own batch (`FOR UPDATE SKIP LOCKED` on PostgreSQL,
+//!   MySQL 8.0.1+ and MariaDB 10.6+; row locks and the lease on older servers; one writer at a
+//!   time on SQLite), so two relays never deliver one message at the same time.
 //! - **Retries**: a refused message is due again after a backoff by its failures, and dead
 //!   after `max_attempts` (listed by `OutboxTable::dead` for operators, revived by
 //!   `OutboxTable::revive`); an unreachable target counts no failure, the relay backs off.
 //! - **Wake-up**: on PostgreSQL the relay `LISTEN`s and the enqueue notifies at commit; it polls
-//!   only for retries that come due.
+//!   only for retries that come due. On MySQL and SQLite it polls (`with_poll_interval`).
 //! - **Ordering** (optional): messages with an aggregate key go out one at a time per aggregate.
 //!
 //! Targets: [`rabbitmq::RabbitMqTarget`] (feature `rabbitmq`), [`nats::JetStreamTarget`]
-//! (feature `nats`), or any [`Target`]. Outboxes: feature `postgres`.
+//! (feature `nats`), or any [`Target`]. Outboxes: features `postgres`, `mysql`, `sqlite`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 

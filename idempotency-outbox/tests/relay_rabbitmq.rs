@@ -142,6 +142,47 @@ async fn racing_relays_never_deliver_one_message_twice() {
     fixture.delete_queue().await;
 }
 
+/// Three relays drain `outbox` (holding `messages`, all to `fixture`'s queue) at once: each
+/// message reaches the queue exactly once.
+async fn relays_race<O: OutboxTable>(fixture: &Fixture, outbox: O, messages: &[OutboxMessage]) {
+    let relays: Vec<_> = (0..3)
+        .map(|_| {
+            let relay =
+                Relay::new(outbox.clone(), RabbitMqTarget::new(amqp_url(), "")).with_batch_size(5);
+            tokio::spawn(async move { relay.drain().await.unwrap() })
+        })
+        .collect();
+    let mut sent = 0;
+    for relay in relays {
+        sent += relay.await.unwrap().sent;
+    }
+    assert_eq!(sent, messages.len());
+    let copies = fixture.take_all().await;
+    assert_eq!(copies.len(), messages.len());
+    for message in messages {
+        assert_eq!(copies.get(&message.id), Some(&1), "{}", message.key);
+    }
+    assert_eq!(outbox.counts().await.unwrap().pending, 0);
+}
+
+/// The same race from a MySQL/MariaDB outbox (`MYSQL_URL`) and a SQLite one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn racing_relays_deliver_once_from_mysql_and_sqlite() {
+    let Some(fixture) = Fixture::new().await else {
+        return;
+    };
+    let messages = fixture.messages(120);
+    if let Some(mysql) = support::fresh_mysql().await {
+        support::enqueue_committed_mysql(&mysql, &messages).await;
+        relays_race(&fixture, mysql, &messages).await;
+    }
+    if let Some(sqlite) = support::fresh_sqlite().await {
+        support::enqueue_committed_sqlite(&sqlite, &messages).await;
+        relays_race(&fixture, sqlite, &messages).await;
+    }
+    fixture.delete_queue().await;
+}
+
 /// The child of the kill test: relays one batch with a lease of 2 s, announces it after the
 /// broker confirmed it, and waits to be killed before marking it sent.
 async fn child_relay(table: String) {

@@ -1,11 +1,13 @@
-//! What the outbox tests share: the PostgreSQL outbox under a fresh table, enqueueing, names.
+//! What the outbox tests share: outboxes under fresh tables, enqueueing, names.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub(crate) mod table;
 
 use std::time::{Duration, Instant};
 
 use idempotency_core::sql::{Outbox, OutboxMessage};
 use idempotency_core::{IdempotencyKey, Scope};
-use sqlx::{PgPool, Postgres};
+use sqlx::{MySql, MySqlPool, PgPool, Postgres, Sqlite, SqlitePool};
 
 /// A name no other test run uses: `prefix` and 12 hex digits (a valid SQL identifier).
 pub(crate) fn unique(prefix: &str) -> String {
@@ -74,4 +76,63 @@ where
         assert!(Instant::now() < deadline, "gave up waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+pub(crate) fn mysql_url() -> String {
+    std::env::var("MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
+/// A migrated MySQL/MariaDB outbox under a fresh table (`None`: unreachable, skipped outside CI).
+pub(crate) async fn fresh_mysql() -> Option<Outbox<MySql>> {
+    let pool = match MySqlPool::connect(&mysql_url()).await {
+        Ok(pool) => pool,
+        Err(error) => return idempotency_core::testing::unavailable("MySQL", error),
+    };
+    let outbox = Outbox::mysql(pool)
+        .with_table_name(&unique("outbox"))
+        .unwrap();
+    outbox.migrate().await.unwrap();
+    Some(outbox)
+}
+
+/// A migrated SQLite outbox in a fresh database file (WAL, a busy timeout for concurrent
+/// writers).
+pub(crate) async fn fresh_sqlite() -> Option<Outbox<Sqlite>> {
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+    let dir = std::env::temp_dir().join("idempotency-outbox-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let options = SqliteConnectOptions::new()
+        .filename(dir.join(format!("{}.db", unique("outbox"))))
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(Duration::from_secs(30));
+    let pool: SqlitePool = match SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await
+    {
+        Ok(pool) => pool,
+        Err(error) => return idempotency_core::testing::unavailable("SQLite", error),
+    };
+    let outbox = Outbox::sqlite(pool);
+    outbox.migrate().await.unwrap();
+    Some(outbox)
+}
+
+/// Enqueues `messages` in one committed MySQL transaction.
+pub(crate) async fn enqueue_committed_mysql(outbox: &Outbox<MySql>, messages: &[OutboxMessage]) {
+    let mut tx = outbox.pool().begin().await.unwrap();
+    for message in messages {
+        assert!(outbox.enqueue(&mut tx, message).await.unwrap());
+    }
+    tx.commit().await.unwrap();
+}
+
+/// Enqueues `messages` in one committed SQLite transaction (`BEGIN IMMEDIATE`).
+pub(crate) async fn enqueue_committed_sqlite(outbox: &Outbox<Sqlite>, messages: &[OutboxMessage]) {
+    let mut tx = outbox.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    for message in messages {
+        assert!(outbox.enqueue(&mut tx, message).await.unwrap());
+    }
+    tx.commit().await.unwrap();
 }

@@ -1,0 +1,118 @@
+//! The outbox table on a real MySQL/MariaDB (`MYSQL_URL`): enqueue in the business transaction,
+//! claims (SKIP LOCKED and the plain row-lock fallback, leases, fencing, ordering per aggregate), dead and revive, purging. No
+//! broker involved.
+#![cfg(feature = "mysql")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use idempotency_core::sql::outbox::OutboxTable;
+use support::{enqueue_committed_mysql, fresh_mysql, message, table};
+
+/// A message exists exactly when its transaction committed; one id is enqueued once.
+#[tokio::test]
+async fn an_enqueue_commits_and_rolls_back_with_its_transaction() {
+    let Some(outbox) = fresh_mysql().await else {
+        return;
+    };
+    let first = message("T1", "coupons");
+    let mut tx = outbox.pool().begin().await.unwrap();
+    assert!(outbox.enqueue(&mut tx, &first).await.unwrap());
+    tx.rollback().await.unwrap();
+    assert_eq!(outbox.counts().await.unwrap().pending, 0);
+
+    let mut tx = outbox.pool().begin().await.unwrap();
+    assert!(outbox.enqueue(&mut tx, &first).await.unwrap());
+    tx.commit().await.unwrap();
+    let mut tx = outbox.pool().begin().await.unwrap();
+    assert!(
+        !outbox.enqueue(&mut tx, &first).await.unwrap(),
+        "one id, one message"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(outbox.counts().await.unwrap().pending, 1);
+    assert_eq!(outbox.dead(10).await.unwrap(), []);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_claims_are_disjoint() {
+    let Some(outbox) = fresh_mysql().await else {
+        return;
+    };
+    enqueue_committed_mysql(&outbox, &table::numbered("R", 300)).await;
+    table::racing_claims_are_disjoint(&outbox, 300).await;
+}
+
+#[tokio::test]
+async fn aggregates_go_out_in_order() {
+    let Some(outbox) = fresh_mysql().await else {
+        return;
+    };
+    enqueue_committed_mysql(&outbox, &table::ordered_messages()).await;
+    table::aggregates_go_out_in_order(&outbox).await;
+}
+
+#[tokio::test]
+async fn a_lease_holds_then_fences() {
+    let Some(outbox) = fresh_mysql().await else {
+        return;
+    };
+    enqueue_committed_mysql(&outbox, &table::numbered("L", 2)).await;
+    table::a_lease_holds_then_fences(&outbox).await;
+}
+
+#[tokio::test]
+async fn refusals_go_dead_and_revive() {
+    let Some(outbox) = fresh_mysql().await else {
+        return;
+    };
+    enqueue_committed_mysql(&outbox, &table::numbered("D", 1)).await;
+    table::refusals_go_dead_and_revive(&outbox).await;
+}
+
+#[tokio::test]
+async fn sent_messages_are_purged() {
+    let Some(outbox) = fresh_mysql().await else {
+        return;
+    };
+    enqueue_committed_mysql(&outbox, &table::numbered("P", 5)).await;
+    table::sent_messages_are_purged(&outbox).await;
+}
+
+/// Servers without SKIP LOCKED (MySQL before 8.0.1, MariaDB before 10.6) claim with plain row
+/// locks: racing claimers wait for each other's claim, then find its rows leased; still
+/// disjoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_claims_are_disjoint_without_skip_locked() {
+    let Some(outbox) = fresh_mysql().await else {
+        return;
+    };
+    let outbox = outbox.without_skip_locked();
+    assert!(!outbox.skips_locked().await.unwrap());
+    enqueue_committed_mysql(&outbox, &table::numbered("R", 300)).await;
+    table::racing_claims_are_disjoint(&outbox, 300).await;
+}
+
+/// The server's version decides (this test server's answer is printed).
+#[tokio::test]
+async fn skip_locked_follows_the_server_version() {
+    let Some(outbox) = fresh_mysql().await else {
+        return;
+    };
+    let version: String = sqlx::query_scalar("SELECT VERSION()")
+        .fetch_one(outbox.pool())
+        .await
+        .unwrap();
+    let skips = outbox.skips_locked().await.unwrap();
+    println!("{version}: SKIP LOCKED {skips}");
+    let numbers: Vec<u32> = version
+        .split(|c: char| !c.is_ascii_digit())
+        .take(2)
+        .map(|n| n.parse().unwrap())
+        .collect();
+    if version.contains("MariaDB") {
+        assert_eq!(skips, (numbers[0], numbers[1]) >= (10, 6));
+    } else {
+        assert_eq!(skips, numbers[0] >= 8);
+    }
+}

@@ -1,0 +1,183 @@
+//! The outbox table's behaviour, written once over `OutboxTable` and run on every database.
+//! Each check takes an outbox holding exactly the messages it names, committed.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use idempotency_core::sql::OutboxMessage;
+use idempotency_core::sql::outbox::{ClaimBatch, OutboxTable};
+
+use super::message;
+
+fn batch(claim: i64, limit: usize) -> ClaimBatch {
+    ClaimBatch {
+        limit,
+        lease: Duration::from_secs(60),
+        claim,
+    }
+}
+
+/// Messages `prefix0..prefix{count}` to topic `t`.
+pub(crate) fn numbered(prefix: &str, count: usize) -> Vec<OutboxMessage> {
+    (0..count)
+        .map(|n| message(&format!("{prefix}{n}"), "t"))
+        .collect()
+}
+
+/// Holding `numbered("R", total)`: four claimers race in batches of 7 until nothing is left;
+/// every message is claimed by exactly one of them.
+pub(crate) async fn racing_claims_are_disjoint<O: OutboxTable>(outbox: &O, total: usize) {
+    let claimers: Vec<_> = (1..=4)
+        .map(|claimer| {
+            let outbox = outbox.clone();
+            tokio::spawn(async move {
+                let mut seqs = Vec::new();
+                for round in 0.. {
+                    let claim = claimer * 1_000_000 + round;
+                    let claimed = outbox.claim(batch(claim, 7)).await.unwrap();
+                    if claimed.is_empty() {
+                        return seqs;
+                    }
+                    let mine: Vec<i64> = claimed.iter().map(|c| c.seq).collect();
+                    assert_eq!(
+                        outbox.mark_sent(claim, &mine).await.unwrap(),
+                        mine.len() as u64
+                    );
+                    seqs.extend(mine);
+                }
+                seqs
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for claimer in claimers {
+        all.extend(claimer.await.unwrap());
+    }
+    let distinct: HashSet<i64> = all.iter().copied().collect();
+    assert_eq!(all.len(), total, "no message claimed twice");
+    assert_eq!(distinct.len(), total);
+    assert_eq!(outbox.counts().await.unwrap().sent, total as u64);
+}
+
+/// Holding `[A1, A2, B1, A3, F1]` (A and B ordered by aggregate, F free): claimed one per
+/// aggregate at a time, in enqueue order.
+pub(crate) fn ordered_messages() -> Vec<OutboxMessage> {
+    let a = |n: u32| message(&format!("A{n}"), "t").ordered_by("order-A");
+    vec![
+        a(1),
+        a(2),
+        message("B1", "t").ordered_by("order-B"),
+        a(3),
+        message("F1", "t"),
+    ]
+}
+
+/// See [`ordered_messages`].
+pub(crate) async fn aggregates_go_out_in_order<O: OutboxTable>(outbox: &O) {
+    let mut delivered = Vec::new();
+    for claim in 1..=10 {
+        let claimed = outbox.claim(batch(claim, 10)).await.unwrap();
+        if claimed.is_empty() {
+            break;
+        }
+        let aggregates: Vec<_> = claimed
+            .iter()
+            .filter_map(|c| c.message.aggregate.clone())
+            .collect();
+        let distinct: HashSet<_> = aggregates.iter().collect();
+        assert_eq!(
+            aggregates.len(),
+            distinct.len(),
+            "one per aggregate per claim"
+        );
+        let seqs: Vec<i64> = claimed.iter().map(|c| c.seq).collect();
+        delivered.extend(claimed.into_iter().map(|c| c.message.key));
+        assert_eq!(
+            outbox.mark_sent(claim, &seqs).await.unwrap(),
+            seqs.len() as u64
+        );
+    }
+    assert_eq!(delivered, ["A1", "B1", "F1", "A2", "A3"]);
+}
+
+/// Holding `numbered("L", 2)`: a claim holds its message until its lease ends; then another
+/// claim takes it over, and the first claim's mark changes nothing.
+pub(crate) async fn a_lease_holds_then_fences<O: OutboxTable>(outbox: &O) {
+    let mine = outbox
+        .claim(ClaimBatch {
+            limit: 1,
+            lease: Duration::from_millis(300),
+            claim: 7,
+        })
+        .await
+        .unwrap();
+    assert_eq!(mine.len(), 1);
+    let theirs = outbox.claim(batch(8, 10)).await.unwrap();
+    assert_eq!(theirs.len(), 1, "only the unclaimed message");
+    assert_ne!(theirs[0].seq, mine[0].seq);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let taken = outbox.claim(batch(9, 10)).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].seq, mine[0].seq);
+    assert_eq!(outbox.mark_sent(7, &[mine[0].seq]).await.unwrap(), 0);
+    assert_eq!(outbox.mark_sent(9, &[taken[0].seq]).await.unwrap(), 1);
+    assert_eq!(outbox.counts().await.unwrap().sent, 1);
+}
+
+/// Holding `numbered("D", 1)`: refusals count, the last allowed one makes it dead (listed with
+/// its reason, never claimed), an operator revives it, and it is due again; a release counts
+/// nothing.
+pub(crate) async fn refusals_go_dead_and_revive<O: OutboxTable>(outbox: &O) {
+    let claimed = outbox.claim(batch(1, 10)).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    outbox
+        .release(1, &[claimed[0].seq], Duration::ZERO)
+        .await
+        .unwrap();
+    let claimed = outbox.claim(batch(2, 10)).await.unwrap();
+    assert_eq!(claimed[0].attempts, 0, "a release counts no failure");
+    outbox
+        .mark_failed(2, claimed[0].seq, "nacked", Duration::ZERO, false)
+        .await
+        .unwrap();
+    let claimed = outbox.claim(batch(3, 10)).await.unwrap();
+    assert_eq!(claimed[0].attempts, 1);
+    outbox
+        .mark_failed(3, claimed[0].seq, "nacked again", Duration::ZERO, true)
+        .await
+        .unwrap();
+    assert!(outbox.claim(batch(4, 10)).await.unwrap().is_empty(), "dead");
+    let dead = outbox.dead(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        (dead[0].attempts, dead[0].last_error.as_deref()),
+        (2, Some("nacked again"))
+    );
+    assert!(outbox.revive(&dead[0].message.id).await.unwrap());
+    let claimed = outbox.claim(batch(5, 10)).await.unwrap();
+    assert_eq!((claimed.len(), claimed[0].attempts), (1, 0));
+}
+
+/// Holding `numbered("P", 5)`: sent messages past their retention are purged in bounded
+/// batches; pending ones never; `next_due` tells the pending ones are due.
+pub(crate) async fn sent_messages_are_purged<O: OutboxTable>(outbox: &O) {
+    assert_eq!(outbox.next_due().await.unwrap(), Some(Duration::ZERO));
+    let claimed = outbox.claim(batch(1, 3)).await.unwrap();
+    let seqs: Vec<i64> = claimed.iter().map(|c| c.seq).collect();
+    assert_eq!(outbox.mark_sent(1, &seqs).await.unwrap(), 3);
+    let kept = outbox
+        .purge_sent(Duration::from_secs(3600), 10)
+        .await
+        .unwrap();
+    assert_eq!(kept, 0, "within retention");
+    // Sent "before now": SQLite's clock has microseconds, let one pass.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(
+        outbox.purge_sent(Duration::ZERO, 2).await.unwrap(),
+        2,
+        "bounded"
+    );
+    assert_eq!(outbox.purge_sent(Duration::ZERO, 10).await.unwrap(), 1);
+    let counts = outbox.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.sent), (2, 0));
+}
