@@ -221,10 +221,13 @@ pub(crate) struct OutboxSql {
     /// PostgreSQL and SQLite: the claim; MySQL: the locking read that picks the batch.
     pub(crate) claim: String,
     /// MySQL: the update that claims the picked rows, and the read of the claimed rows.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) claim_update: String,
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) claim_read: String,
     /// Whether claims skip rows other relays hold locked (`SKIP LOCKED`), decided by the server
     /// version on MySQL/MariaDB at the first claim.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) skip_locked: std::sync::OnceLock<bool>,
     pub(crate) mark_sent: String,
     pub(crate) mark_failed: String,
