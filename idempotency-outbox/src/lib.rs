@@ -35,7 +35,7 @@
 //! - **Ordering** (optional): messages with an aggregate key go out one at a time per aggregate.
 //!
 //! Targets: [`rabbitmq::RabbitMqTarget`] (feature `rabbitmq`), [`nats::JetStreamTarget`]
-//! (feature `nats`), or any [`Target`]. Outboxes: features `postgres`, `mysql`, `sqlite`.
+//! (feature `nats`), [`http::HttpTarget`] (feature `http`), or any [`Target`]. Outboxes: features `postgres`, `mysql`, `sqlite`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
@@ -43,6 +43,9 @@ pub mod metrics;
 mod relay;
 mod target;
 
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
 #[cfg(feature = "nats")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub mod nats;

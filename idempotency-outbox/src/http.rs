@@ -1,0 +1,105 @@
+//! HTTP as a relay target: a POST per message carrying its id as `Idempotency-Key`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use idempotency_core::sql::outbox::Claimed;
+
+use crate::target::{DeliveryError, Target};
+
+/// The header that carries the business key (`Idempotency-Key` carries the message id).
+pub const BUSINESS_KEY_HEADER: &str = "business-key";
+
+/// POSTs each message's payload to `base` followed by its topic (`http://coupons:8080` and
+/// `/grants` make `http://coupons:8080/grants`), with the message id as `Idempotency-Key`, so an
+/// endpoint behind `idempotency-tower`'s layer runs a redelivered message once and replays its
+/// answer. A 2xx answer delivers the message; any other status refuses it (counted, retried,
+/// dead after `max_attempts`); no answer within the timeout, or no connection, makes it
+/// unreachable. The messages of a batch are posted concurrently (a batch holds at most one
+/// message per aggregate, so ordering holds). Plain `http://` (no TLS).
+pub struct HttpTarget {
+    base: String,
+    content_type: HeaderValue,
+    timeout: Duration,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl HttpTarget {
+    /// A target posting under `base` (`http://host:port`, perhaps with a path prefix), JSON
+    /// bodies, 10 s per request.
+    pub fn new(base: impl Into<String>) -> Self {
+        Self {
+            base: base.into().trim_end_matches('/').to_owned(),
+            content_type: HeaderValue::from_static("application/json"),
+            timeout: Duration::from_secs(10),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    /// The `Content-Type` of the bodies.
+    pub fn with_content_type(mut self, content_type: HeaderValue) -> Self {
+        self.content_type = content_type;
+        self
+    }
+
+    /// How long a request may take before the message counts as unreachable.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    async fn post(&self, claimed: &Claimed) -> Result<(), DeliveryError> {
+        let message = &claimed.message;
+        let separator = if message.topic.starts_with('/') {
+            ""
+        } else {
+            "/"
+        };
+        let uri: Uri = format!("{}{separator}{}", self.base, message.topic)
+            .parse()
+            .map_err(|error| DeliveryError::Refused(format!("not a URI: {error}")))?;
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(uri)
+            .header(http::header::CONTENT_TYPE, self.content_type.clone())
+            .header("idempotency-key", message.id.as_str())
+            .header(BUSINESS_KEY_HEADER, message.key.as_str())
+            .body(Full::new(Bytes::copy_from_slice(&message.payload)))
+            .map_err(|error| DeliveryError::Refused(error.to_string()))?;
+        let exchange = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|error| DeliveryError::Unreachable(error.to_string()))?;
+            let status = response.status();
+            // Read the answer to its end, so the connection can be reused.
+            let _ = response.into_body().collect().await;
+            if status.is_success() {
+                Ok(())
+            } else {
+                Err(DeliveryError::Refused(format!("answered {status}")))
+            }
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .unwrap_or_else(|_| {
+                Err(DeliveryError::Unreachable(format!(
+                    "no answer within {:?}",
+                    self.timeout
+                )))
+            })
+    }
+}
+
+impl Target for HttpTarget {
+    async fn deliver(&self, batch: &[Claimed]) -> Vec<Result<(), DeliveryError>> {
+        futures_util::future::join_all(batch.iter().map(|claimed| self.post(claimed))).await
+    }
+}

@@ -1,0 +1,162 @@
+//! The HTTP relay target against a real PostgreSQL outbox (`DATABASE_URL`) and a real HTTP
+//! endpoint guarded by `idempotency-tower`'s layer: the message id arrives as
+//! `Idempotency-Key`, so a batch posted again after its relay died runs the handler once; an
+//! error status is refused until dead; a closed port is unreachable.
+#![cfg(all(feature = "postgres", feature = "http"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::post;
+use idempotency_core::MemoryStore;
+use idempotency_core::sql::outbox::OutboxTable;
+use idempotency_outbox::Relay;
+use idempotency_outbox::http::HttpTarget;
+use idempotency_queue::Backoff;
+use idempotency_tower::IdempotencyLayer;
+use support::{enqueue_committed, fresh_outbox, message};
+
+/// Handler runs and requests of the endpoint.
+#[derive(Default)]
+struct Counts {
+    runs: AtomicUsize,
+    requests: AtomicUsize,
+}
+
+/// Serves `POST /grants` (200, counted) behind the idempotency layer, and `POST /broken` (500)
+/// on a free loopback port; its base URL.
+async fn endpoint(counts: Arc<Counts>) -> String {
+    let runs = Arc::clone(&counts);
+    let app = Router::new()
+        .route(
+            "/grants",
+            post(move || {
+                let runs = Arc::clone(&runs);
+                async move {
+                    runs.runs.fetch_add(1, Ordering::SeqCst);
+                    "granted"
+                }
+            }),
+        )
+        .route(
+            "/broken",
+            post(|| async { StatusCode::INTERNAL_SERVER_ERROR }),
+        )
+        .layer(
+            IdempotencyLayer::builder(MemoryStore::new())
+                .namespace("grants")
+                .build(),
+        )
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let counts = Arc::clone(&counts);
+                async move {
+                    counts.requests.fetch_add(1, Ordering::SeqCst);
+                    next.run(request).await
+                }
+            },
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+/// A relay dies after the endpoint answered its batch and before marking it (the documented
+/// `after_deliver` hook panics there); once its lease ends another relay posts the batch again
+/// with the same `Idempotency-Key`s: the endpoint saw every request twice, its handler ran once
+/// per message.
+#[tokio::test]
+async fn a_batch_posted_again_after_a_dead_relay_runs_the_handler_once() {
+    let Some(outbox) = fresh_outbox().await else {
+        return;
+    };
+    let counts = Arc::new(Counts::default());
+    let base = endpoint(Arc::clone(&counts)).await;
+    let messages: Vec<_> = (0..5)
+        .map(|n| message(&format!("H{n}"), "/grants"))
+        .collect();
+    enqueue_committed(&outbox, &messages).await;
+
+    let doomed = Relay::new(outbox.clone(), HttpTarget::new(&base))
+        .with_lease(Duration::from_secs(1))
+        .with_after_deliver(|_| panic!("the relay dies between posting and marking"));
+    let died = tokio::spawn(async move { doomed.deliver_due().await }).await;
+    assert!(died.unwrap_err().is_panic());
+    assert_eq!(counts.runs.load(Ordering::SeqCst), 5);
+    assert_eq!(outbox.counts().await.unwrap().sent, 0);
+
+    let relay = Relay::new(outbox.clone(), HttpTarget::new(&base));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut sent = 0;
+    while sent < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "the batch was never posted again"
+        );
+        let round = relay.deliver_due().await.unwrap();
+        sent += round.sent;
+        if round.claimed == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert_eq!(counts.requests.load(Ordering::SeqCst), 10);
+    assert_eq!(
+        counts.runs.load(Ordering::SeqCst),
+        5,
+        "replayed, not run again"
+    );
+}
+
+/// An error status refuses the message (counted, dead at the last attempt); a closed port makes
+/// it unreachable (not counted).
+#[tokio::test]
+async fn an_error_status_is_refused_and_a_closed_port_unreachable() {
+    let Some(outbox) = fresh_outbox().await else {
+        return;
+    };
+    let base = endpoint(Arc::default()).await;
+    let broken = message("broken", "/broken");
+    enqueue_committed(&outbox, std::slice::from_ref(&broken)).await;
+    let relay = Relay::new(outbox.clone(), HttpTarget::new(&base))
+        .with_max_attempts(2)
+        .with_backoff(Backoff::new(
+            Duration::from_millis(1),
+            Duration::from_millis(1),
+        ));
+    let (mut refused, mut dead) = (0, 0);
+    for _ in 0..200 {
+        let round = relay.deliver_due().await.unwrap();
+        refused += round.refused;
+        dead += round.dead;
+        if dead > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!((refused, dead), (1, 1));
+    let listed = outbox.dead(10).await.unwrap();
+    assert!(
+        listed[0]
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("500")
+    );
+
+    // A port nothing listens on: bind one, then close it.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    enqueue_committed(&outbox, &[message("nobody", "/grants")]).await;
+    let relay = Relay::new(outbox.clone(), HttpTarget::new(closed));
+    let round = relay.deliver_due().await.unwrap();
+    assert_eq!((round.claimed, round.unreachable, round.refused), (1, 1, 0));
+}
