@@ -11,6 +11,9 @@
 //!   backend and checked by the shared conformance suite (feature `testing`).
 //! - [`Idempotency`]: the engine that claims a key, keeps the lease alive while work runs, and
 //!   stores or releases the outcome.
+//! - [`operations`]: what operators do with records on every store: list and count dangling
+//!   (abandoned) records, inspect, reconcile, release or complete by hand (fenced and audited),
+//!   purge with an archive.
 //!
 //! # Glossary
 //!
