@@ -65,7 +65,8 @@ pub(crate) struct KeyArgs {
     #[arg(long)]
     pub(crate) principal: Option<String>,
     /// Which front end wrote the record: request (HTTP and gRPC layers, direct engine calls),
-    /// function (#[idempotent], Call), transaction (claims by hand in a transaction), message.
+    /// function (`#[idempotent]` functions, `Call`), transaction (claims by hand in a
+    /// transaction), message.
     #[arg(long, default_value = "request")]
     pub(crate) mechanism: String,
 }
