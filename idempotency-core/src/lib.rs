@@ -82,6 +82,15 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! # Telemetry
+//!
+//! Counters and gauges are in [`metrics`]. The engine's `tracing` events name their fields
+//! alike: `namespace`; `key`, the storage key in hex (no event carries a raw key); `decision`
+//! on each claim (`execute`, `takeover`, `replay`, `in_flight`, `mismatch`, as the `decision`
+//! label of [`metrics::DECISIONS`]), with `attempt` and `fencing_token` when it executes and
+//! `status` when it replays; store failures add `op` and `error`. Operator actions are events
+//! of the target [`operations::AUDIT_TARGET`].
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod background;

@@ -441,10 +441,10 @@ impl<S: Store> Idempotency<S> {
         match claim {
             Claim::Acquired(lease) => {
                 if lease.took_over {
-                    tracing::warn!(namespace = name, key = %key, attempt = lease.attempt, "took over an expired lease");
+                    tracing::warn!(namespace = name, key = %key, decision = "takeover", attempt = lease.attempt, fencing_token = lease.token.get(), "took over an expired lease");
                     namespace.count_decision(DecisionLabel::Takeover);
                 } else {
-                    tracing::debug!(namespace = name, key = %key, "claimed");
+                    tracing::debug!(namespace = name, key = %key, decision = "execute", attempt = lease.attempt, fencing_token = lease.token.get(), "claimed");
                     namespace.count_decision(DecisionLabel::Execute);
                 }
                 Decision::Execute(Execution::start(
@@ -455,19 +455,19 @@ impl<S: Store> Idempotency<S> {
                 ))
             }
             Claim::Completed(outcome) => {
-                tracing::debug!(namespace = name, key = %key, status = outcome.status, "replaying");
+                tracing::debug!(namespace = name, key = %key, decision = "replay", status = outcome.status, "replaying");
                 namespace.count_decision(DecisionLabel::Replay);
                 Decision::Replay(outcome)
             }
             Claim::InProgress { lease_remaining } => {
-                tracing::debug!(namespace = name, key = %key, "in flight");
+                tracing::debug!(namespace = name, key = %key, decision = "in_flight", "in flight");
                 namespace.count_decision(DecisionLabel::InFlight);
                 let retry_after =
                     lease_remaining.clamp(Duration::from_secs(1), Duration::from_secs(5));
                 Decision::InFlight { retry_after }
             }
             Claim::Mismatch => {
-                tracing::info!(namespace = name, key = %key, "key reused with another payload");
+                tracing::info!(namespace = name, key = %key, decision = "mismatch", "key reused with another payload");
                 namespace.count_decision(DecisionLabel::Mismatch);
                 Decision::Mismatch
             }
