@@ -117,6 +117,42 @@ async fn migrate_after_the_application_prepared_the_same_set_up_statement() {
     drop_tables(&pool, &[table]).await;
 }
 
+/// The first migrations of a database, of several tables at once, all succeed: they share the
+/// versions table, which only one of them may create (in a database of its own, so that the
+/// versions table is missing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn first_migrations_of_several_tables_at_once_all_succeed() {
+    let Some(admin) = pool(1).await else {
+        return;
+    };
+    let database = unique_table("idem_first_migration");
+    sqlx::query(&format!("CREATE DATABASE {database}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let mut options: PgConnectOptions = url().parse().unwrap();
+    options = options.database(&database);
+    let fresh = PgPoolOptions::new()
+        .max_connections(8)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let migrations = (0..8).map(|n| {
+        let store = PostgresStore::new(fresh.clone())
+            .with_table_name(&format!("records_{n}"))
+            .unwrap();
+        tokio::spawn(async move { store.migrate().await })
+    });
+    for migration in migrations.collect::<Vec<_>>() {
+        migration.await.unwrap().unwrap();
+    }
+    fresh.close().await;
+    sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .execute(&admin)
+        .await
+        .unwrap();
+}
+
 /// PostgreSQL: `$1` placeholders, `BIGSERIAL` keys, `SMALLINT` state codes.
 impl Dialect for sqlx::Postgres {
     const SERIAL_KEY: &'static str = "BIGSERIAL PRIMARY KEY";

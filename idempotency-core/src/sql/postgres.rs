@@ -25,7 +25,9 @@ const VERSIONS: VersionSql = VersionSql {
 };
 
 /// Brings `table` to the latest version of `steps` in one transaction, serialized by an
-/// advisory lock (record tables and outbox tables alike).
+/// advisory lock (record tables and outbox tables alike). The lock is one for every table: they
+/// share the versions table, whose `CREATE TABLE IF NOT EXISTS` two first migrations running at
+/// once would both attempt (the loser failing on `pg_type`'s unique index).
 pub(crate) async fn migrate_table(
     pool: &sqlx::PgPool,
     table: &str,
@@ -38,8 +40,7 @@ pub(crate) async fn migrate_table(
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('idempotency-migrate:' || $1))")
-        .bind(table)
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('idempotency-migrate'))")
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
