@@ -142,6 +142,7 @@ async fn racing_relays_never_deliver_one_message_twice() {
     fixture.delete_queue().await;
 }
 
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
 /// Three relays drain `outbox` (holding `messages`, all to `fixture`'s queue) at once: each
 /// message reaches the queue exactly once.
 async fn relays_race<O: OutboxTable>(fixture: &Fixture, outbox: O, messages: &[OutboxMessage]) {
@@ -165,17 +166,21 @@ async fn relays_race<O: OutboxTable>(fixture: &Fixture, outbox: O, messages: &[O
     assert_eq!(outbox.counts().await.unwrap().pending, 0);
 }
 
-/// The same race from a MySQL/MariaDB outbox (`MYSQL_URL`) and a SQLite one.
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+/// The same race from a MySQL/MariaDB outbox (`MYSQL_URL`) and a SQLite one (features `mysql`,
+/// `sqlite`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
 async fn racing_relays_deliver_once_from_mysql_and_sqlite() {
     let Some(fixture) = Fixture::new().await else {
         return;
     };
     let messages = fixture.messages(120);
+    #[cfg(feature = "mysql")]
     if let Some(mysql) = support::fresh_mysql().await {
         support::enqueue_committed_mysql(&mysql, &messages).await;
         relays_race(&fixture, mysql, &messages).await;
     }
+    #[cfg(feature = "sqlite")]
     if let Some(sqlite) = support::fresh_sqlite().await {
         support::enqueue_committed_sqlite(&sqlite, &messages).await;
         relays_race(&fixture, sqlite, &messages).await;

@@ -7,7 +7,11 @@ use std::time::{Duration, Instant};
 
 use idempotency_core::sql::{Outbox, OutboxMessage};
 use idempotency_core::{IdempotencyKey, Scope};
-use sqlx::{MySql, MySqlPool, PgPool, Postgres, Sqlite, SqlitePool};
+#[cfg(feature = "mysql")]
+use sqlx::{MySql, MySqlPool};
+use sqlx::{PgPool, Postgres};
+#[cfg(feature = "sqlite")]
+use sqlx::{Sqlite, SqlitePool};
 
 /// A name no other test run uses: `prefix` and 12 hex digits (a valid SQL identifier).
 pub(crate) fn unique(prefix: &str) -> String {
@@ -82,6 +86,7 @@ pub(crate) fn mysql_url() -> String {
     std::env::var("MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
 }
 
+#[cfg(feature = "mysql")]
 /// A migrated MySQL/MariaDB outbox under a fresh table (`None`: unreachable, skipped outside CI).
 pub(crate) async fn fresh_mysql() -> Option<Outbox<MySql>> {
     let pool = match MySqlPool::connect(&mysql_url()).await {
@@ -96,6 +101,7 @@ pub(crate) async fn fresh_mysql() -> Option<Outbox<MySql>> {
 }
 
 /// A migrated SQLite outbox in a fresh database file (WAL, a busy timeout for concurrent
+#[cfg(feature = "sqlite")]
 /// writers).
 pub(crate) async fn fresh_sqlite() -> Option<Outbox<Sqlite>> {
     use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
@@ -119,6 +125,7 @@ pub(crate) async fn fresh_sqlite() -> Option<Outbox<Sqlite>> {
     Some(outbox)
 }
 
+#[cfg(feature = "mysql")]
 /// Enqueues `messages` in one committed MySQL transaction.
 pub(crate) async fn enqueue_committed_mysql(outbox: &Outbox<MySql>, messages: &[OutboxMessage]) {
     let mut tx = outbox.pool().begin().await.unwrap();
@@ -128,6 +135,7 @@ pub(crate) async fn enqueue_committed_mysql(outbox: &Outbox<MySql>, messages: &[
     tx.commit().await.unwrap();
 }
 
+#[cfg(feature = "sqlite")]
 /// Enqueues `messages` in one committed SQLite transaction (`BEGIN IMMEDIATE`).
 pub(crate) async fn enqueue_committed_sqlite(outbox: &Outbox<Sqlite>, messages: &[OutboxMessage]) {
     let mut tx = outbox.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
