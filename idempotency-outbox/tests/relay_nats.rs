@@ -1,6 +1,7 @@
 //! The relay against real PostgreSQL (`DATABASE_URL`) and NATS JetStream (`NATS_URL`): the
 //! message id as `Nats-Msg-Id`, a batch delivered again after a relay died before marking it
-//! (the stream drops the copies), racing relays, and a subject without a stream.
+//! (the stream drops the copies), racing relays, a subject without a stream, and a broker
+//! restart (a private `nats-server` killed and started again).
 #![cfg(all(feature = "postgres", feature = "nats"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -179,4 +180,137 @@ async fn a_subject_without_a_stream_is_refused_until_dead() {
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].message.id, stray.id);
     fixture.cleanup().await;
+}
+
+/// A private JetStream server (`nats-server` on a free loopback port, its own store), started
+/// and killed by this test; the shared server is never touched.
+struct PrivateServer {
+    port: u16,
+    dir: std::path::PathBuf,
+    process: Option<tokio::process::Child>,
+}
+
+impl PrivateServer {
+    /// Starts one (`None`: no `nats-server` binary, skipped outside CI).
+    async fn start() -> Option<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(unique("outbox-nats"));
+        let mut server = Self {
+            port,
+            dir,
+            process: None,
+        };
+        if let Err(error) = server.restart().await {
+            return idempotency_core::testing::unavailable("nats-server", error);
+        }
+        Some(server)
+    }
+
+    /// Starts the server process (again, on the same port and store) and waits until it
+    /// accepts connections.
+    async fn restart(&mut self) -> std::io::Result<()> {
+        let process = tokio::process::Command::new("nats-server")
+            .args([
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-sd",
+            ])
+            .arg(&self.dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        self.process = Some(process);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .is_err()
+        {
+            if Instant::now() > deadline {
+                return Err(std::io::Error::other("nats-server did not start"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    /// Kills the server process (SIGKILL) and waits for it.
+    async fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.kill().await.unwrap();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        if let Some(process) = &mut self.process {
+            let _ = process.start_kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The broker restarted under a relay (a private server killed, then started again on the same
+/// store): messages enqueued while it is down are given back uncounted, and once it is back the
+/// relay's client reconnects and delivers them; the stream holds every message once.
+#[tokio::test]
+async fn a_restarted_broker_loses_nothing_and_stores_nothing_twice() {
+    let Some(outbox) = fresh_outbox().await else {
+        return;
+    };
+    let Some(mut server) = PrivateServer::start().await else {
+        return;
+    };
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let mut js = jetstream::new(client);
+    js.set_timeout(Duration::from_secs(1));
+    let subject = "outbox.restart.grants";
+    js.create_stream(stream::Config {
+        name: "OUTBOX_RESTART".to_owned(),
+        subjects: vec![subject.to_owned()],
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let relay = Relay::new(outbox.clone(), JetStreamTarget::new(js.clone()));
+    let before: Vec<_> = (0..3).map(|n| message(&format!("B{n}"), subject)).collect();
+    enqueue_committed(&outbox, &before).await;
+    assert_eq!(relay.drain().await.unwrap().sent, 3);
+
+    server.kill().await;
+    let during: Vec<_> = (0..3).map(|n| message(&format!("D{n}"), subject)).collect();
+    enqueue_committed(&outbox, &during).await;
+    let round = relay.deliver_due().await.unwrap();
+    assert_eq!((round.claimed, round.sent), (3, 0));
+    assert_eq!(round.unreachable, 3, "{round:?}");
+    assert_eq!(round.refused + round.dead, 0);
+
+    server.restart().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut sent = 0;
+    while sent < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "never delivered after the restart"
+        );
+        sent += relay.deliver_due().await.unwrap().sent;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stream = js.get_stream("OUTBOX_RESTART").await.unwrap();
+    assert_eq!(stream.get_info().await.unwrap().state.messages, 6);
+    let counts = outbox.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.sent, counts.dead), (0, 6, 0));
 }
