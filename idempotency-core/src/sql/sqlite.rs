@@ -36,7 +36,7 @@ pub(crate) async fn migrate_table(
 }
 
 /// A [`Store`](crate::Store) on SQLite (sqlx), also usable inside the caller's transactions
-/// ([`TxStore`]); settings and `migrate` on [`SqlStore`].
+/// ([`TxStore`](super::TxStore)); settings and `migrate` on [`SqlStore`].
 ///
 /// - **Clock**: SQLite is embedded, so times are the host clock in microseconds, read once per
 ///   call and passed to the statement (columns hold Unix microseconds).
