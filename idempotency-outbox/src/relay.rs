@@ -14,6 +14,9 @@ use crate::target::{DeliveryError, Target};
 const PURGE_EVERY: Duration = Duration::from_secs(60);
 /// The most sent messages one purge statement deletes.
 const PURGE_BATCH: usize = 1_000;
+/// The longest pause after a failed round (target unreachable, database failing), whatever the
+/// backoff: a relay notices a broker that came back within this.
+const MAX_OUTAGE_PAUSE: Duration = Duration::from_secs(30);
 
 /// What the relay calls between a batch's delivery and its marks (see
 /// [`Relay::with_after_deliver`]).
@@ -107,7 +110,8 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
     }
 
     /// The delay before a refused message is due again (by its failures), and before the relay
-    /// tries an unreachable target or a failing database again (by consecutive failures).
+    /// tries an unreachable target or a failing database again (by consecutive failures, at
+    /// most 30 s).
     pub fn with_backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
         self
@@ -156,7 +160,7 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
             match self.deliver_due().await {
                 Ok(round) if round.unreachable > 0 => {
                     failures += 1;
-                    tokio::time::sleep(self.backoff.delay(failures)).await;
+                    tokio::time::sleep(self.outage_pause(failures)).await;
                     continue;
                 }
                 // Sending may have unblocked the next message of an aggregate: claim again.
@@ -168,7 +172,7 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
                 Err(error) => {
                     failures += 1;
                     tracing::warn!(%error, table = self.outbox.table_name(), "outbox claim failed");
-                    tokio::time::sleep(self.backoff.delay(failures)).await;
+                    tokio::time::sleep(self.outage_pause(failures)).await;
                     continue;
                 }
             }
@@ -178,6 +182,11 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
             }
             notifications.wait(self.idle(&notifications).await).await;
         }
+    }
+
+    /// The pause after `failures` failed rounds in a row: the backoff, at most 30 s.
+    fn outage_pause(&self, failures: u64) -> Duration {
+        self.backoff.delay(failures).min(MAX_OUTAGE_PAUSE)
     }
 
     /// How long to wait for an enqueue before claiming again: until the next message is due,
