@@ -113,7 +113,9 @@ where
 {
     let namespace = unique_namespace("ops");
     let scope = Scope::new(namespace.clone());
-    let long = Duration::from_secs(60);
+    // Far longer than the suite, slow scans of a busy shared server included: only `A`'s lease
+    // ends while it runs.
+    let long = Duration::from_secs(600);
     let abandoned = claimed(&store, &scope, "A", Duration::from_millis(150)).await;
     let running = claimed(&store, &scope, "B", long).await;
     let done = completed(&store, &scope, "C", &Outcome::new(201, "done"), long).await;
