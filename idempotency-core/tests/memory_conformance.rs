@@ -1,4 +1,5 @@
 //! The shared conformance suite against the memory store.
+#![cfg(feature = "testing")]
 
 use idempotency_core::{MemoryStore, MemoryTokenStore};
 

@@ -4,7 +4,7 @@
 //! `redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003`). When they are not
 //! reachable and `.ci/redis-cluster.sh` exists, it is run once to start the cluster on the
 //! loopback ports; if that fails too, the suite is skipped (or fails under `CI=true`).
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", feature = "testing"))]
 
 use std::sync::OnceLock;
 

@@ -1,6 +1,6 @@
 //! The shared conformance suite against a real Redis server (`REDIS_URL`, default
 //! `redis://127.0.0.1:6379`).
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", feature = "testing"))]
 
 use idempotency_core::redis::{RedisStore, RedisTokenStore};
 use idempotency_core::testing::unavailable;

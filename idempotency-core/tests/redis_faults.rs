@@ -1,7 +1,7 @@
 //! Redis going away mid-run: store calls fail fast with `Unavailable`/`Timeout` (no hang, no
 //! panic), and the store recovers by itself once Redis is back. Runs against a `redis-server`
 //! this test starts, pauses and kills on a free loopback port.
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", feature = "testing"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Child, Command, Stdio};

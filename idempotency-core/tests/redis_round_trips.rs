@@ -1,7 +1,7 @@
 //! Each store step costs exactly one round trip to Redis (two for the takeover of an ended
 //! lease), counted by a proxy between the store and the real server (`REDIS_URL`) that parses
 //! every command the client sends.
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", feature = "testing"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};

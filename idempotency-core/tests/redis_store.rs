@@ -2,7 +2,7 @@
 //! the native claim and the scripts), the abandoned lease grace, leases decided by the server's
 //! TTL rather than a client clock, and client-issued fencing tokens that stay monotonic past
 //! tokens ahead of the clock.
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", feature = "testing"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;

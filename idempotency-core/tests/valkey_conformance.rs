@@ -1,7 +1,7 @@
 //! The shared conformance suite against Valkey 8.1 or later (`VALKEY_URL`, default
 //! `redis://127.0.0.1:7379`; `.ci/valkey.sh` starts one), where the Redis store completes a
 //! lease it claimed with the native `SET … IFEQ` rather than a script.
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", feature = "testing"))]
 
 use std::time::Duration;
 

@@ -239,7 +239,9 @@ pub(crate) fn retry_hint(lease_remaining: Duration) -> Duration {
     lease_remaining.clamp(Duration::from_secs(1), Duration::from_secs(5))
 }
 
-/// The in-flight answer of a claim whose bounded wait on another transaction ran out.
+/// The in-flight answer of a claim whose bounded wait on another transaction ran out (a row
+/// lock's: PostgreSQL and MySQL; SQLite's one writer waits in its busy timeout instead).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn still_running() -> TxClaim {
     TxClaim::InFlight {
         retry_after: Duration::from_secs(1),
