@@ -1,8 +1,10 @@
 //! Consuming across broker outages: a consume loop that ends with its connection is started
-//! again, after a pause that grows while the broker stays away.
+//! again, after a pause that grows while the broker stays away, until the application stops it.
 
 use std::future::Future;
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 /// The first pause after a failure; it doubles up to [`LONGEST_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
@@ -11,18 +13,73 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(5);
 /// A session that lasted this long was healthy: the next failure pauses from the start again.
 const HEALTHY: Duration = Duration::from_secs(30);
 
+/// Whether the application asked the consumers to stop: a session stops taking deliveries,
+/// finishes the ones in hand, and no new session starts.
+#[derive(Clone, Debug)]
+pub(crate) struct Stop(Option<watch::Receiver<bool>>);
+
+impl Stop {
+    /// A stop that never comes.
+    pub(crate) fn never() -> Self {
+        Self(None)
+    }
+
+    /// Whether the stop was asked for.
+    pub(crate) fn requested(&self) -> bool {
+        self.0.as_ref().is_some_and(|stop| *stop.borrow())
+    }
+
+    /// Completes when the stop is asked for (never for [`Stop::never`]).
+    pub(crate) fn asked(&self) -> impl Future<Output = ()> + Send + 'static {
+        let stop = self.0.clone();
+        async move {
+            match stop {
+                // An error means the sender is gone, which only happens once the work ended.
+                Some(mut stop) => drop(stop.wait_for(|stopped| *stopped).await),
+                None => std::future::pending().await,
+            }
+        }
+    }
+}
+
+/// Runs `work` with a [`Stop`] that `shutdown` turns on, until `work` returns (it is expected
+/// to return soon after the stop).
+pub(crate) async fn with_shutdown<W, Fut>(shutdown: impl Future<Output = ()>, work: W)
+where
+    W: FnOnce(Stop) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let (ask, stop) = watch::channel(false);
+    let work = work(Stop(Some(stop)));
+    let signal = async move {
+        shutdown.await;
+        ask.send_replace(true);
+        // Keeps the sender alive while the work finishes.
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        () = work => {}
+        () = signal => {}
+    }
+}
+
 /// Runs `session` again and again: each call connects and consumes until its connection fails
-/// (or ends). Runs until the returned future is dropped.
-pub(crate) async fn forever<F, Fut, E>(what: &'static str, mut session: F)
+/// (or ends). Returns once `stop` was asked for and the running session ended.
+pub(crate) async fn until<F, Fut, E>(what: &'static str, stop: &Stop, mut session: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
     let mut pause = FIRST_PAUSE;
-    loop {
+    while !stop.requested() {
         let started = tokio::time::Instant::now();
-        match session().await {
+        let ended = session().await;
+        if stop.requested() {
+            tracing::info!(broker = what, "stopped consuming");
+            return;
+        }
+        match ended {
             // A cancelled consumer (by the application, or by the broker when its queue was
             // deleted) ends its deliveries: not a failure.
             Ok(()) => tracing::info!(broker = what, "the deliveries ended; consuming again"),
@@ -33,7 +90,10 @@ where
         if started.elapsed() >= HEALTHY {
             pause = FIRST_PAUSE;
         }
-        tokio::time::sleep(pause).await;
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = stop.asked() => return,
+        }
         pause = (pause * 2).min(LONGEST_PAUSE);
     }
 }

@@ -445,3 +445,59 @@ async fn a_consumer_killed_mid_message_is_replaced_and_the_message_processed_onc
     assert_eq!(ledger.runs("T1"), 1);
     fixture.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_graceful_stop_finishes_the_messages_in_hand_and_starts_no_other() {
+    let Some(fixture) = Fixture::new().await else {
+        return;
+    };
+    for order in 0..10 {
+        fixture.publish(&format!("T{order}"), "paid").await;
+    }
+    let (consumer, started, gate) = support::gated_consumer();
+    let mut pull = fixture
+        .pull_consumer("granter", Duration::from_secs(30), 0)
+        .await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = {
+        let (consumer, pull) = (Arc::clone(&consumer), pull.clone());
+        tokio::spawn(async move {
+            let dead_letters = nats::DeadLetters::drop_and_log();
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            nats::consume_pull_reconnecting_until(&consumer, &pull, &dead_letters, 2, shutdown)
+                .await;
+        })
+    };
+    wait_until("two messages in hand", LIMIT, || started.total() == 2).await;
+    stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!running.is_finished(), "it waits for the messages in hand");
+    gate.add_permits(100);
+    tokio::time::timeout(LIMIT, running).await.unwrap().unwrap();
+    fixture.js.client().flush().await.unwrap();
+
+    assert_eq!(started.total(), 2, "no message started after the stop");
+    let stats = consumer.stats().snapshot();
+    assert_eq!((stats.processed, stats.acked()), (2, 2), "{stats:?}");
+    // The two were acked; the other eight wait for their redelivery.
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let info = pull.info().await.unwrap();
+        if info.ack_floor.stream_sequence == 2 {
+            assert_eq!(
+                info.num_pending + info.num_ack_pending as u64,
+                8,
+                "{info:?}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the two acks arrive: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    fixture.cleanup().await;
+}

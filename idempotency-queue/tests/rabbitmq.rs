@@ -306,3 +306,80 @@ async fn a_consumer_killed_mid_message_is_replaced_and_the_message_processed_onc
     assert_eq!(ledger.runs("T1"), 1);
     cleanup(&channel, &queue).await;
 }
+
+/// Messages ready in `queue` (not delivered, or given back).
+async fn ready(channel: &Channel, queue: &str) -> u32 {
+    channel
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap()
+        .message_count()
+}
+
+#[tokio::test]
+async fn a_graceful_stop_finishes_the_deliveries_in_hand_and_gives_back_the_rest() {
+    let Some(connection) = connect().await else {
+        return;
+    };
+    let (channel, queue) = queue(&connection).await;
+    for order in 0..10 {
+        publish(&channel, &queue, format!("T{order}").as_str(), "paid").await;
+    }
+    let (consumer, started, gate) = support::gated_consumer();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let url = std::env::var("AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    let running = {
+        let (consumer, queue) = (Arc::clone(&consumer), queue.clone());
+        tokio::spawn(async move {
+            let open = || {
+                let (url, queue) = (url.clone(), queue.clone());
+                async move {
+                    let connection =
+                        Connection::connect(&url, ConnectionProperties::default()).await?;
+                    let deliveries = self::deliveries(&connection, &queue, 10).await;
+                    Ok(rabbitmq::Session {
+                        connection,
+                        deliveries,
+                        dead_letters: rabbitmq::DeadLetters::drop_and_log(),
+                    })
+                }
+            };
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            rabbitmq::consume_reconnecting_until(&consumer, 2, open, shutdown).await;
+        })
+    };
+    // Two deliveries in hand (the concurrency), eight more prefetched or still queued.
+    wait_until("two deliveries in hand", LIMIT, || started.total() == 2).await;
+    stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !running.is_finished(),
+        "it waits for the deliveries in hand"
+    );
+    gate.add_permits(100);
+    tokio::time::timeout(LIMIT, running).await.unwrap().unwrap();
+
+    assert_eq!(started.total(), 2, "no delivery started after the stop");
+    let stats = consumer.stats().snapshot();
+    assert_eq!((stats.processed, stats.acked()), (2, 2), "{stats:?}");
+    // The two were acked; the rest is back in the queue for the next consumer.
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while ready(&channel, &queue).await != 8 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "8 messages back in the queue"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cleanup(&channel, &queue).await;
+}

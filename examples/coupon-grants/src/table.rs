@@ -5,8 +5,13 @@ use std::collections::BTreeMap;
 use sqlx::PgPool;
 
 /// Creates `coupon_grants` unless it exists, without the server's "already exists" notice.
+/// Replicas starting together take turns: two concurrent `CREATE TABLE IF NOT EXISTS` of a new
+/// table can both try to create it, and one fails on the catalogue's unique index.
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('coupon_grants'))")
+        .execute(&mut *tx)
+        .await?;
     sqlx::query("SET LOCAL client_min_messages = warning")
         .execute(&mut *tx)
         .await?;

@@ -12,15 +12,22 @@
 //!
 //! Rejected messages go to the subject `<QUEUE>.dead` (stream `<STREAM>_DEAD`) with their
 //! reason, then are terminated. The client reconnects by itself and the pull starts again.
-//! SIGTERM or Ctrl-C stop it; a message in hand is redelivered after
-//! [`ACK_WAIT`](nats_consumer::ACK_WAIT), and the records keep it from running twice.
+//! SIGTERM or Ctrl-C stop it gracefully: no new messages, the ones in hand finish and are
+//! acked, then it exits. What the client had fetched but not started, or what is still in hand
+//! after 30 s, is redelivered after [`ACK_WAIT`](nats_consumer::ACK_WAIT), and the records keep
+//! it from running twice.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull};
 use coupon_grants::{Settings, coupon_consumer};
 use idempotency_queue::nats;
 use sqlx::postgres::PgPoolOptions;
+use tokio::sync::Notify;
+
+/// How long the messages in hand get to finish after SIGTERM.
+const GRACE: Duration = Duration::from_secs(30);
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -42,7 +49,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .await?;
     let consumer = coupon_consumer(&settings, pool).await?;
     let subject = settings.queue.as_str();
-    let js = jetstream::new(async_nats::connect(nats_consumer::nats_url()).await?);
+    let client = async_nats::connect(nats_consumer::nats_url()).await?;
+    let js = jetstream::new(client.clone());
     let stream = nats_consumer::ensure_stream(&js, subject).await?;
     let dead_stream = format!("{}_DEAD", nats_consumer::stream_name(subject));
     let dead_letters =
@@ -60,10 +68,20 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         )
         .await?;
     println!("consuming {subject}");
+    let stopping = Notify::new();
+    let shutdown = async {
+        coupon_grants::shutdown_signal().await;
+        println!("stopping: no new messages, finishing the ones in hand");
+        stopping.notify_one();
+    };
     tokio::select! {
-        () = nats::consume_pull_reconnecting(&consumer, &pull, &dead_letters, settings.concurrency) => {}
-        () = coupon_grants::shutdown_signal() => {}
+        () = nats::consume_pull_reconnecting_until(&consumer, &pull, &dead_letters, settings.concurrency, shutdown) => {}
+        () = async { stopping.notified().await; tokio::time::sleep(GRACE).await } => {
+            eprintln!("queue_nats: messages still in hand after {GRACE:?}; JetStream redelivers them");
+        }
     }
+    // The last acks leave the client before the process ends.
+    client.flush().await?;
     println!("{}", coupon_grants::summary(&consumer.stats().snapshot()));
     Ok(())
 }

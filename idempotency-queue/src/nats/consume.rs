@@ -1,14 +1,16 @@
 //! The consume loop.
 
+use std::future::Future;
 use std::pin::pin;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
 use futures_util::future::BoxFuture;
-use futures_util::{Stream, TryStreamExt};
+use futures_util::{Stream, StreamExt, TryStreamExt};
 use idempotency_core::Store;
 
 use super::DeadLetters;
+use crate::reconnect::{Stop, until, with_shutdown};
 use crate::{Handler, IdempotentConsumer, KeyExtractor, Verdict};
 
 /// JetStream's `ack_wait` when a consumer sets none.
@@ -54,8 +56,29 @@ where
     K: KeyExtractor,
     H: Handler,
 {
+    consume_pull_while(consumer, pull, dead_letters, concurrency, &Stop::never()).await
+}
+
+/// [`consume_pull`] until `stop` is asked for: then no message is started, and the ones in hand
+/// finish and are settled.
+async fn consume_pull_while<S, K, H>(
+    consumer: &IdempotentConsumer<S, K, H>,
+    pull: &jetstream::consumer::PullConsumer,
+    dead_letters: &DeadLetters,
+    concurrency: usize,
+    stop: &Stop,
+) -> Result<(), async_nats::Error>
+where
+    S: Store,
+    K: KeyExtractor,
+    H: Handler,
+{
     let every = progress_interval(pull.cached_info().config.ack_wait);
-    let messages = pull.messages().await?;
+    let messages = tokio::select! {
+        messages = pull.messages() => messages?,
+        () = stop.asked() => return Ok(()),
+    };
+    let messages = messages.take_until(stop.asked());
     consume_with_progress(consumer, messages, dead_letters, concurrency, every).await?;
     Ok(())
 }
@@ -76,8 +99,50 @@ pub async fn consume_pull_reconnecting<S, K, H>(
     K: KeyExtractor,
     H: Handler,
 {
-    crate::reconnect::forever("nats", || {
+    until("nats", &Stop::never(), || {
         consume_pull(consumer, pull, dead_letters, concurrency)
+    })
+    .await;
+}
+
+/// [`consume_pull_reconnecting`] with a graceful stop, for a service that is told to stop
+/// (SIGTERM from an orchestrator, Ctrl-C): when `shutdown` completes, no new message starts, the
+/// ones in hand finish and are settled; then it returns. Flush the client
+/// (`async_nats::Client::flush`) before the process exits, so the last acks leave it. Messages
+/// the client had fetched but not started are redelivered after `ack_wait`. Bound the wait for
+/// slow handlers with `tokio::time::timeout` around the call: what is still in hand at the
+/// timeout is redelivered too, and the store keeps it from running twice.
+///
+/// ```no_run
+/// # use idempotency_queue::{IdempotentConsumer, KeyExtractor, Handler, nats};
+/// # use idempotency_core::Store;
+/// # async fn run<S: Store, K: KeyExtractor, H: Handler>(
+/// #     consumer: IdempotentConsumer<S, K, H>,
+/// #     client: async_nats::Client,
+/// #     pull: async_nats::jetstream::consumer::PullConsumer,
+/// #     dead_letters: nats::DeadLetters,
+/// # ) {
+/// let shutdown = async { tokio::signal::ctrl_c().await.ok(); };
+/// nats::consume_pull_reconnecting_until(&consumer, &pull, &dead_letters, 16, shutdown).await;
+/// client.flush().await.ok();
+/// # }
+/// ```
+pub async fn consume_pull_reconnecting_until<S, K, H>(
+    consumer: &IdempotentConsumer<S, K, H>,
+    pull: &jetstream::consumer::PullConsumer,
+    dead_letters: &DeadLetters,
+    concurrency: usize,
+    shutdown: impl Future<Output = ()>,
+) where
+    S: Store,
+    K: KeyExtractor,
+    H: Handler,
+{
+    with_shutdown(shutdown, |stop| async move {
+        until("nats", &stop, || {
+            consume_pull_while(consumer, pull, dead_letters, concurrency, &stop)
+        })
+        .await;
     })
     .await;
 }

@@ -60,7 +60,7 @@ mod settle;
 
 pub use consume::{
     DEFAULT_ACK_WAIT, DEFAULT_PROGRESS_INTERVAL, consume, consume_pull, consume_pull_reconnecting,
-    consume_with_progress, progress_interval,
+    consume_pull_reconnecting_until, consume_with_progress, progress_interval,
 };
 pub use convert::message;
 pub use dead_letters::{DEFAULT_RETRY_AFTER, DeadLetters};

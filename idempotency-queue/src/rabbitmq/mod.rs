@@ -11,7 +11,8 @@
 //! destination is to say so, [`DeadLetters::drop_and_log`].
 //!
 //! [`consume_reconnecting`] does the same across broker outages: it connects again whenever the
-//! connection fails.
+//! connection fails. [`consume_reconnecting_until`] also stops gracefully when told to (SIGTERM):
+//! no new delivery starts, the ones in hand finish and are acked, then the connection closes.
 //!
 //! Consume with manual acks (`no_ack = false`, the default) and a prefetch (`basic_qos`) of at
 //! least the concurrency, so a message waiting for its delayed requeue does not stall the rest.
@@ -51,7 +52,7 @@ mod convert;
 mod dead_letters;
 mod settle;
 
-pub use consume::{consume, consume_reconnecting};
+pub use consume::{Session, consume, consume_reconnecting, consume_reconnecting_until};
 pub use convert::{DELIVERY_COUNT_HEADER, message};
 pub use dead_letters::{DEFAULT_RETRY_AFTER, DeadLetters, dead_letter_name};
 pub use settle::settle;

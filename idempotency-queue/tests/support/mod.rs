@@ -52,3 +52,36 @@ impl Ledger {
         self.0.lock().unwrap().len()
     }
 }
+
+/// A consumer on a fresh memory store whose handler records its start in the ledger, then waits
+/// for a permit of the gate (which has none until the test adds them): deliveries stay in hand
+/// as long as the test wants. With its ledger and gate.
+pub(crate) fn gated_consumer() -> (
+    Arc<
+        idempotency_queue::IdempotentConsumer<
+            idempotency_core::MemoryStore,
+            idempotency_queue::Header,
+            impl idempotency_queue::Handler,
+        >,
+    >,
+    Ledger,
+    Arc<tokio::sync::Semaphore>,
+) {
+    let ledger = Ledger::default();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (started, held) = (ledger.clone(), Arc::clone(&gate));
+    let consumer = idempotency_queue::IdempotentConsumer::new(
+        idempotency_core::Idempotency::new(idempotency_core::MemoryStore::new()),
+        idempotency_core::Scope::new(unique("coupon-grant")),
+        idempotency_queue::Header::new("business-key"),
+        move |job: Job| {
+            started.record(&job);
+            let gate = Arc::clone(&held);
+            async move {
+                let _pass = gate.acquire().await.map_err(|error| error.to_string())?;
+                Ok::<_, String>(())
+            }
+        },
+    );
+    (Arc::new(consumer), ledger, gate)
+}

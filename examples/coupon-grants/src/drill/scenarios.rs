@@ -1,6 +1,7 @@
 //! The fault drill's scenarios, written once for every broker ([`Deployment`]): the gateway
 //! publishes, the service is killed before its commit or after it, its broker connection is
-//! cut; each ends with exactly one coupon per trade and every delivery settled.
+//! cut, it is stopped with grants in hand; each ends with exactly one coupon per trade and every
+//! delivery settled.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -222,6 +223,57 @@ pub async fn connection_cut<D: Deployment>(drill: &D) -> Result<(), String> {
     drill.trades().one_coupon_each(20).await
 }
 
+/// A rolling deploy's stop: SIGTERM while two grants are in hand (their transactions open).
+/// The service starts nothing more, finishes and acks the two, and exits 0; the restarted
+/// service grants the rest, each once.
+pub async fn stopped_with_grants_in_hand<D: Deployment>(drill: &D) -> Result<(), String> {
+    let mut service = drill.start(&[("CONCURRENCY", "2"), ("HANDLER_DELAY_MS", "1500")])?;
+    service.wait_for("consuming", PATIENCE).await?;
+    drill.publish(6, 1)?;
+    let mut in_hand = Vec::new();
+    for _ in 0..2 {
+        let line = service.wait_for("before its commit", PATIENCE).await?;
+        let trade = line
+            .strip_prefix("holding ")
+            .and_then(|rest| rest.split_once(' '))
+            .map(|(trade, _)| trade.to_owned())
+            .ok_or_else(|| format!("unexpected line {line:?}"))?;
+        in_hand.push(trade);
+    }
+    let (status, rest) = service.terminate(PATIENCE).await?;
+    if !status.success() {
+        return Err(format!("stopped with {status}: {rest:?}"));
+    }
+    let granted: Vec<&String> = rest
+        .iter()
+        .filter(|line| line.starts_with("granted "))
+        .collect();
+    for trade in &in_hand {
+        if !granted
+            .iter()
+            .any(|line| line.starts_with(&format!("granted {trade}:")))
+        {
+            return Err(format!(
+                "{trade} was in hand at the stop and not granted: {rest:?}"
+            ));
+        }
+    }
+    if granted.len() != 2 {
+        return Err(format!("grants started after the stop: {granted:?}"));
+    }
+    let committed = drill.trades().coupons().await.map_err(|e| e.to_string())?;
+    if committed.len() != 2 {
+        return Err(format!(
+            "{} coupons after the stop: {committed:?}",
+            committed.len()
+        ));
+    }
+    let restarted = drill.start(&[])?;
+    drill.trades().wait_for_coupons(6, PATIENCE).await?;
+    drill.drain_and_stop(restarted).await?;
+    drill.trades().one_coupon_each(6).await
+}
+
 /// One test per scenario on `$drill`, a [`Deployment`] with `new` and `cleanup` (see there):
 /// each test builds a drill under its own name, runs its scenario, and cleans up.
 #[macro_export]
@@ -245,6 +297,10 @@ macro_rules! scenario_tests {
         $crate::scenario_tests!(@test $drill,
             /// The broker connection cut twice mid-run: nothing lost, nothing granted twice.
             a_cut_broker_connection_loses_nothing_and_grants_nothing_twice, connection_cut);
+        $crate::scenario_tests!(@test $drill,
+            /// SIGTERM with two grants in hand: both finish and are acked, nothing else starts,
+            /// the restarted service grants the rest once.
+            a_sigterm_finishes_the_grants_in_hand_and_starts_no_other, stopped_with_grants_in_hand);
     };
     (@test $drill:ty, $(#[$doc:meta])* $name:ident, $scenario:ident) => {
         $(#[$doc])*
