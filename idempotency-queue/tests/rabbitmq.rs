@@ -15,7 +15,7 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties};
-use support::amqp::publish;
+use support::amqp::{publish, ready};
 use support::{Ledger, unique, wait_until};
 use tokio::sync::Notify;
 
@@ -305,22 +305,6 @@ async fn a_consumer_killed_mid_message_is_replaced_and_the_message_processed_onc
     task.abort();
     assert_eq!(ledger.runs("T1"), 1);
     cleanup(&channel, &queue).await;
-}
-
-/// Messages ready in `queue` (not delivered, or given back).
-async fn ready(channel: &Channel, queue: &str) -> u32 {
-    channel
-        .queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap()
-        .message_count()
 }
 
 #[tokio::test]
