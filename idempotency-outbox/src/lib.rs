@@ -26,7 +26,8 @@
 //!   until the claim's lease ends; then it is delivered again with the same ids.
 //! - **Several relays**: each claims its own batch (`FOR UPDATE SKIP LOCKED` on PostgreSQL,
 //!   MySQL 8.0.1+ and MariaDB 10.6+; row locks and the lease on older servers; one writer at a
-//!   time on SQLite), so two relays never deliver one message at the same time.
+//!   time on SQLite), so two relays never deliver one message at the same time. A relay renews
+//!   its batch's lease while the target delivers, so a slow delivery keeps its batch.
 //! - **Retries**: a refused message is due again after a backoff by its failures, and dead
 //!   after `max_attempts` (listed by `OutboxTable::dead` for operators, revived by
 //!   `OutboxTable::revive`); an unreachable target counts no failure, the relay backs off.

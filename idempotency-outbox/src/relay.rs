@@ -1,5 +1,6 @@
 //! The relay: claims due outbox messages, delivers them, marks them.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -7,7 +8,7 @@ use idempotency_core::StoreError;
 use idempotency_core::sql::outbox::{ClaimBatch, Claimed, Notifications, OutboxTable};
 use idempotency_queue::Backoff;
 
-use crate::metrics::{DEAD, FAILURES, SENT};
+use crate::metrics::{DEAD, FAILURES, LEASES_LOST, SENT};
 use crate::target::{DeliveryError, Target};
 
 /// How often a running relay purges sent messages past their retention.
@@ -17,6 +18,9 @@ const PURGE_BATCH: usize = 1_000;
 /// The longest pause after a failed round (target unreachable, database failing), whatever the
 /// backoff: a relay notices a broker that came back within this.
 const MAX_OUTAGE_PAUSE: Duration = Duration::from_secs(30);
+
+/// The shortest pause between two renewals of a delivering batch's lease.
+const MIN_RENEWAL: Duration = Duration::from_millis(10);
 
 /// What the relay calls between a batch's delivery and its marks (see
 /// [`Relay::with_after_deliver`]).
@@ -40,9 +44,11 @@ pub struct Round {
 /// Delivers committed outbox messages to a [`Target`] at least once, then marks them sent.
 ///
 /// Run as many relays on one outbox as you like: each claims its own batches (disjoint, by the
-/// claim's lease), so none delivers a message another holds. A relay that dies after delivering
-/// and before marking leaves its batch claimed until the lease ends; then a relay delivers it
-/// again, with the same message ids, for the receiver to drop as duplicates.
+/// claim's lease), so none delivers a message another holds. While the target delivers a batch,
+/// the relay renews the batch's lease (every third of it), so a delivery slower than the lease
+/// keeps its batch. A relay that dies after delivering and before marking leaves its batch
+/// claimed until the lease ends; then a relay delivers it again, with the same message ids, for
+/// the receiver to drop as duplicates.
 ///
 /// ```no_run
 /// # #[cfg(all(feature = "postgres", feature = "rabbitmq"))]
@@ -96,8 +102,11 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
         self
     }
 
-    /// How long a claimed batch stays this relay's. Keep it well above a batch's delivery time:
-    /// a batch still being delivered when its lease ends may be delivered by another relay too.
+    /// How long a claimed batch stays this relay's without a renewal: while the target delivers,
+    /// the relay renews it every third of it, so it bounds how long the batch of a relay that
+    /// died waits for another relay, not how long a delivery may take. A renewal that finds the
+    /// claim lost (the database unreachable for longer than the lease) is logged as a warning:
+    /// another relay may then deliver those messages too.
     pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -248,7 +257,12 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
         if batch.is_empty() {
             return Ok(round);
         }
-        let mut results = self.target.deliver(&batch).await;
+        let seqs: Vec<i64> = batch.iter().map(|claimed| claimed.seq).collect();
+        let mut results = tokio::select! {
+            biased;
+            results = self.target.deliver(&batch) => results,
+            never = self.keep_leased(claim, &seqs) => match never {},
+        };
         results.resize_with(batch.len(), || {
             Err(DeliveryError::Unreachable(
                 "the target answered for fewer messages".to_owned(),
@@ -299,6 +313,33 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
                 .increment(given_back.len() as u64);
         }
         Ok(round)
+    }
+
+    /// Renews the lease of claim `claim` on `seqs` every third of the lease, until dropped (when
+    /// the delivery it runs beside is done); warns when messages were lost to another relay.
+    async fn keep_leased(&self, claim: i64, seqs: &[i64]) -> Infallible {
+        let every = (self.lease / 3).max(MIN_RENEWAL);
+        let mut held = seqs.len() as u64;
+        loop {
+            tokio::time::sleep(every).await;
+            match self.outbox.extend(claim, seqs, self.lease).await {
+                Ok(renewed) if renewed < held => {
+                    tracing::warn!(
+                        table = self.outbox.table_name(),
+                        lost = held - renewed,
+                        held = renewed,
+                        "outbox lease lost while delivering: another relay may deliver these messages too"
+                    );
+                    metrics::counter!(LEASES_LOST, "table" => self.outbox.table_name().to_owned())
+                        .increment(held - renewed);
+                    held = renewed;
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, table = self.outbox.table_name(), "renewing the outbox lease failed");
+                }
+            }
+        }
     }
 
     /// Delivers rounds until one claims nothing; the rounds' totals. For tests, tools and

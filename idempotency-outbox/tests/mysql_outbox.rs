@@ -62,6 +62,15 @@ async fn a_lease_holds_then_fences() {
 }
 
 #[tokio::test]
+async fn a_renewal_keeps_the_claim() {
+    let Some(outbox) = fresh_mysql().await else {
+        return;
+    };
+    enqueue_committed_mysql(&outbox, &table::numbered("E", 2)).await;
+    table::a_renewal_keeps_the_claim(&outbox).await;
+}
+
+#[tokio::test]
 async fn refusals_go_dead_and_revive() {
     let Some(outbox) = fresh_mysql().await else {
         return;

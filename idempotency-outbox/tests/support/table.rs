@@ -181,3 +181,37 @@ pub(crate) async fn sent_messages_are_purged<O: OutboxTable>(outbox: &O) {
     let counts = outbox.counts().await.unwrap();
     assert_eq!((counts.pending, counts.sent), (2, 0));
 }
+
+/// Holding `numbered("E", 2)`: a renewal keeps a claim past its first lease; it renews only the
+/// claim's own messages, and nothing once another claim took them over.
+pub(crate) async fn a_renewal_keeps_the_claim<O: OutboxTable>(outbox: &O) {
+    let short = |claim| ClaimBatch {
+        limit: 1,
+        lease: Duration::from_millis(300),
+        claim,
+    };
+    let mine = outbox.claim(short(1)).await.unwrap();
+    let theirs = outbox.claim(short(2)).await.unwrap();
+    let (mine, theirs) = (mine[0].seq, theirs[0].seq);
+    assert_eq!(
+        outbox
+            .extend(1, &[mine, theirs], Duration::from_secs(60))
+            .await
+            .unwrap(),
+        1,
+        "only its own message"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let taken = outbox.claim(batch(3, 10)).await.unwrap();
+    assert_eq!(taken.len(), 1, "the renewed message stays claimed");
+    assert_eq!(taken[0].seq, theirs);
+    assert_eq!(
+        outbox
+            .extend(2, &[theirs], Duration::from_secs(60))
+            .await
+            .unwrap(),
+        0,
+        "taken over: the claim is lost"
+    );
+    assert_eq!(outbox.mark_sent(1, &[mine]).await.unwrap(), 1);
+}

@@ -232,6 +232,7 @@ pub(crate) struct OutboxSql {
     pub(crate) mark_sent: String,
     pub(crate) mark_failed: String,
     pub(crate) release: String,
+    pub(crate) extend: String,
     pub(crate) next_due: String,
     pub(crate) purge_sent: String,
     pub(crate) dead: String,
@@ -315,6 +316,16 @@ pub trait OutboxTable: Clone + Send + Sync + 'static {
         seqs: &[i64],
         retry_in: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Renews the lease of the messages `seqs` of claim `claim`: no other relay claims them for
+    /// `lease` from now. How many it renewed: fewer than `seqs` when the claim of the others
+    /// ended and another relay took them (or they were marked already).
+    fn extend(
+        &self,
+        claim: i64,
+        seqs: &[i64],
+        lease: Duration,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// How long until the next pending message is due (zero if one is due now), if any is
     /// pending.

@@ -118,6 +118,10 @@ fn statements(t: &str) -> OutboxSql {
             "UPDATE {t} SET claim = NULL, available_at = {later} \
              WHERE claim = ? AND state = 'pending' AND seq IN ("
         ),
+        extend: format!(
+            "UPDATE {t} SET available_at = {later} \
+             WHERE claim = ? AND state = 'pending' AND seq IN ("
+        ),
         next_due: format!(
             "SELECT CAST(GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), \
                MIN(available_at))) AS SIGNED) FROM {t} WHERE state = 'pending'"
@@ -339,6 +343,14 @@ impl OutboxTable for Outbox<MySql> {
         self.with_seqs(&self.sql.release, &[micros(retry_in), claim], seqs)
             .await?;
         Ok(())
+    }
+
+    async fn extend(&self, claim: i64, seqs: &[i64], lease: Duration) -> Result<u64, StoreError> {
+        if seqs.is_empty() {
+            return Ok(0);
+        }
+        self.with_seqs(&self.sql.extend, &[micros(lease), claim], seqs)
+            .await
     }
 
     async fn next_due(&self) -> Result<Option<Duration>, StoreError> {

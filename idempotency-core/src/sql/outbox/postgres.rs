@@ -103,6 +103,11 @@ fn statements(t: &str) -> OutboxSql {
                available_at = statement_timestamp() + $3 * interval '1 microsecond' \
              WHERE seq = ANY($2) AND claim = $1 AND state = 'pending'"
         ),
+        extend: format!(
+            "UPDATE \"{t}\" SET \
+               available_at = statement_timestamp() + $3 * interval '1 microsecond' \
+             WHERE seq = ANY($2) AND claim = $1 AND state = 'pending'"
+        ),
         next_due: format!(
             "SELECT greatest(0, (extract(epoch FROM min(available_at) - statement_timestamp()) \
                * 1000000)::bigint) FROM \"{t}\" WHERE state = 'pending'"
@@ -239,6 +244,17 @@ impl OutboxTable for Outbox<Postgres> {
             .await
             .map_err(map_err)?;
         Ok(())
+    }
+
+    async fn extend(&self, claim: i64, seqs: &[i64], lease: Duration) -> Result<u64, StoreError> {
+        let done = sqlx::query(&self.sql.extend)
+            .bind(claim)
+            .bind(seqs)
+            .bind(micros(lease))
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(done.rows_affected())
     }
 
     async fn next_due(&self) -> Result<Option<Duration>, StoreError> {

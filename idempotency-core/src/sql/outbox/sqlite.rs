@@ -101,6 +101,10 @@ fn statements(t: &str) -> OutboxSql {
             "UPDATE \"{t}\" SET claim = NULL, available_at = ? \
              WHERE claim = ? AND state = 'pending' AND seq IN ("
         ),
+        extend: format!(
+            "UPDATE \"{t}\" SET available_at = ? \
+             WHERE claim = ? AND state = 'pending' AND seq IN ("
+        ),
         next_due: format!(
             "SELECT max(0, min(available_at) - ?1) FROM \"{t}\" WHERE state = 'pending'"
         ),
@@ -247,6 +251,14 @@ impl OutboxTable for Outbox<Sqlite> {
         self.with_seqs(&self.sql.release, &[after(retry_in), claim], seqs)
             .await?;
         Ok(())
+    }
+
+    async fn extend(&self, claim: i64, seqs: &[i64], lease: Duration) -> Result<u64, StoreError> {
+        if seqs.is_empty() {
+            return Ok(0);
+        }
+        self.with_seqs(&self.sql.extend, &[after(lease), claim], seqs)
+            .await
     }
 
     async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
