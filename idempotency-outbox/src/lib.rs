@@ -34,6 +34,9 @@
 //! - **Wake-up**: on PostgreSQL the relay `LISTEN`s and the enqueue notifies at commit; it polls
 //!   only for retries that come due. On MySQL and SQLite it polls (`with_poll_interval`).
 //! - **Ordering** (optional): messages with an aggregate key go out one at a time per aggregate.
+//! - **Purging**: sent messages are deleted after `with_retention`, copied first to an archive
+//!   table or JSON lines if asked (`with_archive`, as the records' purge; payloads may be
+//!   personal data).
 //!
 //! Targets: [`rabbitmq::RabbitMqTarget`] (feature `rabbitmq`), [`nats::JetStreamTarget`]
 //! (feature `nats`), [`http::HttpTarget`] (feature `http`), or any [`Target`]. Outboxes: features `postgres`, `mysql`, `sqlite`.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idempotency_core::StoreError;
-use idempotency_core::sql::outbox::{ClaimBatch, Claimed, Notifications, OutboxTable};
+use idempotency_core::sql::outbox::{Archive, ClaimBatch, Claimed, Notifications, OutboxTable};
 use idempotency_queue::Backoff;
 
 use crate::metrics::{DEAD, FAILURES, LEASES_LOST, SENT};
@@ -74,6 +74,7 @@ pub struct Relay<O, T> {
     poll_interval: Duration,
     listen_bound: Duration,
     retention: Duration,
+    archive: tokio::sync::Mutex<Archive>,
     after_deliver: Option<AfterDeliver>,
 }
 
@@ -92,6 +93,7 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
             poll_interval: Duration::from_millis(500),
             listen_bound: Duration::from_secs(30),
             retention: Duration::from_secs(24 * 60 * 60),
+            archive: tokio::sync::Mutex::new(Archive::None),
             after_deliver: None,
         }
     }
@@ -136,6 +138,17 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
     /// How long sent messages are kept before a running relay purges them.
     pub fn with_retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
+        self
+    }
+
+    /// Copies sent messages to `archive` before purging them (default [`Archive::None`]: deleted
+    /// without a copy): [`Archive::Table`] names a table in the outbox's database, created on
+    /// first use, filled in the delete's transaction; [`Archive::JsonLines`] receives one
+    /// [`ArchivedMessage`](idempotency_core::sql::outbox::ArchivedMessage) per line, flushed
+    /// before the delete commits. Payloads may be personal data: the archive's retention is
+    /// yours to decide.
+    pub fn with_archive(mut self, archive: Archive) -> Self {
+        self.archive = tokio::sync::Mutex::new(archive);
         self
     }
 
@@ -186,7 +199,16 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
                 }
             }
             if purged_at.is_none_or(|at| at.elapsed() >= PURGE_EVERY) {
-                self.purge().await;
+                match self.purge().await {
+                    Ok(purged) => tracing::debug!(
+                        purged,
+                        table = self.outbox.table_name(),
+                        "purged sent outbox messages"
+                    ),
+                    Err(error) => {
+                        tracing::warn!(%error, table = self.outbox.table_name(), "purging the outbox failed");
+                    }
+                }
                 purged_at = Some(Instant::now());
             }
             notifications.wait(self.idle(&notifications).await).await;
@@ -217,23 +239,20 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
         }
     }
 
-    /// Deletes sent messages past the retention, in bounded batches.
-    async fn purge(&self) {
+    /// Deletes sent messages past the retention, in bounded batches, archiving them first if
+    /// asked to ([`with_archive`](Self::with_archive)); how many. A running relay does this every
+    /// minute; for tools and tests.
+    pub async fn purge(&self) -> Result<u64, StoreError> {
+        let mut archive = self.archive.lock().await;
+        let mut total = 0;
         loop {
-            match self.outbox.purge_sent(self.retention, PURGE_BATCH).await {
-                Ok(purged) if purged as usize >= PURGE_BATCH => continue,
-                Ok(purged) => {
-                    tracing::debug!(
-                        purged,
-                        table = self.outbox.table_name(),
-                        "purged sent outbox messages"
-                    );
-                    return;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, table = self.outbox.table_name(), "purging the outbox failed");
-                    return;
-                }
+            let purged = self
+                .outbox
+                .purge_sent(self.retention, PURGE_BATCH, &mut archive)
+                .await?;
+            total += purged;
+            if purged < PURGE_BATCH as u64 {
+                return Ok(total);
             }
         }
     }

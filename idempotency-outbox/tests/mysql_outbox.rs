@@ -88,6 +88,27 @@ async fn sent_messages_are_purged() {
     table::sent_messages_are_purged(&outbox).await;
 }
 
+#[tokio::test]
+async fn sent_messages_are_archived_once() {
+    let Some(outbox) = fresh_mysql().await else {
+        return;
+    };
+    enqueue_committed_mysql(&outbox, &table::numbered("A", 6)).await;
+    let pool = outbox.pool().clone();
+    table::sent_messages_are_archived_once(&outbox, |table| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar(&format!(
+                "SELECT id FROM {table} WHERE archived_at IS NOT NULL"
+            ))
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    })
+    .await;
+}
+
 /// Servers without SKIP LOCKED (MySQL before 8.0.1, MariaDB before 10.6) claim with plain row
 /// locks: racing claimers wait for each other's claim, then find its rows leased; still
 /// disjoint.

@@ -88,6 +88,27 @@ async fn sent_messages_are_purged() {
     table::sent_messages_are_purged(&outbox).await;
 }
 
+#[tokio::test]
+async fn sent_messages_are_archived_once() {
+    let Some(outbox) = fresh_outbox().await else {
+        return;
+    };
+    enqueue_committed(&outbox, &table::numbered("A", 6)).await;
+    let pool = outbox.pool().clone();
+    table::sent_messages_are_archived_once(&outbox, |table| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar(&format!(
+                "SELECT id FROM \"{table}\" WHERE archived_at IS NOT NULL"
+            ))
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    })
+    .await;
+}
+
 /// The dedup record (`TxStore`) and the message commit or roll back together: a callback killed
 /// before its commit leaves neither, the retry claims and enqueues, and a duplicate replays the
 /// record without enqueueing anything.

@@ -87,3 +87,24 @@ async fn sent_messages_are_purged() {
     enqueue_committed_sqlite(&outbox, &table::numbered("P", 5)).await;
     table::sent_messages_are_purged(&outbox).await;
 }
+
+#[tokio::test]
+async fn sent_messages_are_archived_once() {
+    let Some(outbox) = fresh_sqlite().await else {
+        return;
+    };
+    enqueue_committed_sqlite(&outbox, &table::numbered("A", 6)).await;
+    let pool = outbox.pool().clone();
+    table::sent_messages_are_archived_once(&outbox, |table| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar(&format!(
+                "SELECT id FROM \"{table}\" WHERE archived_at IS NOT NULL"
+            ))
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    })
+    .await;
+}

@@ -6,18 +6,20 @@ use std::time::{Duration, SystemTime};
 use super::{Cursor, Operations, Query, RecordView};
 use crate::{Record, RecordState, StoreError};
 
-/// Where a purge copies each record before deleting it. Archives hold stored bodies, which may
-/// be personal data: an archive is opt-in ([`Archive::None`] deletes without a copy, as the
+/// Where a purge copies each record (or sent outbox message) before deleting it. Archives hold
+/// stored bodies and message payloads, which may be personal data: an archive is opt-in ([`Archive::None`] deletes without a copy, as the
 /// sweeper does), and its retention is the operator's to decide.
 pub enum Archive {
     /// No copy.
     None,
-    /// One JSON object per line ([`RecordView`] with body and fingerprint), written and
+    /// One JSON object per line ([`RecordView`] with body and fingerprint, or an outbox's
+    /// `sql::outbox::ArchivedMessage`), written and
     /// flushed before the batch is deleted: a purge stopped between the two writes the batch
     /// again when resumed (at least once).
     JsonLines(Box<dyn Write + Send>),
     /// A table in the same database (SQL stores only), created on first use with the record
-    /// table's columns and `archived_at`; the copy and the delete of a batch commit together.
+    /// (or outbox) table's columns and `archived_at`; the copy and the delete of a batch commit
+    /// together.
     Table(String),
 }
 
@@ -38,13 +40,24 @@ impl Archive {
         records: &[Record],
         now: SystemTime,
     ) -> Result<(), StoreError> {
+        let views: Vec<RecordView> = records
+            .iter()
+            .map(|record| RecordView::of(record, now).with_body(record))
+            .collect();
+        self.write_json_lines(&views)
+    }
+
+    /// Writes `items` as JSON lines (nothing for the other archives) and flushes them.
+    pub(crate) fn write_json_lines<T: serde::Serialize>(
+        &mut self,
+        items: &[T],
+    ) -> Result<(), StoreError> {
         let Self::JsonLines(out) = self else {
             return Ok(());
         };
         let io = |error: std::io::Error| StoreError::Backend(format!("archive: {error}"));
-        for record in records {
-            let view = RecordView::of(record, now).with_body(record);
-            let line = serde_json::to_string(&view)
+        for item in items {
+            let line = serde_json::to_string(item)
                 .map_err(|error| StoreError::Codec(error.to_string()))?;
             out.write_all(line.as_bytes()).map_err(io)?;
             out.write_all(b"\n").map_err(io)?;

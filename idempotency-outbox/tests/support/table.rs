@@ -4,10 +4,15 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use idempotency_core::sql::OutboxMessage;
-use idempotency_core::sql::outbox::{ClaimBatch, OutboxTable};
+use std::future::Future;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
 
-use super::message;
+use base64::Engine;
+use idempotency_core::sql::OutboxMessage;
+use idempotency_core::sql::outbox::{Archive, ArchivedMessage, ClaimBatch, OutboxTable};
+
+use super::{message, unique};
 
 fn batch(claim: i64, limit: usize) -> ClaimBatch {
     ClaimBatch {
@@ -166,18 +171,27 @@ pub(crate) async fn sent_messages_are_purged<O: OutboxTable>(outbox: &O) {
     let seqs: Vec<i64> = claimed.iter().map(|c| c.seq).collect();
     assert_eq!(outbox.mark_sent(1, &seqs).await.unwrap(), 3);
     let kept = outbox
-        .purge_sent(Duration::from_secs(3600), 10)
+        .purge_sent(Duration::from_secs(3600), 10, &mut Archive::None)
         .await
         .unwrap();
     assert_eq!(kept, 0, "within retention");
     // Sent "before now": SQLite's clock has microseconds, let one pass.
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert_eq!(
-        outbox.purge_sent(Duration::ZERO, 2).await.unwrap(),
+        outbox
+            .purge_sent(Duration::ZERO, 2, &mut Archive::None)
+            .await
+            .unwrap(),
         2,
         "bounded"
     );
-    assert_eq!(outbox.purge_sent(Duration::ZERO, 10).await.unwrap(), 1);
+    assert_eq!(
+        outbox
+            .purge_sent(Duration::ZERO, 10, &mut Archive::None)
+            .await
+            .unwrap(),
+        1
+    );
     let counts = outbox.counts().await.unwrap();
     assert_eq!((counts.pending, counts.sent), (2, 0));
 }
@@ -214,4 +228,105 @@ pub(crate) async fn a_renewal_keeps_the_claim<O: OutboxTable>(outbox: &O) {
         "taken over: the claim is lost"
     );
     assert_eq!(outbox.mark_sent(1, &[mine]).await.unwrap(), 1);
+}
+
+/// Claims up to `limit` messages under claim `claim` and marks them sent; their ids.
+async fn send<O: OutboxTable>(outbox: &O, claim: i64, limit: usize) -> Vec<String> {
+    let claimed = outbox.claim(batch(claim, limit)).await.unwrap();
+    let seqs: Vec<i64> = claimed.iter().map(|c| c.seq).collect();
+    assert_eq!(
+        outbox.mark_sent(claim, &seqs).await.unwrap(),
+        seqs.len() as u64
+    );
+    let mut ids: Vec<String> = claimed.into_iter().map(|c| c.message.id).collect();
+    ids.sort();
+    ids
+}
+
+/// A writer whose bytes the test reads back.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Lines {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Holding `numbered("A", 6)`: sent messages purged into an archive table (created by the first
+/// purge) land there exactly once, in bounded batches; then the rest into JSON lines, once each,
+/// with their payloads. Pending messages are never archived nor deleted. `archived_ids` reads
+/// the `id` of every row of an archive table whose `archived_at` is set.
+pub(crate) async fn sent_messages_are_archived_once<O, F, Fut>(outbox: &O, archived_ids: F)
+where
+    O: OutboxTable,
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Vec<String>>,
+{
+    let first = send(outbox, 1, 4).await;
+    // Sent "before now": SQLite's clock has microseconds, let one pass.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let table = unique("outbox_archive");
+    let mut archive = Archive::Table(table.clone());
+    let mut purged = Vec::new();
+    for _ in 0..3 {
+        purged.push(
+            outbox
+                .purge_sent(Duration::ZERO, 3, &mut archive)
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(purged, [3, 1, 0], "bounded batches, then nothing left");
+    let mut archived = archived_ids(table).await;
+    archived.sort();
+    assert_eq!(archived, first, "every purged message archived once");
+    let counts = outbox.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.sent), (2, 0), "pending ones stay");
+
+    let rest = send(outbox, 2, 10).await;
+    assert_eq!(rest.len(), 2);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let lines = Lines::default();
+    let mut archive = Archive::JsonLines(Box::new(lines.clone()));
+    let kept = outbox
+        .purge_sent(Duration::from_secs(3600), 10, &mut archive)
+        .await
+        .unwrap();
+    assert_eq!(kept, 0, "within retention: nothing written");
+    assert!(lines.0.lock().unwrap().is_empty());
+    for expected in [2, 0] {
+        assert_eq!(
+            outbox
+                .purge_sent(Duration::ZERO, 10, &mut archive)
+                .await
+                .unwrap(),
+            expected
+        );
+    }
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let messages: Vec<ArchivedMessage> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let mut ids: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
+    ids.sort();
+    assert_eq!(ids, rest, "one line per purged message");
+    for archived in &messages {
+        let payload = base64::engine::general_purpose::STANDARD
+            .decode(&archived.payload_base64)
+            .unwrap();
+        let original = message(&archived.business_key, "t");
+        assert_eq!(payload, original.payload);
+        assert_eq!(archived.id, original.id);
+        assert!(archived.sent_at_ms.unwrap() >= archived.created_at_ms);
+        assert!(archived.archived_at_ms >= archived.sent_at_ms.unwrap());
+    }
+    let counts = outbox.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.sent, counts.dead), (0, 0, 0));
 }

@@ -63,6 +63,7 @@
 mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod shared;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
@@ -71,6 +72,11 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+pub use crate::operations::Archive;
+use crate::time::unix_millis;
 use crate::{IdempotencyKey, Scope, StoreError};
 
 use super::common::validate_identifier;
@@ -168,6 +174,68 @@ pub struct DeadMessage {
     pub message: OutboxMessage,
 }
 
+/// A purged sent message as an [`Archive::JsonLines`] archive holds it, one JSON object per line.
+/// The payload is the business's message, which may be personal data.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchivedMessage {
+    /// The row's sequence number.
+    pub seq: i64,
+    /// The message id.
+    pub id: String,
+    /// Where it was delivered.
+    pub topic: String,
+    /// The business key it was derived from.
+    pub business_key: String,
+    /// Its ordering key, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate: Option<String>,
+    /// The body, base64.
+    pub payload_base64: String,
+    /// Failed deliveries before it was sent.
+    pub attempts: u32,
+    /// When it was enqueued, Unix milliseconds.
+    pub created_at_ms: u64,
+    /// When it was marked sent, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_at_ms: Option<u64>,
+    /// When it was archived, Unix milliseconds.
+    pub archived_at_ms: u64,
+}
+
+impl ArchivedMessage {
+    /// The archived form of a row read at `now`: seq, id, topic, business key, aggregate,
+    /// payload, attempts, created and sent (Unix microseconds).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn of(
+        (seq, id, topic, business_key, aggregate, payload, tries, created, sent): (
+            i64,
+            String,
+            String,
+            String,
+            Option<String>,
+            Vec<u8>,
+            i64,
+            i64,
+            Option<i64>,
+        ),
+        now: std::time::SystemTime,
+    ) -> Self {
+        let millis = |micros: i64| u64::try_from(micros.max(0) / 1000).unwrap_or(0);
+        Self {
+            seq,
+            id,
+            topic,
+            business_key,
+            aggregate,
+            payload_base64: base64::engine::general_purpose::STANDARD.encode(payload),
+            attempts: attempts(tries),
+            created_at_ms: millis(created),
+            sent_at_ms: sent.map(millis),
+            archived_at_ms: unix_millis(now),
+        }
+    }
+}
+
 /// How many messages an outbox holds per state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OutboxCounts {
@@ -234,7 +302,15 @@ pub(crate) struct OutboxSql {
     pub(crate) release: String,
     pub(crate) extend: String,
     pub(crate) next_due: String,
+    /// Deletes a batch of sent messages: the time they were sent before, the limit.
     pub(crate) purge_sent: String,
+    /// Selects a batch of sent messages' `seq` (same parameters), to lock and archive.
+    pub(crate) purge_pick: String,
+    /// Selects a batch of sent messages as [`ArchivedMessage::of`] reads them (same
+    /// parameters), to lock and archive.
+    pub(crate) purge_read: String,
+    /// The archive tables this handle created (or found).
+    pub(crate) archives: std::sync::Mutex<Vec<String>>,
     pub(crate) dead: String,
     pub(crate) revive: String,
     pub(crate) counts: String,
@@ -334,11 +410,17 @@ pub trait OutboxTable: Clone + Send + Sync + 'static {
     /// Wake-ups for the relay: PostgreSQL `LISTEN`s for enqueues; other databases poll.
     fn listen(&self) -> impl Future<Output = Result<Notifications, StoreError>> + Send;
 
-    /// Deletes up to `limit` messages sent more than `older_than` ago; how many.
+    /// Deletes up to `limit` messages sent more than `older_than` ago, the oldest first; how many.
+    /// With an `archive` other than [`Archive::None`] the batch is copied there first: into a
+    /// table of the same database (created on first use with the outbox's columns and
+    /// `archived_at`) in the delete's transaction, or as JSON lines ([`ArchivedMessage`])
+    /// written and flushed before the delete commits (a failure in between archives the batch
+    /// again next time). Payloads may be personal data: the archive's retention is yours.
     fn purge_sent(
         &self,
         older_than: Duration,
         limit: usize,
+        archive: &mut Archive,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Dead messages, oldest first, at most `limit`.

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use sqlx::{MySql, MySqlPool};
 
+use super::shared::{OutboxShared, PurgePlace};
 use super::{
-    ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, DeadMessage, Notifications, Outbox, OutboxCounts,
-    OutboxMessage, OutboxSql, OutboxTable, attempts, checked_table, in_list,
+    Archive, ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, DeadMessage, Notifications, Outbox,
+    OutboxCounts, OutboxMessage, OutboxSql, OutboxTable, attempts, checked_table, in_list,
 };
 use crate::StoreError;
 use crate::sql::common::{map_err, micros};
@@ -47,6 +48,12 @@ where
 
 /// The columns a claim and a dead listing read, in [`Row`]'s order.
 const COLUMNS: &str = "seq, id, topic, business_key, aggregate, payload, attempts";
+
+/// Which rows a purge takes: sent before `?` microseconds from now (a negative span).
+const SENT_BEFORE: &str = "state = 'sent' AND sent_at < UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND";
+
+/// A time column as Unix microseconds: this, the column, `)`.
+const EPOCH_MICROS: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ";
 
 /// A message row: [`COLUMNS`].
 type Row = (i64, String, String, String, Option<String>, Vec<u8>, i64);
@@ -126,11 +133,13 @@ fn statements(t: &str) -> OutboxSql {
             "SELECT CAST(GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), \
                MIN(available_at))) AS SIGNED) FROM {t} WHERE state = 'pending'"
         ),
-        purge_sent: format!(
-            "DELETE FROM {t} WHERE state = 'sent' \
-               AND sent_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
-             ORDER BY sent_at LIMIT ?"
+        purge_sent: format!("DELETE FROM {t} WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?"),
+        purge_pick: format!("SELECT seq FROM {t} WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?"),
+        purge_read: format!(
+            "SELECT {COLUMNS}, {EPOCH_MICROS}created_at), {EPOCH_MICROS}sent_at) \
+             FROM {t} WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?"
         ),
+        archives: std::sync::Mutex::default(),
         dead: format!(
             "SELECT {COLUMNS}, last_error FROM {t} WHERE state = 'dead' ORDER BY seq LIMIT ?"
         ),
@@ -365,14 +374,24 @@ impl OutboxTable for Outbox<MySql> {
         Ok(Notifications::none())
     }
 
-    async fn purge_sent(&self, older_than: Duration, limit: usize) -> Result<u64, StoreError> {
-        let done = sqlx::query(&self.sql.purge_sent)
-            .bind(micros(older_than))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected())
+    async fn purge_sent(
+        &self,
+        older_than: Duration,
+        limit: usize,
+        archive: &mut Archive,
+    ) -> Result<u64, StoreError> {
+        let place = PurgePlace {
+            quote: ("`", "`"),
+            now: "UTC_TIMESTAMP(6)",
+            lock: if self.skips_locked().await? {
+                " FOR UPDATE SKIP LOCKED"
+            } else {
+                " FOR UPDATE"
+            },
+            begin: None,
+        };
+        let before = micros(older_than).saturating_neg();
+        MySql::purge_sent(&self.pool, &self.sql, place, before, limit, archive).await
     }
 
     async fn dead(&self, limit: usize) -> Result<Vec<DeadMessage>, StoreError> {

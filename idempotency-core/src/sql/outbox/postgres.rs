@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use sqlx::{PgPool, Postgres};
 
+use super::shared::{OutboxShared, PurgePlace};
 use super::{
-    ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, DeadMessage, Notifications, Outbox, OutboxCounts,
-    OutboxMessage, OutboxSql, OutboxTable, attempts, checked_table,
+    Archive, ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, DeadMessage, Notifications, Outbox,
+    OutboxCounts, OutboxMessage, OutboxSql, OutboxTable, attempts, checked_table,
 };
 use crate::StoreError;
 use crate::sql::common::{map_err, micros};
@@ -14,6 +15,18 @@ use crate::sql::tx::InTransaction;
 
 /// The columns a claim and a dead listing read, in [`Row`]'s order.
 const COLUMNS: &str = "seq, id, topic, business_key, aggregate, payload, attempts";
+
+/// Which rows a purge takes: sent before `$1` microseconds from now (a negative span).
+const SENT_BEFORE: &str =
+    "state = 'sent' AND sent_at < statement_timestamp() + $1 * interval '1 microsecond'";
+
+/// Where a purge runs.
+const PURGE: PurgePlace = PurgePlace {
+    quote: ("\"", "\""),
+    now: "statement_timestamp()",
+    lock: " FOR UPDATE SKIP LOCKED",
+    begin: None,
+};
 
 /// A message row: [`COLUMNS`].
 type Row = (i64, String, String, String, Option<String>, Vec<u8>, i64);
@@ -114,10 +127,17 @@ fn statements(t: &str) -> OutboxSql {
         ),
         purge_sent: format!(
             "DELETE FROM \"{t}\" WHERE seq IN (\
-               SELECT seq FROM \"{t}\" WHERE state = 'sent' \
-                 AND sent_at < statement_timestamp() - $1 * interval '1 microsecond' \
-               LIMIT $2)"
+               SELECT seq FROM \"{t}\" WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT $2)"
         ),
+        purge_pick: format!(
+            "SELECT seq FROM \"{t}\" WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT $2"
+        ),
+        purge_read: format!(
+            "SELECT {COLUMNS}, (extract(epoch FROM created_at) * 1000000)::bigint, \
+               (extract(epoch FROM sent_at) * 1000000)::bigint \
+             FROM \"{t}\" WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT $2"
+        ),
+        archives: std::sync::Mutex::default(),
         dead: format!(
             "SELECT {COLUMNS}, last_error FROM \"{t}\" WHERE state = 'dead' ORDER BY seq LIMIT $1"
         ),
@@ -275,14 +295,14 @@ impl OutboxTable for Outbox<Postgres> {
         })
     }
 
-    async fn purge_sent(&self, older_than: Duration, limit: usize) -> Result<u64, StoreError> {
-        let done = sqlx::query(&self.sql.purge_sent)
-            .bind(micros(older_than))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected())
+    async fn purge_sent(
+        &self,
+        older_than: Duration,
+        limit: usize,
+        archive: &mut Archive,
+    ) -> Result<u64, StoreError> {
+        let before = micros(older_than).saturating_neg();
+        Postgres::purge_sent(&self.pool, &self.sql, PURGE, before, limit, archive).await
     }
 
     async fn dead(&self, limit: usize) -> Result<Vec<DeadMessage>, StoreError> {

@@ -6,9 +6,10 @@ use std::time::{Duration, SystemTime};
 
 use sqlx::{Sqlite, SqlitePool};
 
+use super::shared::{OutboxShared, PurgePlace};
 use super::{
-    ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, DeadMessage, Notifications, Outbox, OutboxCounts,
-    OutboxMessage, OutboxSql, OutboxTable, attempts, checked_table, in_list,
+    Archive, ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, DeadMessage, Notifications, Outbox,
+    OutboxCounts, OutboxMessage, OutboxSql, OutboxTable, attempts, checked_table, in_list,
 };
 use crate::StoreError;
 use crate::sql::common::{map_err, micros, unix_micros};
@@ -16,6 +17,17 @@ use crate::sql::tx::InTransaction;
 
 /// The columns a claim and a dead listing read, in [`Row`]'s order.
 const COLUMNS: &str = "seq, id, topic, business_key, aggregate, payload, attempts";
+
+/// Which rows a purge takes: sent before `?1` (Unix microseconds).
+const SENT_BEFORE: &str = "state = 'sent' AND sent_at < ?1";
+
+/// Where a purge runs: one writer at a time, from `BEGIN IMMEDIATE` on.
+const PURGE: PurgePlace = PurgePlace {
+    quote: ("\"", "\""),
+    now: "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
+    lock: "",
+    begin: Some("BEGIN IMMEDIATE"),
+};
 
 /// A message row: [`COLUMNS`].
 type Row = (i64, String, String, String, Option<String>, Vec<u8>, i64);
@@ -110,8 +122,16 @@ fn statements(t: &str) -> OutboxSql {
         ),
         purge_sent: format!(
             "DELETE FROM \"{t}\" WHERE seq IN (\
-               SELECT seq FROM \"{t}\" WHERE state = 'sent' AND sent_at < ?1 LIMIT ?2)"
+               SELECT seq FROM \"{t}\" WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?2)"
         ),
+        purge_pick: format!(
+            "SELECT seq FROM \"{t}\" WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?2"
+        ),
+        purge_read: format!(
+            "SELECT {COLUMNS}, created_at, sent_at FROM \"{t}\" \
+             WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?2"
+        ),
+        archives: std::sync::Mutex::default(),
         dead: format!(
             "SELECT {COLUMNS}, last_error FROM \"{t}\" WHERE state = 'dead' ORDER BY seq LIMIT ?1"
         ),
@@ -274,14 +294,14 @@ impl OutboxTable for Outbox<Sqlite> {
         Ok(Notifications::none())
     }
 
-    async fn purge_sent(&self, older_than: Duration, limit: usize) -> Result<u64, StoreError> {
-        let done = sqlx::query(&self.sql.purge_sent)
-            .bind(now().saturating_sub(micros(older_than)))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected())
+    async fn purge_sent(
+        &self,
+        older_than: Duration,
+        limit: usize,
+        archive: &mut Archive,
+    ) -> Result<u64, StoreError> {
+        let before = now().saturating_sub(micros(older_than));
+        Sqlite::purge_sent(&self.pool, &self.sql, PURGE, before, limit, archive).await
     }
 
     async fn dead(&self, limit: usize) -> Result<Vec<DeadMessage>, StoreError> {
