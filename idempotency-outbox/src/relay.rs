@@ -41,6 +41,17 @@ pub struct Round {
     pub unreachable: usize,
 }
 
+impl std::ops::AddAssign for Round {
+    /// Adds `other`'s counts: the totals of several rounds.
+    fn add_assign(&mut self, other: Self) {
+        self.claimed += other.claimed;
+        self.sent += other.sent;
+        self.refused += other.refused;
+        self.dead += other.dead;
+        self.unreachable += other.unreachable;
+    }
+}
+
 /// Delivers committed outbox messages to a [`Target`] at least once, then marks them sent.
 ///
 /// Run as many relays on one outbox as you like: each claims its own batches (disjoint, by the
@@ -370,11 +381,7 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
             if round.claimed == 0 {
                 return Ok(total);
             }
-            total.claimed += round.claimed;
-            total.sent += round.sent;
-            total.refused += round.refused;
-            total.dead += round.dead;
-            total.unreachable += round.unreachable;
+            total += round;
             if round.unreachable > 0 {
                 return Ok(total);
             }

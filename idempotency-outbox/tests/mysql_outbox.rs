@@ -6,127 +6,30 @@
 
 mod support;
 
-use idempotency_core::sql::outbox::OutboxTable;
-use support::{enqueue_committed_mysql, fresh_mysql, message, table};
+use idempotency_core::sql::Outbox;
+use sqlx::MySql;
+use support::TestOutbox;
 
-/// A message exists exactly when its transaction committed; one id is enqueued once.
-#[tokio::test]
-async fn an_enqueue_commits_and_rolls_back_with_its_transaction() {
-    let Some(outbox) = fresh_mysql().await else {
-        return;
-    };
-    let first = message("T1", "coupons");
-    let mut tx = outbox.pool().begin().await.unwrap();
-    assert!(outbox.enqueue(&mut tx, &first).await.unwrap());
-    tx.rollback().await.unwrap();
-    assert_eq!(outbox.counts().await.unwrap().pending, 0);
-
-    let mut tx = outbox.pool().begin().await.unwrap();
-    assert!(outbox.enqueue(&mut tx, &first).await.unwrap());
-    tx.commit().await.unwrap();
-    let mut tx = outbox.pool().begin().await.unwrap();
-    assert!(
-        !outbox.enqueue(&mut tx, &first).await.unwrap(),
-        "one id, one message"
-    );
-    tx.commit().await.unwrap();
-    assert_eq!(outbox.counts().await.unwrap().pending, 1);
-    assert_eq!(outbox.dead(10).await.unwrap(), []);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_claims_are_disjoint() {
-    let Some(outbox) = fresh_mysql().await else {
-        return;
-    };
-    enqueue_committed_mysql(&outbox, &table::numbered("R", 300)).await;
-    table::racing_claims_are_disjoint(&outbox, 300).await;
-}
-
-#[tokio::test]
-async fn aggregates_go_out_in_order() {
-    let Some(outbox) = fresh_mysql().await else {
-        return;
-    };
-    enqueue_committed_mysql(&outbox, &table::ordered_messages()).await;
-    table::aggregates_go_out_in_order(&outbox).await;
-}
-
-#[tokio::test]
-async fn a_lease_holds_then_fences() {
-    let Some(outbox) = fresh_mysql().await else {
-        return;
-    };
-    enqueue_committed_mysql(&outbox, &table::numbered("L", 2)).await;
-    table::a_lease_holds_then_fences(&outbox).await;
-}
-
-#[tokio::test]
-async fn a_renewal_keeps_the_claim() {
-    let Some(outbox) = fresh_mysql().await else {
-        return;
-    };
-    enqueue_committed_mysql(&outbox, &table::numbered("E", 2)).await;
-    table::a_renewal_keeps_the_claim(&outbox).await;
-}
-
-#[tokio::test]
-async fn refusals_go_dead_and_revive() {
-    let Some(outbox) = fresh_mysql().await else {
-        return;
-    };
-    enqueue_committed_mysql(&outbox, &table::numbered("D", 1)).await;
-    table::refusals_go_dead_and_revive(&outbox).await;
-}
-
-#[tokio::test]
-async fn sent_messages_are_purged() {
-    let Some(outbox) = fresh_mysql().await else {
-        return;
-    };
-    enqueue_committed_mysql(&outbox, &table::numbered("P", 5)).await;
-    table::sent_messages_are_purged(&outbox).await;
-}
-
-#[tokio::test]
-async fn sent_messages_are_archived_once() {
-    let Some(outbox) = fresh_mysql().await else {
-        return;
-    };
-    enqueue_committed_mysql(&outbox, &table::numbered("A", 6)).await;
-    let pool = outbox.pool().clone();
-    table::sent_messages_are_archived_once(&outbox, |table| {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar(&format!(
-                "SELECT id FROM {table} WHERE archived_at IS NOT NULL"
-            ))
-            .fetch_all(&pool)
-            .await
-            .unwrap()
-        }
-    })
-    .await;
-}
+support::table::table_suite!(Outbox<MySql>);
 
 /// Servers without SKIP LOCKED (MySQL before 8.0.1, MariaDB before 10.6) claim with plain row
 /// locks: racing claimers wait for each other's claim, then find its rows leased; still
 /// disjoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_claims_are_disjoint_without_skip_locked() {
-    let Some(outbox) = fresh_mysql().await else {
+    let Some(outbox) = Outbox::<MySql>::fresh().await else {
         return;
     };
     let outbox = outbox.without_skip_locked();
     assert!(!outbox.skips_locked().await.unwrap());
-    enqueue_committed_mysql(&outbox, &table::numbered("R", 300)).await;
-    table::racing_claims_are_disjoint(&outbox, 300).await;
+    support::enqueue_committed(&outbox, &table::numbered("R", 300)).await;
+    table::racing_claims_are_disjoint(&outbox).await;
 }
 
 /// The server's version decides (this test server's answer is printed).
 #[tokio::test]
 async fn skip_locked_follows_the_server_version() {
-    let Some(outbox) = fresh_mysql().await else {
+    let Some(outbox) = Outbox::<MySql>::fresh().await else {
         return;
     };
     let version: String = sqlx::query_scalar("SELECT VERSION()")

@@ -6,108 +6,12 @@
 
 mod support;
 
+use idempotency_core::sql::Outbox;
 use idempotency_core::sql::outbox::OutboxTable;
-use support::{enqueue_committed, fresh_outbox, message, table};
+use sqlx::Postgres;
+use support::message;
 
-/// A message exists exactly when its transaction committed; one id is enqueued once.
-#[tokio::test]
-async fn an_enqueue_commits_and_rolls_back_with_its_transaction() {
-    let Some(outbox) = fresh_outbox().await else {
-        return;
-    };
-    let first = message("T1", "coupons");
-    let mut tx = outbox.pool().begin().await.unwrap();
-    assert!(outbox.enqueue(&mut tx, &first).await.unwrap());
-    tx.rollback().await.unwrap();
-    assert_eq!(outbox.counts().await.unwrap().pending, 0);
-
-    let mut tx = outbox.pool().begin().await.unwrap();
-    assert!(outbox.enqueue(&mut tx, &first).await.unwrap());
-    tx.commit().await.unwrap();
-    let mut tx = outbox.pool().begin().await.unwrap();
-    assert!(
-        !outbox.enqueue(&mut tx, &first).await.unwrap(),
-        "one id, one message"
-    );
-    tx.commit().await.unwrap();
-    assert_eq!(outbox.counts().await.unwrap().pending, 1);
-    assert_eq!(outbox.dead(10).await.unwrap(), []);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_claims_are_disjoint() {
-    let Some(outbox) = fresh_outbox().await else {
-        return;
-    };
-    enqueue_committed(&outbox, &table::numbered("R", 300)).await;
-    table::racing_claims_are_disjoint(&outbox, 300).await;
-}
-
-#[tokio::test]
-async fn aggregates_go_out_in_order() {
-    let Some(outbox) = fresh_outbox().await else {
-        return;
-    };
-    enqueue_committed(&outbox, &table::ordered_messages()).await;
-    table::aggregates_go_out_in_order(&outbox).await;
-}
-
-#[tokio::test]
-async fn a_lease_holds_then_fences() {
-    let Some(outbox) = fresh_outbox().await else {
-        return;
-    };
-    enqueue_committed(&outbox, &table::numbered("L", 2)).await;
-    table::a_lease_holds_then_fences(&outbox).await;
-}
-
-#[tokio::test]
-async fn a_renewal_keeps_the_claim() {
-    let Some(outbox) = fresh_outbox().await else {
-        return;
-    };
-    enqueue_committed(&outbox, &table::numbered("E", 2)).await;
-    table::a_renewal_keeps_the_claim(&outbox).await;
-}
-
-#[tokio::test]
-async fn refusals_go_dead_and_revive() {
-    let Some(outbox) = fresh_outbox().await else {
-        return;
-    };
-    enqueue_committed(&outbox, &table::numbered("D", 1)).await;
-    table::refusals_go_dead_and_revive(&outbox).await;
-}
-
-#[tokio::test]
-async fn sent_messages_are_purged() {
-    let Some(outbox) = fresh_outbox().await else {
-        return;
-    };
-    enqueue_committed(&outbox, &table::numbered("P", 5)).await;
-    table::sent_messages_are_purged(&outbox).await;
-}
-
-#[tokio::test]
-async fn sent_messages_are_archived_once() {
-    let Some(outbox) = fresh_outbox().await else {
-        return;
-    };
-    enqueue_committed(&outbox, &table::numbered("A", 6)).await;
-    let pool = outbox.pool().clone();
-    table::sent_messages_are_archived_once(&outbox, |table| {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar(&format!(
-                "SELECT id FROM \"{table}\" WHERE archived_at IS NOT NULL"
-            ))
-            .fetch_all(&pool)
-            .await
-            .unwrap()
-        }
-    })
-    .await;
-}
+support::table::table_suite!(Outbox<Postgres>);
 
 /// The dedup record (`TxStore`) and the message commit or roll back together: a callback killed
 /// before its commit leaves neither, the retry claims and enqueues, and a duplicate replays the
@@ -117,7 +21,7 @@ async fn the_dedup_record_and_the_message_commit_together() {
     use idempotency_core::sql::{PostgresStore, TxClaim, TxStore};
     use idempotency_core::{Fingerprint, IdempotencyKey, Outcome, Scope};
 
-    let Some(outbox) = fresh_outbox().await else {
+    let Some(outbox) = support::fresh_outbox().await else {
         return;
     };
     let store = PostgresStore::new(outbox.pool().clone())

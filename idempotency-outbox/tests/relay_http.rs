@@ -9,7 +9,7 @@ mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -20,6 +20,7 @@ use idempotency_outbox::Relay;
 use idempotency_outbox::http::HttpTarget;
 use idempotency_queue::Backoff;
 use idempotency_tower::IdempotencyLayer;
+use support::relay::{deliver_until_sent, refuse_until_dead};
 use support::{enqueue_committed, fresh_outbox, message};
 
 /// Handler runs and requests of the endpoint.
@@ -93,19 +94,7 @@ async fn a_batch_posted_again_after_a_dead_relay_runs_the_handler_once() {
     assert_eq!(outbox.counts().await.unwrap().sent, 0);
 
     let relay = Relay::new(outbox.clone(), HttpTarget::new(&base));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut sent = 0;
-    while sent < 5 {
-        assert!(
-            Instant::now() < deadline,
-            "the batch was never posted again"
-        );
-        let round = relay.deliver_due().await.unwrap();
-        sent += round.sent;
-        if round.claimed == 0 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    deliver_until_sent(&relay, 5, Duration::from_secs(30)).await;
     assert_eq!(counts.requests.load(Ordering::SeqCst), 10);
     assert_eq!(
         counts.runs.load(Ordering::SeqCst),
@@ -130,17 +119,8 @@ async fn an_error_status_is_refused_and_a_closed_port_unreachable() {
             Duration::from_millis(1),
             Duration::from_millis(1),
         ));
-    let (mut refused, mut dead) = (0, 0);
-    for _ in 0..200 {
-        let round = relay.deliver_due().await.unwrap();
-        refused += round.refused;
-        dead += round.dead;
-        if dead > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!((refused, dead), (1, 1));
+    let round = refuse_until_dead(&relay).await;
+    assert_eq!((round.refused, round.dead), (1, 1));
     let listed = outbox.dead(10).await.unwrap();
     assert!(
         listed[0]

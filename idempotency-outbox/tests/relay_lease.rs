@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use idempotency_core::sql::outbox::{Claimed, OutboxTable};
 use idempotency_outbox::{DeliveryError, Relay, Target};
-use support::{fresh_outbox, table};
+use support::{TestOutbox, holding, table};
 
 /// The lease of every relay here: far shorter than one delivery.
 const LEASE: Duration = Duration::from_millis(300);
@@ -79,31 +79,26 @@ async fn slow_deliveries_keep_their_lease<O: OutboxTable>(outbox: &O) {
     assert_eq!(outbox.counts().await.unwrap().sent, 12);
 }
 
+/// [`slow_deliveries_keep_their_lease`] on a fresh `O`.
+async fn on<O: TestOutbox>() {
+    if let Some(outbox) = holding::<O>(&table::numbered("S", 12)).await {
+        slow_deliveries_keep_their_lease(&outbox).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_deliveries_keep_their_lease_on_postgres() {
-    let Some(outbox) = fresh_outbox().await else {
-        return;
-    };
-    support::enqueue_committed(&outbox, &table::numbered("S", 12)).await;
-    slow_deliveries_keep_their_lease(&outbox).await;
+    on::<idempotency_core::sql::Outbox<sqlx::Postgres>>().await;
 }
 
 #[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_deliveries_keep_their_lease_on_mysql() {
-    let Some(outbox) = support::fresh_mysql().await else {
-        return;
-    };
-    support::enqueue_committed_mysql(&outbox, &table::numbered("S", 12)).await;
-    slow_deliveries_keep_their_lease(&outbox).await;
+    on::<idempotency_core::sql::Outbox<sqlx::MySql>>().await;
 }
 
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_deliveries_keep_their_lease_on_sqlite() {
-    let Some(outbox) = support::fresh_sqlite().await else {
-        return;
-    };
-    support::enqueue_committed_sqlite(&outbox, &table::numbered("S", 12)).await;
-    slow_deliveries_keep_their_lease(&outbox).await;
+    on::<idempotency_core::sql::Outbox<sqlx::Sqlite>>().await;
 }

@@ -17,6 +17,7 @@ use idempotency_outbox::nats::JetStreamTarget;
 use idempotency_outbox::{Relay, Round};
 use idempotency_queue::Backoff;
 use sqlx::Postgres;
+use support::relay::{deliver_until_sent, refuse_until_dead};
 use support::{enqueue_committed, fresh_outbox, message, nats_url, unique};
 
 /// A PostgreSQL outbox and a fresh JetStream stream.
@@ -101,20 +102,7 @@ async fn a_batch_delivered_again_after_a_dead_relay_is_stored_once_by_the_stream
     let counts = fixture.outbox.counts().await.unwrap();
     assert_eq!((counts.pending, counts.sent), (10, 0));
 
-    let relay = fixture.relay();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut sent = 0;
-    while sent < 10 {
-        assert!(
-            Instant::now() < deadline,
-            "the batch was never delivered again"
-        );
-        let round = relay.deliver_due().await.unwrap();
-        sent += round.sent;
-        if round.claimed == 0 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    deliver_until_sent(&fixture.relay(), 10, Duration::from_secs(30)).await;
     let stored = fixture.stored_ids().await;
     let expected: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
     assert_eq!(stored, expected, "one copy each, in enqueue order");
@@ -138,9 +126,7 @@ async fn racing_relays_claim_disjoint_batches() {
         .collect();
     let mut total = Round::default();
     for relay in relays {
-        let round = relay.await.unwrap();
-        total.claimed += round.claimed;
-        total.sent += round.sent;
+        total += relay.await.unwrap();
     }
     assert_eq!((total.claimed, total.sent), (150, 150));
     let stored: HashSet<String> = fixture.stored_ids().await.into_iter().collect();
@@ -164,17 +150,7 @@ async fn a_subject_without_a_stream_is_refused_until_dead() {
             Duration::from_millis(1),
             Duration::from_millis(1),
         ));
-    let mut total = Round::default();
-    for _ in 0..200 {
-        let round = relay.deliver_due().await.unwrap();
-        total.refused += round.refused;
-        total.dead += round.dead;
-        total.unreachable += round.unreachable;
-        if total.dead > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let total = refuse_until_dead(&relay).await;
     assert_eq!((total.refused, total.dead, total.unreachable), (1, 1, 0));
     let dead = fixture.outbox.dead(10).await.unwrap();
     assert_eq!(dead.len(), 1);
@@ -299,16 +275,7 @@ async fn a_restarted_broker_loses_nothing_and_stores_nothing_twice() {
     assert_eq!(round.refused + round.dead, 0);
 
     server.restart().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut sent = 0;
-    while sent < 3 {
-        assert!(
-            Instant::now() < deadline,
-            "never delivered after the restart"
-        );
-        sent += relay.deliver_due().await.unwrap().sent;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    deliver_until_sent(&relay, 3, Duration::from_secs(60)).await;
     let stream = js.get_stream("OUTBOX_RESTART").await.unwrap();
     assert_eq!(stream.get_info().await.unwrap().state.messages, 6);
     let counts = outbox.counts().await.unwrap();

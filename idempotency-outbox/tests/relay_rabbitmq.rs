@@ -8,7 +8,7 @@ mod support;
 
 use std::collections::HashMap;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idempotency_core::sql::outbox::OutboxTable;
 use idempotency_core::sql::{Outbox, OutboxMessage};
@@ -20,6 +20,7 @@ use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties};
 use sqlx::Postgres;
+use support::relay::{deliver_until_sent, refuse_until_dead};
 use support::{amqp_url, enqueue_committed, fresh_outbox, message, unique, wait_until};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -128,8 +129,7 @@ async fn racing_relays_never_deliver_one_message_twice() {
     for relay in relays {
         let round = relay.await.unwrap();
         assert!(round.claimed > 0, "every relay took part: {round:?}");
-        total.claimed += round.claimed;
-        total.sent += round.sent;
+        total += round;
     }
     assert_eq!((total.claimed, total.sent), (400, 400));
     let copies = fixture.take_all().await;
@@ -176,13 +176,11 @@ async fn racing_relays_deliver_once_from_mysql_and_sqlite() {
     };
     let messages = fixture.messages(120);
     #[cfg(feature = "mysql")]
-    if let Some(mysql) = support::fresh_mysql().await {
-        support::enqueue_committed_mysql(&mysql, &messages).await;
+    if let Some(mysql) = support::holding::<Outbox<sqlx::MySql>>(&messages).await {
         relays_race(&fixture, mysql, &messages).await;
     }
     #[cfg(feature = "sqlite")]
-    if let Some(sqlite) = support::fresh_sqlite().await {
-        support::enqueue_committed_sqlite(&sqlite, &messages).await;
+    if let Some(sqlite) = support::holding::<Outbox<sqlx::Sqlite>>(&messages).await {
         relays_race(&fixture, sqlite, &messages).await;
     }
     fixture.delete_queue().await;
@@ -253,20 +251,7 @@ async fn a_relay_killed_between_publish_and_mark_sent_delivers_again_after_its_l
     let counts = fixture.outbox.counts().await.unwrap();
     assert_eq!((counts.pending, counts.sent), (5, 0));
     // Once the dead relay's lease ends, a surviving relay claims the batch and delivers it again.
-    let relay = fixture.relay();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut sent = 0;
-    while sent < 5 {
-        assert!(
-            Instant::now() < deadline,
-            "the batch was never delivered again"
-        );
-        let round = relay.deliver_due().await.unwrap();
-        sent += round.sent;
-        if round.claimed == 0 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    deliver_until_sent(&fixture.relay(), 5, Duration::from_secs(30)).await;
     let copies = fixture.take_all().await;
     for message in &messages {
         assert_eq!(copies.get(&message.id), Some(&2), "{}", message.key);
@@ -329,17 +314,8 @@ async fn a_refused_message_goes_dead_and_an_operator_revives_it() {
             Duration::from_millis(1),
             Duration::from_millis(1),
         ));
-    let (mut refused, mut dead) = (0, 0);
-    for _ in 0..200 {
-        let round = relay.deliver_due().await.unwrap();
-        refused += round.refused;
-        dead += round.dead;
-        if dead > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!((refused, dead), (2, 1));
+    let round = refuse_until_dead(&relay).await;
+    assert_eq!((round.refused, round.dead), (2, 1));
     assert_eq!(
         relay.deliver_due().await.unwrap().claimed,
         0,

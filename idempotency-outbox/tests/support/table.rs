@@ -4,7 +4,6 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use std::future::Future;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -12,7 +11,7 @@ use base64::Engine;
 use idempotency_core::sql::OutboxMessage;
 use idempotency_core::sql::outbox::{Archive, ArchivedMessage, ClaimBatch, OutboxTable};
 
-use super::{message, unique};
+use super::{TestOutbox, message, unique};
 
 fn batch(claim: i64, limit: usize) -> ClaimBatch {
     ClaimBatch {
@@ -22,6 +21,24 @@ fn batch(claim: i64, limit: usize) -> ClaimBatch {
     }
 }
 
+/// Empty: a message exists exactly when its transaction committed; one id is enqueued once.
+pub(crate) async fn an_enqueue_commits_and_rolls_back_with_its_transaction<O: TestOutbox>(
+    outbox: &O,
+) {
+    let first = message("T1", "coupons");
+    let once = std::slice::from_ref(&first);
+    assert_eq!(outbox.enqueue_then(once, false).await, [true]);
+    assert_eq!(outbox.counts().await.unwrap().pending, 0, "rolled back");
+    assert_eq!(outbox.enqueue_then(once, true).await, [true]);
+    assert_eq!(
+        outbox.enqueue_then(once, true).await,
+        [false],
+        "one id, one message"
+    );
+    assert_eq!(outbox.counts().await.unwrap().pending, 1);
+    assert_eq!(outbox.dead(10).await.unwrap(), []);
+}
+
 /// Messages `prefix0..prefix{count}` to topic `t`.
 pub(crate) fn numbered(prefix: &str, count: usize) -> Vec<OutboxMessage> {
     (0..count)
@@ -29,9 +46,11 @@ pub(crate) fn numbered(prefix: &str, count: usize) -> Vec<OutboxMessage> {
         .collect()
 }
 
-/// Holding `numbered("R", total)`: four claimers race in batches of 7 until nothing is left;
-/// every message is claimed by exactly one of them.
-pub(crate) async fn racing_claims_are_disjoint<O: OutboxTable>(outbox: &O, total: usize) {
+/// Holding `numbered("R", n)`: four claimers race in batches of 7 until nothing is left; every
+/// message is claimed by exactly one of them.
+pub(crate) async fn racing_claims_are_disjoint<O: OutboxTable>(outbox: &O) {
+    let total = outbox.counts().await.unwrap().pending as usize;
+    assert!(total > 0);
     let claimers: Vec<_> = (1..=4)
         .map(|claimer| {
             let outbox = outbox.clone();
@@ -262,12 +281,7 @@ impl Write for Lines {
 /// purge) land there exactly once, in bounded batches; then the rest into JSON lines, once each,
 /// with their payloads. Pending messages are never archived nor deleted. `archived_ids` reads
 /// the `id` of every row of an archive table whose `archived_at` is set.
-pub(crate) async fn sent_messages_are_archived_once<O, F, Fut>(outbox: &O, archived_ids: F)
-where
-    O: OutboxTable,
-    F: Fn(String) -> Fut,
-    Fut: Future<Output = Vec<String>>,
-{
+pub(crate) async fn sent_messages_are_archived_once<O: TestOutbox>(outbox: &O) {
     let first = send(outbox, 1, 4).await;
     // Sent "before now": SQLite's clock has microseconds, let one pass.
     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -283,7 +297,7 @@ where
         );
     }
     assert_eq!(purged, [3, 1, 0], "bounded batches, then nothing left");
-    let mut archived = archived_ids(table).await;
+    let mut archived = outbox.archived_ids(&table).await;
     archived.sort();
     assert_eq!(archived, first, "every purged message archived once");
     let counts = outbox.counts().await.unwrap();
@@ -330,3 +344,32 @@ where
     let counts = outbox.counts().await.unwrap();
     assert_eq!((counts.pending, counts.sent, counts.dead), (0, 0, 0));
 }
+
+/// The table suite on the outbox type `$outbox` ([`TestOutbox`]): one test per check above,
+/// each on a fresh table holding the messages the check names.
+macro_rules! table_suite {
+    ($outbox:ty) => {
+        support::table::table_suite!(@check $outbox,
+            an_enqueue_commits_and_rolls_back_with_its_transaction: Vec::new(),
+            racing_claims_are_disjoint: table::numbered("R", 300),
+            aggregates_go_out_in_order: table::ordered_messages(),
+            a_lease_holds_then_fences: table::numbered("L", 2),
+            a_renewal_keeps_the_claim: table::numbered("E", 2),
+            refusals_go_dead_and_revive: table::numbered("D", 1),
+            sent_messages_are_purged: table::numbered("P", 5),
+            sent_messages_are_archived_once: table::numbered("A", 6),
+        );
+    };
+    (@check $outbox:ty, $($check:ident: $messages:expr,)*) => {
+        use support::table;
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $check() {
+                if let Some(outbox) = support::holding::<$outbox>(&$messages).await {
+                    table::$check(&outbox).await;
+                }
+            }
+        )*
+    };
+}
+pub(crate) use table_suite;

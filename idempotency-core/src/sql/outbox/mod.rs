@@ -72,11 +72,9 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 pub use crate::operations::Archive;
-use crate::time::unix_millis;
 use crate::{IdempotencyKey, Scope, StoreError};
 
 use super::common::validate_identifier;
@@ -202,40 +200,6 @@ pub struct ArchivedMessage {
     pub archived_at_ms: u64,
 }
 
-impl ArchivedMessage {
-    /// The archived form of a row read at `now`: seq, id, topic, business key, aggregate,
-    /// payload, attempts, created and sent (Unix microseconds).
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn of(
-        (seq, id, topic, business_key, aggregate, payload, tries, created, sent): (
-            i64,
-            String,
-            String,
-            String,
-            Option<String>,
-            Vec<u8>,
-            i64,
-            i64,
-            Option<i64>,
-        ),
-        now: std::time::SystemTime,
-    ) -> Self {
-        let millis = |micros: i64| u64::try_from(micros.max(0) / 1000).unwrap_or(0);
-        Self {
-            seq,
-            id,
-            topic,
-            business_key,
-            aggregate,
-            payload_base64: base64::engine::general_purpose::STANDARD.encode(payload),
-            attempts: attempts(tries),
-            created_at_ms: millis(created),
-            sent_at_ms: sent.map(millis),
-            archived_at_ms: unix_millis(now),
-        }
-    }
-}
-
 /// How many messages an outbox holds per state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OutboxCounts {
@@ -279,8 +243,9 @@ impl<DB: sqlx::Database> Clone for Outbox<DB> {
     }
 }
 
-/// The statements of one outbox table, built once per table name. Statements ending in
-/// `seq IN (` take the list of sequence numbers last, where the database has no arrays.
+/// The statements of one outbox table, built once per table name, with the parameters
+/// [`shared`] binds alike on every database: times as one bound value each, statements ending
+/// in `seq IN (` taking `[time, claim]` and then the sequence numbers.
 #[derive(Debug)]
 pub(crate) struct OutboxSql {
     pub(crate) table: String,
@@ -336,22 +301,16 @@ pub(crate) fn checked_table(table: &str) -> Result<(), StoreError> {
     validate_identifier(table)
 }
 
-/// `sql` followed by one placeholder per sequence number and `)`.
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
-pub(crate) fn in_list(sql: &str, count: usize) -> String {
-    let mut text = String::with_capacity(sql.len() + 2 * count + 1);
-    text.push_str(sql);
-    for index in 0..count {
-        text.push_str(if index == 0 { "?" } else { ",?" });
-    }
-    text.push(')');
-    text
-}
-
 /// A row's column of attempts as the count it is.
 pub(crate) fn attempts(column: i64) -> u32 {
     u32::try_from(column.max(0)).unwrap_or(u32::MAX)
 }
+
+/// A database an [`Outbox`] runs on: sqlx's `Postgres`, `MySql` and `Sqlite` (features
+/// `postgres`, `mysql`, `sqlite`). Sealed: the outbox's statements are written for these three.
+pub trait OutboxDatabase: shared::sealed::OutboxSteps {}
+
+impl<D: shared::sealed::OutboxSteps> OutboxDatabase for D {}
 
 /// The relay's side of an outbox: claim due messages, mark them, wait for new ones, and what
 /// operators see. Implemented by [`Outbox`] on each database.

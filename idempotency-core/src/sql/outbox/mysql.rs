@@ -2,14 +2,13 @@
 //! server has it (MySQL 8.0.1+, MariaDB 10.6+), with a plain `FOR UPDATE` otherwise; either way
 //! the batch is then held by its lease, not by the lock. No wake-ups: relays poll.
 
-use std::time::Duration;
+use sqlx::mysql::MySqlArguments;
+use sqlx::{Arguments, MySql, MySqlPool};
 
-use sqlx::{MySql, MySqlPool};
-
-use super::shared::{OutboxShared, PurgePlace};
+use super::shared::sealed::{OutboxSteps, PurgePlace};
+use super::shared::{COLUMNS, DEADLOCK_ROUNDS, Row, claimed, in_list_after};
 use super::{
-    Archive, ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, DeadMessage, Notifications, Outbox,
-    OutboxCounts, OutboxMessage, OutboxSql, OutboxTable, attempts, checked_table, in_list,
+    ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, Outbox, OutboxMessage, OutboxSql, checked_table,
 };
 use crate::StoreError;
 use crate::sql::common::{map_err, micros};
@@ -19,10 +18,6 @@ use crate::sql::tx::InTransaction;
 const DUPLICATE_KEY: u16 = 1062;
 /// MySQL's error number for a deadlock (InnoDB rolled the transaction back).
 const DEADLOCK: u16 = 1213;
-/// How often a claim or a mark runs again after InnoDB chose it as a deadlock's victim (a
-/// claim's locking read and another relay's marks lock index entries in different orders).
-const DEADLOCK_ROUNDS: usize = 8;
-
 /// Whether `error` is MySQL's error `number`.
 fn is_error(error: &sqlx::Error, number: u16) -> bool {
     matches!(error, sqlx::Error::Database(error)
@@ -46,27 +41,11 @@ where
     }
 }
 
-/// The columns a claim and a dead listing read, in [`Row`]'s order.
-const COLUMNS: &str = "seq, id, topic, business_key, aggregate, payload, attempts";
-
 /// Which rows a purge takes: sent before `?` microseconds from now (a negative span).
 const SENT_BEFORE: &str = "state = 'sent' AND sent_at < UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND";
 
 /// A time column as Unix microseconds: this, the column, `)`.
 const EPOCH_MICROS: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ";
-
-/// A message row: [`COLUMNS`].
-type Row = (i64, String, String, String, Option<String>, Vec<u8>, i64);
-
-fn message((_, id, topic, key, aggregate, payload, _): Row) -> OutboxMessage {
-    OutboxMessage {
-        id,
-        topic,
-        key,
-        aggregate,
-        payload,
-    }
-}
 
 fn statements(t: &str) -> OutboxSql {
     let steps = vec![vec![format!(
@@ -112,8 +91,7 @@ fn statements(t: &str) -> OutboxSql {
         claim_read: format!("SELECT {COLUMNS} FROM {t} WHERE claim = ? ORDER BY seq"),
         skip_locked: std::sync::OnceLock::new(),
         mark_sent: format!(
-            "UPDATE {t} SET state = 'sent', sent_at = UTC_TIMESTAMP(6), claim = NULL, \
-               last_error = NULL \
+            "UPDATE {t} SET state = 'sent', sent_at = {later}, claim = NULL, last_error = NULL \
              WHERE claim = ? AND state = 'pending' AND seq IN ("
         ),
         mark_failed: format!(
@@ -130,8 +108,8 @@ fn statements(t: &str) -> OutboxSql {
              WHERE claim = ? AND state = 'pending' AND seq IN ("
         ),
         next_due: format!(
-            "SELECT CAST(GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), \
-               MIN(available_at))) AS SIGNED) FROM {t} WHERE state = 'pending'"
+            "SELECT CAST(GREATEST(0, TIMESTAMPDIFF(MICROSECOND, {later}, MIN(available_at))) \
+               AS SIGNED) FROM {t} WHERE state = 'pending'"
         ),
         purge_sent: format!("DELETE FROM {t} WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?"),
         purge_pick: format!("SELECT seq FROM {t} WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?"),
@@ -145,7 +123,7 @@ fn statements(t: &str) -> OutboxSql {
         ),
         revive: format!(
             "UPDATE {t} SET state = 'pending', attempts = 0, claim = NULL, \
-               available_at = UTC_TIMESTAMP(6) WHERE id = ? AND state = 'dead'"
+               available_at = {later} WHERE id = ? AND state = 'dead'"
         ),
         counts: format!(
             "SELECT CAST(COALESCE(SUM(state = 'pending'), 0) AS SIGNED), \
@@ -244,21 +222,6 @@ impl Outbox<MySql> {
         }
     }
 
-    /// Runs `sql` (ending in `seq IN (`) with `leading` bound first, then `seqs`; rows
-    /// affected.
-    async fn with_seqs(&self, sql: &str, leading: &[i64], seqs: &[i64]) -> Result<u64, StoreError> {
-        let statement = in_list(sql, seqs.len());
-        let done = retry_deadlocks(|| {
-            let mut query = sqlx::query(&statement);
-            for value in leading.iter().chain(seqs) {
-                query = query.bind(value);
-            }
-            query.execute(&self.pool)
-        })
-        .await?;
-        Ok(done.rows_affected())
-    }
-
     /// One claim transaction: pick the batch with a locking read, claim it, read it back.
     async fn claim_once(&self, batch: ClaimBatch, pick: &str) -> Result<Vec<Row>, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
@@ -270,14 +233,13 @@ impl Outbox<MySql> {
             tx.rollback().await?;
             return Ok(Vec::new());
         }
-        let update = in_list(&self.sql.claim_update, seqs.len());
-        let mut query = sqlx::query(&update)
-            .bind(batch.claim)
-            .bind(micros(batch.lease));
-        for seq in &seqs {
-            query = query.bind(seq);
-        }
-        query.execute(&mut *tx).await?;
+        let mut update = self.sql.claim_update.clone();
+        let mut args = MySqlArguments::default();
+        args.add(batch.claim).map_err(sqlx::Error::Encode)?;
+        args.add(micros(batch.lease)).map_err(sqlx::Error::Encode)?;
+        in_list_after::<MySql>(&mut update, &mut args, &seqs)
+            .map_err(|error| sqlx::Error::Encode(error.to_string().into()))?;
+        sqlx::query_with(&update, args).execute(&mut *tx).await?;
         let rows: Vec<Row> = sqlx::query_as(&self.sql.claim_read)
             .bind(batch.claim)
             .fetch_all(&mut *tx)
@@ -287,162 +249,38 @@ impl Outbox<MySql> {
     }
 }
 
-impl OutboxTable for Outbox<MySql> {
-    fn table_name(&self) -> &str {
-        &self.sql.table
-    }
+/// Claims by a locking read and an update in one short transaction; no wake-ups (relays poll);
+/// statements chosen as a deadlock's victim run again.
+impl OutboxSteps for MySql {
+    const HOST_CLOCK: bool = false;
 
     /// Picks the batch with a locking read, claims it, reads it back: one short transaction,
     /// run again if InnoDB picks it as a deadlock's victim.
-    async fn claim(&self, batch: ClaimBatch) -> Result<Vec<Claimed>, StoreError> {
-        let pick = if self.skips_locked().await? {
-            format!("{} SKIP LOCKED", self.sql.claim)
+    async fn claim(outbox: &Outbox<Self>, batch: ClaimBatch) -> Result<Vec<Claimed>, StoreError> {
+        let pick = if outbox.skips_locked().await? {
+            format!("{} SKIP LOCKED", outbox.sql.claim)
         } else {
-            self.sql.claim.clone()
+            outbox.sql.claim.clone()
         };
-        let rows = retry_deadlocks(|| self.claim_once(batch, &pick)).await?;
-        Ok(rows
-            .into_iter()
-            .map(|row| Claimed {
-                seq: row.0,
-                claim: batch.claim,
-                attempts: attempts(row.6),
-                message: message(row),
-            })
-            .collect())
+        let rows = retry_deadlocks(|| outbox.claim_once(batch, &pick)).await?;
+        Ok(claimed(rows, batch.claim))
     }
 
-    async fn mark_sent(&self, claim: i64, seqs: &[i64]) -> Result<u64, StoreError> {
-        if seqs.is_empty() {
-            return Ok(0);
-        }
-        self.with_seqs(&self.sql.mark_sent, &[claim], seqs).await
-    }
-
-    async fn mark_failed(
-        &self,
-        claim: i64,
-        seq: i64,
-        error: &str,
-        retry_in: Duration,
-        dead: bool,
-    ) -> Result<(), StoreError> {
-        retry_deadlocks(|| {
-            sqlx::query(&self.sql.mark_failed)
-                .bind(error)
-                .bind(dead)
-                .bind(micros(retry_in))
-                .bind(seq)
-                .bind(claim)
-                .execute(&self.pool)
-        })
-        .await?;
-        Ok(())
-    }
-
-    async fn release(
-        &self,
-        claim: i64,
-        seqs: &[i64],
-        retry_in: Duration,
-    ) -> Result<(), StoreError> {
-        if seqs.is_empty() {
-            return Ok(());
-        }
-        self.with_seqs(&self.sql.release, &[micros(retry_in), claim], seqs)
-            .await?;
-        Ok(())
-    }
-
-    async fn extend(&self, claim: i64, seqs: &[i64], lease: Duration) -> Result<u64, StoreError> {
-        if seqs.is_empty() {
-            return Ok(0);
-        }
-        self.with_seqs(&self.sql.extend, &[micros(lease), claim], seqs)
-            .await
-    }
-
-    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
-        let due: Option<i64> = sqlx::query_scalar(&self.sql.next_due)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(due.map(|micros| Duration::from_micros(u64::try_from(micros).unwrap_or(0))))
-    }
-
-    async fn listen(&self) -> Result<Notifications, StoreError> {
-        Ok(Notifications::none())
-    }
-
-    async fn purge_sent(
-        &self,
-        older_than: Duration,
-        limit: usize,
-        archive: &mut Archive,
-    ) -> Result<u64, StoreError> {
-        let place = PurgePlace {
+    async fn purge_place(outbox: &Outbox<Self>) -> Result<PurgePlace, StoreError> {
+        Ok(PurgePlace {
             quote: ("`", "`"),
             now: "UTC_TIMESTAMP(6)",
-            lock: if self.skips_locked().await? {
+            lock: if outbox.skips_locked().await? {
                 " FOR UPDATE SKIP LOCKED"
             } else {
                 " FOR UPDATE"
             },
             begin: None,
-        };
-        let before = micros(older_than).saturating_neg();
-        MySql::purge_sent(&self.pool, &self.sql, place, before, limit, archive).await
-    }
-
-    async fn dead(&self, limit: usize) -> Result<Vec<DeadMessage>, StoreError> {
-        type DeadRow = (
-            i64,
-            String,
-            String,
-            String,
-            Option<String>,
-            Vec<u8>,
-            i64,
-            Option<String>,
-        );
-        let rows: Vec<DeadRow> = sqlx::query_as(&self.sql.dead)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(seq, id, topic, key, aggregate, payload, tries, last_error)| DeadMessage {
-                    seq,
-                    attempts: attempts(tries),
-                    last_error,
-                    message: message((seq, id, topic, key, aggregate, payload, tries)),
-                },
-            )
-            .collect())
-    }
-
-    async fn revive(&self, id: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query(&self.sql.revive)
-            .bind(id)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn counts(&self) -> Result<OutboxCounts, StoreError> {
-        let (pending, sent, dead): (i64, i64, i64) = sqlx::query_as(&self.sql.counts)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_err)?;
-        let count = |n: i64| u64::try_from(n).unwrap_or(0);
-        Ok(OutboxCounts {
-            pending: count(pending),
-            sent: count(sent),
-            dead: count(dead),
         })
+    }
+
+    fn retryable(error: &sqlx::Error) -> bool {
+        is_error(error, DEADLOCK)
     }
 }
 

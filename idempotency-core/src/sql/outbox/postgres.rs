@@ -1,24 +1,26 @@
 //! The outbox on PostgreSQL: `FOR UPDATE SKIP LOCKED` claims, `pg_notify` wake-ups.
 
-use std::time::Duration;
-
 use sqlx::{PgPool, Postgres};
 
-use super::shared::{OutboxShared, PurgePlace};
+use super::shared::sealed::{OutboxSteps, PurgePlace};
+use super::shared::{COLUMNS, Row, claimed};
 use super::{
-    Archive, ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, DeadMessage, Notifications, Outbox,
-    OutboxCounts, OutboxMessage, OutboxSql, OutboxTable, attempts, checked_table,
+    ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, Notifications, Outbox, OutboxMessage, OutboxSql,
+    checked_table,
 };
 use crate::StoreError;
 use crate::sql::common::{map_err, micros};
 use crate::sql::tx::InTransaction;
 
-/// The columns a claim and a dead listing read, in [`Row`]'s order.
-const COLUMNS: &str = "seq, id, topic, business_key, aggregate, payload, attempts";
+/// The time `$n` microseconds from the database's clock (a bound span; negative: earlier).
+fn at(n: u8) -> String {
+    format!("(statement_timestamp() + ${n} * interval '1 microsecond')")
+}
 
-/// Which rows a purge takes: sent before `$1` microseconds from now (a negative span).
-const SENT_BEFORE: &str =
-    "state = 'sent' AND sent_at < statement_timestamp() + $1 * interval '1 microsecond'";
+/// Which rows a purge takes: sent before the time `$1`, at most `$2`.
+fn sent_before() -> String {
+    format!("state = 'sent' AND sent_at < {}", at(1))
+}
 
 /// Where a purge runs.
 const PURGE: PurgePlace = PurgePlace {
@@ -27,19 +29,6 @@ const PURGE: PurgePlace = PurgePlace {
     lock: " FOR UPDATE SKIP LOCKED",
     begin: None,
 };
-
-/// A message row: [`COLUMNS`].
-type Row = (i64, String, String, String, Option<String>, Vec<u8>, i64);
-
-fn message((_, id, topic, key, aggregate, payload, _): Row) -> OutboxMessage {
-    OutboxMessage {
-        id,
-        topic,
-        key,
-        aggregate,
-        payload,
-    }
-}
 
 fn statements(t: &str) -> OutboxSql {
     let steps = vec![vec![
@@ -101,49 +90,54 @@ fn statements(t: &str) -> OutboxSql {
         claim_read: String::new(),
         skip_locked: std::sync::OnceLock::from(true),
         mark_sent: format!(
-            "UPDATE \"{t}\" SET state = 'sent', sent_at = statement_timestamp(), claim = NULL, \
-               last_error = NULL \
-             WHERE seq = ANY($2) AND claim = $1 AND state = 'pending'"
+            "UPDATE \"{t}\" SET state = 'sent', sent_at = {}, claim = NULL, last_error = NULL \
+             WHERE claim = $2 AND state = 'pending' AND seq IN (",
+            at(1)
         ),
         mark_failed: format!(
-            "UPDATE \"{t}\" SET attempts = attempts + 1, last_error = $3, claim = NULL, \
-               state = CASE WHEN $5 THEN 'dead' ELSE 'pending' END, \
-               available_at = statement_timestamp() + $4 * interval '1 microsecond' \
-             WHERE seq = $2 AND claim = $1 AND state = 'pending'"
+            "UPDATE \"{t}\" SET attempts = attempts + 1, last_error = $1, claim = NULL, \
+               state = CASE WHEN $2 THEN 'dead' ELSE 'pending' END, available_at = {} \
+             WHERE seq = $4 AND claim = $5 AND state = 'pending'",
+            at(3)
         ),
         release: format!(
-            "UPDATE \"{t}\" SET claim = NULL, \
-               available_at = statement_timestamp() + $3 * interval '1 microsecond' \
-             WHERE seq = ANY($2) AND claim = $1 AND state = 'pending'"
+            "UPDATE \"{t}\" SET claim = NULL, available_at = {} \
+             WHERE claim = $2 AND state = 'pending' AND seq IN (",
+            at(1)
         ),
         extend: format!(
-            "UPDATE \"{t}\" SET \
-               available_at = statement_timestamp() + $3 * interval '1 microsecond' \
-             WHERE seq = ANY($2) AND claim = $1 AND state = 'pending'"
+            "UPDATE \"{t}\" SET available_at = {} \
+             WHERE claim = $2 AND state = 'pending' AND seq IN (",
+            at(1)
         ),
         next_due: format!(
-            "SELECT greatest(0, (extract(epoch FROM min(available_at) - statement_timestamp()) \
-               * 1000000)::bigint) FROM \"{t}\" WHERE state = 'pending'"
+            "SELECT greatest(0, (extract(epoch FROM min(available_at) - {}) \
+               * 1000000)::bigint) FROM \"{t}\" WHERE state = 'pending'",
+            at(1)
         ),
         purge_sent: format!(
             "DELETE FROM \"{t}\" WHERE seq IN (\
-               SELECT seq FROM \"{t}\" WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT $2)"
+               SELECT seq FROM \"{t}\" WHERE {} ORDER BY sent_at LIMIT $2)",
+            sent_before()
         ),
         purge_pick: format!(
-            "SELECT seq FROM \"{t}\" WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT $2"
+            "SELECT seq FROM \"{t}\" WHERE {} ORDER BY sent_at LIMIT $2",
+            sent_before()
         ),
         purge_read: format!(
             "SELECT {COLUMNS}, (extract(epoch FROM created_at) * 1000000)::bigint, \
                (extract(epoch FROM sent_at) * 1000000)::bigint \
-             FROM \"{t}\" WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT $2"
+             FROM \"{t}\" WHERE {} ORDER BY sent_at LIMIT $2",
+            sent_before()
         ),
         archives: std::sync::Mutex::default(),
         dead: format!(
             "SELECT {COLUMNS}, last_error FROM \"{t}\" WHERE state = 'dead' ORDER BY seq LIMIT $1"
         ),
         revive: format!(
-            "UPDATE \"{t}\" SET state = 'pending', attempts = 0, claim = NULL, \
-               available_at = statement_timestamp() WHERE id = $1 AND state = 'dead'"
+            "UPDATE \"{t}\" SET state = 'pending', attempts = 0, claim = NULL, available_at = {} \
+             WHERE id = $2 AND state = 'dead'",
+            at(1)
         ),
         counts: format!(
             "SELECT count(*) FILTER (WHERE state = 'pending'), \
@@ -193,166 +187,32 @@ impl Outbox<Postgres> {
     }
 }
 
-impl OutboxTable for Outbox<Postgres> {
-    fn table_name(&self) -> &str {
-        &self.sql.table
-    }
+/// Claims in one statement (`FOR UPDATE SKIP LOCKED`); wakes relays with `LISTEN`.
+impl OutboxSteps for Postgres {
+    const HOST_CLOCK: bool = false;
 
-    async fn claim(&self, batch: ClaimBatch) -> Result<Vec<Claimed>, StoreError> {
-        let rows: Vec<Row> = sqlx::query_as(&self.sql.claim)
+    async fn claim(outbox: &Outbox<Self>, batch: ClaimBatch) -> Result<Vec<Claimed>, StoreError> {
+        let rows: Vec<Row> = sqlx::query_as(&outbox.sql.claim)
             .bind(batch.claim)
             .bind(micros(batch.lease))
             .bind(i64::try_from(batch.limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
+            .fetch_all(&outbox.pool)
             .await
             .map_err(map_err)?;
-        let mut claimed: Vec<Claimed> = rows
-            .into_iter()
-            .map(|row| Claimed {
-                seq: row.0,
-                claim: batch.claim,
-                attempts: attempts(row.6),
-                message: message(row),
-            })
-            .collect();
-        // RETURNING does not keep the subquery's order.
-        claimed.sort_by_key(|claimed| claimed.seq);
-        Ok(claimed)
+        Ok(claimed(rows, batch.claim))
     }
 
-    async fn mark_sent(&self, claim: i64, seqs: &[i64]) -> Result<u64, StoreError> {
-        let done = sqlx::query(&self.sql.mark_sent)
-            .bind(claim)
-            .bind(seqs)
-            .execute(&self.pool)
+    async fn listen(outbox: &Outbox<Self>) -> Result<Notifications, StoreError> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&outbox.pool)
             .await
             .map_err(map_err)?;
-        Ok(done.rows_affected())
-    }
-
-    async fn mark_failed(
-        &self,
-        claim: i64,
-        seq: i64,
-        error: &str,
-        retry_in: Duration,
-        dead: bool,
-    ) -> Result<(), StoreError> {
-        sqlx::query(&self.sql.mark_failed)
-            .bind(claim)
-            .bind(seq)
-            .bind(error)
-            .bind(micros(retry_in))
-            .bind(dead)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(())
-    }
-
-    async fn release(
-        &self,
-        claim: i64,
-        seqs: &[i64],
-        retry_in: Duration,
-    ) -> Result<(), StoreError> {
-        sqlx::query(&self.sql.release)
-            .bind(claim)
-            .bind(seqs)
-            .bind(micros(retry_in))
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(())
-    }
-
-    async fn extend(&self, claim: i64, seqs: &[i64], lease: Duration) -> Result<u64, StoreError> {
-        let done = sqlx::query(&self.sql.extend)
-            .bind(claim)
-            .bind(seqs)
-            .bind(micros(lease))
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected())
-    }
-
-    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
-        let due: Option<i64> = sqlx::query_scalar(&self.sql.next_due)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(due.map(|micros| Duration::from_micros(u64::try_from(micros).unwrap_or(0))))
-    }
-
-    async fn listen(&self) -> Result<Notifications, StoreError> {
-        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool)
-            .await
-            .map_err(map_err)?;
-        listener.listen(&self.sql.table).await.map_err(map_err)?;
+        listener.listen(&outbox.sql.table).await.map_err(map_err)?;
         Ok(Notifications {
             listener: Some(listener),
         })
     }
 
-    async fn purge_sent(
-        &self,
-        older_than: Duration,
-        limit: usize,
-        archive: &mut Archive,
-    ) -> Result<u64, StoreError> {
-        let before = micros(older_than).saturating_neg();
-        Postgres::purge_sent(&self.pool, &self.sql, PURGE, before, limit, archive).await
-    }
-
-    async fn dead(&self, limit: usize) -> Result<Vec<DeadMessage>, StoreError> {
-        type DeadRow = (
-            i64,
-            String,
-            String,
-            String,
-            Option<String>,
-            Vec<u8>,
-            i64,
-            Option<String>,
-        );
-        let rows: Vec<DeadRow> = sqlx::query_as(&self.sql.dead)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(seq, id, topic, key, aggregate, payload, tries, last_error)| DeadMessage {
-                    seq,
-                    attempts: attempts(tries),
-                    last_error,
-                    message: message((seq, id, topic, key, aggregate, payload, tries)),
-                },
-            )
-            .collect())
-    }
-
-    async fn revive(&self, id: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query(&self.sql.revive)
-            .bind(id)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn counts(&self) -> Result<OutboxCounts, StoreError> {
-        let (pending, sent, dead): (i64, i64, i64) = sqlx::query_as(&self.sql.counts)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_err)?;
-        let count = |n: i64| u64::try_from(n).unwrap_or(0);
-        Ok(OutboxCounts {
-            pending: count(pending),
-            sent: count(sent),
-            dead: count(dead),
-        })
+    async fn purge_place(_outbox: &Outbox<Self>) -> Result<PurgePlace, StoreError> {
+        Ok(PURGE)
     }
 }

@@ -2,23 +2,20 @@
 //! overlaps another; the batch is then held by its lease. Times are the host clock's
 //! microseconds, as in the SQLite store. No wake-ups: relays poll.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use sqlx::{Sqlite, SqlitePool};
 
-use super::shared::{OutboxShared, PurgePlace};
+use super::shared::sealed::{OutboxSteps, PurgePlace};
+use super::shared::{COLUMNS, Row, claimed};
 use super::{
-    Archive, ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, DeadMessage, Notifications, Outbox,
-    OutboxCounts, OutboxMessage, OutboxSql, OutboxTable, attempts, checked_table, in_list,
+    ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, Outbox, OutboxMessage, OutboxSql, checked_table,
 };
 use crate::StoreError;
 use crate::sql::common::{map_err, micros, unix_micros};
 use crate::sql::tx::InTransaction;
 
-/// The columns a claim and a dead listing read, in [`Row`]'s order.
-const COLUMNS: &str = "seq, id, topic, business_key, aggregate, payload, attempts";
-
-/// Which rows a purge takes: sent before `?1` (Unix microseconds).
+/// Which rows a purge takes: sent before `?1` (Unix microseconds), at most `?2`.
 const SENT_BEFORE: &str = "state = 'sent' AND sent_at < ?1";
 
 /// Where a purge runs: one writer at a time, from `BEGIN IMMEDIATE` on.
@@ -28,19 +25,6 @@ const PURGE: PurgePlace = PurgePlace {
     lock: "",
     begin: Some("BEGIN IMMEDIATE"),
 };
-
-/// A message row: [`COLUMNS`].
-type Row = (i64, String, String, String, Option<String>, Vec<u8>, i64);
-
-fn message((_, id, topic, key, aggregate, payload, _): Row) -> OutboxMessage {
-    OutboxMessage {
-        id,
-        topic,
-        key,
-        aggregate,
-        payload,
-    }
-}
 
 fn now() -> i64 {
     unix_micros(SystemTime::now())
@@ -105,9 +89,9 @@ fn statements(t: &str) -> OutboxSql {
              WHERE claim = ? AND state = 'pending' AND seq IN ("
         ),
         mark_failed: format!(
-            "UPDATE \"{t}\" SET attempts = attempts + 1, last_error = ?1, claim = NULL, \
-               state = CASE WHEN ?2 THEN 'dead' ELSE 'pending' END, available_at = ?3 \
-             WHERE seq = ?4 AND claim = ?5 AND state = 'pending'"
+            "UPDATE \"{t}\" SET attempts = attempts + 1, last_error = ?, claim = NULL, \
+               state = CASE WHEN ? THEN 'dead' ELSE 'pending' END, available_at = ? \
+             WHERE seq = ? AND claim = ? AND state = 'pending'"
         ),
         release: format!(
             "UPDATE \"{t}\" SET claim = NULL, available_at = ? \
@@ -136,8 +120,8 @@ fn statements(t: &str) -> OutboxSql {
             "SELECT {COLUMNS}, last_error FROM \"{t}\" WHERE state = 'dead' ORDER BY seq LIMIT ?1"
         ),
         revive: format!(
-            "UPDATE \"{t}\" SET state = 'pending', attempts = 0, claim = NULL, available_at = ?2 \
-             WHERE id = ?1 AND state = 'dead'"
+            "UPDATE \"{t}\" SET state = 'pending', attempts = 0, claim = NULL, available_at = ? \
+             WHERE id = ? AND state = 'dead'"
         ),
         counts: format!(
             "SELECT coalesce(sum(state = 'pending'), 0), coalesce(sum(state = 'sent'), 0), \
@@ -185,174 +169,27 @@ impl Outbox<Sqlite> {
             .map_err(map_err)?;
         Ok(done.rows_affected() == 1)
     }
-
-    /// Runs `sql` (ending in `seq IN (`) with `leading` bound first, then `seqs`.
-    async fn with_seqs(&self, sql: &str, leading: &[i64], seqs: &[i64]) -> Result<u64, StoreError> {
-        let statement = in_list(sql, seqs.len());
-        let mut query = sqlx::query(&statement);
-        for value in leading.iter().chain(seqs) {
-            query = query.bind(value);
-        }
-        let done = query.execute(&self.pool).await.map_err(map_err)?;
-        Ok(done.rows_affected())
-    }
 }
 
-/// `now + span` in microseconds.
-fn after(span: Duration) -> i64 {
-    now().saturating_add(micros(span))
-}
+/// One writer at a time: a claim is one `UPDATE … RETURNING`; times are the host clock's; no
+/// wake-ups (relays poll).
+impl OutboxSteps for Sqlite {
+    const HOST_CLOCK: bool = true;
 
-impl OutboxTable for Outbox<Sqlite> {
-    fn table_name(&self) -> &str {
-        &self.sql.table
-    }
-
-    async fn claim(&self, batch: ClaimBatch) -> Result<Vec<Claimed>, StoreError> {
+    async fn claim(outbox: &Outbox<Self>, batch: ClaimBatch) -> Result<Vec<Claimed>, StoreError> {
         let now = now();
-        let rows: Vec<Row> = sqlx::query_as(&self.sql.claim)
+        let rows: Vec<Row> = sqlx::query_as(&outbox.sql.claim)
             .bind(batch.claim)
             .bind(now.saturating_add(micros(batch.lease)))
             .bind(now)
             .bind(i64::try_from(batch.limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
+            .fetch_all(&outbox.pool)
             .await
             .map_err(map_err)?;
-        let mut claimed: Vec<Claimed> = rows
-            .into_iter()
-            .map(|row| Claimed {
-                seq: row.0,
-                claim: batch.claim,
-                attempts: attempts(row.6),
-                message: message(row),
-            })
-            .collect();
-        claimed.sort_by_key(|claimed| claimed.seq);
-        Ok(claimed)
+        Ok(claimed(rows, batch.claim))
     }
 
-    async fn mark_sent(&self, claim: i64, seqs: &[i64]) -> Result<u64, StoreError> {
-        if seqs.is_empty() {
-            return Ok(0);
-        }
-        self.with_seqs(&self.sql.mark_sent, &[now(), claim], seqs)
-            .await
-    }
-
-    async fn mark_failed(
-        &self,
-        claim: i64,
-        seq: i64,
-        error: &str,
-        retry_in: Duration,
-        dead: bool,
-    ) -> Result<(), StoreError> {
-        sqlx::query(&self.sql.mark_failed)
-            .bind(error)
-            .bind(dead)
-            .bind(after(retry_in))
-            .bind(seq)
-            .bind(claim)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(())
-    }
-
-    async fn release(
-        &self,
-        claim: i64,
-        seqs: &[i64],
-        retry_in: Duration,
-    ) -> Result<(), StoreError> {
-        if seqs.is_empty() {
-            return Ok(());
-        }
-        self.with_seqs(&self.sql.release, &[after(retry_in), claim], seqs)
-            .await?;
-        Ok(())
-    }
-
-    async fn extend(&self, claim: i64, seqs: &[i64], lease: Duration) -> Result<u64, StoreError> {
-        if seqs.is_empty() {
-            return Ok(0);
-        }
-        self.with_seqs(&self.sql.extend, &[after(lease), claim], seqs)
-            .await
-    }
-
-    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
-        let due: Option<i64> = sqlx::query_scalar(&self.sql.next_due)
-            .bind(now())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(due.map(|micros| Duration::from_micros(u64::try_from(micros).unwrap_or(0))))
-    }
-
-    async fn listen(&self) -> Result<Notifications, StoreError> {
-        Ok(Notifications::none())
-    }
-
-    async fn purge_sent(
-        &self,
-        older_than: Duration,
-        limit: usize,
-        archive: &mut Archive,
-    ) -> Result<u64, StoreError> {
-        let before = now().saturating_sub(micros(older_than));
-        Sqlite::purge_sent(&self.pool, &self.sql, PURGE, before, limit, archive).await
-    }
-
-    async fn dead(&self, limit: usize) -> Result<Vec<DeadMessage>, StoreError> {
-        type DeadRow = (
-            i64,
-            String,
-            String,
-            String,
-            Option<String>,
-            Vec<u8>,
-            i64,
-            Option<String>,
-        );
-        let rows: Vec<DeadRow> = sqlx::query_as(&self.sql.dead)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(seq, id, topic, key, aggregate, payload, tries, last_error)| DeadMessage {
-                    seq,
-                    attempts: attempts(tries),
-                    last_error,
-                    message: message((seq, id, topic, key, aggregate, payload, tries)),
-                },
-            )
-            .collect())
-    }
-
-    async fn revive(&self, id: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query(&self.sql.revive)
-            .bind(id)
-            .bind(now())
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn counts(&self) -> Result<OutboxCounts, StoreError> {
-        let (pending, sent, dead): (i64, i64, i64) = sqlx::query_as(&self.sql.counts)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_err)?;
-        let count = |n: i64| u64::try_from(n).unwrap_or(0);
-        Ok(OutboxCounts {
-            pending: count(pending),
-            sent: count(sent),
-            dead: count(dead),
-        })
+    async fn purge_place(_outbox: &Outbox<Self>) -> Result<PurgePlace, StoreError> {
+        Ok(PURGE)
     }
 }
