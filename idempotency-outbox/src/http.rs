@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Uri};
+use http::{HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -19,9 +19,12 @@ pub const BUSINESS_KEY_HEADER: &str = "business-key";
 /// POSTs each message's payload to `base` followed by its topic (`http://coupons:8080` and
 /// `/grants` make `http://coupons:8080/grants`), with the message id as `Idempotency-Key`, so an
 /// endpoint behind `idempotency-tower`'s layer runs a redelivered message once and replays its
-/// answer. A 2xx answer delivers the message; any other status refuses it (counted, retried,
-/// dead after `max_attempts`); no answer within the timeout, or no connection, makes it
-/// unreachable. The messages of a batch are posted concurrently (a batch holds at most one
+/// answer. A 2xx answer delivers the message. `409 Conflict` (the receiver's idempotency layer
+/// is still running this key: an earlier delivery is in flight there), `429 Too Many Requests`
+/// and `503 Service Unavailable` defer it: given back uncounted, due again after the answer's
+/// `Retry-After` (in seconds) or the relay's first backoff step. Any other status refuses it
+/// (counted, retried, dead after `max_attempts`); no answer within the timeout, or no
+/// connection, makes it unreachable. The messages of a batch are posted concurrently (a batch holds at most one
 /// message per aggregate, so ordering holds). Plain `http://` (no TLS).
 pub struct HttpTarget {
     base: String,
@@ -79,12 +82,18 @@ impl HttpTarget {
                 .await
                 .map_err(|error| DeliveryError::Unreachable(error.to_string()))?;
             let status = response.status();
+            let retry_after = retry_after(response.headers());
             // Read the answer to its end, so the connection can be reused.
             let _ = response.into_body().collect().await;
-            if status.is_success() {
-                Ok(())
-            } else {
-                Err(DeliveryError::Refused(format!("answered {status}")))
+            match status {
+                status if status.is_success() => Ok(()),
+                StatusCode::CONFLICT
+                | StatusCode::TOO_MANY_REQUESTS
+                | StatusCode::SERVICE_UNAVAILABLE => Err(DeliveryError::Deferred {
+                    reason: format!("answered {status}"),
+                    retry_after,
+                }),
+                status => Err(DeliveryError::Refused(format!("answered {status}"))),
             }
         };
         tokio::time::timeout(self.timeout, exchange)
@@ -98,8 +107,38 @@ impl HttpTarget {
     }
 }
 
+/// A `Retry-After` in seconds (an HTTP date is not honoured: the relay's backoff applies).
+fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
+    let seconds = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(Duration::from_secs(seconds))
+}
+
 impl Target for HttpTarget {
     async fn deliver(&self, batch: &[Claimed]) -> Vec<Result<(), DeliveryError>> {
         futures_util::future::join_all(batch.iter().map(|claimed| self.post(claimed))).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_in_seconds_only() {
+        let mut headers = http::HeaderMap::new();
+        assert_eq!(retry_after(&headers), None);
+        headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static(" 3 "));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(3)));
+        headers.insert(
+            http::header::RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&headers), None);
     }
 }

@@ -30,7 +30,9 @@
 //!   its batch's lease while the target delivers, so a slow delivery keeps its batch.
 //! - **Retries**: a refused message is due again after a backoff by its failures, and dead
 //!   after `max_attempts` (listed by `OutboxTable::dead` for operators, revived by
-//!   `OutboxTable::revive`); an unreachable target counts no failure, the relay backs off.
+//!   `OutboxTable::revive`); an unreachable target counts no failure, the relay backs off; a
+//!   target that asks to try later (HTTP 409 from a receiver still running the same key, 429,
+//!   503) defers the message until its `Retry-After`, uncounted.
 //! - **Wake-up**: on PostgreSQL the relay `LISTEN`s and the enqueue notifies at commit; it polls
 //!   only for retries that come due. On MySQL and SQLite it polls (`with_poll_interval`).
 //! - **Ordering** (optional): messages with an aggregate key go out one at a time per aggregate.

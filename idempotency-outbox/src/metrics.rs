@@ -2,7 +2,8 @@
 
 /// Counter of messages delivered and marked sent.
 pub const SENT: &str = "idempotency_outbox_sent_total";
-/// Counter of failed deliveries, labelled `reason` = `refused` | `unreachable`.
+/// Counter of failed deliveries, labelled `reason` = `refused` | `unreachable` | `deferred`
+/// (only `refused` counts toward dead).
 pub const FAILURES: &str = "idempotency_outbox_failures_total";
 /// Counter of messages that went dead (refused `max_attempts` times).
 pub const DEAD: &str = "idempotency_outbox_dead_total";

@@ -19,6 +19,11 @@ const PURGE_BATCH: usize = 1_000;
 /// backoff: a relay notices a broker that came back within this.
 const MAX_OUTAGE_PAUSE: Duration = Duration::from_secs(30);
 
+/// The shortest delay before a deferred message is due again, whatever the target asked.
+const MIN_DEFERRAL: Duration = Duration::from_millis(100);
+/// The longest delay before a deferred message is due again, whatever the target asked.
+const MAX_DEFERRAL: Duration = Duration::from_secs(3600);
+
 /// The shortest pause between two renewals of a delivering batch's lease.
 const MIN_RENEWAL: Duration = Duration::from_millis(10);
 
@@ -39,6 +44,8 @@ pub struct Round {
     pub dead: usize,
     /// Given back because the target could not be reached.
     pub unreachable: usize,
+    /// Given back because the target asked to try later (not counted as a failure).
+    pub deferred: usize,
 }
 
 impl std::ops::AddAssign for Round {
@@ -49,6 +56,7 @@ impl std::ops::AddAssign for Round {
         self.refused += other.refused;
         self.dead += other.dead;
         self.unreachable += other.unreachable;
+        self.deferred += other.deferred;
     }
 }
 
@@ -269,7 +277,8 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
     }
 
     /// Claims one batch of due messages, delivers it and marks every message: sent, refused
-    /// (due again after a backoff, or dead), or given back (target unreachable).
+    /// (due again after a backoff, or dead), or given back uncounted (target unreachable, or
+    /// deferred by the target until it asked).
     pub async fn deliver_due(&self) -> Result<Round, StoreError> {
         let claim = fresh_claim_token()?;
         let batch = self
@@ -309,6 +318,19 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
                 Err(DeliveryError::Unreachable(reason)) => {
                     tracing::debug!(id = %claimed.message.id, %reason, "outbox target unreachable");
                     given_back.push(claimed.seq);
+                }
+                Err(DeliveryError::Deferred {
+                    reason,
+                    retry_after,
+                }) => {
+                    let retry_in = retry_after
+                        .unwrap_or_else(|| self.backoff.delay(1))
+                        .clamp(MIN_DEFERRAL, MAX_DEFERRAL);
+                    tracing::debug!(id = %claimed.message.id, %reason, ?retry_in, "outbox target deferred the message");
+                    self.outbox.release(claim, &[claimed.seq], retry_in).await?;
+                    round.deferred += 1;
+                    metrics::counter!(FAILURES, "table" => table.clone(), "reason" => "deferred")
+                        .increment(1);
                 }
                 Err(DeliveryError::Refused(reason)) => {
                     let attempt = claimed.attempts.saturating_add(1);

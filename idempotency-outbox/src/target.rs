@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::time::Duration;
 
 use idempotency_core::sql::outbox::Claimed;
 
@@ -15,6 +16,16 @@ pub enum DeliveryError {
     /// subject, an HTTP error status): counted, retried with backoff, dead after
     /// `max_attempts`.
     Refused(String),
+    /// The target answered "not now" (HTTP 409 from a receiver whose idempotency layer is still
+    /// running the same key, 429, 503): the message is given back without counting a failure,
+    /// due again after `retry_after` (the receiver's `Retry-After`) or else the relay's first
+    /// backoff step; the relay goes on with other messages.
+    Deferred {
+        /// What the target said.
+        reason: String,
+        /// When the target asked to be tried again, if it said.
+        retry_after: Option<Duration>,
+    },
 }
 
 impl fmt::Display for DeliveryError {
@@ -22,6 +33,7 @@ impl fmt::Display for DeliveryError {
         match self {
             Self::Unreachable(reason) => write!(f, "target unreachable: {reason}"),
             Self::Refused(reason) => write!(f, "target refused the message: {reason}"),
+            Self::Deferred { reason, .. } => write!(f, "target asked to try later: {reason}"),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The HTTP relay target against a real PostgreSQL outbox (`DATABASE_URL`) and a real HTTP
 //! endpoint guarded by `idempotency-tower`'s layer: the message id arrives as
 //! `Idempotency-Key`, so a batch posted again after its relay died runs the handler once; an
-//! error status is refused until dead; a closed port is unreachable.
+//! error status is refused until dead; a closed port is unreachable; a 409 (the same key in
+//! flight at the receiver) or a 429 defers the message without counting a failure.
 #![cfg(all(feature = "postgres", feature = "http"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,9 +16,9 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::post;
 use idempotency_core::MemoryStore;
-use idempotency_core::sql::outbox::OutboxTable;
-use idempotency_outbox::Relay;
+use idempotency_core::sql::outbox::{Claimed, OutboxTable};
 use idempotency_outbox::http::HttpTarget;
+use idempotency_outbox::{Relay, Target};
 use idempotency_queue::Backoff;
 use idempotency_tower::IdempotencyLayer;
 use support::relay::{deliver_until_sent, refuse_until_dead};
@@ -28,13 +29,49 @@ use support::{enqueue_committed, fresh_outbox, message};
 struct Counts {
     runs: AtomicUsize,
     requests: AtomicUsize,
+    slow_runs: AtomicUsize,
+    busy_calls: AtomicUsize,
 }
 
-/// Serves `POST /grants` (200, counted) behind the idempotency layer, and `POST /broken` (500)
-/// on a free loopback port; its base URL.
+/// How long `POST /slow` takes.
+const SLOW: Duration = Duration::from_millis(1500);
+
+/// Serves, behind the idempotency layer on a free loopback port: `POST /grants` (200,
+/// counted), `POST /broken` (500), `POST /slow` (200 after [`SLOW`], counted) and `POST /busy`
+/// (429 with `Retry-After: 1` the first time, then 200); its base URL.
 async fn endpoint(counts: Arc<Counts>) -> String {
     let runs = Arc::clone(&counts);
+    let (slow, busy) = (Arc::clone(&counts), Arc::clone(&counts));
     let app = Router::new()
+        .route(
+            "/slow",
+            post(move || {
+                let slow = Arc::clone(&slow);
+                async move {
+                    slow.slow_runs.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(SLOW).await;
+                    "granted slowly"
+                }
+            }),
+        )
+        .route(
+            "/busy",
+            post(move || {
+                let busy = Arc::clone(&busy);
+                async move {
+                    if busy.busy_calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                        let mut answer = axum::response::Response::new(axum::body::Body::empty());
+                        *answer.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                        answer
+                            .headers_mut()
+                            .insert("retry-after", axum::http::HeaderValue::from_static("1"));
+                        answer
+                    } else {
+                        axum::response::Response::new(axum::body::Body::from("granted"))
+                    }
+                }
+            }),
+        )
         .route(
             "/grants",
             post(move || {
@@ -139,4 +176,85 @@ async fn an_error_status_is_refused_and_a_closed_port_unreachable() {
     let relay = Relay::new(outbox.clone(), HttpTarget::new(closed));
     let round = relay.deliver_due().await.unwrap();
     assert_eq!((round.claimed, round.unreachable, round.refused), (1, 1, 0));
+}
+
+/// A delivery of the message whose first delivery is still running at the receiver (its
+/// idempotency layer answers 409): deferred, not counted, even with one attempt allowed; once
+/// the first finishes, the next delivery gets the replay. The handler ran once.
+#[tokio::test]
+async fn a_409_from_a_key_in_flight_defers_without_counting() {
+    let Some(outbox) = fresh_outbox().await else {
+        return;
+    };
+    let counts = Arc::new(Counts::default());
+    let base = endpoint(Arc::clone(&counts)).await;
+    let slow = message("slow", "/slow");
+    enqueue_committed(&outbox, std::slice::from_ref(&slow)).await;
+
+    // A first delivery of the same message (a relay whose lease ended, say), still running.
+    let first = {
+        let (base, slow) = (base.clone(), slow.clone());
+        tokio::spawn(async move {
+            let claimed = Claimed {
+                seq: 0,
+                claim: 0,
+                attempts: 0,
+                message: slow,
+            };
+            HttpTarget::new(base).deliver(&[claimed]).await
+        })
+    };
+    support::wait_until(
+        "the first delivery to run",
+        Duration::from_secs(5),
+        || async { counts.slow_runs.load(Ordering::SeqCst) == 1 },
+    )
+    .await;
+
+    let relay = Relay::new(outbox.clone(), HttpTarget::new(&base)).with_max_attempts(1);
+    let round = relay.deliver_due().await.unwrap();
+    assert_eq!(
+        (round.claimed, round.deferred, round.refused, round.dead),
+        (1, 1, 0, 0),
+        "{round:?}"
+    );
+    assert_eq!(outbox.dead(10).await.unwrap(), []);
+    assert_eq!(
+        relay.deliver_due().await.unwrap().claimed,
+        0,
+        "not due again at once"
+    );
+
+    assert_eq!(first.await.unwrap(), [Ok(())]);
+    deliver_until_sent(&relay, 1, Duration::from_secs(10)).await;
+    assert_eq!(
+        counts.slow_runs.load(Ordering::SeqCst),
+        1,
+        "the handler ran once"
+    );
+    let counted = outbox.counts().await.unwrap();
+    assert_eq!((counted.pending, counted.sent, counted.dead), (0, 1, 0));
+}
+
+/// A 429 with `Retry-After: 1` defers the message (not counted) until then: it is not due
+/// before, and delivered after.
+#[tokio::test]
+async fn a_429_defers_until_its_retry_after() {
+    let Some(outbox) = fresh_outbox().await else {
+        return;
+    };
+    let counts = Arc::new(Counts::default());
+    let base = endpoint(Arc::clone(&counts)).await;
+    enqueue_committed(&outbox, &[message("busy", "/busy")]).await;
+    let relay = Relay::new(outbox.clone(), HttpTarget::new(&base)).with_max_attempts(1);
+    let round = relay.deliver_due().await.unwrap();
+    assert_eq!((round.deferred, round.dead), (1, 0), "{round:?}");
+    let due = outbox.next_due().await.unwrap().unwrap();
+    assert!(
+        due > Duration::from_millis(500) && due <= Duration::from_secs(1),
+        "due in {due:?}"
+    );
+    tokio::time::sleep(due).await;
+    deliver_until_sent(&relay, 1, Duration::from_secs(10)).await;
+    assert_eq!(counts.busy_calls.load(Ordering::SeqCst), 2);
 }
