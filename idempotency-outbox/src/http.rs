@@ -25,12 +25,51 @@ pub const BUSINESS_KEY_HEADER: &str = "business-key";
 /// `Retry-After` (in seconds) or the relay's first backoff step. Any other status refuses it
 /// (counted, retried, dead after `max_attempts`); no answer within the timeout, or no
 /// connection, makes it unreachable. The messages of a batch are posted concurrently (a batch holds at most one
-/// message per aggregate, so ordering holds). Plain `http://` (no TLS).
+/// message per aggregate, so ordering holds). Plain `http://`; with the feature `tls`, also
+/// `https://` (rustls, Mozilla's roots unless [`with_tls_config`](Self::with_tls_config) says
+/// otherwise). A certificate the target does not trust fails the handshake: unreachable, so the
+/// messages wait uncounted until the configuration is fixed.
 pub struct HttpTarget {
     base: String,
     content_type: HeaderValue,
     timeout: Duration,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<Connector, Full<Bytes>>,
+}
+
+/// How the target connects: plain TCP, or TLS where the base says `https://` (feature `tls`).
+#[cfg(feature = "tls")]
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+#[cfg(not(feature = "tls"))]
+type Connector = HttpConnector;
+
+/// The rustls the `tls` feature uses, to build a [`ClientConfig`](rustls::ClientConfig) for
+/// [`HttpTarget::with_tls_config`].
+#[cfg(feature = "tls")]
+pub use rustls;
+
+/// A client over `connector`.
+fn client(connector: Connector) -> Client<Connector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+/// A connector speaking TLS with `config` to `https://` bases and plain TCP to `http://` ones.
+#[cfg(feature = "tls")]
+fn connector(config: rustls::ClientConfig) -> Connector {
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_http1()
+        .build()
+}
+
+/// The default TLS connector: ring, TLS 1.2 and 1.3, Mozilla's roots (webpki-roots).
+#[cfg(feature = "tls")]
+fn default_connector() -> Connector {
+    let provider = rustls::crypto::ring::default_provider();
+    match hyper_rustls::HttpsConnectorBuilder::new().with_provider_and_webpki_roots(provider) {
+        Ok(builder) => builder.https_or_http().enable_http1().build(),
+        Err(error) => unreachable!("ring supports TLS 1.2 and 1.3: {error}"),
+    }
 }
 
 impl HttpTarget {
@@ -41,8 +80,20 @@ impl HttpTarget {
             base: base.into().trim_end_matches('/').to_owned(),
             content_type: HeaderValue::from_static("application/json"),
             timeout: Duration::from_secs(10),
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            #[cfg(feature = "tls")]
+            client: client(default_connector()),
+            #[cfg(not(feature = "tls"))]
+            client: client(HttpConnector::new()),
         }
+    }
+
+    /// Speaks TLS to `https://` bases with `config` (its roots, client certificate, versions)
+    /// instead of Mozilla's roots: a private CA, mutual TLS. Build it with the re-exported
+    /// [`rustls`] and its ring provider.
+    #[cfg(feature = "tls")]
+    pub fn with_tls_config(mut self, config: rustls::ClientConfig) -> Self {
+        self.client = client(connector(config));
+        self
     }
 
     /// The `Content-Type` of the bodies.

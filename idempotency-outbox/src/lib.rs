@@ -41,7 +41,8 @@
 //!   personal data).
 //!
 //! Targets: [`rabbitmq::RabbitMqTarget`] (feature `rabbitmq`), [`nats::JetStreamTarget`]
-//! (feature `nats`), [`http::HttpTarget`] (feature `http`), or any [`Target`]. Outboxes: features `postgres`, `mysql`, `sqlite`.
+//! (feature `nats`), [`http::HttpTarget`] (feature `http`; `https://` with `tls`), or any
+//! [`Target`]. Outboxes: features `postgres`, `mysql`, `sqlite`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
