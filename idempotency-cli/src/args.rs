@@ -34,9 +34,10 @@ pub(crate) struct Global {
         global = true
     )]
     pub(crate) store: Option<String>,
-    /// The record table (SQL stores).
-    #[arg(long, default_value = "idempotency_records", global = true)]
-    pub(crate) table: String,
+    /// The record table (SQL stores; default idempotency_records), or the outbox table for
+    /// `outbox` (default idempotency_outbox).
+    #[arg(long, global = true)]
+    pub(crate) table: Option<String>,
     /// The key prefix (Redis).
     #[arg(long, default_value = "idempotency:", global = true)]
     pub(crate) prefix: String,
@@ -100,9 +101,47 @@ pub(crate) struct FenceArgs {
     pub(crate) updated_at_ms: Option<u64>,
 }
 
+/// The outbox's operations.
+#[derive(Debug, Subcommand)]
+pub(crate) enum OutboxCommand {
+    /// Messages per state: pending (claimed ones included), sent (not purged yet), dead.
+    Stats,
+    /// Dead messages (refused too often), oldest first: id, topic, business key, attempts,
+    /// last error.
+    Dead {
+        /// At most this many messages.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Also show each payload, base64 (it may hold personal data).
+        #[arg(long)]
+        payload: bool,
+    },
+    /// Makes dead messages pending again, due now, their attempts reset: the relay delivers
+    /// them again. Exit 3 if one of them was not dead.
+    Revive {
+        /// A dead message's id (repeat for several).
+        #[arg(long = "id", required = true)]
+        ids: Vec<String>,
+        /// Who acts (default: $USER), logged with the revival.
+        #[arg(long)]
+        actor: Option<String>,
+        /// Why (a ticket, an incident), logged with the revival.
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
 /// The operations.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    /// The transactional outbox (a SQL store's outbox table): counts, dead messages, revive.
+    Outbox {
+        #[command(subcommand)]
+        command: OutboxCommand,
+    },
     /// Records in progress whose lease ended (abandoned), or, with --older-than, in progress
     /// and last written longer ago than that.
     Stuck {

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use idempotency_core::operations::{Admin, AuditLog, Operations, TracingAudit};
 use idempotency_core::redis::RedisStore;
-use idempotency_core::sql::{MySqlStore, PostgresStore, SqlAudit, SqlStore, SqliteStore};
+use idempotency_core::sql::outbox::DEFAULT_OUTBOX_TABLE;
+use idempotency_core::sql::{MySqlStore, Outbox, PostgresStore, SqlAudit, SqlStore, SqliteStore};
 use sqlx::Pool;
 
 use crate::args::Global;
@@ -13,6 +14,9 @@ use crate::failure::{Failure, sqlx_failure};
 
 /// How long connecting to a store may take before it counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The record table when `--table` is not given.
+const DEFAULT_RECORD_TABLE: &str = "idempotency_records";
 
 /// A store's kind, by its URL's scheme.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,9 +51,7 @@ pub(crate) async fn connect(
     audit_table: Option<&str>,
     grace: Duration,
 ) -> Result<Admin, Failure> {
-    let url = global.store.as_deref().ok_or_else(|| {
-        Failure::Usage("no store: pass --store URL or set IDEMPOTENCY_STORE_URL".to_owned())
-    })?;
+    let url = store_url(global)?;
     let (store, audit): (Arc<dyn Operations>, Arc<dyn AuditLog>) = match kind_of(url)? {
         Kind::Redis => {
             let store = RedisStore::connect(url).await?.with_abandoned_grace(grace);
@@ -93,6 +95,56 @@ pub(crate) async fn connect(
     Ok(Admin::from_shared(store, audit).with_batch(global.batch))
 }
 
+/// `--store`, or a usage failure.
+fn store_url(global: &Global) -> Result<&str, Failure> {
+    global.store.as_deref().ok_or_else(|| {
+        Failure::Usage("no store: pass --store URL or set IDEMPOTENCY_STORE_URL".to_owned())
+    })
+}
+
+/// The outbox table of a SQL store.
+pub(crate) enum OutboxStore {
+    /// On PostgreSQL.
+    Postgres(Outbox<sqlx::Postgres>),
+    /// On MySQL/MariaDB.
+    MySql(Outbox<sqlx::MySql>),
+    /// On SQLite.
+    Sqlite(Outbox<sqlx::Sqlite>),
+}
+
+/// The outbox table `--table` (default `idempotency_outbox`) in the database of `--store`; not
+/// migrated: the services own it.
+pub(crate) async fn connect_outbox(global: &Global) -> Result<OutboxStore, Failure> {
+    let url = store_url(global)?;
+    let table = global.table.as_deref().unwrap_or(DEFAULT_OUTBOX_TABLE);
+    Ok(match kind_of(url)? {
+        Kind::Redis | Kind::RedisCluster => {
+            return Err(Failure::Usage(
+                "the outbox lives in a SQL database: --store postgres://, mysql:// or sqlite://"
+                    .to_owned(),
+            ));
+        }
+        Kind::Postgres => {
+            let pool = sqlx::postgres::PgPoolOptions::new();
+            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
+            let pool = pool.connect(url).await.map_err(sqlx_failure)?;
+            OutboxStore::Postgres(Outbox::postgres(pool).with_table_name(table)?)
+        }
+        Kind::MySql => {
+            let pool = sqlx::mysql::MySqlPoolOptions::new();
+            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
+            let pool = pool.connect(url).await.map_err(sqlx_failure)?;
+            OutboxStore::MySql(Outbox::mysql(pool).with_table_name(table)?)
+        }
+        Kind::Sqlite => {
+            let pool = sqlx::sqlite::SqlitePoolOptions::new();
+            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
+            let pool = pool.connect(url).await.map_err(sqlx_failure)?;
+            OutboxStore::Sqlite(Outbox::sqlite(pool).with_table_name(table)?)
+        }
+    })
+}
+
 /// A SQL store on `--table`, and its audit table if actions need one.
 async fn sql<D>(
     store: SqlStore<D>,
@@ -104,9 +156,8 @@ where
     D: idempotency_core::sql::Dialect,
     SqlStore<D>: Operations,
 {
-    let store = store
-        .with_table_name(&global.table)?
-        .with_abandoned_grace(grace);
+    let table = global.table.as_deref().unwrap_or(DEFAULT_RECORD_TABLE);
+    let store = store.with_table_name(table)?.with_abandoned_grace(grace);
     let audit: Arc<dyn AuditLog> = match audit_table {
         Some(table) => {
             let pool: Pool<D> = store.pool().clone();

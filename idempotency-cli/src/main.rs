@@ -3,6 +3,7 @@
 //! ```text
 //! idempotency stuck --store redis://127.0.0.1:6379 --older-than 0s --namespace payments.callback --json
 //! idempotency release --store postgres://… --namespace payments.callback --key T1 --yes --reason INC-42
+//! idempotency outbox dead --store postgres://… --json
 //! ```
 //!
 //! Raw keys become storage keys as the HTTP and gRPC layers derive them (`--mechanism

@@ -3,6 +3,7 @@
 mod act;
 mod list;
 mod lookup;
+mod outbox;
 mod purge;
 
 use idempotency_core::operations::Admin;
@@ -18,6 +19,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
     let Cli { global, command } = cli;
     let mut out = Output::new(global.json);
     match command {
+        Command::Outbox { command } => outbox::run(&global, command, &mut out).await,
         Command::Stuck { older_than, limit } => {
             let admin = connect(&global, None, DEFAULT_ABANDONED_GRACE).await?;
             list::stuck(&admin, &global, older_than, limit, &mut out).await

@@ -1,0 +1,152 @@
+//! `outbox stats|dead|revive`: what an operator sees of the transactional outbox, and the
+//! revival of dead messages.
+
+use base64::Engine;
+use idempotency_core::sql::outbox::{DeadMessage, OutboxTable};
+use serde::Serialize;
+
+use crate::args::{Global, OutboxCommand};
+use crate::connect::{OutboxStore, connect_outbox};
+use crate::failure::Failure;
+use crate::output::Output;
+use crate::terminal::confirm;
+
+/// Runs an `outbox` subcommand on the outbox table of `--store`.
+pub(crate) async fn run(
+    global: &Global,
+    command: OutboxCommand,
+    out: &mut Output,
+) -> Result<(), Failure> {
+    match connect_outbox(global).await? {
+        OutboxStore::Postgres(outbox) => on(&outbox, command, out).await,
+        OutboxStore::MySql(outbox) => on(&outbox, command, out).await,
+        OutboxStore::Sqlite(outbox) => on(&outbox, command, out).await,
+    }
+}
+
+/// What `stats` prints.
+#[derive(Serialize)]
+struct Stats<'a> {
+    table: &'a str,
+    pending: u64,
+    sent: u64,
+    dead: u64,
+}
+
+/// A dead message as `dead` prints it: never its payload unless asked.
+#[derive(Serialize)]
+struct Dead<'a> {
+    seq: i64,
+    id: &'a str,
+    topic: &'a str,
+    business_key: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    aggregate: Option<&'a str>,
+    attempts: u32,
+    last_error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_base64: Option<String>,
+}
+
+impl<'a> Dead<'a> {
+    fn of(dead: &'a DeadMessage, payload: bool) -> Self {
+        Self {
+            seq: dead.seq,
+            id: &dead.message.id,
+            topic: &dead.message.topic,
+            business_key: &dead.message.key,
+            aggregate: dead.message.aggregate.as_deref(),
+            attempts: dead.attempts,
+            last_error: dead.last_error.as_deref(),
+            payload_base64: payload
+                .then(|| base64::engine::general_purpose::STANDARD.encode(&dead.message.payload)),
+        }
+    }
+}
+
+/// What `revive` prints per message.
+#[derive(Serialize)]
+struct Revived<'a> {
+    id: &'a str,
+    revived: bool,
+}
+
+async fn on<O: OutboxTable>(
+    outbox: &O,
+    command: OutboxCommand,
+    out: &mut Output,
+) -> Result<(), Failure> {
+    let table = outbox.table_name();
+    match command {
+        OutboxCommand::Stats => {
+            let counts = outbox.counts().await?;
+            if out.json() {
+                return out.line(&Stats {
+                    table,
+                    pending: counts.pending,
+                    sent: counts.sent,
+                    dead: counts.dead,
+                });
+            }
+            out.text(&format!("table    {table}"))?;
+            out.text(&format!("pending  {}", counts.pending))?;
+            out.text(&format!("sent     {}", counts.sent))?;
+            out.text(&format!("dead     {}", counts.dead))
+        }
+        OutboxCommand::Dead { limit, payload } => {
+            let dead = outbox.dead(limit).await?;
+            let views: Vec<Dead<'_>> = dead.iter().map(|dead| Dead::of(dead, payload)).collect();
+            if out.json() {
+                return views.iter().try_for_each(|view| out.line(view));
+            }
+            out.text(&format!(
+                "{:<64}  {:<24}  {:>8}  LAST_ERROR",
+                "ID", "TOPIC", "ATTEMPTS"
+            ))?;
+            for view in &views {
+                out.text(&format!(
+                    "{:<64}  {:<24}  {:>8}  {}",
+                    view.id,
+                    view.topic,
+                    view.attempts,
+                    view.last_error.unwrap_or("")
+                ))?;
+            }
+            out.text(&format!("{} dead message(s)", views.len()))
+        }
+        OutboxCommand::Revive {
+            ids,
+            actor,
+            reason,
+            yes,
+        } => {
+            let question = format!("revive {} dead message(s) of {table}", ids.len());
+            confirm(&question, yes)?;
+            let actor = actor
+                .or_else(|| std::env::var("USER").ok())
+                .unwrap_or_else(|| "unknown".to_owned());
+            let mut not_dead = Vec::new();
+            for id in &ids {
+                let revived = outbox.revive(id).await?;
+                tracing::info!(target: "idempotency::audit", %actor, %reason, table, id, revived, "outbox revive");
+                if out.json() {
+                    out.line(&Revived { id, revived })?;
+                } else {
+                    let done = if revived { "revived" } else { "not dead" };
+                    out.text(&format!("{id}  {done}"))?;
+                }
+                if !revived {
+                    not_dead.push(id.as_str());
+                }
+            }
+            if not_dead.is_empty() {
+                Ok(())
+            } else {
+                Err(Failure::Refused(format!(
+                    "not dead (unknown, pending or sent), left as they are: {}",
+                    not_dead.join(", ")
+                )))
+            }
+        }
+    }
+}
