@@ -26,7 +26,6 @@ use pki::Pki;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use support::{enqueue_committed, fresh_outbox, message};
-use tokio_rustls::TlsAcceptor;
 
 /// An HTTPS endpoint on a free loopback port: what it saw.
 struct Endpoint {
@@ -44,14 +43,7 @@ fn ring() -> Arc<rustls::crypto::CryptoProvider> {
 
 /// Serves HTTPS with `pki`'s server certificate, answering every request 200.
 async fn endpoint(pki: &Pki) -> Endpoint {
-    let (chain, key) = pki.server_identity();
-    let config = rustls::ServerConfig::builder_with_provider(ring())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let acceptor = pki.acceptor();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!(
         "https://127.0.0.1:{}",

@@ -10,8 +10,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::rustls::ServerConfig;
-use tokio_rustls::rustls::crypto::ring;
 
 use super::pki::Pki;
 
@@ -38,14 +36,7 @@ pub struct PgTlsProxy {
 impl PgTlsProxy {
     /// Listens on a free loopback port and forwards to `upstream` (`host:port`).
     pub async fn start(pki: &Pki, upstream: String) -> Self {
-        let (chain, key) = pki.server_identity();
-        let config = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .unwrap();
-        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let acceptor = pki.acceptor();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let counts = Arc::new(Counts::default());

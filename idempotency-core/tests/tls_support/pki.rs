@@ -47,6 +47,20 @@ impl Pki {
         }
     }
 
+    /// An acceptor presenting the server certificate (ring, TLS 1.2 and 1.3).
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        use tokio_rustls::rustls::{ServerConfig, crypto::ring};
+        let (chain, key) = self.server_identity();
+        let config =
+            ServerConfig::builder_with_provider(std::sync::Arc::new(ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(chain, key)
+                .unwrap();
+        tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))
+    }
+
     /// The server's certificate chain and key, as rustls takes them.
     pub fn server_identity(&self) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
         let key = PrivatePkcs8KeyDer::from(self.server_key_der.clone());
