@@ -2,7 +2,8 @@
 //! endpoint guarded by `idempotency-tower`'s layer: the message id arrives as
 //! `Idempotency-Key`, so a batch posted again after its relay died runs the handler once; an
 //! error status is refused until dead; a closed port is unreachable; a 409 (the same key in
-//! flight at the receiver) or a 429 defers the message without counting a failure.
+//! flight at the receiver) or a 429 defers the message without counting a failure; a relay
+//! archives what it purges.
 #![cfg(all(feature = "postgres", feature = "http"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,13 +17,13 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::post;
 use idempotency_core::MemoryStore;
-use idempotency_core::sql::outbox::{Claimed, OutboxTable};
+use idempotency_core::sql::outbox::{Archive, Claimed, OutboxTable};
 use idempotency_outbox::http::HttpTarget;
 use idempotency_outbox::{Relay, Target};
 use idempotency_queue::Backoff;
 use idempotency_tower::IdempotencyLayer;
 use support::relay::{deliver_until_sent, refuse_until_dead};
-use support::{enqueue_committed, fresh_outbox, message};
+use support::{TestOutbox, enqueue_committed, fresh_outbox, message};
 
 /// Handler runs and requests of the endpoint.
 #[derive(Default)]
@@ -257,4 +258,32 @@ async fn a_429_defers_until_its_retry_after() {
     tokio::time::sleep(due).await;
     deliver_until_sent(&relay, 1, Duration::from_secs(10)).await;
     assert_eq!(counts.busy_calls.load(Ordering::SeqCst), 2);
+}
+
+/// A relay purges the messages it sent once past its retention, copying them to its archive
+/// table first: each lands there once.
+#[tokio::test]
+async fn a_relay_archives_the_sent_messages_it_purges() {
+    let Some(outbox) = fresh_outbox().await else {
+        return;
+    };
+    let base = endpoint(Arc::default()).await;
+    let messages: Vec<_> = (0..3)
+        .map(|n| message(&format!("A{n}"), "/grants"))
+        .collect();
+    enqueue_committed(&outbox, &messages).await;
+    let archive = support::unique("outbox_archive");
+    let relay = Relay::new(outbox.clone(), HttpTarget::new(&base))
+        .with_retention(Duration::ZERO)
+        .with_archive(Archive::Table(archive.clone()));
+    assert_eq!(relay.drain().await.unwrap().sent, 3);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(relay.purge().await.unwrap(), 3);
+    assert_eq!(relay.purge().await.unwrap(), 0);
+    let mut archived = outbox.archived_ids(&archive).await;
+    archived.sort();
+    let mut ids: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
+    ids.sort();
+    assert_eq!(archived, ids);
+    assert_eq!(outbox.counts().await.unwrap().sent, 0);
 }
