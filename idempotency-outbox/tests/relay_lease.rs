@@ -16,9 +16,9 @@ use idempotency_outbox::{DeliveryError, Relay, Target};
 use support::{TestOutbox, holding, table};
 
 /// The lease of every relay here: far shorter than one delivery.
-const LEASE: Duration = Duration::from_millis(300);
+const LEASE: Duration = Duration::from_millis(600);
 /// How long the target takes for each batch.
-const DELIVERY: Duration = Duration::from_secs(1);
+const DELIVERY: Duration = Duration::from_secs(2);
 
 /// A target that takes [`DELIVERY`] per batch and counts what it was handed, per message id.
 #[derive(Clone, Default)]
@@ -39,7 +39,7 @@ impl Target for SlowCounter {
     }
 }
 
-/// Holding `table::numbered("S", 12)`: four relays with batches of 4, a 300 ms lease and a 1 s
+/// Holding `table::numbered("S", 12)`: four relays with batches of 4, a 600 ms lease and a 2 s
 /// delivery, racing until nothing is pending. One relay finds no batch at first and keeps
 /// claiming while the other three deliver: had their leases lapsed, it would take a batch over
 /// and deliver it again. Every message is delivered exactly once and marked sent.
