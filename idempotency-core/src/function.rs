@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tracing::Instrument;
 
 mod recorded;
 #[cfg(feature = "sqlx")]
@@ -251,19 +252,24 @@ where
     M: FnOnce(Error) -> R::Err,
     F: Future<Output = R>,
 {
-    let execution = match start(engine, call).await {
-        Ok(Started::Execute(execution)) => execution,
-        Ok(Started::Replay(outcome)) => {
-            return R::from_result(decode::<R::Ok>(&outcome, STATUS_OK).map_err(map_err));
+    let span = crate::telemetry::function_span(call.scope().namespace());
+    async move {
+        let execution = match start(engine, call).await {
+            Ok(Started::Execute(execution)) => execution,
+            Ok(Started::Replay(outcome)) => {
+                return R::from_result(decode::<R::Ok>(&outcome, STATUS_OK).map_err(map_err));
+            }
+            Err(error) => return R::from_result(Err(map_err(error))),
+        };
+        let result = body.await.into_result();
+        match &result {
+            Ok(value) => store(execution, STATUS_OK, value).await,
+            Err(_) => release(execution).await,
         }
-        Err(error) => return R::from_result(Err(map_err(error))),
-    };
-    let result = body.await.into_result();
-    match &result {
-        Ok(value) => store(execution, STATUS_OK, value).await,
-        Err(_) => release(execution).await,
+        R::from_result(result)
     }
-    R::from_result(result)
+    .instrument(span)
+    .await
 }
 
 /// Like [`run`], but `Err(E)` is stored and replayed too (attribute `on_error = "keep"`): for
@@ -282,24 +288,29 @@ where
     M: FnOnce(Error) -> R::Err,
     F: Future<Output = R>,
 {
-    let execution = match start(engine, call).await {
-        Ok(Started::Execute(execution)) => execution,
-        Ok(Started::Replay(outcome)) => {
-            let replayed = if outcome.status == STATUS_ERR {
-                decode::<R::Err>(&outcome, STATUS_ERR).map(Err)
-            } else {
-                decode::<R::Ok>(&outcome, STATUS_OK).map(Ok)
-            };
-            return R::from_result(replayed.unwrap_or_else(|error| Err(map_err(error))));
+    let span = crate::telemetry::function_span(call.scope().namespace());
+    async move {
+        let execution = match start(engine, call).await {
+            Ok(Started::Execute(execution)) => execution,
+            Ok(Started::Replay(outcome)) => {
+                let replayed = if outcome.status == STATUS_ERR {
+                    decode::<R::Err>(&outcome, STATUS_ERR).map(Err)
+                } else {
+                    decode::<R::Ok>(&outcome, STATUS_OK).map(Ok)
+                };
+                return R::from_result(replayed.unwrap_or_else(|error| Err(map_err(error))));
+            }
+            Err(error) => return R::from_result(Err(map_err(error))),
+        };
+        let result = body.await.into_result();
+        match &result {
+            Ok(value) => store(execution, STATUS_OK, value).await,
+            Err(error) => store(execution, STATUS_ERR, error).await,
         }
-        Err(error) => return R::from_result(Err(map_err(error))),
-    };
-    let result = body.await.into_result();
-    match &result {
-        Ok(value) => store(execution, STATUS_OK, value).await,
-        Err(error) => store(execution, STATUS_ERR, error).await,
+        R::from_result(result)
     }
-    R::from_result(result)
+    .instrument(span)
+    .await
 }
 
 enum Started<S: Store> {

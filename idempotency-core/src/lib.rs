@@ -90,7 +90,10 @@
 //! on each claim (`execute`, `takeover`, `replay`, `in_flight`, `mismatch`, as the `decision`
 //! label of [`metrics::DECISIONS`]), with `attempt` and `fencing_token` when it executes and
 //! `status` when it replays; store failures add `op` and `error`. Operator actions are events
-//! of the target [`operations::AUDIT_TARGET`].
+//! of the target [`operations::AUDIT_TARGET`]. The spans of guarded operations and operator
+//! actions, with OpenTelemetry-style attribute names (`idempotency.namespace`,
+//! `idempotency.decision`, `idempotency.key_hash`, `error.type`, …), are listed in
+//! [`telemetry`].
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod background;
@@ -108,6 +111,7 @@ mod record;
 mod scope;
 mod store;
 mod sweeper;
+pub mod telemetry;
 mod time;
 mod token;
 

@@ -195,8 +195,11 @@ impl fmt::Debug for StorageKey {
 }
 
 impl fmt::Display for StorageKey {
+    /// The 64 hex characters, written without an allocation (spans and events record it).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_hex())
+        let mut hex = [0u8; 64];
+        hex::encode_to_slice(self.0, &mut hex).map_err(|_| fmt::Error)?;
+        f.write_str(std::str::from_utf8(&hex).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -216,6 +219,8 @@ mod tests {
             Scope::new("a").with_principal("bc").storage_key(&key)
         );
         assert_eq!(StorageKey::from_hex(&plain.to_hex()), Some(plain));
+        assert_eq!(plain.to_string(), plain.to_hex());
+        assert_eq!(plain.to_string().len(), 64);
     }
 
     #[test]

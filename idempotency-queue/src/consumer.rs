@@ -5,8 +5,9 @@ use std::panic::AssertUnwindSafe;
 use futures_util::FutureExt;
 use idempotency_core::{
     DEFAULT_IN_FLIGHT_WAIT, Decision, Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy,
-    Namespace, Outcome, Scope, Store,
+    Namespace, Outcome, Scope, Store, telemetry,
 };
+use tracing::Instrument;
 
 use crate::{Backoff, Handled, Handler, Job, KeyExtractor, Message, RejectReason, Stats, Verdict};
 
@@ -162,7 +163,8 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// Decides one delivery: runs the handler if it is the first for its key. The caller (a
     /// broker adapter) acts on [`Verdict::action`].
     pub async fn process(&self, message: Message) -> Verdict {
-        let verdict = self.decide(message).await;
+        let span = telemetry::message_span(self.scope.namespace(), message.subject());
+        let verdict = self.decide(message).instrument(span).await;
         self.stats.record(&verdict);
         metrics::counter!(DELIVERIES, "namespace" => self.scope.namespace().to_owned(), "verdict" => verdict.label())
             .increment(1);
@@ -174,10 +176,14 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         let key = match self.extractor.extract(&message) {
             Ok(key) => key,
             Err(error) => {
+                telemetry::record_current(telemetry::ERROR_TYPE, "invalid_key");
                 tracing::warn!(namespace = self.scope.namespace(), %error, "message without a usable business key");
                 return Verdict::Rejected(RejectReason::Key(error));
             }
         };
+        if let Some(id) = message.message_id() {
+            telemetry::record_message_id(id, key.as_str());
+        }
         let delivery = delivery_number(&message);
         let fingerprint = (self.fingerprint)(&message);
         // With two tiers the truth waits, on the first one's transaction: the fast tier only
@@ -302,8 +308,12 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             .await
         {
             Ok(Ok(handled)) => Ok(handled),
-            Ok(Err(error)) => Err(error.to_string()),
+            Ok(Err(error)) => {
+                telemetry::record_current(telemetry::ERROR_TYPE, "handler_error");
+                Err(error.to_string())
+            }
             Err(_) => {
+                telemetry::record_current(telemetry::ERROR_TYPE, "handler_panic");
                 tracing::error!(namespace = self.scope.namespace(), "handler panicked");
                 Err("handler panicked".to_owned())
             }

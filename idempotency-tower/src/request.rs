@@ -197,12 +197,11 @@ pub(crate) fn enter<B>(settings: &Settings, request: Request<B>) -> Entry<B> {
     Entry::Refuse(refusal)
 }
 
-/// The span a guarded request runs in.
+/// The span a guarded request runs in ([`idempotency_core::telemetry`]: `idempotency.guard`).
 pub(crate) fn span(settings: &Settings, parts: &Parts) -> tracing::Span {
-    tracing::debug_span!(
-        "idempotency",
-        namespace = settings.scope.namespace(),
-        method = %parts.method,
-        path = parts.uri.path(),
+    idempotency_core::telemetry::http_span(
+        settings.scope.namespace(),
+        parts.method.as_str(),
+        parts.uri.path(),
     )
 }

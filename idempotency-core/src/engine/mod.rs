@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use crate::metrics::{DecisionLabel, NamespaceCounters, StoreOp, adhoc};
+use crate::telemetry;
 use crate::{
     Claim, ClaimId, ClaimRequest, FencingToken, Fingerprint, IdempotencyKey, InFlightPolicy, Lease,
     Outcome, Scope, StorageKey, Store, StoreError,
@@ -338,6 +339,7 @@ impl<S: Store> Idempotency<S> {
         let request = self.claim_request(namespace, &key, fingerprint, ClaimId::random());
         let claim = self.inner.store.claim_ready(request)?;
         if let Err(error) = &claim {
+            telemetry::record_key(&key);
             self.note_failure(StoreOp::Claim, namespace, error);
         }
         Some(claim.map(|claim| self.decide(namespace, key, claim)))
@@ -415,6 +417,9 @@ impl<S: Store> Idempotency<S> {
         };
         let call = std::pin::pin!(self.inner.store.claim(request));
         let claim = self.timed(StoreOp::Claim, namespace, call).await;
+        if claim.is_err() {
+            telemetry::record_key(&key);
+        }
         unanswered.armed = matches!(&claim, Err(error) if error.is_transient());
         Ok(self.decide(namespace, key, claim?))
     }
@@ -440,6 +445,12 @@ impl<S: Store> Idempotency<S> {
         let name = namespace.as_str();
         match claim {
             Claim::Acquired(lease) => {
+                let label = if lease.took_over {
+                    "takeover"
+                } else {
+                    "execute"
+                };
+                telemetry::record_decision(label, &key, Some(&lease));
                 if lease.took_over {
                     tracing::warn!(namespace = name, key = %key, decision = "takeover", attempt = lease.attempt, fencing_token = lease.token.get(), "took over an expired lease");
                     namespace.count_decision(DecisionLabel::Takeover);
@@ -455,11 +466,13 @@ impl<S: Store> Idempotency<S> {
                 ))
             }
             Claim::Completed(outcome) => {
+                telemetry::record_decision("replay", &key, None);
                 tracing::debug!(namespace = name, key = %key, decision = "replay", status = outcome.status, "replaying");
                 namespace.count_decision(DecisionLabel::Replay);
                 Decision::Replay(outcome)
             }
             Claim::InProgress { lease_remaining } => {
+                telemetry::record_decision("in_flight", &key, None);
                 tracing::debug!(namespace = name, key = %key, decision = "in_flight", "in flight");
                 namespace.count_decision(DecisionLabel::InFlight);
                 let retry_after =
@@ -467,6 +480,7 @@ impl<S: Store> Idempotency<S> {
                 Decision::InFlight { retry_after }
             }
             Claim::Mismatch => {
+                telemetry::record_decision("mismatch", &key, None);
                 tracing::info!(namespace = name, key = %key, decision = "mismatch", "key reused with another payload");
                 namespace.count_decision(DecisionLabel::Mismatch);
                 Decision::Mismatch
@@ -511,6 +525,7 @@ impl<S: Store> Idempotency<S> {
     /// Logs and counts a failed store call.
     fn note_failure(&self, op: StoreOp, namespace: NamespaceRef<'_>, error: &StoreError) {
         let (name, op_name) = (namespace.as_str(), op.as_str());
+        telemetry::record_error(error);
         if matches!(error, StoreError::LeaseLost) {
             namespace.count_stale_owner(op);
             tracing::warn!(
@@ -642,6 +657,9 @@ impl<S: Store> Execution<S> {
             if matches!(&result, Err(error) if error.is_transient()) {
                 self.finish_later(recovery::Finish::Complete(outcome), true);
             }
+            if result.is_ok() {
+                telemetry::record_current(telemetry::FINISH, "completed");
+            }
             result
         }
     }
@@ -666,6 +684,9 @@ impl<S: Store> Execution<S> {
             };
             if matches!(&result, Err(error) if error.is_transient()) {
                 self.finish_later(recovery::Finish::Release, true);
+            }
+            if result.is_ok() {
+                telemetry::record_current(telemetry::FINISH, "released");
             }
             result
         }

@@ -7,7 +7,8 @@ use super::{
     Acted, Action, Actor, Archive, AuditEntry, AuditLog, Counts, Cursor, Fence, Operations, Page,
     Query, RecordView, Refusal,
 };
-use crate::{Mechanism, Outcome, Record, RecordState, Scope, StorageKey, StoreError};
+use crate::{Mechanism, Outcome, Record, RecordState, Scope, StorageKey, StoreError, telemetry};
+use tracing::Instrument;
 
 /// A fenced action's step, as the store fences it by the token.
 enum Step<'a> {
@@ -41,6 +42,20 @@ impl Step<'_> {
             Self::Delete => store.delete_fenced(key, token).await,
         }
     }
+}
+
+/// Records on an action's span what it did: applied, refused (and why), or failed.
+fn record_outcome(span: &tracing::Span, acted: &Result<Acted, StoreError>) {
+    if span.is_disabled() {
+        return;
+    }
+    match acted {
+        Ok(Acted::Applied) => span.record(telemetry::ADMIN_RESULT, "applied"),
+        Ok(Acted::Refused { refusal, .. }) => {
+            span.record(telemetry::ADMIN_RESULT, refusal.as_str())
+        }
+        Err(error) => span.record(telemetry::ERROR_TYPE, telemetry::error_type(error)),
+    };
 }
 
 /// Records examined per batch unless set otherwise ([`Admin::with_batch`]).
@@ -265,6 +280,26 @@ impl Admin {
         actor: &Actor,
         step: Step<'_>,
     ) -> Result<Acted, StoreError> {
+        let action = step.action();
+        let span = telemetry::admin_span(action.as_str(), None, Some(key));
+        if !span.is_disabled() {
+            span.record(telemetry::FENCING_TOKEN, fence.token.get());
+        }
+        let acted = self
+            .act_fenced(key, fence, actor, step)
+            .instrument(span.clone())
+            .await;
+        record_outcome(&span, &acted);
+        acted
+    }
+
+    async fn act_fenced(
+        &self,
+        key: &StorageKey,
+        fence: Fence,
+        actor: &Actor,
+        step: Step<'_>,
+    ) -> Result<Acted, StoreError> {
         let current = self.store.get_dyn(key).await?;
         let action = step.action();
         let needs_in_progress = action != Action::Delete;
@@ -331,6 +366,26 @@ impl Admin {
     /// [`purge`](Self::purge), at most `max_batches` batches (an HTTP request's share of a
     /// long purge): the report's `next` is where the next call resumes.
     pub async fn purge_batches(
+        &self,
+        namespace: Option<&str>,
+        archive: &mut Archive,
+        from: Cursor,
+        max_batches: u64,
+        actor: &Actor,
+        progress: &mut (dyn FnMut(&Progress) + Send),
+    ) -> Result<PurgeReport, StoreError> {
+        let span = telemetry::admin_span(Action::Purge.as_str(), namespace, None);
+        let purged = self
+            .purge_in_span(namespace, archive, from, max_batches, actor, progress)
+            .instrument(span.clone())
+            .await;
+        if let Err(error) = &purged {
+            span.record(telemetry::ERROR_TYPE, telemetry::error_type(error));
+        }
+        purged
+    }
+
+    async fn purge_in_span(
         &self,
         namespace: Option<&str>,
         archive: &mut Archive,

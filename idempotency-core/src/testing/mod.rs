@@ -12,17 +12,19 @@
 //! fresh random keys, so suites may run in parallel against one shared server.
 //!
 //! [`FaultProxy`] fails the link to a real server (latency, black hole, reset, refusal) for the
-//! fault tests of every front end.
+//! fault tests of every front end. [`SpanCapture`] keeps the spans and events a test emits.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod fault_proxy;
 mod operations;
+mod spans;
 
 pub use fault_proxy::{FaultProxy, LinkFault};
 pub use operations::{
     KeptAudit, SharedBuffer, claimed, completed, operations_suite, unique_namespace,
 };
+pub use spans::{CapturedSpan, SpanCapture};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -11,7 +11,9 @@ use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use http_body::Body;
 use idempotency_core::sql::{TxClaim, TxClaimRequest, TxLease, TxStore};
-use idempotency_core::{Error, Fingerprint, InFlightPolicy, Outcome, RecordState, StorageKey};
+use idempotency_core::{
+    Error, Fingerprint, InFlightPolicy, Outcome, RecordState, StorageKey, telemetry,
+};
 
 use super::flights::Flight;
 use super::layer::Shared;
@@ -82,14 +84,32 @@ where
     };
     let policy = after(policy, started.elapsed());
     let (tx, lease) = match claim(&shared, &key, &fingerprint, policy, deadline).await {
-        Ok(Claimed::Execute(tx, lease)) => (tx, lease),
+        Ok(Claimed::Execute(tx, lease)) => {
+            let held = lease.lease();
+            let decision = if held.took_over {
+                "takeover"
+            } else {
+                "execute"
+            };
+            telemetry::record_decision(decision, &key, Some(&held));
+            (tx, lease)
+        }
         Ok(Claimed::Replay(outcome)) => {
+            telemetry::record_decision("replay", &key, None);
             shared.completed.remember(&key);
             return Ok(replay_or_refuse(settings, &outcome));
         }
-        Ok(Claimed::InFlight(retry_after)) => return Ok(refuse(settings, in_flight(retry_after))),
-        Ok(Claimed::Mismatch) => return Ok(refuse(settings, mismatch())),
+        Ok(Claimed::InFlight(retry_after)) => {
+            telemetry::record_decision("in_flight", &key, None);
+            return Ok(refuse(settings, in_flight(retry_after)));
+        }
+        Ok(Claimed::Mismatch) => {
+            telemetry::record_decision("mismatch", &key, None);
+            return Ok(refuse(settings, mismatch()));
+        }
         Err(error) => {
+            telemetry::record_key(&key);
+            telemetry::record_error(&error);
             tracing::warn!(%error, "transactional claim failed");
             return Ok(refuse(settings, unavailable(settings)));
         }
@@ -295,11 +315,13 @@ async fn commit<S: TxStore>(
             within(timeout, store.complete_in_tx(&mut tx, lease, &outcome)).await?;
             within(timeout, async { Ok(tx.commit().await?) }).await?;
             tracing::debug!(status = outcome.status, "response stored and committed");
+            telemetry::record_current(telemetry::FINISH, "completed");
             Ok(content_length)
         }
         Ending::Release => {
             // Nothing of the request stays: its business writes go with its claim.
             let _ = within(timeout, async { Ok(tx.rollback().await?) }).await;
+            telemetry::record_current(telemetry::FINISH, "released");
             Ok(None)
         }
     }

@@ -1,0 +1,105 @@
+//! The layer's `idempotency.guard` span (`idempotency_core::telemetry`), as a real `tracing`
+//! subscriber sees it: one per guarded request, with the OpenTelemetry HTTP attributes, the
+//! key as its hash, the decision, the owner's attempt and fencing token, how the work ended;
+//! never the raw key.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::post;
+use http_body_util::BodyExt;
+use idempotency_core::testing::SpanCapture;
+use idempotency_core::{Mechanism, MemoryStore, Scope, telemetry};
+use idempotency_tower::IdempotencyLayer;
+use tower::ServiceExt;
+use tracing_subscriber::layer::SubscriberExt;
+
+const RAW: &str = "raw-order-key-5521";
+
+fn order(key: &str, body: &'static str) -> http::Request<Body> {
+    http::Request::post("/orders")
+        .header("content-type", "application/json")
+        .header("idempotency-key", key)
+        .body(Body::from(body))
+        .unwrap()
+}
+
+async fn status(app: &Router, request: http::Request<Body>) -> u16 {
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    response.into_body().collect().await.unwrap();
+    status
+}
+
+#[test]
+fn each_guarded_request_runs_in_one_span_with_the_documented_attributes() {
+    let capture = SpanCapture::new();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let statuses = tracing::subscriber::with_default(subscriber, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let app = Router::new()
+                .route(
+                    "/orders",
+                    post(|body: axum::body::Bytes| async move {
+                        if body.starts_with(b"fail") {
+                            (http::StatusCode::INTERNAL_SERVER_ERROR, body)
+                        } else {
+                            (http::StatusCode::CREATED, body)
+                        }
+                    }),
+                )
+                .layer(
+                    IdempotencyLayer::builder(MemoryStore::new())
+                        .namespace("orders")
+                        .build(),
+                );
+            vec![
+                status(&app, order(RAW, "one")).await,
+                status(&app, order(RAW, "one")).await,
+                status(&app, order(RAW, "two")).await,
+                status(&app, order("other-key", "fail")).await,
+            ]
+        })
+    });
+    assert_eq!(statuses, [201, 201, 422, 500]);
+    let spans = capture.named(telemetry::GUARD_SPAN);
+    assert_eq!(spans.len(), 4, "{spans:?}");
+    let key_hash = Scope::new("orders")
+        .storage_key_for(Mechanism::Request, RAW)
+        .to_hex();
+    for span in &spans {
+        assert_eq!(span.target, telemetry::TARGET);
+        assert_eq!(span.field(telemetry::NAMESPACE), Some("orders"));
+        assert_eq!(span.field(telemetry::HTTP_METHOD), Some("POST"));
+        assert_eq!(span.field(telemetry::URL_PATH), Some("/orders"));
+    }
+    let seen: Vec<_> = spans
+        .iter()
+        .map(|span| {
+            (
+                span.field(telemetry::DECISION),
+                span.field(telemetry::ATTEMPT),
+                span.field(telemetry::FINISH),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (Some("execute"), Some("1"), Some("completed")),
+            (Some("replay"), None, None),
+            (Some("mismatch"), None, None),
+            (Some("execute"), Some("1"), Some("released")),
+        ]
+    );
+    for span in &spans[..3] {
+        assert_eq!(span.field(telemetry::KEY_HASH), Some(key_hash.as_str()));
+    }
+    assert!(spans[0].field(telemetry::FENCING_TOKEN).is_some());
+    let text = capture.text();
+    assert!(!text.contains(RAW), "the raw key appears: {text}");
+}
