@@ -34,7 +34,7 @@ mod tokens;
 mod unanswered;
 
 pub use connect::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, connect, connect_client, connect_cluster};
-pub use operations::{ScanConnection, ScanStep};
+pub use operations::{NodeAddress, ScanConnection, ScanStep};
 pub use store::{DEFAULT_CALL_TIMEOUT, DEFAULT_CLOCK_MARGIN, DEFAULT_KEY_PREFIX, RedisStore};
 pub use tokens::{DEFAULT_TOKEN_PREFIX, RedisTokenStore};
 

@@ -4,7 +4,9 @@
 //! value, so a scan reads every record of the prefix and filters after decoding: a count by
 //! namespace costs a read of every record. One node is scanned with `SCAN … MATCH
 //! <prefix>{* COUNT <batch>`; a Cluster's masters (from `CLUSTER NODES`, in address order) are
-//! scanned one after the other, the cursor naming the master and its `SCAN` cursor.
+//! scanned one after the other, the cursor naming the master and its `SCAN` cursor. The records
+//! of one step are read in one round trip: `MGET` on one server, a pipeline of `GET`s sent to
+//! the master that was scanned on a Cluster (the keys a master's `SCAN` returns live on it).
 
 use std::time::{Duration, SystemTime};
 
@@ -19,8 +21,19 @@ use super::store::RedisStore;
 use crate::operations::{Archive, Cursor, Operations, Page, Purged, Query, purge_by_scan};
 use crate::{BoxFuture, FencingToken, StorageKey, StoreError};
 
-/// One `SCAN` step: the keys found and where the next step starts (`None`: done).
-pub type ScanStep = (Vec<String>, Option<Cursor>);
+/// A Cluster node by address: host and port.
+pub type NodeAddress = (String, u16);
+
+/// One `SCAN` step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScanStep {
+    /// The keys found.
+    pub keys: Vec<String>,
+    /// The Cluster master they were found on (`None` on one server).
+    pub node: Option<NodeAddress>,
+    /// Where the next step starts (`None`: done).
+    pub next: Option<Cursor>,
+}
 
 /// A connection whose records a [`RedisStore`] can scan: one server ([`ConnectionManager`],
 /// [`MultiplexedConnection`]) or every master of a Cluster ([`ClusterConnection`]).
@@ -33,10 +46,12 @@ pub trait ScanConnection: ConnectionLike + Clone + Send + Sync + 'static {
         count: usize,
     ) -> BoxFuture<'a, Result<ScanStep, RedisError>>;
 
-    /// The values of `keys` (`None` for a key gone since the scan), in order.
+    /// The values of `keys` (`None` for a key gone since the scan), in order, read in one
+    /// round trip where the keys live on one `node` (as one step's do).
     fn values<'a>(
         &'a self,
         keys: &'a [String],
+        node: Option<&'a NodeAddress>,
     ) -> BoxFuture<'a, Result<Vec<Option<Vec<u8>>>, RedisError>>;
 }
 
@@ -88,16 +103,18 @@ macro_rules! single_node {
                         .query_async(&mut self.clone())
                         .await?;
                     let (next, keys) = scan_reply(reply)?;
-                    Ok((
+                    Ok(ScanStep {
                         keys,
-                        (next != 0).then(|| Cursor::from_text(next.to_string())),
-                    ))
+                        node: None,
+                        next: (next != 0).then(|| Cursor::from_text(next.to_string())),
+                    })
                 })
             }
 
             fn values<'a>(
                 &'a self,
                 keys: &'a [String],
+                _node: Option<&'a NodeAddress>,
             ) -> BoxFuture<'a, Result<Vec<Option<Vec<u8>>>, RedisError>> {
                 Box::pin(async move {
                     if keys.is_empty() {
@@ -117,12 +134,12 @@ single_node!(ConnectionManager);
 single_node!(MultiplexedConnection);
 
 /// The masters that serve slots, as `(host, port)`, in address order.
-async fn masters(connection: &ClusterConnection) -> Result<Vec<(String, u16)>, RedisError> {
+async fn masters(connection: &ClusterConnection) -> Result<Vec<NodeAddress>, RedisError> {
     let nodes: String = ::redis::cmd("CLUSTER")
         .arg("NODES")
         .query_async(&mut connection.clone())
         .await?;
-    let mut masters: Vec<(String, u16)> = nodes
+    let mut masters: Vec<NodeAddress> = nodes
         .lines()
         .filter_map(|line| {
             let fields: Vec<&str> = line.split(' ').collect();
@@ -155,8 +172,9 @@ fn cluster_cursor(cursor: &Cursor) -> Result<(usize, u64), RedisError> {
     ))
 }
 
-/// Every master in turn: `SCAN` routed to it by address; values by one `GET` each (keys of
-/// one batch lie in many slots).
+/// Every master in turn: `SCAN` routed to it by address; the values of its keys by one
+/// pipeline of `GET`s routed to it too (the keys of a batch lie in many slots, all served by
+/// that master, so `MGET` would need one call per slot).
 impl ScanConnection for ClusterConnection {
     fn scan_step<'a>(
         &'a self,
@@ -168,8 +186,9 @@ impl ScanConnection for ClusterConnection {
             let (node, at) = cluster_cursor(cursor)?;
             let masters = masters(self).await?;
             let Some((host, port)) = masters.get(node).cloned() else {
-                return Ok((Vec::new(), None));
+                return Ok(ScanStep::default());
             };
+            let address = (host.clone(), port);
             let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
             let reply = self
                 .clone()
@@ -183,15 +202,52 @@ impl ScanConnection for ClusterConnection {
             } else {
                 None
             };
-            Ok((keys, next.map(Cursor::from_text)))
+            Ok(ScanStep {
+                keys,
+                node: Some(address),
+                next: next.map(Cursor::from_text),
+            })
         })
     }
 
     fn values<'a>(
         &'a self,
         keys: &'a [String],
+        node: Option<&'a NodeAddress>,
     ) -> BoxFuture<'a, Result<Vec<Option<Vec<u8>>>, RedisError>> {
         Box::pin(async move {
+            if keys.is_empty() {
+                return Ok(Vec::new());
+            }
+            if let Some((host, port)) = node {
+                let mut pipeline = ::redis::pipe();
+                for key in keys {
+                    pipeline.get(key);
+                }
+                let route = SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                };
+                let read = self
+                    .clone()
+                    .route_pipeline(pipeline, 0, keys.len(), route)
+                    .await
+                    .and_then(|replies| {
+                        replies
+                            .into_iter()
+                            .map(::redis::from_redis_value::<Option<Vec<u8>>>)
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(RedisError::from)
+                    });
+                match read {
+                    Ok(values) if values.len() == keys.len() => return Ok(values),
+                    // A slot moved since the scan (a resharding): each key is read where it
+                    // lives now.
+                    Ok(_) => {}
+                    Err(error) if error.is_cluster_error() => {}
+                    Err(error) => return Err(error),
+                }
+            }
             let mut values = Vec::with_capacity(keys.len());
             for key in keys {
                 values.push(
@@ -237,7 +293,7 @@ impl<C: ScanConnection> RedisStore<C> {
         let timeout = self.call_timeout();
         let pattern = format!("{}{{*}}", glob_escaped(self.prefix()));
         let connection = self.connection();
-        let (keys, next) = connection
+        let ScanStep { keys, node, next } = connection
             .scan_step(&pattern, cursor, batch)
             .await
             .map_err(|error| map_error(error, timeout))?;
@@ -247,7 +303,7 @@ impl<C: ScanConnection> RedisStore<C> {
             .collect();
         let names: Vec<String> = keys.iter().map(|(key, _)| key.clone()).collect();
         let values = connection
-            .values(&names)
+            .values(&names, node.as_ref())
             .await
             .map_err(|error| map_error(error, timeout))?;
         let now = SystemTime::now();
@@ -278,8 +334,9 @@ impl<C: ScanConnection> Operations for RedisStore<C> {
         cursor: &'a Cursor,
         batch: usize,
     ) -> BoxFuture<'a, Result<Page, StoreError>> {
-        // A batch is two round trips on one node, 1 + `batch` on a Cluster: bounded by a call
-        // timeout per round trip it may take.
+        // A batch is two round trips (three on a Cluster, with `CLUSTER NODES`), 1 + `batch`
+        // when a Cluster's slots moved meanwhile: bounded by a call timeout per round trip it
+        // may take.
         let limit = self.call_timeout().saturating_mul(2 + batch as u32);
         Box::pin(bounded(limit, self.page_op(query, cursor, batch)))
     }
