@@ -72,55 +72,44 @@ pub const ADMIN_ACTION: &str = "idempotency.admin.action";
 /// What an operator action did: `applied`, or why it was refused.
 pub const ADMIN_RESULT: &str = "idempotency.admin.result";
 
+/// A [`GUARD_SPAN`] with the namespace, the front end's own attributes, and those the engine
+/// records as the operation goes (key hash, decision, attempt, token, finish, error type).
+macro_rules! guard_span {
+    ($namespace:expr $(, { $name:expr } = $value:expr)*) => {
+        tracing::info_span!(
+            target: TARGET,
+            GUARD_SPAN,
+            { NAMESPACE } = $namespace,
+            $({ $name } = $value,)*
+            { KEY_HASH } = Empty,
+            { DECISION } = Empty,
+            { ATTEMPT } = Empty,
+            { FENCING_TOKEN } = Empty,
+            { FINISH } = Empty,
+            { ERROR_TYPE } = Empty,
+        )
+    };
+}
+
 /// The [`GUARD_SPAN`] of an HTTP or gRPC request (the tower layer's); disabled (and not built)
 /// unless a subscriber wants it.
 pub fn http_span(namespace: &str, method: &str, path: &str) -> Span {
-    tracing::info_span!(
-        target: TARGET,
-        GUARD_SPAN,
-        { NAMESPACE } = namespace,
-        { HTTP_METHOD } = method,
-        { URL_PATH } = path,
-        { KEY_HASH } = Empty,
-        { DECISION } = Empty,
-        { ATTEMPT } = Empty,
-        { FENCING_TOKEN } = Empty,
-        { FINISH } = Empty,
-        { ERROR_TYPE } = Empty,
-    )
+    guard_span!(namespace, { HTTP_METHOD } = method, { URL_PATH } = path)
 }
 
 /// The [`GUARD_SPAN`] of an idempotent function call (`#[idempotent]`,
 /// [`function::run`](crate::function::run)).
 pub fn function_span(namespace: &str) -> Span {
-    tracing::info_span!(
-        target: TARGET,
-        GUARD_SPAN,
-        { NAMESPACE } = namespace,
-        { KEY_HASH } = Empty,
-        { DECISION } = Empty,
-        { ATTEMPT } = Empty,
-        { FENCING_TOKEN } = Empty,
-        { FINISH } = Empty,
-        { ERROR_TYPE } = Empty,
-    )
+    guard_span!(namespace)
 }
 
 /// The [`GUARD_SPAN`] of a queue delivery; its message id is recorded once the key is known
 /// ([`record_message_id`]).
 pub fn message_span(namespace: &str, destination: &str) -> Span {
-    tracing::info_span!(
-        target: TARGET,
-        GUARD_SPAN,
-        { NAMESPACE } = namespace,
+    guard_span!(
+        namespace,
         { DESTINATION } = destination,
-        { MESSAGE_ID } = Empty,
-        { KEY_HASH } = Empty,
-        { DECISION } = Empty,
-        { ATTEMPT } = Empty,
-        { FENCING_TOKEN } = Empty,
-        { FINISH } = Empty,
-        { ERROR_TYPE } = Empty,
+        { MESSAGE_ID } = Empty
     )
 }
 

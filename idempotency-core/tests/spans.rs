@@ -85,21 +85,13 @@ fn a_failed_call_is_released_and_a_mismatch_is_named() {
             )
             .await;
             assert!(failed.is_err());
-            let ok: Result<u32, Error> = function::run(
-                engine.clone(),
-                Call::new("payments.refund", RAW).fingerprint("amount", &1),
-                |e| e,
-                async { Ok(1) },
-            )
-            .await;
+            let refund = |amount: u32| {
+                let call = Call::new("payments.refund", RAW).fingerprint("amount", &amount);
+                function::run(engine.clone(), call, |e| e, async move { Ok(amount) })
+            };
+            let ok: Result<u32, Error> = refund(1).await;
             assert_eq!(ok.unwrap(), 1);
-            let other: Result<u32, Error> = function::run(
-                engine.clone(),
-                Call::new("payments.refund", RAW).fingerprint("amount", &2),
-                |e| e,
-                async { Ok(2) },
-            )
-            .await;
+            let other: Result<u32, Error> = refund(2).await;
             assert!(matches!(other, Err(Error::Mismatch)), "{other:?}");
         })
     });

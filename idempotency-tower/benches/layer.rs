@@ -13,13 +13,11 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::post;
 use criterion::{Criterion, criterion_group, criterion_main};
-use http_body_util::BodyExt;
 use idempotency_core::MemoryStore;
 use idempotency_tower::IdempotencyLayer;
-use tower::ServiceExt;
 
-const BODY: &str =
-    r#"{"order_id":"o-1","amount":1250,"currency":"EUR","items":[{"sku":"a","qty":2}]}"#;
+mod support;
+use support::{call, order};
 
 const CALLBACK: &str = r#"{"trade_no":"T-20261130-000042","order_id":42,"amount":1250,"currency":"EUR","paid_at":"2026-11-30T08:00:00Z","sign":"c2lnbmF0dXJl"}"#;
 
@@ -41,26 +39,12 @@ fn callback_router() -> Router {
     )
 }
 
-fn order(key: &str) -> http::Request<Body> {
-    http::Request::post("/orders")
-        .header("content-type", "application/json")
-        .header("idempotency-key", key)
-        .body(Body::from(BODY))
-        .unwrap()
-}
-
 fn callback(trade_no: &str) -> http::Request<Body> {
     let body = CALLBACK.replace("T-20261130-000042", trade_no);
     http::Request::post("/payments/callback")
         .header("content-type", "application/json")
         .body(Body::from(body))
         .unwrap()
-}
-
-async fn call(app: &Router, request: http::Request<Body>) {
-    let response = app.clone().oneshot(request).await.unwrap();
-    assert!(response.status().is_success());
-    response.into_body().collect().await.unwrap();
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(0);

@@ -9,29 +9,12 @@
 use std::time::Instant;
 
 use axum::Router;
-use axum::body::Body;
 use axum::routing::post;
-use http_body_util::BodyExt;
 use idempotency_core::MemoryStore;
 use idempotency_tower::IdempotencyLayer;
-use tower::ServiceExt;
 
-const BODY: &str =
-    r#"{"order_id":"o-1","amount":1250,"currency":"EUR","items":[{"sku":"a","qty":2}]}"#;
-
-fn order(key: &str) -> http::Request<Body> {
-    http::Request::post("/orders")
-        .header("content-type", "application/json")
-        .header("idempotency-key", key)
-        .body(Body::from(BODY))
-        .unwrap()
-}
-
-async fn call(app: &Router, request: http::Request<Body>) {
-    let response = app.clone().oneshot(request).await.unwrap();
-    assert!(response.status().is_success());
-    response.into_body().collect().await.unwrap();
-}
+mod support;
+use support::{call, order};
 
 /// The measured requests (callgrind counts this function only: `--toggle-collect`).
 #[inline(never)]

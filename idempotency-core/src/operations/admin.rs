@@ -375,65 +375,54 @@ impl Admin {
         progress: &mut (dyn FnMut(&Progress) + Send),
     ) -> Result<PurgeReport, StoreError> {
         let span = telemetry::admin_span(Action::Purge.as_str(), namespace, None);
-        let purged = self
-            .purge_in_span(namespace, archive, from, max_batches, actor, progress)
-            .instrument(span.clone())
-            .await;
+        let purged = async {
+            let mut report = PurgeReport::default();
+            let mut cursor = from;
+            let result = loop {
+                let batch = self
+                    .store
+                    .purge_page(namespace, &cursor, self.batch, archive)
+                    .await;
+                let batch = match batch {
+                    Ok(batch) => batch,
+                    Err(error) => break Err(error),
+                };
+                report.batches += 1;
+                report.purged += batch.purged;
+                report.examined += batch.examined;
+                progress(&Progress {
+                    examined: report.examined,
+                    done: report.purged,
+                    cursor: batch.next.clone(),
+                });
+                match batch.next {
+                    Some(next) if report.batches < max_batches => cursor = next,
+                    next => {
+                        report.next = next;
+                        break Ok(());
+                    }
+                }
+            };
+            let detail = match &result {
+                Ok(()) => format!(
+                    "purged {} of {} examined in {} batches ({archive:?})",
+                    report.purged, report.examined, report.batches
+                ),
+                Err(error) => format!(
+                    "stopped after {} purged at cursor {cursor:?}: {error}",
+                    report.purged
+                ),
+            };
+            let entry = AuditEntry::new(actor, Action::Purge, report.purged > 0, detail)
+                .in_namespace(namespace);
+            self.audited(&entry).await?;
+            result.map(|()| report)
+        }
+        .instrument(span.clone())
+        .await;
         if let Err(error) = &purged {
             span.record(telemetry::ERROR_TYPE, telemetry::error_type(error));
         }
         purged
-    }
-
-    async fn purge_in_span(
-        &self,
-        namespace: Option<&str>,
-        archive: &mut Archive,
-        from: Cursor,
-        max_batches: u64,
-        actor: &Actor,
-        progress: &mut (dyn FnMut(&Progress) + Send),
-    ) -> Result<PurgeReport, StoreError> {
-        let mut report = PurgeReport::default();
-        let mut cursor = from;
-        let result = loop {
-            let batch = self
-                .store
-                .purge_page(namespace, &cursor, self.batch, archive)
-                .await;
-            let batch = match batch {
-                Ok(batch) => batch,
-                Err(error) => break Err(error),
-            };
-            report.batches += 1;
-            report.purged += batch.purged;
-            report.examined += batch.examined;
-            progress(&Progress {
-                examined: report.examined,
-                done: report.purged,
-                cursor: batch.next.clone(),
-            });
-            match batch.next {
-                Some(next) if report.batches < max_batches => cursor = next,
-                next => {
-                    report.next = next;
-                    break Ok(());
-                }
-            }
-        };
-        let detail = match &result {
-            Ok(()) => format!(
-                "purged {} of {} examined in {} batches ({archive:?})",
-                report.purged, report.examined, report.batches
-            ),
-            Err(error) => format!(
-                "stopped after {} purged at cursor {cursor:?}: {error}",
-                report.purged
-            ),
-        };
-        let entry = AuditEntry::new(actor, Action::Purge, report.purged > 0, detail)
-            .in_namespace(namespace);
-        self.audited(&entry).await?;
-        result.map(|()| report)
     }
 }

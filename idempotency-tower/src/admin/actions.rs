@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use bytes::Bytes;
 use http::StatusCode;
-use idempotency_core::Outcome;
-use idempotency_core::operations::{Acted, Admin, Archive, Cursor, RecordView};
+use idempotency_core::operations::{Acted, Actor, Admin, Archive, Cursor, Fence, RecordView};
+use idempotency_core::{Outcome, StorageKey};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -26,6 +26,15 @@ pub(super) struct OnRecord {
     actor: Option<String>,
     #[serde(default)]
     reason: String,
+}
+
+impl OnRecord {
+    /// Who acts (the [`Operator`] extension, else `actor`), on which record, fenced by what:
+    /// how every action on one record starts.
+    fn resolve(&self, operator: Option<&Operator>) -> Result<(Actor, StorageKey, Fence), ApiError> {
+        let who = actor(operator, self.actor.as_deref(), &self.reason)?;
+        Ok((who, self.target.storage_key()?, self.fence.fence()))
+    }
 }
 
 /// `200 {"applied": true}`, or `409` with the refusal and the record as it is now.
@@ -46,15 +55,8 @@ pub(super) async fn release(
     operator: Option<Extension<Operator>>,
     Json(request): Json<OnRecord>,
 ) -> Result<Response, ApiError> {
-    let who = actor(
-        operator.as_deref(),
-        request.actor.as_deref(),
-        &request.reason,
-    )?;
-    let key = request.target.storage_key()?;
-    Ok(answer(
-        admin.release(&key, request.fence.fence(), &who).await?,
-    ))
+    let (who, key, fence) = request.resolve(operator.as_deref())?;
+    Ok(answer(admin.release(&key, fence, &who).await?))
 }
 
 /// `POST /delete`.
@@ -63,15 +65,8 @@ pub(super) async fn delete(
     operator: Option<Extension<Operator>>,
     Json(request): Json<OnRecord>,
 ) -> Result<Response, ApiError> {
-    let who = actor(
-        operator.as_deref(),
-        request.actor.as_deref(),
-        &request.reason,
-    )?;
-    let key = request.target.storage_key()?;
-    Ok(answer(
-        admin.delete(&key, request.fence.fence(), &who).await?,
-    ))
+    let (who, key, fence) = request.resolve(operator.as_deref())?;
+    Ok(answer(admin.delete(&key, fence, &who).await?))
 }
 
 /// `POST /complete`: the record's outcome by hand.
@@ -118,15 +113,11 @@ pub(super) async fn complete(
     operator: Option<Extension<Operator>>,
     Json(request): Json<Complete>,
 ) -> Result<Response, ApiError> {
-    let on = &request.on;
-    let who = actor(operator.as_deref(), on.actor.as_deref(), &on.reason)?;
-    let key = on.target.storage_key()?;
+    let (who, key, fence) = request.on.resolve(operator.as_deref())?;
     let outcome = outcome(request.status, request.body, request.encoding.as_deref())?;
     let ttl = Duration::from_millis(request.ttl_ms.unwrap_or(24 * 60 * 60 * 1000));
     Ok(answer(
-        admin
-            .complete(&key, on.fence.fence(), &outcome, ttl, &who)
-            .await?,
+        admin.complete(&key, fence, &outcome, ttl, &who).await?,
     ))
 }
 
