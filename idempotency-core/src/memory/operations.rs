@@ -1,4 +1,5 @@
-//! [`Operations`] on the memory store: a scan shard by shard.
+//! [`Operations`] on the memory store: a scan shard by shard, in batches of at most `batch`
+//! records in storage-key order.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -7,28 +8,47 @@ use super::{MemoryStore, SHARDS};
 use crate::operations::{Archive, Cursor, Operations, Page, Purged, Query, purge_by_scan};
 use crate::{BoxFuture, FencingToken, StorageKey, StoreError};
 
-/// A batch is one of the 64 shards (its lock is held while its matching records are copied),
-/// whatever `batch` asks: the store is in this process, so a batch costs no round trip.
+/// A batch is at most `batch` records of one of the 64 shards, taken in storage-key order (the
+/// shard's lock is held while they are chosen and copied); the cursor names the shard and the
+/// last key taken, so a scan resumes after it whatever was inserted or removed meanwhile.
 impl Operations for MemoryStore {
     fn page<'a>(
         &'a self,
         query: &'a Query,
         cursor: &'a Cursor,
-        _batch: usize,
+        batch: usize,
     ) -> BoxFuture<'a, Result<Page, StoreError>> {
-        let page = shard_of_cursor(cursor).map(|index| {
+        let page = parse_cursor(cursor).map(|(index, after)| {
             let now = SystemTime::now();
+            let batch = batch.max(1);
             let shard = self.records.lock_index(index);
-            let records = shard
+            let mut taken: Vec<_> = shard
                 .map
+                .iter()
+                .filter(|slot| after.is_none_or(|after| slot.keyed.key > after))
+                .collect();
+            let more = taken.len() > batch;
+            if more {
+                taken.select_nth_unstable_by_key(batch - 1, |slot| slot.keyed.key);
+                taken.truncate(batch);
+            }
+            taken.sort_unstable_by_key(|slot| slot.keyed.key);
+            let next = match taken.last() {
+                Some(last) if more => Some(Cursor::from_text(format!(
+                    "{index}:{}",
+                    last.keyed.key.to_hex()
+                ))),
+                _ => (index + 1 < SHARDS).then(|| Cursor::from_text((index + 1).to_string())),
+            };
+            let records = taken
                 .iter()
                 .map(|slot| slot.keyed.value.to_record(slot.keyed.key))
                 .filter(|record| query.matches(record, now))
                 .collect();
             Page {
                 records,
-                examined: shard.len() as u64,
-                next: (index + 1 < SHARDS).then(|| Cursor::from_text((index + 1).to_string())),
+                examined: taken.len() as u64,
+                next,
             }
         });
         Box::pin(std::future::ready(page))
@@ -63,15 +83,46 @@ impl Operations for MemoryStore {
     }
 }
 
-/// The shard a cursor names (the start: shard 0).
-fn shard_of_cursor(cursor: &Cursor) -> Result<usize, StoreError> {
+/// The shard a cursor names and the last key taken from it (`<shard>` or `<shard>:<key hex>`;
+/// the start: shard 0, from its first key).
+fn parse_cursor(cursor: &Cursor) -> Result<(usize, Option<StorageKey>), StoreError> {
     if cursor.is_start() {
-        return Ok(0);
+        return Ok((0, None));
     }
-    cursor
-        .as_str()
+    let text = cursor.as_str();
+    let (shard, after) = match text.split_once(':') {
+        Some((shard, hex)) => (shard, Some(StorageKey::from_hex(hex))),
+        None => (text, None),
+    };
+    let bad = || StoreError::Config(format!("not a memory store cursor: {cursor}"));
+    let index = shard
         .parse::<usize>()
         .ok()
         .filter(|index| *index < SHARDS)
-        .ok_or_else(|| StoreError::Config(format!("not a memory store cursor: {cursor}")))
+        .ok_or_else(bad)?;
+    match after {
+        None => Ok((index, None)),
+        Some(Some(key)) => Ok((index, Some(key))),
+        Some(None) => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_name_a_shard_and_the_last_key_taken() {
+        let key = StorageKey([7; 32]);
+        assert_eq!(parse_cursor(&Cursor::start()).ok(), Some((0, None)));
+        assert_eq!(parse_cursor(&Cursor::from_text("5")).ok(), Some((5, None)));
+        let text = format!("5:{}", key.to_hex());
+        assert_eq!(
+            parse_cursor(&Cursor::from_text(text)).ok(),
+            Some((5, Some(key)))
+        );
+        for bad in ["64", "x", "5:zz", "-1:"] {
+            assert!(parse_cursor(&Cursor::from_text(bad)).is_err(), "{bad}");
+        }
+    }
 }

@@ -3,7 +3,7 @@
 use crate::Record;
 
 /// Where a scan continues: opaque text a store wrote (a Redis `SCAN` cursor per node, the
-/// last storage key a SQL page ended at, a memory shard), printable so that a long scan or
+/// last storage key a SQL page ended at, a memory shard and the last key taken from it), printable so that a long scan or
 /// purge can be resumed where it stopped.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Cursor(String);
