@@ -184,3 +184,32 @@ async fn purge_beside_live_traffic() {
     let tables = [store.table_name().to_owned(), coupons];
     sql_support::drop_tables(&pool, &tables).await;
 }
+
+/// Purges, counts and listings judge expiry by the database's clock: a second pool on the same
+/// table whose sessions run 3 h ahead (`SET timestamp`, which `UTC_TIMESTAMP(6)` follows)
+/// purges and counts what the host's clock calls live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_judge_expiry_by_the_database_clock() {
+    let Some((store, pool, coupons)) = fresh(4).await else {
+        return;
+    };
+    let ahead = MySqlPoolOptions::new()
+        .max_connections(2)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::query("SET timestamp = UNIX_TIMESTAMP() + 10800")
+                    .execute(conn)
+                    .await?;
+                Ok(())
+            })
+        })
+        .connect(&url())
+        .await
+        .unwrap();
+    let skewed = MySqlStore::new(ahead)
+        .with_table_name(store.table_name())
+        .unwrap();
+    sql_support::operations::judged_by_the_database_clock(store.clone(), skewed).await;
+    let tables = [store.table_name().to_owned(), coupons];
+    sql_support::drop_tables(&pool, &tables).await;
+}

@@ -279,3 +279,45 @@ async fn purge_beside_live_traffic() {
     let tables = [store.table_name().to_owned(), coupons];
     drop_tables(&pool, &tables).await;
 }
+
+/// Purges, counts and listings judge expiry by the database's clock: a second pool on the same
+/// table whose `statement_timestamp()` runs 3 h ahead (a function of that name in a schema
+/// searched before `pg_catalog`) purges and counts what the host's clock calls live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_judge_expiry_by_the_database_clock() {
+    let Some((store, pool, coupons)) = fresh(4).await else {
+        return;
+    };
+    let schema = unique_table("clock_ahead");
+    sqlx::raw_sql(&format!(
+        "CREATE SCHEMA {schema}; CREATE FUNCTION {schema}.statement_timestamp() RETURNS \
+         timestamptz LANGUAGE sql STABLE AS \
+         'SELECT pg_catalog.statement_timestamp() + interval ''3 hours'''"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let search_path = format!("SET search_path = {schema}, public, pg_catalog");
+    let ahead = PgPoolOptions::new()
+        .max_connections(2)
+        .after_connect(move |conn, _| {
+            let search_path = search_path.clone();
+            Box::pin(async move {
+                sqlx::query(&search_path).execute(conn).await?;
+                Ok(())
+            })
+        })
+        .connect(&url())
+        .await
+        .unwrap();
+    let skewed = PostgresStore::new(ahead)
+        .with_table_name(store.table_name())
+        .unwrap();
+    sql_support::operations::judged_by_the_database_clock(store.clone(), skewed).await;
+    let tables = [store.table_name().to_owned(), coupons];
+    drop_tables(&pool, &tables).await;
+    sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&pool)
+        .await
+        .unwrap();
+}

@@ -66,6 +66,12 @@ pub(crate) mod sealed {
         /// archive's `archived_at`).
         const NOW: &'static str;
 
+        /// The database's time now minus a parameter of microseconds, in the type of the time
+        /// columns: the text before and after the parameter. Where set, purges, counts and
+        /// listings judge expiry by the database's clock, as the store's leases and TTLs do;
+        /// `None` (SQLite, embedded): by the host clock, as its store does.
+        const CLOCK_MINUS: Option<(&'static str, &'static str)> = None;
+
         /// The column type of an audit table's generated primary key.
         const SERIAL_KEY: &'static str;
 
@@ -188,10 +194,16 @@ pub(crate) mod sealed {
             pool: &Pool<Self>,
             table: &str,
             filter: &super::super::ListFilter,
-            now: std::time::SystemTime,
-            micros: (&'static str, &'static str),
+            clock: Clock,
             time: (&'static str, &'static str),
         ) -> impl Future<Output = Result<Counts, StoreError>> + Send;
+
+        /// The database's time now, as Unix microseconds, by `clock` (the host's where the
+        /// store keeps the host clock).
+        fn now_micros(
+            pool: &Pool<Self>,
+            clock: Clock,
+        ) -> impl Future<Output = Result<i64, StoreError>> + Send;
 
         /// Inserts one audit entry into `table` (quoted).
         fn write_audit(
@@ -214,10 +226,67 @@ pub(crate) mod sealed {
         pub lock: &'static str,
         /// [`Steps::NOW`].
         pub now: &'static str,
-        /// [`Steps::LIST_TIME`].
-        pub time: (&'static str, &'static str),
         /// [`Steps::BEGIN`].
         pub begin: Option<&'static str>,
+        /// The clock expiry is judged by.
+        pub clock: Clock,
+    }
+
+    /// The clock a purge, a count or a listing judges expiry by: the database's
+    /// ([`Steps::CLOCK_MINUS`]), or the host's.
+    #[derive(Clone, Copy)]
+    pub struct Clock {
+        /// [`Steps::CLOCK_MINUS`].
+        pub minus: Option<(&'static str, &'static str)>,
+        /// [`Steps::NOW`].
+        pub now: &'static str,
+        /// [`Steps::MICROS`].
+        pub micros: (&'static str, &'static str),
+        /// [`Steps::LIST_TIME`].
+        pub time: (&'static str, &'static str),
+        /// The host's time, read once for the operation (used where `minus` is `None`).
+        pub host_now: std::time::SystemTime,
+    }
+
+    impl Clock {
+        /// The clock of dialect `D`, the host's time read now.
+        pub fn of<D: Steps>() -> Self {
+            Self {
+                minus: D::CLOCK_MINUS,
+                now: D::NOW,
+                micros: D::MICROS,
+                time: D::LIST_TIME,
+                host_now: std::time::SystemTime::now(),
+            }
+        }
+
+        /// Appends "now minus `micros`" by this clock, in the type of the time columns.
+        fn push_minus<DB: Database>(
+            &self,
+            sql: &mut String,
+            args: &mut DB::Arguments<'_>,
+            micros: i64,
+        ) -> Result<(), StoreError>
+        where
+            i64: for<'q> Encode<'q, DB> + Type<DB>,
+        {
+            match self.minus {
+                Some((before, after)) => push_bind(sql, args, before, micros, after),
+                None => {
+                    let at = unix_micros(self.host_now).saturating_sub(micros);
+                    push_bind(sql, args, self.time.0, at, self.time.1)
+                }
+            }
+        }
+
+        /// A query of the database's time now in Unix microseconds, where it keeps the clock
+        /// (twice: the row type every dialect decodes, as a count's).
+        fn now_sql(&self) -> Option<String> {
+            self.minus.map(|_| {
+                let now = format!("{}{}{}", self.micros.0, self.now, self.micros.1);
+                format!("SELECT {now}, {now}")
+            })
+        }
     }
 
     /// Which records one purge batch takes.
@@ -229,7 +298,8 @@ pub(crate) mod sealed {
         pub after: Option<&'a StorageKey>,
         /// At most this many.
         pub limit: usize,
-        /// The purge's clock.
+        /// When the host archived the batch (JSON lines' `archived_at`); expiry is judged by
+        /// [`PurgeSql::clock`].
         pub now: std::time::SystemTime,
         /// The store's abandoned grace.
         pub grace: Duration,
@@ -364,7 +434,7 @@ pub(crate) mod sealed {
             let mut select = String::from(sql.select);
             select.push_str(" AND");
             let mut args = DB::Arguments::default();
-            expired::<DB>(&mut select, &mut args, &batch, sql.time)?;
+            expired::<DB>(&mut select, &mut args, &batch, &sql.clock)?;
             if let Some(namespace) = batch.namespace {
                 push_bind(
                     &mut select,
@@ -433,7 +503,7 @@ pub(crate) mod sealed {
             let mut args = DB::Arguments::default();
             keys(&mut delete, &mut args)?;
             delete.push_str(" AND");
-            expired::<DB>(&mut delete, &mut args, &batch, sql.time)?;
+            expired::<DB>(&mut delete, &mut args, &batch, &sql.clock)?;
             let deleted = sqlx::query_with(&delete, args)
                 .execute(&mut *tx)
                 .await
@@ -447,11 +517,12 @@ pub(crate) mod sealed {
             pool: &Pool<Self>,
             table: &str,
             filter: &super::super::ListFilter,
-            now: std::time::SystemTime,
-            (micros_before, micros_after): (&'static str, &'static str),
+            clock: Clock,
             time: (&'static str, &'static str),
         ) -> Result<Counts, StoreError> {
-            let (before_time, after_time) = time;
+            let (micros_before, micros_after) = clock.micros;
+            // Ages are measured by the clock that judged the leases.
+            let now = Self::now_micros(pool, clock).await?;
             let mut counts = Counts::default();
             for (state, lease_ended) in [
                 (RecordState::Completed, None),
@@ -475,13 +546,7 @@ pub(crate) mod sealed {
                         " AND expires_at > "
                     };
                     sql.push_str(compare);
-                    push_bind(
-                        &mut sql,
-                        &mut args,
-                        before_time,
-                        unix_micros(now),
-                        after_time,
-                    )?;
+                    clock.push_minus::<DB>(&mut sql, &mut args, 0)?;
                 }
                 let (count, oldest): (i64, Option<i64>) = sqlx::query_as_with(&sql, args)
                     .fetch_one(pool)
@@ -494,7 +559,7 @@ pub(crate) mod sealed {
                     (_, Some(true)) => {
                         counts.abandoned = count;
                         counts.oldest_abandoned_ms = oldest.map(|micros| {
-                            let age = unix_micros(now).saturating_sub(micros);
+                            let age = now.saturating_sub(micros);
                             u64::try_from(age / 1000).unwrap_or(0)
                         });
                     }
@@ -502,6 +567,17 @@ pub(crate) mod sealed {
                 }
             }
             Ok(counts)
+        }
+
+        async fn now_micros(pool: &Pool<Self>, clock: Clock) -> Result<i64, StoreError> {
+            let Some(sql) = clock.now_sql() else {
+                return Ok(unix_micros(clock.host_now));
+            };
+            let (now, _): (i64, Option<i64>) = sqlx::query_as(&sql)
+                .fetch_one(pool)
+                .await
+                .map_err(map_err)?;
+            Ok(now)
         }
 
         async fn run(pool: &Pool<Self>, sql: &str) -> Result<(), StoreError> {
@@ -574,28 +650,21 @@ pub(crate) mod sealed {
     }
 
     /// Appends ` (… expired …)`: completed past the TTL, or an abandoned lease past its end
-    /// plus the grace, by the batch's clock (the stores' own `purge_expired` condition).
+    /// plus the grace, by `clock` (the stores' own `purge_expired` condition).
     fn expired<DB: Database>(
         sql: &mut String,
         args: &mut DB::Arguments<'_>,
         batch: &PurgeBatch<'_>,
-        (before_time, after_time): (&'static str, &'static str),
+        clock: &Clock,
     ) -> Result<(), StoreError>
     where
         i64: for<'q> Encode<'q, DB> + Type<DB>,
     {
-        let now = unix_micros(batch.now);
         let grace = i64::try_from(batch.grace.as_micros()).unwrap_or(i64::MAX);
         sql.push_str(" ((state = 'completed' AND expires_at <= ");
-        push_bind(sql, args, before_time, now, after_time)?;
+        clock.push_minus::<DB>(sql, args, 0)?;
         sql.push_str(") OR expires_at <= ");
-        push_bind(
-            sql,
-            args,
-            before_time,
-            now.saturating_sub(grace),
-            after_time,
-        )?;
+        clock.push_minus::<DB>(sql, args, grace)?;
         sql.push(')');
         Ok(())
     }

@@ -30,7 +30,9 @@
 //!
 //! Times: PostgreSQL and MySQL compare leases and TTLs with the database clock
 //! (`statement_timestamp()`, `UTC_TIMESTAMP(6)`), so application servers with skewed clocks
-//! agree; SQLite is embedded and uses the host clock (microseconds), read once per statement.
+//! agree, and so do operations (purges, counts, listings: what is expired or abandoned, and
+//! since when) whatever the operator's machine's clock says; SQLite is embedded and uses the
+//! host clock (microseconds), read once per statement, for its store and its operations.
 
 mod audit;
 mod common;

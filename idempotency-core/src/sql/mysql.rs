@@ -69,7 +69,8 @@ const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIME
 /// [`SqlStore`].
 ///
 /// - **Clock**: lease and TTL comparisons use the database clock (`UTC_TIMESTAMP(6)`, constant
-///   within a statement); columns are `DATETIME(6)` in UTC.
+///   within a statement), operations' (purge, counts, listings) too; columns are `DATETIME(6)`
+///   in UTC.
 /// - **Statements**: [`claim`](crate::Store::claim) first reads the row without locking it: a replay,
 ///   an in-flight answer or a mismatch is that **one** statement (no row lock, so a storm of
 ///   duplicates of one key does not queue). An absent or expired key is then claimed by one
@@ -259,6 +260,8 @@ impl Steps for MySql {
     const QUOTE: (&'static str, &'static str) = ("`", "`");
     const LOCK_ROWS: &'static str = " FOR UPDATE SKIP LOCKED";
     const NOW: &'static str = NOW;
+    const CLOCK_MINUS: Option<(&'static str, &'static str)> =
+        Some(("TIMESTAMPADD(MICROSECOND, -", ", UTC_TIMESTAMP(6))"));
     const SERIAL_KEY: &'static str = "BIGINT AUTO_INCREMENT PRIMARY KEY";
     const MICROS: (&'static str, &'static str) =
         ("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ", ")");

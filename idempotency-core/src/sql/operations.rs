@@ -2,12 +2,12 @@
 //! (namespace, state, `updated_at`), and purges that copy and delete a batch in one
 //! transaction.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::ListFilter;
 use super::common::{token_param, validate_identifier};
 use super::dialect::Dialect;
-use super::dialect::sealed::{PurgeBatch, PurgeSql};
+use super::dialect::sealed::{Clock, PurgeBatch, PurgeSql};
 use super::store::SqlStore;
 use crate::operations::{Archive, Counts, Cursor, Operations, Page, Purged, Query};
 use crate::{BoxFuture, FencingToken, Record, StorageKey, StoreError};
@@ -53,7 +53,11 @@ impl<D: Dialect> SqlStore<D> {
         .await?;
         let next = next(&records, batch);
         let examined = records.len() as u64;
-        let now = SystemTime::now();
+        // Statuses (abandoned or live) by the clock the store's leases are judged by.
+        let now = UNIX_EPOCH
+            + Duration::from_micros(
+                u64::try_from(D::now_micros(&self.pool, Clock::of::<D>()).await?).unwrap_or(0),
+            );
         Ok(Page {
             records: records
                 .into_iter()
@@ -99,8 +103,8 @@ impl<D: Dialect> SqlStore<D> {
             quote: D::QUOTE,
             lock: D::LOCK_ROWS,
             now: D::NOW,
-            time: D::LIST_TIME,
             begin: D::BEGIN,
+            clock: Clock::of::<D>(),
         };
         let batch_of = PurgeBatch {
             namespace,
@@ -122,7 +126,8 @@ impl<D: Dialect> SqlStore<D> {
 /// after the last key it saw; a purge batch selects its expired rows (`FOR UPDATE SKIP
 /// LOCKED` on PostgreSQL and MySQL, SQLite's write lock), copies them to the archive and
 /// deletes those still expired, in one transaction: live traffic's rows are skipped, never
-/// deleted. Times are compared with this process's clock.
+/// deleted. Expiry, leases and ages are judged by the database's clock on PostgreSQL and MySQL
+/// (as the stores' own leases and TTLs), by the host clock on SQLite (as its store).
 impl<D: Dialect> Operations for SqlStore<D> {
     fn page<'a>(
         &'a self,
@@ -167,15 +172,9 @@ impl<D: Dialect> Operations for SqlStore<D> {
             };
             let (open, close) = D::QUOTE;
             let table = format!("{open}{}{close}", self.table_name());
-            let counts = D::count_records(
-                &self.pool,
-                &table,
-                &filter,
-                SystemTime::now(),
-                D::MICROS,
-                D::LIST_TIME,
-            )
-            .await?;
+            let counts =
+                D::count_records(&self.pool, &table, &filter, Clock::of::<D>(), D::LIST_TIME)
+                    .await?;
             Ok(Some(counts))
         })
     }

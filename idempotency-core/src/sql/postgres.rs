@@ -52,7 +52,7 @@ pub(crate) async fn migrate_table(
 /// transactions ([`TxStore`](super::TxStore)); settings and `migrate` on [`SqlStore`].
 ///
 /// - **Clock**: every lease and TTL comparison uses the database's `statement_timestamp()`, so
-///   application servers with skewed clocks agree.
+///   application servers with skewed clocks agree; operations (purge, counts, listings) too.
 /// - **Statements**: [`claim`](crate::Store::claim) is *one* statement (a replay too):
 ///   `WITH cur AS (SELECT …), ins AS (INSERT … ON CONFLICT DO UPDATE …) SELECT … FROM ins UNION ALL
 ///   SELECT … FROM cur`. A live row visible in the statement's snapshot is answered without any
@@ -278,6 +278,8 @@ impl Steps for Postgres {
 
     const LOCK_ROWS: &'static str = " FOR UPDATE SKIP LOCKED";
     const NOW: &'static str = NOW;
+    const CLOCK_MINUS: Option<(&'static str, &'static str)> =
+        Some(("(statement_timestamp() - ", " * interval '1 microsecond')"));
     const SERIAL_KEY: &'static str = "BIGSERIAL PRIMARY KEY";
     const MICROS: (&'static str, &'static str) = ("(EXTRACT(EPOCH FROM ", ") * 1000000)::bigint");
 

@@ -185,3 +185,86 @@ where
         assert_eq!(found.is_some(), fresh.contains(key));
     }
 }
+
+/// Purges, counts and listings judge expiry by the database's clock, as the store's leases and
+/// TTLs do: `skewed` is a store on the same table as `store` whose database clock runs 3 h
+/// ahead of the host's (the host clock is the same for both). Records completed for 1 h and
+/// claimed for 1 h are live to `store`; to `skewed` the completed ones are expired and the
+/// claimed ones abandoned past the 1 h grace, and it purges them all.
+pub async fn judged_by_the_database_clock<DB>(store: SqlStore<DB>, skewed: SqlStore<DB>)
+where
+    DB: idempotency_core::sql::Dialect,
+    SqlStore<DB>: Operations,
+{
+    let scope = Scope::new(unique_namespace("db-clock"));
+    let hour = Duration::from_secs(3600);
+    for raw in ["C1", "C2", "C3", "C4", "C5"] {
+        completed(&store, &scope, raw, &Outcome::new(200, raw), hour).await;
+    }
+    for raw in ["P1", "P2", "P3"] {
+        claimed(&store, &scope, raw, hour).await;
+    }
+    let actor = Actor::new("test", "the database's clock");
+    let query = Query::all().namespace(scope.namespace());
+    let stuck = Query {
+        statuses: vec![idempotency_core::operations::Status::Abandoned],
+        ..query.clone()
+    };
+
+    let admin = Admin::new(store, TracingAudit);
+    let counts = admin.count(&query, &mut |_| {}).await.unwrap();
+    assert_eq!(
+        (counts.completed, counts.in_progress, counts.abandoned),
+        (5, 3, 0),
+        "{counts:?}"
+    );
+    assert!(
+        admin
+            .list(&stuck, 100, &mut |_| {})
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let report = admin
+        .purge(
+            Some(scope.namespace()),
+            &mut Archive::None,
+            Cursor::start(),
+            &actor,
+            &mut |_| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        report.purged, 0,
+        "nothing is expired by either clock: {report:?}"
+    );
+
+    let ahead = Admin::new(skewed, TracingAudit);
+    let counts = ahead.count(&query, &mut |_| {}).await.unwrap();
+    assert_eq!(
+        (counts.completed, counts.in_progress, counts.abandoned),
+        (5, 0, 3),
+        "the leases ended by the database's clock: {counts:?}"
+    );
+    let oldest = counts.oldest_abandoned_ms.unwrap();
+    assert!(
+        oldest >= 3 * 3_600_000 - 60_000,
+        "aged by the database's clock: {oldest} ms"
+    );
+    assert_eq!(ahead.list(&stuck, 100, &mut |_| {}).await.unwrap().len(), 3);
+    let report = ahead
+        .purge(
+            Some(scope.namespace()),
+            &mut Archive::None,
+            Cursor::start(),
+            &actor,
+            &mut |_| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        report.purged, 8,
+        "expired by the database's clock: {report:?}"
+    );
+}
