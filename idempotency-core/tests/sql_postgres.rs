@@ -321,3 +321,16 @@ async fn operations_judge_expiry_by_the_database_clock() {
         .await
         .unwrap();
 }
+
+/// The audit table in the store's database: an action and its audit row commit together, so a
+/// failing audit write leaves the action un-applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_is_atomic_with_the_action() {
+    let Some((store, pool, coupons)) = fresh(4).await else {
+        return;
+    };
+    let audit =
+        sql_support::operations::audit_is_atomic_with_the_action(store.clone(), pool.clone()).await;
+    let tables = [store.table_name().to_owned(), coupons, audit];
+    drop_tables(&pool, &tables).await;
+}

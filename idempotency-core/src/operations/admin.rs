@@ -5,17 +5,10 @@ use std::time::{Duration, SystemTime};
 
 use super::{
     Acted, Action, Actor, Archive, AuditEntry, AuditLog, Counts, Cursor, Fence, Operations, Page,
-    Query, RecordView, Refusal,
+    Query, RecordView, Refusal, Step,
 };
 use crate::{Mechanism, Outcome, Record, RecordState, Scope, StorageKey, StoreError, telemetry};
 use tracing::Instrument;
-
-/// A fenced action's step, as the store fences it by the token.
-enum Step<'a> {
-    Release,
-    Complete(&'a Outcome, Duration),
-    Delete,
-}
 
 impl Step<'_> {
     fn action(&self) -> Action {
@@ -311,29 +304,46 @@ impl Admin {
             }
             Some(_) => None,
         };
-        let acted = match refusal {
-            Some(refusal) => Acted::Refused {
+        let was = current
+            .as_ref()
+            .map(|record| RecordView::of(record, SystemTime::now()));
+        let entry = |applied: bool, refusal: Option<Refusal>| {
+            let detail = refusal.map_or("applied", Refusal::as_str);
+            AuditEntry::new(actor, action, applied, detail).on(key, was.clone())
+        };
+        if let Some(refusal) = refusal {
+            self.audited(&entry(false, Some(refusal))).await?;
+            return Ok(Acted::Refused {
                 refusal,
-                current: current.clone().map(Box::new),
-            },
-            None => match step.run(&*self.store, key, fence.token).await {
-                Ok(true) => Acted::Applied,
-                Ok(false) | Err(StoreError::LeaseLost) => Acted::Refused {
-                    refusal: Refusal::MovedOn,
-                    current: self.store.get_dyn(key).await?.map(Box::new),
-                },
-                Err(error) => return Err(error),
-            },
+                current: current.map(Box::new),
+            });
+        }
+        // Where the audit table is in the store's database, the step and its entry commit
+        // together: an action is never applied unaudited.
+        let entry_of_step = |applied: bool| entry(applied, (!applied).then_some(Refusal::MovedOn));
+        let atomic = self
+            .store
+            .act_audited(key, fence.token, step, &*self.audit, &entry_of_step);
+        let applied = match atomic {
+            Some(atomic) => atomic.await?,
+            None => {
+                let applied = match step.run(&*self.store, key, fence.token).await {
+                    Ok(applied) => applied,
+                    Err(StoreError::LeaseLost) => false,
+                    Err(error) => return Err(error),
+                };
+                self.audited(&entry_of_step(applied)).await?;
+                applied
+            }
         };
-        let now = SystemTime::now();
-        let detail = match &acted {
-            Acted::Applied => "applied",
-            Acted::Refused { refusal, .. } => refusal.as_str(),
-        };
-        let was = current.as_ref().map(|record| RecordView::of(record, now));
-        let entry = AuditEntry::new(actor, action, acted.applied(), detail).on(key, was);
-        self.audited(&entry).await?;
-        Ok(acted)
+        Ok(if applied {
+            Acted::Applied
+        } else {
+            Acted::Refused {
+                refusal: Refusal::MovedOn,
+                current: self.store.get_dyn(key).await?.map(Box::new),
+            }
+        })
     }
 
     /// Writes `entry`; a failure says whether the action applied.

@@ -128,6 +128,15 @@ impl AuditEntry {
 pub trait AuditLog: Send + Sync + 'static {
     /// Writes one entry.
     fn write<'a>(&'a self, entry: &'a AuditEntry) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The table this log writes to, if it is one in the database at `database` (a URL
+    /// without its password), so that a store in that database writes an action and its entry
+    /// in one transaction ([`Operations::act_audited`](super::Operations::act_audited)).
+    /// `None`, the default: entries are written apart.
+    fn table_in(&self, database: &str) -> Option<&str> {
+        let _ = database;
+        None
+    }
 }
 
 /// Audit entries as `tracing` events of target [`AUDIT_TARGET`] at `INFO`, the entry as JSON

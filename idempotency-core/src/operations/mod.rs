@@ -65,7 +65,7 @@ pub(crate) use archive::purge_by_scan;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{BoxFuture, DynStore, FencingToken, StorageKey, StoreError};
+use crate::{BoxFuture, DynStore, FencingToken, Outcome, StorageKey, StoreError};
 
 /// What a store brings to operations, beyond [`Store`](crate::Store) (whose `get`, `release`
 /// and `complete` the fenced actions use): object-safe, so a store chosen at run time (the
@@ -112,6 +112,35 @@ pub trait Operations: DynStore {
         batch: usize,
         archive: &'a mut Archive,
     ) -> BoxFuture<'a, Result<Purged, StoreError>>;
+
+    /// Applies `step` to the record of `key` if its fencing token is still `token`, and writes
+    /// the audit entry `entry(applied)` to `audit`, in one transaction, so that an action is
+    /// never applied without its audit row: where `audit` is a table in this store's own
+    /// database ([`AuditLog::table_in`]; the SQL stores). Whether it applied (a stale token:
+    /// `false`); an error leaves both undone. `None`, the default: the store cannot, and the
+    /// caller acts, then audits.
+    fn act_audited<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        token: FencingToken,
+        step: Step<'a>,
+        audit: &'a dyn AuditLog,
+        entry: &'a (dyn Fn(bool) -> AuditEntry + Send + Sync),
+    ) -> Option<BoxFuture<'a, Result<bool, StoreError>>> {
+        let _ = (key, token, step, audit, entry);
+        None
+    }
+}
+
+/// The step of a fenced operator action on one record, as the store applies it.
+#[derive(Clone, Copy, Debug)]
+pub enum Step<'a> {
+    /// Release the in-progress record.
+    Release,
+    /// Complete the in-progress record with this outcome, kept this long.
+    Complete(&'a Outcome, Duration),
+    /// Delete the record, in any state.
+    Delete,
 }
 
 impl<O: Operations + crate::Store> Operations for Arc<O> {
@@ -151,5 +180,16 @@ impl<O: Operations + crate::Store> Operations for Arc<O> {
         archive: &'a mut Archive,
     ) -> BoxFuture<'a, Result<Purged, StoreError>> {
         (**self).purge_page(namespace, cursor, batch, archive)
+    }
+
+    fn act_audited<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        token: FencingToken,
+        step: Step<'a>,
+        audit: &'a dyn AuditLog,
+        entry: &'a (dyn Fn(bool) -> AuditEntry + Send + Sync),
+    ) -> Option<BoxFuture<'a, Result<bool, StoreError>>> {
+        (**self).act_audited(key, token, step, audit, entry)
     }
 }

@@ -2,7 +2,7 @@
 
 use sqlx::Pool;
 
-use super::common::validate_identifier;
+use super::common::{map_err, validate_identifier};
 use super::dialect::Dialect;
 
 use crate::operations::{AuditEntry, AuditLog};
@@ -81,8 +81,23 @@ impl<D: Dialect> SqlAudit<D> {
     }
 }
 
+/// A store in the same database (the same connection URL) writes each action and its entry
+/// in one transaction ([`Operations::act_audited`](crate::operations::Operations::act_audited)).
 impl<D: Dialect> AuditLog for SqlAudit<D> {
     fn write<'a>(&'a self, entry: &'a AuditEntry) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move { D::write_audit(&self.pool, &self.quoted(), entry).await })
+        Box::pin(async move {
+            let mut conn = self.pool.acquire().await.map_err(map_err)?;
+            D::write_audit(&mut conn, &self.quoted(), entry).await
+        })
     }
+
+    fn table_in(&self, database: &str) -> Option<&str> {
+        (database_of(&self.pool) == database).then_some(self.table.as_str())
+    }
+}
+
+/// What names a pool's database: its connection URL, as sqlx renders it.
+pub(super) fn database_of<D: Dialect>(pool: &Pool<D>) -> String {
+    use sqlx::ConnectOptions;
+    pool.connect_options().to_url_lossy().to_string()
 }

@@ -205,9 +205,10 @@ pub(crate) mod sealed {
             clock: Clock,
         ) -> impl Future<Output = Result<i64, StoreError>> + Send;
 
-        /// Inserts one audit entry into `table` (quoted).
+        /// Inserts one audit entry into `table` (quoted) on `conn` (in a transaction, with the
+        /// action it records).
         fn write_audit(
-            pool: &Pool<Self>,
+            conn: &mut Self::Connection,
             table: &str,
             entry: &AuditEntry,
         ) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -586,7 +587,7 @@ pub(crate) mod sealed {
         }
 
         async fn write_audit(
-            pool: &Pool<Self>,
+            conn: &mut Self::Connection,
             table: &str,
             entry: &AuditEntry,
         ) -> Result<(), StoreError> {
@@ -612,7 +613,7 @@ pub(crate) mod sealed {
             push_bind(&mut sql, &mut args, "", entry.detail.clone(), ", ")?;
             push_bind(&mut sql, &mut args, "", entry.was_json(), ")")?;
             sqlx::query_with(&sql, args)
-                .execute(pool)
+                .execute(conn)
                 .await
                 .map_err(map_err)?;
             Ok(())

@@ -5,11 +5,15 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::ListFilter;
+use super::TxStore;
+use super::audit::database_of;
 use super::common::{token_param, validate_identifier};
 use super::dialect::Dialect;
 use super::dialect::sealed::{Clock, PurgeBatch, PurgeSql};
 use super::store::SqlStore;
-use crate::operations::{Archive, Counts, Cursor, Operations, Page, Purged, Query};
+use crate::operations::{
+    Archive, AuditEntry, AuditLog, Counts, Cursor, Operations, Page, Purged, Query, Step,
+};
 use crate::{BoxFuture, FencingToken, Record, StorageKey, StoreError};
 
 /// The storage key a SQL cursor names (the last key of the previous page).
@@ -66,6 +70,44 @@ impl<D: Dialect> SqlStore<D> {
             examined,
             next,
         })
+    }
+
+    async fn act_audited_op(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        step: Step<'_>,
+        table: &str,
+        entry: &(dyn Fn(bool) -> AuditEntry + Send + Sync),
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let done = match step {
+            Step::Release => self.release_on(&mut tx, key, token).await.map(|()| true),
+            Step::Complete(outcome, ttl) => D::complete_on(self, &mut tx, key, token, outcome, ttl)
+                .await
+                .map(|()| true),
+            Step::Delete => match token_param(token) {
+                Ok(token) => Ok(D::fenced(&mut tx, &self.sql.delete, key, token).await? > 0),
+                Err(_) => Ok(false),
+            },
+        };
+        let applied = match done {
+            Ok(applied) => applied,
+            Err(StoreError::LeaseLost) => false,
+            Err(error) => return Err(error),
+        };
+        let entry = entry(applied);
+        let (open, close) = D::QUOTE;
+        D::write_audit(&mut tx, &format!("{open}{table}{close}"), &entry)
+            .await
+            .map_err(|error| {
+                StoreError::Backend(format!(
+                    "{} not applied: its audit entry could not be written: {error}",
+                    entry.action.as_str()
+                ))
+            })?;
+        tx.commit().await.map_err(super::map_err)?;
+        Ok(applied)
     }
 
     async fn delete_op(&self, key: &StorageKey, token: FencingToken) -> Result<bool, StoreError> {
@@ -187,5 +229,21 @@ impl<D: Dialect> Operations for SqlStore<D> {
         archive: &'a mut Archive,
     ) -> BoxFuture<'a, Result<Purged, StoreError>> {
         Box::pin(self.purge_op(namespace, cursor, batch, archive))
+    }
+
+    /// The step and the audit row in one transaction, where `audit` is a table in this
+    /// store's database ([`SqlAudit`](super::SqlAudit) on the same connection URL).
+    fn act_audited<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        token: FencingToken,
+        step: Step<'a>,
+        audit: &'a dyn AuditLog,
+        entry: &'a (dyn Fn(bool) -> AuditEntry + Send + Sync),
+    ) -> Option<BoxFuture<'a, Result<bool, StoreError>>> {
+        let table = audit.table_in(&database_of(&self.pool))?;
+        Some(Box::pin(
+            self.act_audited_op(key, token, step, table, entry),
+        ))
     }
 }

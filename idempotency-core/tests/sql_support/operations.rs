@@ -268,3 +268,56 @@ where
         "expired by the database's clock: {report:?}"
     );
 }
+
+/// Where the audit table is in the store's database, an action and its audit row commit
+/// together: while the audit table is gone (every entry fails), release, complete and delete
+/// each fail and leave the record as it was; once it is back, the release applies and its row
+/// is there. Returns the audit table, to drop.
+pub async fn audit_is_atomic_with_the_action<DB>(store: SqlStore<DB>, pool: Pool<DB>) -> String
+where
+    DB: Dialect + idempotency_core::sql::Dialect,
+    SqlStore<DB>: Operations,
+{
+    let audit_table = unique_table("audit_atomic");
+    let audit = SqlAudit::new(pool.clone(), &audit_table).unwrap();
+    let scope = Scope::new(unique_namespace("atomic"));
+    let key = claimed(&store, &scope, "stuck", Duration::from_secs(600)).await;
+    let record = store.get(&key).await.unwrap().unwrap();
+    let admin = Admin::new(store.clone(), audit.clone());
+    let actor = Actor::new("oncall", "INC-9: a stuck callback");
+    let outcome = Outcome::new(200, "settled by hand");
+    let hour = Duration::from_secs(3600);
+
+    // No audit table: the entry cannot be written, so no action may apply.
+    for action in ["release", "complete", "delete"] {
+        let fence = Fence::of(&record);
+        let done = match action {
+            "release" => admin.release(&key, fence, &actor).await,
+            "complete" => admin.complete(&key, fence, &outcome, hour, &actor).await,
+            _ => admin.delete(&key, fence, &actor).await,
+        };
+        let error = done.expect_err(action).to_string();
+        assert!(error.contains("not applied"), "{action}: {error}");
+        let now = store.get(&key).await.unwrap();
+        assert_eq!(
+            now.as_ref(),
+            Some(&record),
+            "{action} left the record as it was"
+        );
+    }
+
+    audit.migrate().await.unwrap();
+    let acted = admin
+        .release(&key, Fence::of(&record), &actor)
+        .await
+        .unwrap();
+    assert!(matches!(acted, Acted::Applied), "{acted:?}");
+    assert!(store.get(&key).await.unwrap().is_none());
+    let rows = format!(
+        "SELECT COUNT(*) FROM {audit_table} WHERE action = 'release' AND applied = 1 AND \
+         key_hash = '{}'",
+        key.to_hex()
+    );
+    assert_eq!(DB::scalar(&pool, &rows).await, 1);
+    audit_table
+}
