@@ -193,19 +193,8 @@ async fn operations_judge_expiry_by_the_database_clock() {
     let Some((store, pool, coupons)) = fresh(4).await else {
         return;
     };
-    let ahead = MySqlPoolOptions::new()
-        .max_connections(2)
-        .after_connect(|conn, _| {
-            Box::pin(async move {
-                sqlx::query("SET timestamp = UNIX_TIMESTAMP() + 10800")
-                    .execute(conn)
-                    .await?;
-                Ok(())
-            })
-        })
-        .connect(&url())
-        .await
-        .unwrap();
+    let setup = "SET timestamp = UNIX_TIMESTAMP() + 10800";
+    let ahead = sql_support::pool_with_setup(&url(), setup).await;
     let skewed = MySqlStore::new(ahead)
         .with_table_name(store.table_name())
         .unwrap();
@@ -214,15 +203,6 @@ async fn operations_judge_expiry_by_the_database_clock() {
     sql_support::drop_tables(&pool, &tables).await;
 }
 
-/// The audit table in the store's database: an action and its audit row commit together, so a
-/// failing audit write leaves the action un-applied.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_is_atomic_with_the_action() {
-    let Some((store, pool, coupons)) = fresh(4).await else {
-        return;
-    };
-    let audit =
-        sql_support::operations::audit_is_atomic_with_the_action(store.clone(), pool.clone()).await;
-    let tables = [store.table_name().to_owned(), coupons, audit];
-    sql_support::drop_tables(&pool, &tables).await;
-}
+// The audit table in the store's database: an action and its audit row commit together, so a
+// failing audit write leaves the action un-applied.
+on_a_fresh_table!(audit_is_atomic_with_the_action, sql_support::drop_tables);

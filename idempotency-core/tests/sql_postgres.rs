@@ -298,18 +298,7 @@ async fn operations_judge_expiry_by_the_database_clock() {
     .await
     .unwrap();
     let search_path = format!("SET search_path = {schema}, public, pg_catalog");
-    let ahead = PgPoolOptions::new()
-        .max_connections(2)
-        .after_connect(move |conn, _| {
-            let search_path = search_path.clone();
-            Box::pin(async move {
-                sqlx::query(&search_path).execute(conn).await?;
-                Ok(())
-            })
-        })
-        .connect(&url())
-        .await
-        .unwrap();
+    let ahead = sql_support::pool_with_setup(&url(), &search_path).await;
     let skewed = PostgresStore::new(ahead)
         .with_table_name(store.table_name())
         .unwrap();
@@ -322,15 +311,6 @@ async fn operations_judge_expiry_by_the_database_clock() {
         .unwrap();
 }
 
-/// The audit table in the store's database: an action and its audit row commit together, so a
-/// failing audit write leaves the action un-applied.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_is_atomic_with_the_action() {
-    let Some((store, pool, coupons)) = fresh(4).await else {
-        return;
-    };
-    let audit =
-        sql_support::operations::audit_is_atomic_with_the_action(store.clone(), pool.clone()).await;
-    let tables = [store.table_name().to_owned(), coupons, audit];
-    drop_tables(&pool, &tables).await;
-}
+// The audit table in the store's database: an action and its audit row commit together, so a
+// failing audit write leaves the action un-applied.
+on_a_fresh_table!(audit_is_atomic_with_the_action, drop_tables);

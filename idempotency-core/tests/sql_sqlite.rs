@@ -136,15 +136,6 @@ async fn purge_beside_live_traffic() {
     sql_support::drop_tables(&pool, &tables).await;
 }
 
-/// The audit table in the store's database: an action and its audit row commit together, so a
-/// failing audit write leaves the action un-applied.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_is_atomic_with_the_action() {
-    let Some((store, pool, coupons)) = fresh(4).await else {
-        return;
-    };
-    let audit =
-        sql_support::operations::audit_is_atomic_with_the_action(store.clone(), pool.clone()).await;
-    let tables = [store.table_name().to_owned(), coupons, audit];
-    sql_support::drop_tables(&pool, &tables).await;
-}
+// The audit table in the store's database: an action and its audit row commit together, so a
+// failing audit write leaves the action un-applied.
+on_a_fresh_table!(audit_is_atomic_with_the_action, sql_support::drop_tables);

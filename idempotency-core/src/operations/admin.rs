@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::{
-    Acted, Action, Actor, Archive, AuditEntry, AuditLog, Counts, Cursor, Fence, Operations, Page,
-    Query, RecordView, Refusal, Step,
+    Acted, Action, Actor, Archive, AuditEntry, AuditLog, AuditedStep, Counts, Cursor, Fence,
+    Operations, Page, Query, RecordView, Refusal, Step,
 };
 use crate::{Mechanism, Outcome, Record, RecordState, Scope, StorageKey, StoreError, telemetry};
 use tracing::Instrument;
@@ -321,9 +321,13 @@ impl Admin {
         // Where the audit table is in the store's database, the step and its entry commit
         // together: an action is never applied unaudited.
         let entry_of_step = |applied: bool| entry(applied, (!applied).then_some(Refusal::MovedOn));
-        let atomic = self
-            .store
-            .act_audited(key, fence.token, step, &*self.audit, &entry_of_step);
+        let atomic = self.store.act_audited(AuditedStep {
+            key,
+            token: fence.token,
+            step,
+            audit: &*self.audit,
+            entry: &entry_of_step,
+        });
         let applied = match atomic {
             Some(atomic) => atomic.await?,
             None => {

@@ -113,22 +113,42 @@ pub trait Operations: DynStore {
         archive: &'a mut Archive,
     ) -> BoxFuture<'a, Result<Purged, StoreError>>;
 
-    /// Applies `step` to the record of `key` if its fencing token is still `token`, and writes
-    /// the audit entry `entry(applied)` to `audit`, in one transaction, so that an action is
-    /// never applied without its audit row: where `audit` is a table in this store's own
-    /// database ([`AuditLog::table_in`]; the SQL stores). Whether it applied (a stale token:
-    /// `false`); an error leaves both undone. `None`, the default: the store cannot, and the
-    /// caller acts, then audits.
+    /// Applies `act`'s step and writes its audit entry in one transaction, so that an action
+    /// is never applied without its audit row: where the audit log is a table in this store's
+    /// own database ([`AuditLog::table_in`]; the SQL stores). Whether it applied (a stale
+    /// token: `false`); an error leaves both undone. `None`, the default: the store cannot,
+    /// and the caller acts, then audits.
     fn act_audited<'a>(
         &'a self,
-        key: &'a StorageKey,
-        token: FencingToken,
-        step: Step<'a>,
-        audit: &'a dyn AuditLog,
-        entry: &'a (dyn Fn(bool) -> AuditEntry + Send + Sync),
+        act: AuditedStep<'a>,
     ) -> Option<BoxFuture<'a, Result<bool, StoreError>>> {
-        let _ = (key, token, step, audit, entry);
+        let _ = act;
         None
+    }
+}
+
+/// A fenced step with the audit entry it commits with ([`Operations::act_audited`]).
+#[derive(Clone, Copy)]
+pub struct AuditedStep<'a> {
+    /// The record's key.
+    pub key: &'a StorageKey,
+    /// The step applies only while the record's fencing token is this one.
+    pub token: FencingToken,
+    /// What to do.
+    pub step: Step<'a>,
+    /// Where the entry goes.
+    pub audit: &'a dyn AuditLog,
+    /// The entry, given whether the step applied.
+    pub entry: &'a (dyn Fn(bool) -> AuditEntry + Send + Sync),
+}
+
+impl std::fmt::Debug for AuditedStep<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditedStep")
+            .field("key", self.key)
+            .field("token", &self.token)
+            .field("step", &self.step)
+            .finish_non_exhaustive()
     }
 }
 
@@ -184,12 +204,8 @@ impl<O: Operations + crate::Store> Operations for Arc<O> {
 
     fn act_audited<'a>(
         &'a self,
-        key: &'a StorageKey,
-        token: FencingToken,
-        step: Step<'a>,
-        audit: &'a dyn AuditLog,
-        entry: &'a (dyn Fn(bool) -> AuditEntry + Send + Sync),
+        act: AuditedStep<'a>,
     ) -> Option<BoxFuture<'a, Result<bool, StoreError>>> {
-        (**self).act_audited(key, token, step, audit, entry)
+        (**self).act_audited(act)
     }
 }

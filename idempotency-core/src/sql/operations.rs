@@ -12,7 +12,7 @@ use super::dialect::Dialect;
 use super::dialect::sealed::{Clock, PurgeBatch, PurgeSql};
 use super::store::SqlStore;
 use crate::operations::{
-    Archive, AuditEntry, AuditLog, Counts, Cursor, Operations, Page, Purged, Query, Step,
+    Archive, AuditedStep, Counts, Cursor, Operations, Page, Purged, Query, Step,
 };
 use crate::{BoxFuture, FencingToken, Record, StorageKey, StoreError};
 
@@ -72,14 +72,14 @@ impl<D: Dialect> SqlStore<D> {
         })
     }
 
-    async fn act_audited_op(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        step: Step<'_>,
-        table: &str,
-        entry: &(dyn Fn(bool) -> AuditEntry + Send + Sync),
-    ) -> Result<bool, StoreError> {
+    async fn act_audited_op(&self, act: AuditedStep<'_>, table: &str) -> Result<bool, StoreError> {
+        let AuditedStep {
+            key,
+            token,
+            step,
+            entry,
+            ..
+        } = act;
         let mut tx = self.begin().await?;
         let done = match step {
             Step::Release => self.release_on(&mut tx, key, token).await.map(|()| true),
@@ -235,15 +235,9 @@ impl<D: Dialect> Operations for SqlStore<D> {
     /// store's database ([`SqlAudit`](super::SqlAudit) on the same connection URL).
     fn act_audited<'a>(
         &'a self,
-        key: &'a StorageKey,
-        token: FencingToken,
-        step: Step<'a>,
-        audit: &'a dyn AuditLog,
-        entry: &'a (dyn Fn(bool) -> AuditEntry + Send + Sync),
+        act: AuditedStep<'a>,
     ) -> Option<BoxFuture<'a, Result<bool, StoreError>>> {
-        let table = audit.table_in(&database_of(&self.pool))?;
-        Some(Box::pin(
-            self.act_audited_op(key, token, step, table, entry),
-        ))
+        let table = act.audit.table_in(&database_of(&self.pool))?;
+        Some(Box::pin(self.act_audited_op(act, table)))
     }
 }

@@ -26,6 +26,36 @@ use idempotency_core::{
 };
 use sqlx::{Database, Executor, IntoArguments, Pool};
 
+/// A test of the including file running the shared scenario `operations::$scenario` (which
+/// returns the tables it made) on a fresh table of that file's database (its `fresh`), the
+/// tables dropped by `$drop` once it passed.
+#[macro_export]
+macro_rules! on_a_fresh_table {
+    ($scenario:ident, $drop:path) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $scenario() {
+            let Some((store, pool, coupons)) = fresh(4).await else {
+                return;
+            };
+            let mut tables = sql_support::operations::$scenario(store.clone(), pool.clone()).await;
+            tables.extend([store.table_name().to_owned(), coupons]);
+            $drop(&pool, &tables).await;
+        }
+    };
+}
+
+/// A pool of one connection to `url` whose session ran `setup` (a session setting: a clock
+/// ahead, a search path). A test that loses the setting sees the host's clock and fails.
+pub async fn pool_with_setup<DB: TransitionDb>(url: &str, setup: &str) -> Pool<DB> {
+    let pool = sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .unwrap();
+    DB::run(&pool, setup).await;
+    pool
+}
+
 /// A fresh name for a per-test table.
 pub fn unique_table(prefix: &str) -> String {
     format!("{prefix}_{}", &unique_key().to_hex()[..12])

@@ -204,68 +204,41 @@ where
     for raw in ["P1", "P2", "P3"] {
         claimed(&store, &scope, raw, hour).await;
     }
-    let actor = Actor::new("test", "the database's clock");
-    let query = Query::all().namespace(scope.namespace());
-    let stuck = Query {
-        statuses: vec![idempotency_core::operations::Status::Abandoned],
-        ..query.clone()
-    };
-
-    let admin = Admin::new(store, TracingAudit);
-    let counts = admin.count(&query, &mut |_| {}).await.unwrap();
-    assert_eq!(
-        (counts.completed, counts.in_progress, counts.abandoned),
-        (5, 3, 0),
-        "{counts:?}"
-    );
-    assert!(
-        admin
-            .list(&stuck, 100, &mut |_| {})
+    // What a store's operations see: counts (completed, in progress, abandoned), the oldest
+    // abandoned age, how many `stuck` lists, then how many a purge deletes.
+    let observe = async |store: SqlStore<DB>| {
+        let admin = Admin::new(store, TracingAudit);
+        let query = Query::all().namespace(scope.namespace());
+        let counts = admin.count(&query, &mut |_| {}).await.unwrap();
+        let stuck = Query {
+            statuses: vec![idempotency_core::operations::Status::Abandoned],
+            ..query
+        };
+        let stuck = admin.list(&stuck, 100, &mut |_| {}).await.unwrap().len();
+        let actor = Actor::new("test", "the database's clock");
+        let namespace = Some(scope.namespace());
+        let report = admin
+            .purge(
+                namespace,
+                &mut Archive::None,
+                Cursor::start(),
+                &actor,
+                &mut |_| {},
+            )
             .await
-            .unwrap()
-            .is_empty()
-    );
-    let report = admin
-        .purge(
-            Some(scope.namespace()),
-            &mut Archive::None,
-            Cursor::start(),
-            &actor,
-            &mut |_| {},
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        report.purged, 0,
-        "nothing is expired by either clock: {report:?}"
-    );
-
-    let ahead = Admin::new(skewed, TracingAudit);
-    let counts = ahead.count(&query, &mut |_| {}).await.unwrap();
-    assert_eq!(
-        (counts.completed, counts.in_progress, counts.abandoned),
-        (5, 0, 3),
-        "the leases ended by the database's clock: {counts:?}"
-    );
-    let oldest = counts.oldest_abandoned_ms.unwrap();
+            .unwrap();
+        let seen = (counts.completed, counts.in_progress, counts.abandoned);
+        (seen, counts.oldest_abandoned_ms, stuck, report.purged)
+    };
+    // Live by the host's clock and by the store's database clock: nothing to purge.
+    assert_eq!(observe(store).await, ((5, 3, 0), None, 0, 0));
+    // 3 h later by the database's clock: abandoned past the grace and expired, all purged.
+    let (seen, oldest, stuck, purged) = observe(skewed).await;
+    assert_eq!((seen, stuck, purged), ((5, 0, 3), 3, 8));
+    let oldest = oldest.unwrap();
     assert!(
         oldest >= 3 * 3_600_000 - 60_000,
         "aged by the database's clock: {oldest} ms"
-    );
-    assert_eq!(ahead.list(&stuck, 100, &mut |_| {}).await.unwrap().len(), 3);
-    let report = ahead
-        .purge(
-            Some(scope.namespace()),
-            &mut Archive::None,
-            Cursor::start(),
-            &actor,
-            &mut |_| {},
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        report.purged, 8,
-        "expired by the database's clock: {report:?}"
     );
 }
 
@@ -273,7 +246,7 @@ where
 /// together: while the audit table is gone (every entry fails), release, complete and delete
 /// each fail and leave the record as it was; once it is back, the release applies and its row
 /// is there. Returns the audit table, to drop.
-pub async fn audit_is_atomic_with_the_action<DB>(store: SqlStore<DB>, pool: Pool<DB>) -> String
+pub async fn audit_is_atomic_with_the_action<DB>(store: SqlStore<DB>, pool: Pool<DB>) -> Vec<String>
 where
     DB: Dialect + idempotency_core::sql::Dialect,
     SqlStore<DB>: Operations,
@@ -319,5 +292,5 @@ where
         key.to_hex()
     );
     assert_eq!(DB::scalar(&pool, &rows).await, 1);
-    audit_table
+    vec![audit_table]
 }
