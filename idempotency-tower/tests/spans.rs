@@ -103,3 +103,65 @@ fn each_guarded_request_runs_in_one_span_with_the_documented_attributes() {
     let text = capture.text();
     assert!(!text.contains(RAW), "the raw key appears: {text}");
 }
+
+/// The transactional layer's requests run in the same span, with the decision taken in the
+/// request's own transaction (SQLite, a file per test).
+#[cfg(all(feature = "sqlite", feature = "axum"))]
+#[test]
+fn a_transactional_request_records_its_decision_and_finish() {
+    use idempotency_core::sql::SqliteStore;
+    use idempotency_tower::transactional::Tx;
+
+    async fn grant(_tx: Tx<sqlx::Sqlite>, body: axum::body::Bytes) -> (http::StatusCode, String) {
+        (http::StatusCode::CREATED, format!("granted {}", body.len()))
+    }
+
+    let file = std::env::temp_dir().join(format!(
+        "idempotency-spans-{}.db",
+        &idempotency_core::testing::unique_key().to_hex()[..12]
+    ));
+    let capture = SpanCapture::new();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let statuses = tracing::subscriber::with_default(subscriber, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let url = format!("sqlite://{}?mode=rwc", file.display());
+            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+            let store = SqliteStore::new(pool);
+            store.migrate().await.unwrap();
+            let app = Router::new().route("/orders", post(grant)).layer(
+                IdempotencyLayer::builder(store)
+                    .namespace("orders")
+                    .build_transactional(),
+            );
+            vec![
+                status(&app, order(RAW, "one")).await,
+                status(&app, order(RAW, "one")).await,
+            ]
+        })
+    });
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(statuses, [201, 201]);
+    let spans = capture.named(telemetry::GUARD_SPAN);
+    let seen: Vec<_> = spans
+        .iter()
+        .map(|span| {
+            (
+                span.field(telemetry::DECISION),
+                span.field(telemetry::FINISH),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [(Some("execute"), Some("completed")), (Some("replay"), None)]
+    );
+    let key_hash = Scope::new("orders")
+        .storage_key_for(Mechanism::Request, RAW)
+        .to_hex();
+    assert_eq!(spans[0].field(telemetry::KEY_HASH), Some(key_hash.as_str()));
+    assert!(!capture.text().contains(RAW), "{}", capture.text());
+}

@@ -149,8 +149,10 @@ async fn completed_answer<S: TxStore, B: Body>(
     let outcome = record.outcome.filter(|_| live)?;
     let settings = &shared.settings;
     Some(if record.fingerprint == *fingerprint {
+        telemetry::record_decision("replay", key, None);
         replay_or_refuse(settings, &outcome)
     } else {
+        telemetry::record_decision("mismatch", key, None);
         refuse(settings, mismatch())
     })
 }
