@@ -4,25 +4,11 @@
 //! even as the message id of a consumer keyed by message id.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use idempotency_core::testing::SpanCapture;
+use idempotency_core::testing::captured;
 use idempotency_core::{Idempotency, MemoryStore, Scope, telemetry};
 use idempotency_queue::{Handled, Header, IdempotentConsumer, Job, Message, MessageId, Verdict};
-use tracing_subscriber::layer::SubscriberExt;
 
 const RAW: &str = "raw-trade-no-9034";
-
-fn captured<T>(run: impl std::future::Future<Output = T>) -> (T, SpanCapture) {
-    let capture = SpanCapture::new();
-    let subscriber = tracing_subscriber::registry().with(capture.clone());
-    let value = tracing::subscriber::with_default(subscriber, || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(run)
-    });
-    (value, capture)
-}
 
 #[test]
 fn a_delivery_runs_in_one_span_with_the_messaging_attributes() {

@@ -8,11 +8,10 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::post;
 use http_body_util::BodyExt;
-use idempotency_core::testing::SpanCapture;
+use idempotency_core::testing::captured;
 use idempotency_core::{Mechanism, MemoryStore, Scope, telemetry};
 use idempotency_tower::IdempotencyLayer;
 use tower::ServiceExt;
-use tracing_subscriber::layer::SubscriberExt;
 
 const RAW: &str = "raw-order-key-5521";
 
@@ -33,37 +32,29 @@ async fn status(app: &Router, request: http::Request<Body>) -> u16 {
 
 #[test]
 fn each_guarded_request_runs_in_one_span_with_the_documented_attributes() {
-    let capture = SpanCapture::new();
-    let subscriber = tracing_subscriber::registry().with(capture.clone());
-    let statuses = tracing::subscriber::with_default(subscriber, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let app = Router::new()
-                .route(
-                    "/orders",
-                    post(|body: axum::body::Bytes| async move {
-                        if body.starts_with(b"fail") {
-                            (http::StatusCode::INTERNAL_SERVER_ERROR, body)
-                        } else {
-                            (http::StatusCode::CREATED, body)
-                        }
-                    }),
-                )
-                .layer(
-                    IdempotencyLayer::builder(MemoryStore::new())
-                        .namespace("orders")
-                        .build(),
-                );
-            vec![
-                status(&app, order(RAW, "one")).await,
-                status(&app, order(RAW, "one")).await,
-                status(&app, order(RAW, "two")).await,
-                status(&app, order("other-key", "fail")).await,
-            ]
-        })
+    let (statuses, capture) = captured(async {
+        let app = Router::new()
+            .route(
+                "/orders",
+                post(|body: axum::body::Bytes| async move {
+                    if body.starts_with(b"fail") {
+                        (http::StatusCode::INTERNAL_SERVER_ERROR, body)
+                    } else {
+                        (http::StatusCode::CREATED, body)
+                    }
+                }),
+            )
+            .layer(
+                IdempotencyLayer::builder(MemoryStore::new())
+                    .namespace("orders")
+                    .build(),
+            );
+        vec![
+            status(&app, order(RAW, "one")).await,
+            status(&app, order(RAW, "one")).await,
+            status(&app, order(RAW, "two")).await,
+            status(&app, order("other-key", "fail")).await,
+        ]
     });
     assert_eq!(statuses, [201, 201, 422, 500]);
     let spans = capture.named(telemetry::GUARD_SPAN);
@@ -120,28 +111,20 @@ fn a_transactional_request_records_its_decision_and_finish() {
         "idempotency-spans-{}.db",
         &idempotency_core::testing::unique_key().to_hex()[..12]
     ));
-    let capture = SpanCapture::new();
-    let subscriber = tracing_subscriber::registry().with(capture.clone());
-    let statuses = tracing::subscriber::with_default(subscriber, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let url = format!("sqlite://{}?mode=rwc", file.display());
-            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-            let store = SqliteStore::new(pool);
-            store.migrate().await.unwrap();
-            let app = Router::new().route("/orders", post(grant)).layer(
-                IdempotencyLayer::builder(store)
-                    .namespace("orders")
-                    .build_transactional(),
-            );
-            vec![
-                status(&app, order(RAW, "one")).await,
-                status(&app, order(RAW, "one")).await,
-            ]
-        })
+    let (statuses, capture) = captured(async {
+        let url = format!("sqlite://{}?mode=rwc", file.display());
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        let store = SqliteStore::new(pool);
+        store.migrate().await.unwrap();
+        let app = Router::new().route("/orders", post(grant)).layer(
+            IdempotencyLayer::builder(store)
+                .namespace("orders")
+                .build_transactional(),
+        );
+        vec![
+            status(&app, order(RAW, "one")).await,
+            status(&app, order(RAW, "one")).await,
+        ]
     });
     let _ = std::fs::remove_file(&file);
     assert_eq!(statuses, [201, 201]);

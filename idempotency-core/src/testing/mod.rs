@@ -24,7 +24,7 @@ pub use fault_proxy::{FaultProxy, LinkFault};
 pub use operations::{
     KeptAudit, SharedBuffer, claimed, completed, operations_suite, unique_namespace,
 };
-pub use spans::{CapturedSpan, SpanCapture};
+pub use spans::{CapturedSpan, SpanCapture, captured};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -115,3 +115,19 @@ impl<S: Subscriber> Layer<S> for SpanCapture {
         self.0.lock().unwrap().events.push(line);
     }
 }
+
+/// Runs `run` to its end on a current-thread runtime under a subscriber that captures: its
+/// output, and the spans and events it emitted.
+pub fn captured<T>(run: impl std::future::Future<Output = T>) -> (T, SpanCapture) {
+    use tracing_subscriber::layer::SubscriberExt;
+    let capture = SpanCapture::new();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let value = tracing::subscriber::with_default(subscriber, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime")
+            .block_on(run)
+    });
+    (value, capture)
+}
