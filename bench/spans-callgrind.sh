@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per request of the layer's hot path (memory store, header key, in process: the
 # `spans` bench of idempotency-tower), with no subscriber and with a `fmt` subscriber filtering
-# at INFO (the level of the `idempotency.guard` span), counted by callgrind over the measured
+# at INFO and at DEBUG (the level of the `idempotency.guard` span), counted by callgrind over the measured
 # requests only (`--toggle-collect`), for one or more builds of the bench in the same run.
 #
 #   bench/spans-callgrind.sh [n=20000] [binary...]    default binary: this tree's, built here
@@ -20,7 +20,7 @@ trap 'rm -rf "$work"' EXIT
 printf '%-40s %-6s %-9s %12s\n' build subscriber scenario "Ir/request"
 for binary in "${binaries[@]}"; do
   for scenario in new-keys replay; do
-    for subscriber in none info; do
+    for subscriber in none info debug; do
       out="$work/out"
       valgrind --tool=callgrind --collect-atstart=no \
         --toggle-collect='spans::measured_requests' --callgrind-out-file="$out" \

@@ -1,9 +1,9 @@
 //! What the layer's tracing costs on its hot path (memory store, header key): `n` requests of
 //! new keys, then `n` replays, through the same axum router, with no subscriber or with a `fmt`
-//! subscriber filtering at INFO (writing to a sink). Prints nanoseconds per request; run under
+//! subscriber filtering at INFO or at DEBUG (writing to a sink). Prints nanoseconds per request; run under
 //! callgrind for instruction counts that repeat (`bench/spans-callgrind.sh`).
 //!
-//! `cargo bench -p idempotency-tower --bench spans -- [none|info] [new-keys|replay] [n]`
+//! `cargo bench -p idempotency-tower --bench spans -- [none|info|debug] [new-keys|replay] [n]`
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
@@ -37,12 +37,12 @@ fn main() {
     match subscriber {
         "none" => {}
         // As a service logs to a file or a collector: no colours.
-        "info" => tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        "info" | "debug" => tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(subscriber))
             .with_ansi(false)
             .with_writer(std::io::sink)
             .init(),
-        other => panic!("subscriber: none or info, not {other}"),
+        other => panic!("subscriber: none, info or debug, not {other}"),
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
