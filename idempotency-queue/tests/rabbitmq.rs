@@ -328,7 +328,7 @@ async fn a_graceful_stop_finishes_the_deliveries_in_hand_and_gives_back_the_rest
                 async move {
                     let connection =
                         Connection::connect(&url, ConnectionProperties::default()).await?;
-                    let deliveries = self::deliveries(&connection, &queue, 10).await;
+                    let deliveries = self::deliveries(&connection, &queue, 2).await;
                     Ok(rabbitmq::Session {
                         connection,
                         deliveries,
@@ -339,10 +339,11 @@ async fn a_graceful_stop_finishes_the_deliveries_in_hand_and_gives_back_the_rest
             let shutdown = async {
                 let _ = stopped.await;
             };
-            rabbitmq::consume_reconnecting_until(&consumer, 2, open, shutdown).await;
+            rabbitmq::consume_reconnecting_until(&consumer, 4, open, shutdown).await;
         })
     };
-    // Two deliveries in hand (the concurrency), eight more prefetched or still queued.
+    // Two deliveries in hand (the prefetch), with room for more (the concurrency): the stop
+    // ends the deliveries at once while those two still have to be acked on their channel.
     wait_until("two deliveries in hand", LIMIT, || started.total() == 2).await;
     stop.send(()).unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -42,7 +42,7 @@ where
 /// finish and are settled.
 async fn consume_while<S, K, H>(
     consumer: &IdempotentConsumer<S, K, H>,
-    deliveries: lapin::Consumer,
+    mut deliveries: lapin::Consumer,
     dead_letters: &DeadLetters,
     concurrency: usize,
     stop: &Stop,
@@ -54,7 +54,9 @@ where
 {
     let queue = deliveries.queue();
     let queue = queue.as_str();
-    deliveries
+    // Borrowed, not moved: the loop lets go of its stream as soon as it ends, and dropping the
+    // consumer can close its channel while the deliveries in hand still have to be acked on it.
+    (&mut deliveries)
         .take_until(stop.asked())
         .try_for_each_concurrent(concurrency.max(1), |delivery| {
             // Boxed as `Send` here, where the borrow of `consumer` has one concrete lifetime, so
