@@ -24,11 +24,12 @@ pub const BUSINESS_KEY_HEADER: &str = "business-key";
 /// and `503 Service Unavailable` defer it: given back uncounted, due again after the answer's
 /// `Retry-After` (in seconds) or the relay's first backoff step. Any other status refuses it
 /// (counted, retried, dead after `max_attempts`); no answer within the timeout, or no
-/// connection, makes it unreachable. The messages of a batch are posted concurrently (a batch holds at most one
-/// message per aggregate, so ordering holds). Plain `http://`; with the feature `tls`, also
-/// `https://` (rustls, Mozilla's roots unless [`with_tls_config`](Self::with_tls_config) says
-/// otherwise). A certificate the target does not trust fails the handshake: unreachable, so the
-/// messages wait uncounted until the configuration is fixed.
+/// connection, makes it unreachable. The messages of a batch are posted concurrently (a batch
+/// holds at most one message per aggregate, so ordering holds). Plain `http://`; with the
+/// feature `tls`, also `https://` (rustls, Mozilla's roots unless
+/// [`with_tls_config`](Self::with_tls_config) says otherwise). A certificate the target does not
+/// trust fails the handshake: unreachable, so the messages wait uncounted until the
+/// configuration is fixed.
 pub struct HttpTarget {
     base: String,
     content_type: HeaderValue,
