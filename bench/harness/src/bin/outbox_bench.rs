@@ -139,24 +139,7 @@ async fn main() -> Result<(), Error> {
     channel
         .queue_purge(queue.as_str().into(), QueuePurgeOptions::default())
         .await?;
-    let batch: Vec<OutboxMessage> = (0..messages)
-        .map(|n| {
-            let key = IdempotencyKey::parse(&format!("R-{n}"))?;
-            Ok(OutboxMessage::new(
-                &scope,
-                &key,
-                queue.as_str(),
-                format!(r#"{{"trade_no":"R-{n}"}}"#),
-            ))
-        })
-        .collect::<Result<_, Error>>()?;
-    for chunk in batch.chunks(500) {
-        let mut tx = pool.begin().await?;
-        for message in chunk {
-            outbox.enqueue(&mut tx, message).await?;
-        }
-        tx.commit().await?;
-    }
+    let batch = enqueue_trades(&outbox, &pool, &scope, &queue, "R", messages).await?;
     let started = Instant::now();
     let drained = relay.drain().await?;
     let relay_rate = drained.sent as f64 / started.elapsed().as_secs_f64();
@@ -165,24 +148,7 @@ async fn main() -> Result<(), Error> {
         .await?;
 
     // The same messages again, drained by two relays at once (disjoint batches).
-    let again: Vec<OutboxMessage> = (0..messages)
-        .map(|n| {
-            let key = IdempotencyKey::parse(&format!("R2-{n}"))?;
-            Ok(OutboxMessage::new(
-                &scope,
-                &key,
-                queue.as_str(),
-                format!(r#"{{"trade_no":"R2-{n}"}}"#),
-            ))
-        })
-        .collect::<Result<_, Error>>()?;
-    for chunk in again.chunks(500) {
-        let mut tx = pool.begin().await?;
-        for message in chunk {
-            outbox.enqueue(&mut tx, message).await?;
-        }
-        tx.commit().await?;
-    }
+    enqueue_trades(&outbox, &pool, &scope, &queue, "R2", messages).await?;
     let started = Instant::now();
     let pair: Vec<_> = (0..2)
         .map(|_| {
@@ -361,6 +327,34 @@ async fn main() -> Result<(), Error> {
 }
 
 /// The coupon service's own database on the same server, created if missing.
+/// Enqueues `count` grants of trades `<prefix>-0…` to `queue`, 500 per transaction; the
+/// messages.
+async fn enqueue_trades(
+    outbox: &Outbox<Postgres>,
+    pool: &PgPool,
+    scope: &Scope,
+    queue: &str,
+    prefix: &str,
+    count: usize,
+) -> Result<Vec<OutboxMessage>, Error> {
+    let messages: Vec<OutboxMessage> = (0..count)
+        .map(|n| {
+            let trade = format!("{prefix}-{n}");
+            let key = IdempotencyKey::parse(&trade)?;
+            let payload = format!(r#"{{"trade_no":"{trade}"}}"#);
+            Ok(OutboxMessage::new(scope, &key, queue, payload))
+        })
+        .collect::<Result<_, Error>>()?;
+    for chunk in messages.chunks(500) {
+        let mut tx = pool.begin().await?;
+        for message in chunk {
+            outbox.enqueue(&mut tx, message).await?;
+        }
+        tx.commit().await?;
+    }
+    Ok(messages)
+}
+
 async fn coupon_database(url: &str) -> Result<PgPool, Error> {
     const NAME: &str = "outbox_bench_coupons";
     let server = PgConnectOptions::from_str(url)?;
