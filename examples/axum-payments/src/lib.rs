@@ -65,5 +65,5 @@ pub use problem::Problem;
 pub use repo::{PaymentsRepo, RepoError, Transition};
 pub use routes::{App, HttpService, app, app_per_route, bare, incident};
 pub use server::Server;
-pub use state::AppState;
+pub use state::{AppState, DRILL_PAUSED};
 pub use telemetry::init_logging;

@@ -6,6 +6,9 @@ use std::time::Duration;
 use super::memory::MemoryRepo;
 use super::repo::PaymentsRepo;
 
+/// What a paused handler logs (WARN) as its drill pause starts: the event crash drills wait for.
+pub const DRILL_PAUSED: &str = "drill: handler paused after its writes";
+
 /// The handlers' shared state: the repository, and the pause a crash drill puts inside the
 /// handlers. Cheap to clone.
 #[derive(Clone)]
@@ -47,9 +50,14 @@ impl AppState {
         self
     }
 
-    /// The crash drill's pause, if one is set.
+    /// The crash drill's pause, if one is set; it logs [`DRILL_PAUSED`] as it starts.
     pub(crate) async fn pause(&self) {
         if !self.handler_delay.is_zero() {
+            // The event a drill waits for before it kills or stops the process.
+            tracing::warn!(
+                delay_ms = self.handler_delay.as_millis() as u64,
+                "{DRILL_PAUSED}"
+            );
             tokio::time::sleep(self.handler_delay).await;
         }
     }

@@ -12,7 +12,6 @@ mod hardening_support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum_payments::PaymentCallback;
 use axum_payments::client::{Connection, Reply, post_json};
@@ -61,7 +60,7 @@ async fn killed_before_commit_runs_again_at_once(store: &str, env: Vec<(&str, St
         async move { callback(addr, &paid).await }
     });
     // Inside the pause: the coupon is written, the transaction open.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    slow.paused_handlers(1).await;
     slow.kill();
     assert!(
         in_flight.await.unwrap().is_err(),

@@ -52,7 +52,7 @@ async fn sigterm_lets_running_work_finish(store: &str, env: Vec<(&str, String)>)
         let (addr, key) = (service.addr, stays.clone());
         async move { order(addr, &key).await }
     });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    service.paused_handlers(1).await;
     terminated(service).await;
     let answered = waiting.await.unwrap();
     assert_eq!(answered.status, StatusCode::CREATED);
@@ -64,7 +64,7 @@ async fn sigterm_lets_running_work_finish(store: &str, env: Vec<(&str, String)>)
         let (addr, key) = (service.addr, leaves.clone());
         async move { order(addr, &key).await }
     });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    service.paused_handlers(1).await;
     leaving.abort();
     tokio::time::sleep(Duration::from_millis(100)).await;
     terminated(service).await;

@@ -335,6 +335,25 @@ impl Payments {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// Waits until `count` handlers have started their drill pause (`HANDLER_DELAY_MS`): the
+    /// event a drill kills or stops the process on, whatever the machine's load.
+    pub async fn paused_handlers(&self, count: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while self
+            .stderr_text()
+            .matches(axum_payments::DRILL_PAUSED)
+            .count()
+            < count
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no paused handler within 60 s: {}",
+                self.stderr_text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// SIGKILL, then reap.
     pub fn kill(mut self) {
         self.child.kill().unwrap();

@@ -18,9 +18,6 @@ use crate::setup::{CouponsDb, OrdersDb, RUN_ENV, Run, amqp_url};
 
 /// How many times the gateway calls back per trade (the post-mortem's six).
 const CALLBACKS: usize = 6;
-/// How long the services must be quiet (nothing pending, queued or newly settled) to count as
-/// settled; longer than the consumer's longest requeue delay.
-const QUIET: Duration = Duration::from_millis(1_500);
 /// The longest a row may take to settle, or a child to reach its crash point.
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -95,8 +92,8 @@ impl Ctx {
         })
     }
 
-    /// Messages ready in the queue.
-    async fn ready(&self) -> Result<u32, Error> {
+    /// The queue's ready messages and consumers.
+    async fn queue(&self) -> Result<(u32, u32), Error> {
         let queue = self
             .channel
             .queue_declare(
@@ -108,7 +105,7 @@ impl Ctx {
                 FieldTable::default(),
             )
             .await?;
-        Ok(queue.message_count())
+        Ok((queue.message_count(), queue.consumer_count()))
     }
 }
 
@@ -128,10 +125,13 @@ pub(crate) async fn row(ctx: &Ctx, crash: Crash, trade: &str) -> Result<Outcome,
         }
         Crash::ConsumerAfterCommit => {
             let enqueued = gateway(ctx, trade).await?;
-            services::relay(&ctx.orders, amqp_url(), false)
-                .drain()
-                .await?;
-            killed_at_crash_point(&ctx.run, &["coupons", "--die-after-commit"]).await?;
+            // The relay runs until the coupon service died: one pass could give the message back
+            // (a slow broker) and leave the child nothing to consume.
+            let relay = services::relay(&ctx.orders, amqp_url(), false);
+            let relaying = tokio::spawn(async move { relay.run().await });
+            let killed = killed_at_crash_point(&ctx.run, &["coupons", "--die-after-commit"]).await;
+            relaying.abort();
+            killed?;
             enqueued
         }
         Crash::BrokerCut => {
@@ -149,7 +149,7 @@ pub(crate) async fn row(ctx: &Ctx, crash: Crash, trade: &str) -> Result<Outcome,
             // The session's connection was reset: its consume loop has ended or ends now.
             let _ = session.task.await;
             drop(session.connection);
-            let dropped = settle(ctx, &settle_url).await?;
+            let dropped = settle(ctx, trade, &settle_url).await?;
             return Ok(Outcome {
                 enqueued,
                 dropped,
@@ -157,7 +157,7 @@ pub(crate) async fn row(ctx: &Ctx, crash: Crash, trade: &str) -> Result<Outcome,
             });
         }
     };
-    let dropped = settle(ctx, &settle_url).await?;
+    let dropped = settle(ctx, trade, &settle_url).await?;
     Ok(Outcome {
         enqueued,
         dropped,
@@ -222,42 +222,58 @@ async fn killed_at_crash_point(run: &Run, role: &[&str]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Runs a healthy relay and coupon service until nothing is pending in the outbox, nothing is
-/// queued and no delivery was settled for [`QUIET`]; then stops them. How many copies the
-/// coupon service dropped as duplicates meanwhile.
-async fn settle(ctx: &Ctx, amqp_url: &str) -> Result<u64, Error> {
-    let relay = services::relay(&ctx.orders, amqp_url.to_owned(), false);
-    let relaying = tokio::spawn(async move { relay.run().await });
-    let consumer = Arc::new(services::coupon_consumer(&ctx.coupons, false));
-    let session = services::consume(Arc::clone(&consumer), &ctx.run, amqp_url).await?;
+/// Runs a healthy relay and coupon service until the row is settled, then stops them; how many
+/// copies the coupon service dropped as duplicates meanwhile.
+///
+/// Settled is an event, not a quiet period: no dead consumer holds a delivery (the broker has
+/// requeued what a killed service held), the trade has its coupon, the outbox has nothing
+/// pending and the queue nothing ready; then the coupon service stops gracefully, finishing and
+/// acking what it holds. If that stop left anything (a requeued failure, a late copy), another
+/// round runs.
+async fn settle(ctx: &Ctx, trade: &str, amqp_url: &str) -> Result<u64, Error> {
     let deadline = Instant::now() + LIMIT;
-    let mut last = u64::MAX;
-    let mut quiet_since = Instant::now();
+    let consumer = Arc::new(services::coupon_consumer(&ctx.coupons, false));
     loop {
-        if Instant::now() > deadline {
-            return Err(Error::Stuck("the services did not settle".to_owned()));
+        while ctx.queue().await?.1 > 0 {
+            wait_until(deadline).await?;
         }
-        let stats = consumer.stats().snapshot();
-        let settled = stats.processed
-            + stats.duplicates
-            + stats.already_done
-            + stats.in_flight
-            + stats.failed
-            + stats.store_unavailable
-            + stats.rejected;
-        let pending = ctx.orders.outbox.counts().await?.pending;
-        let ready = ctx.ready().await?;
-        if pending > 0 || ready > 0 || settled != last {
-            last = settled;
-            quiet_since = Instant::now();
-        } else if quiet_since.elapsed() >= QUIET {
+        if ctx.orders.outbox.counts().await?.pending == 0
+            && ctx.queue().await?.0 == 0
+            && ctx.coupons.coupons_of(trade).await? >= 1
+        {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let relay = services::relay(&ctx.orders, amqp_url.to_owned(), false);
+        let relaying = tokio::spawn(async move { relay.run().await });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let consuming = services::consume_until(Arc::clone(&consumer), &ctx.run, amqp_url, async {
+            let _ = stopped.await;
+        });
+        let watching = async {
+            loop {
+                wait_until(deadline).await?;
+                if ctx.orders.outbox.counts().await?.pending == 0
+                    && ctx.queue().await?.0 == 0
+                    && ctx.coupons.coupons_of(trade).await? >= 1
+                {
+                    let _ = stop.send(());
+                    return Ok::<(), Error>(());
+                }
+            }
+        };
+        let ((), watched) = tokio::join!(consuming, watching);
+        relaying.abort();
+        watched?;
     }
-    relaying.abort();
-    session.connection.close(200, "settled".into()).await?;
-    let _ = session.task.await;
     let stats = consumer.stats().snapshot();
     Ok(stats.duplicates + stats.already_done)
+}
+
+/// One poll interval, or [`Error::Stuck`] past `deadline`.
+async fn wait_until(deadline: Instant) -> Result<(), Error> {
+    if Instant::now() > deadline {
+        return Err(Error::Stuck("the services did not settle".to_owned()));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(())
 }

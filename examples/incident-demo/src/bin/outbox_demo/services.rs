@@ -202,3 +202,34 @@ pub(crate) async fn consume<H: Handler>(
         );
     Ok(Session { connection, task })
 }
+
+/// Consumes `run`'s queue with `consumer` until `shutdown` completes, then stops gracefully: the
+/// deliveries in hand finish and are acked, the prefetched ones go back to the queue.
+pub(crate) async fn consume_until<H: Handler>(
+    consumer: Arc<IdempotentConsumer<MemoryStore, MessageId, H>>,
+    run: &Run,
+    amqp_url: &str,
+    shutdown: impl Future<Output = ()>,
+) {
+    let queue = run.queue();
+    let open = || async {
+        let connection = Connection::connect(amqp_url, ConnectionProperties::default()).await?;
+        let channel = connection.create_channel().await?;
+        channel.basic_qos(8, BasicQosOptions::default()).await?;
+        let deliveries = channel
+            .basic_consume(
+                queue.as_str().into(),
+                "coupon-service".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let dead_letters = rabbitmq::DeadLetters::declare(&connection, &queue).await?;
+        Ok(rabbitmq::Session {
+            connection,
+            deliveries,
+            dead_letters,
+        })
+    };
+    rabbitmq::consume_reconnecting_until(&consumer, 4, open, shutdown).await;
+}
