@@ -1,0 +1,437 @@
+//! Duplicates of one in-flight key:
+//! `cargo run --release -p idempotency-bench --features redis,postgres --bin waiters`.
+//!
+//! Serves one guarded route in process on 127.0.0.1 (loopback only). Its first request is held
+//! in the handler; then `--waiters` duplicates of it arrive over HTTP/2 (h2c, 100 streams per
+//! connection, so 10 000 waiters need 100 sockets, not 10 000), and the first is released after
+//! `--hold-ms`. The layer waits up to `--wait-ms` for the first (`wait_in_flight`). Two
+//! scenarios:
+//!
+//! - `replay`: the first finishes inside the wait bound, so every waiter gets its answer;
+//! - `timeout`: the first outlives the bound, so every waiter is refused (409) at the bound.
+//!
+//! Reported per store and number of waiters: the answers by status; when they came (after the
+//! first's answer for `replay`, after the duplicates were sent for `timeout`, p50/p99/max);
+//! what reached the store while the duplicates waited (bytes and writes sent by the store
+//! client, counted by a TCP proxy on loopback between the client and the store); and how much
+//! the process's resident memory grew.
+//!
+//! Options: `--stores memory,redis,postgres`, `--waiters 1,100,10000`, `--hold-ms 1500`,
+//! `--wait-ms 3000`, `--only replay|timeout`; `REDIS_URL` and `DATABASE_URL` as elsewhere.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::post;
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use idempotency_core::{BoxStore, MemoryStore};
+use idempotency_tower::IdempotencyLayer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+/// Streams per HTTP/2 connection (below hyper's default limit of 200).
+const STREAMS_PER_CONNECTION: usize = 100;
+
+struct Options {
+    stores: Vec<String>,
+    waiters: Vec<usize>,
+    hold: Duration,
+    wait: Duration,
+    only: Option<String>,
+}
+
+impl Options {
+    fn parse() -> Result<Self, String> {
+        let mut options = Self {
+            stores: vec!["memory".into(), "redis".into(), "postgres".into()],
+            waiters: vec![1, 100, 10_000],
+            hold: Duration::from_millis(1_500),
+            wait: Duration::from_millis(3_000),
+            only: None,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(flag) = args.next() {
+            let value = args.next().ok_or(format!("{flag} needs a value"))?;
+            let millis = |value: &str| {
+                value
+                    .parse()
+                    .map(Duration::from_millis)
+                    .map_err(|_| format!("{flag}: not a number of milliseconds: {value}"))
+            };
+            match flag.as_str() {
+                "--stores" => options.stores = value.split(',').map(str::to_owned).collect(),
+                "--waiters" => {
+                    options.waiters = value
+                        .split(',')
+                        .map(|n| {
+                            n.parse()
+                                .map_err(|_| format!("--waiters: not a number: {n}"))
+                        })
+                        .collect::<Result<_, _>>()?;
+                }
+                "--hold-ms" => options.hold = millis(&value)?,
+                "--wait-ms" => options.wait = millis(&value)?,
+                "--only" => options.only = Some(value),
+                other => return Err(format!("unknown option {other}")),
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// Bytes and writes a store client sent, counted by [`CountingProxy`].
+#[derive(Default)]
+struct Traffic {
+    bytes: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl Traffic {
+    fn now(&self) -> (u64, u64) {
+        (
+            self.bytes.load(Ordering::Relaxed),
+            self.writes.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// A TCP proxy on loopback in front of a store: counts what the store's client sends.
+struct CountingProxy {
+    addr: SocketAddr,
+    traffic: Arc<Traffic>,
+}
+
+impl CountingProxy {
+    async fn start(upstream: SocketAddr) -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let traffic = Arc::new(Traffic::default());
+        let counted = Arc::clone(&traffic);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let counted = Arc::clone(&counted);
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let _ = (client.set_nodelay(true), server.set_nodelay(true));
+                    let (mut client_read, mut client_write) = client.into_split();
+                    let (mut server_read, mut server_write) = server.into_split();
+                    let upward = async {
+                        let mut buffer = vec![0u8; 64 * 1024];
+                        loop {
+                            let read = client_read.read(&mut buffer).await?;
+                            if read == 0 {
+                                return server_write.shutdown().await;
+                            }
+                            counted.bytes.fetch_add(read as u64, Ordering::Relaxed);
+                            counted.writes.fetch_add(1, Ordering::Relaxed);
+                            server_write.write_all(&buffer[..read]).await?;
+                        }
+                    };
+                    let downward = tokio::io::copy(&mut server_read, &mut client_write);
+                    let _ = tokio::join!(upward, downward);
+                });
+            }
+        });
+        Ok(Self { addr, traffic })
+    }
+}
+
+/// The `host:port` part of a store URL.
+fn host_of(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    host.split(['/', '?']).next()
+}
+
+/// The address of a store URL, on loopback.
+fn upstream_of(url: &str) -> Result<SocketAddr, String> {
+    host_of(url)
+        .map(|host| host.replace("localhost", "127.0.0.1"))
+        .and_then(|host| host.parse().ok())
+        .ok_or(format!("{url}: expected a loopback address with a port"))
+}
+
+/// The store URL with its address replaced by the proxy's.
+fn through(url: &str, proxy: SocketAddr) -> Result<String, String> {
+    let host = host_of(url).ok_or(format!("{url}: no host"))?;
+    Ok(url.replacen(host, &proxy.to_string(), 1))
+}
+
+/// The store `name`, its client connected through a counting proxy.
+async fn store(name: &str) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
+    match name {
+        "memory" => Ok((BoxStore::new(MemoryStore::new()), None)),
+        #[cfg(feature = "redis")]
+        "redis" => {
+            let url =
+                std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+            let proxy = CountingProxy::start(upstream_of(&url)?)
+                .await
+                .map_err(|error| error.to_string())?;
+            let store = idempotency_core::redis::RedisStore::connect(&through(&url, proxy.addr)?)
+                .await
+                .map_err(|error| error.to_string())?;
+            Ok((BoxStore::new(store), Some(proxy.traffic)))
+        }
+        #[cfg(feature = "postgres")]
+        "postgres" => {
+            let url = std::env::var("DATABASE_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+            let proxy = CountingProxy::start(upstream_of(&url)?)
+                .await
+                .map_err(|error| error.to_string())?;
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(16)
+                .connect(&through(&url, proxy.addr)?)
+                .await
+                .map_err(|error| error.to_string())?;
+            let store = idempotency_core::sql::PostgresStore::new(pool)
+                .with_table_name("waiters_bench")
+                .map_err(|error| error.to_string())?;
+            store.migrate().await.map_err(|error| error.to_string())?;
+            Ok((BoxStore::new(store), Some(proxy.traffic)))
+        }
+        other => Err(format!(
+            "store {other} is not built in (features redis, postgres)"
+        )),
+    }
+}
+
+/// The held route: its first request waits in the handler until released.
+struct Held {
+    entered: Notify,
+    release: Notify,
+}
+
+async fn serve(store: BoxStore, wait: Duration, held: Arc<Held>) -> std::io::Result<SocketAddr> {
+    let layer = IdempotencyLayer::builder(store)
+        .namespace(format!("waiters-{}", unique()))
+        .wait_in_flight(wait)
+        .build();
+    let router = Router::new()
+        .route(
+            "/hold",
+            post(move || {
+                let held = Arc::clone(&held);
+                async move {
+                    held.entered.notify_one();
+                    held.release.notified().await;
+                    (StatusCode::CREATED, "held, then done")
+                }
+            }),
+        )
+        .layer(layer);
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    Ok(addr)
+}
+
+fn unique() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos())
+}
+
+type Sender = http2::SendRequest<Full<Bytes>>;
+
+async fn connect(addr: SocketAddr) -> Result<Sender, String> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|error| error.to_string())?;
+    let _ = stream.set_nodelay(true);
+    let (sender, connection) = http2::Builder::new(TokioExecutor::new())
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|error| error.to_string())?;
+    tokio::spawn(connection);
+    Ok(sender)
+}
+
+/// One answer: its status, whether it was a replay, and when it came.
+struct Answer {
+    status: StatusCode,
+    replayed: bool,
+    at: Instant,
+}
+
+async fn send(mut sender: Sender, addr: SocketAddr, key: &str) -> Result<Answer, String> {
+    let request = Request::post(format!("http://{addr}/hold"))
+        .header("idempotency-key", key)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(b"{\"amount\":100}")))
+        .map_err(|error| error.to_string())?;
+    sender.ready().await.map_err(|error| error.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|error| error.to_string())?;
+    let (parts, body) = response.into_parts();
+    body.collect().await.map_err(|error| error.to_string())?;
+    Ok(Answer {
+        status: parts.status,
+        replayed: parts.headers.contains_key("idempotent-replayed"),
+        at: Instant::now(),
+    })
+}
+
+/// Resident memory of this process, in KiB (Linux).
+fn resident_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmRSS:"))
+                .and_then(|value| value.trim().trim_end_matches(" kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn ms(duration: Duration) -> String {
+    format!("{:.0}", duration.as_secs_f64() * 1e3)
+}
+
+/// One run: the first request held, `waiters` duplicates, the first released after `hold`.
+async fn run(
+    store_name: &str,
+    waiters: usize,
+    hold: Duration,
+    wait: Duration,
+) -> Result<String, String> {
+    let (store, traffic) = store(store_name).await?;
+    let held = Arc::new(Held {
+        entered: Notify::new(),
+        release: Notify::new(),
+    });
+    let addr = serve(store, wait, Arc::clone(&held))
+        .await
+        .map_err(|error| error.to_string())?;
+    let key = format!("waiters-{}", unique());
+
+    let first = tokio::spawn({
+        let (sender, key) = (connect(addr).await?, key.clone());
+        async move { send(sender, addr, &key).await }
+    });
+    held.entered.notified().await;
+
+    let connections = waiters.div_ceil(STREAMS_PER_CONNECTION).max(1);
+    let mut senders = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        senders.push(connect(addr).await?);
+    }
+    let memory_before = resident_kib();
+    let traffic_before = traffic.as_ref().map(|traffic| traffic.now());
+    let sent_at = Instant::now();
+    let duplicates: Vec<_> = (0..waiters)
+        .map(|n| {
+            let (sender, key) = (senders[n % connections].clone(), key.clone());
+            tokio::spawn(async move { send(sender, addr, &key).await })
+        })
+        .collect();
+    tokio::time::sleep(hold).await;
+    let memory_held = resident_kib();
+    let traffic_held = traffic.as_ref().map(|traffic| traffic.now());
+    held.release.notify_one();
+    let first = first.await.map_err(|error| error.to_string())??;
+
+    let mut statuses = std::collections::BTreeMap::<String, usize>::new();
+    let (mut after_first, mut after_sent) = (Vec::new(), Vec::new());
+    for duplicate in duplicates {
+        match duplicate.await.map_err(|error| error.to_string())? {
+            Ok(answer) => {
+                let label = if answer.replayed {
+                    format!("{} replayed", answer.status.as_u16())
+                } else {
+                    answer.status.as_u16().to_string()
+                };
+                *statuses.entry(label).or_default() += 1;
+                after_first.push(answer.at.saturating_duration_since(first.at));
+                after_sent.push(answer.at.saturating_duration_since(sent_at));
+            }
+            Err(error) => *statuses.entry(format!("error: {error}")).or_default() += 1,
+        }
+    }
+    after_first.sort();
+    after_sent.sort();
+    let store_load = match (traffic_before, traffic_held) {
+        (Some((bytes0, writes0)), Some((bytes1, writes1))) => {
+            let seconds = hold.as_secs_f64();
+            format!(
+                "{:.0} B/s, {:.1} writes/s",
+                (bytes1 - bytes0) as f64 / seconds,
+                (writes1 - writes0) as f64 / seconds
+            )
+        }
+        _ => "in process".to_owned(),
+    };
+    Ok(format!(
+        "| {store_name} | {waiters} | {statuses:?} | {} / {} / {} | {} / {} / {} | {store_load} | {} |",
+        ms(percentile(&after_first, 0.5)),
+        ms(percentile(&after_first, 0.99)),
+        ms(after_first.last().copied().unwrap_or_default()),
+        ms(percentile(&after_sent, 0.5)),
+        ms(percentile(&after_sent, 0.99)),
+        ms(after_sent.last().copied().unwrap_or_default()),
+        memory_held.saturating_sub(memory_before),
+    ))
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let options = match Options::parse() {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("waiters: {error}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let scenarios = [
+        ("replay", options.hold, options.wait),
+        ("timeout", options.wait + options.hold, options.wait),
+    ];
+    for (scenario, hold, wait) in scenarios {
+        if options.only.as_deref().is_some_and(|only| only != scenario) {
+            continue;
+        }
+        println!(
+            "\n{scenario}: first held {} ms, duplicates wait up to {} ms\n",
+            hold.as_millis(),
+            wait.as_millis()
+        );
+        println!(
+            "| store | waiters | answers | after the first's answer, ms (p50 / p99 / max) | after sending, ms (p50 / p99 / max) | store traffic while waiting | memory growth, KiB |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for store in &options.stores {
+            for &waiters in &options.waiters {
+                match run(store, waiters, hold, wait).await {
+                    Ok(row) => println!("{row}"),
+                    Err(error) => {
+                        eprintln!("waiters: {store} with {waiters} waiters: {error}");
+                        return std::process::ExitCode::FAILURE;
+                    }
+                }
+            }
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}
