@@ -30,6 +30,7 @@ fuzz_target!(|data: &[u8]| {
     let pointer = String::from_utf8_lossy(pointer).into_owned();
     let status = runtime().block_on(async move {
         let layer = IdempotencyLayer::builder(MemoryStore::new())
+            .shared_scope()
             .key_from_json(pointer)
             .max_body_bytes(4096)
             .build();

@@ -89,6 +89,7 @@ async fn endpoint(counts: Arc<Counts>) -> String {
         )
         .layer(
             IdempotencyLayer::builder(MemoryStore::new())
+                .shared_scope()
                 .namespace("grants")
                 .build(),
         )

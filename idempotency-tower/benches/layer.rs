@@ -142,10 +142,15 @@ fn layer_overhead(c: &mut Criterion) {
         .build()
         .unwrap();
     let plain = router();
-    let guarded = router().layer(IdempotencyLayer::new(MemoryStore::new()));
+    let guarded = router().layer(
+        IdempotencyLayer::builder(MemoryStore::new())
+            .shared_scope()
+            .build(),
+    );
     let plain_callback = callback_router();
     let guarded_callback = callback_router().layer(
         IdempotencyLayer::builder(MemoryStore::new())
+            .shared_scope()
             .namespace("payments.callback")
             .key_from_json("/trade_no")
             .fingerprint_json_fields(["/trade_no", "/order_id"])

@@ -55,7 +55,11 @@ fn main() {
                 (axum::http::StatusCode::CREATED, [("x-order", "1")], body)
             }),
         )
-        .layer(IdempotencyLayer::new(MemoryStore::new()));
+        .layer(
+            IdempotencyLayer::builder(MemoryStore::new())
+                .shared_scope()
+                .build(),
+        );
     let keys: Vec<String> = match scenario {
         "new-keys" => (0..n).map(|i| format!("bench-{i}")).collect(),
         "replay" => (0..n).map(|i| format!("replay-{}", i % 64)).collect(),

@@ -17,7 +17,7 @@ use crate::refusal::{Refusal, RefusalKind, RenderRefusal};
 /// | key reused with another payload | `FAILED_PRECONDITION` (9) |
 /// | store unavailable | `UNAVAILABLE` (14) |
 /// | completed, response too large to replay | `ALREADY_EXISTS` (6) |
-/// | not verified (a bad signature) | `UNAUTHENTICATED` (16) |
+/// | not verified (a bad signature), no principal | `UNAUTHENTICATED` (16) |
 /// | no transaction for a transactional handler | `INTERNAL` (13) |
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GrpcStatus;
@@ -32,7 +32,7 @@ impl GrpcStatus {
             RefusalKind::Mismatch | RefusalKind::TokenRejected => 9,
             RefusalKind::StoreUnavailable => 14,
             RefusalKind::NotReplayable => 6,
-            RefusalKind::Unverified => 16,
+            RefusalKind::Unverified | RefusalKind::Unauthenticated => 16,
             RefusalKind::TransactionUnavailable => 13,
         }
     }

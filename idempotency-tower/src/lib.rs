@@ -116,7 +116,7 @@ pub use headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use idempotency::{
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES, DEFAULT_MAX_STORED_HEADER_BYTES,
     DEFAULT_MAX_STORED_HEADERS, IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyService,
-    PrincipalFn, VerifyFn,
+    PrincipalFn, ScopeChosen, ScopeIsChosen, ScopeUnchosen, VerifyFn,
 };
 pub use idempotency_core::InFlightPolicy;
 pub use key_source::{KeyFn, KeySource, key_from_headers};

@@ -23,6 +23,10 @@ pub enum RefusalKind {
     /// The request failed the layer's verification, run before its key is claimed: a
     /// callback's signature does not match (401, gRPC `UNAUTHENTICATED`).
     Unverified,
+    /// The layer scopes keys per principal and the request carries none (no authenticated
+    /// identity in its extensions, an unreadable principal header): it is refused rather than
+    /// folded into a shared scope (401, gRPC `UNAUTHENTICATED`).
+    Unauthenticated,
     /// The first request with this key is still running (409 + `Retry-After`, gRPC `ABORTED`).
     InFlight,
     /// The key was first used with another payload (422, gRPC `FAILED_PRECONDITION`).
@@ -49,7 +53,7 @@ impl RefusalKind {
         match self {
             Self::MissingKey | Self::InvalidKey | Self::MalformedBody => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Unverified => StatusCode::UNAUTHORIZED,
+            Self::Unverified | Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::TransactionUnavailable => StatusCode::INTERNAL_SERVER_ERROR,
             Self::InFlight | Self::TokenRejected | Self::NotReplayable => StatusCode::CONFLICT,
             Self::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
@@ -65,6 +69,7 @@ impl RefusalKind {
             Self::MalformedBody => "Request body unreadable",
             Self::BodyTooLarge => "Request body too large",
             Self::Unverified => "Request not verified",
+            Self::Unauthenticated => "Principal missing",
             Self::InFlight => "Request in progress",
             Self::Mismatch => "Idempotency key reused",
             Self::StoreUnavailable => "Idempotency store unavailable",
@@ -82,6 +87,7 @@ impl RefusalKind {
             Self::MalformedBody => "malformed-body",
             Self::BodyTooLarge => "body-too-large",
             Self::Unverified => "unverified",
+            Self::Unauthenticated => "unauthenticated",
             Self::InFlight => "in-flight",
             Self::Mismatch => "key-reused",
             Self::StoreUnavailable => "store-unavailable",

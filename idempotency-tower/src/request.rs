@@ -130,7 +130,10 @@ pub(crate) fn inspect<B>(
     let key = match header_key {
         Some(key) => key,
         None => match settings.key.read(parts, bytes, &mut json) {
-            Ok(Some(key)) => settings.scope_for(parts).storage_key(&key),
+            Ok(Some(key)) => match settings.scope_for(parts) {
+                Ok(scope) => scope.storage_key(&key),
+                Err(refusal) => return Read::Refuse(refusal),
+            },
             Ok(None) if !settings.require_key => {
                 tracing::trace!("no idempotency key; passing through");
                 return Read::PassThrough;
@@ -173,12 +176,13 @@ pub(crate) fn enter<B>(settings: &Settings, request: Request<B>) -> Entry<B> {
     };
     let refusal = match crate::key_source::key_header(&parts.headers, name) {
         Ok(Some(value)) => match IdempotencyKey::header_text(value.as_bytes()) {
-            Ok(text) => {
-                let key = settings
-                    .scope_for(&parts)
-                    .storage_key_for(Mechanism::Request, &text);
-                return Entry::Guard(parts, body, Some(key));
-            }
+            Ok(text) => match settings.scope_for(&parts) {
+                Ok(scope) => {
+                    let key = scope.storage_key_for(Mechanism::Request, &text);
+                    return Entry::Guard(parts, body, Some(key));
+                }
+                Err(refusal) => refusal,
+            },
             Err(error) => key_refusal(error),
         },
         Ok(None) if !settings.require_key => {

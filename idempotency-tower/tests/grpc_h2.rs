@@ -50,7 +50,11 @@ async fn serve(calls: Arc<AtomicUsize>) -> SocketAddr {
             Ok::<_, Infallible>(response)
         }
     });
-    let service = IdempotencyLayer::grpc(MemoryStore::new()).layer(server);
+    let service = IdempotencyLayer::builder(MemoryStore::new())
+        .grpc()
+        .shared_scope()
+        .build()
+        .layer(server);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

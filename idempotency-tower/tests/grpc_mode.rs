@@ -134,7 +134,11 @@ where
 async fn unary_call_is_replayed_with_metadata_and_trailers() {
     let calls = Arc::new(AtomicUsize::new(0));
     let store = Arc::new(idempotency_core::MemoryStore::new());
-    let service = IdempotencyLayer::grpc(Arc::clone(&store)).layer(server(Arc::clone(&calls)));
+    let service = IdempotencyLayer::builder(Arc::clone(&store))
+        .grpc()
+        .shared_scope()
+        .build()
+        .layer(server(Arc::clone(&calls)));
     let key = unique("grpc");
     let first = answer(
         service
@@ -171,7 +175,10 @@ async fn unary_call_is_replayed_with_metadata_and_trailers() {
 #[tokio::test]
 async fn final_error_statuses_are_replayed_transient_ones_released() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let service = IdempotencyLayer::grpc(idempotency_core::MemoryStore::new())
+    let service = IdempotencyLayer::builder(idempotency_core::MemoryStore::new())
+        .grpc()
+        .shared_scope()
+        .build()
         .layer(server(Arc::clone(&calls)));
     let key = unique("declined");
     let first = answer(
@@ -221,7 +228,10 @@ async fn final_error_statuses_are_replayed_transient_ones_released() {
 #[tokio::test]
 async fn refusals_are_grpc_statuses() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let service = IdempotencyLayer::grpc(idempotency_core::MemoryStore::new())
+    let service = IdempotencyLayer::builder(idempotency_core::MemoryStore::new())
+        .grpc()
+        .shared_scope()
+        .build()
         .layer(server(Arc::clone(&calls)));
 
     let missing = answer(
@@ -303,6 +313,7 @@ async fn store_down_is_unavailable() {
     let store = Arc::new(Partitionable::default());
     store.down.store(true, Ordering::SeqCst);
     let layer = IdempotencyLayer::builder(BoxStore::new(Arc::clone(&store)))
+        .shared_scope()
         .grpc()
         .store_timeout(Duration::from_millis(30))
         .build();
@@ -318,6 +329,7 @@ async fn streaming_and_non_grpc_calls_pass_through() {
     let calls = Arc::new(AtomicUsize::new(0));
     let store = Arc::new(idempotency_core::MemoryStore::new());
     let layer = IdempotencyLayer::builder(Arc::clone(&store))
+        .shared_scope()
         .grpc()
         .only_paths([PAY])
         .build();
@@ -352,7 +364,11 @@ async fn streaming_and_non_grpc_calls_pass_through() {
 async fn client_streaming_requests_pass_through() {
     let calls = Arc::new(AtomicUsize::new(0));
     let store = Arc::new(idempotency_core::MemoryStore::new());
-    let service = IdempotencyLayer::grpc(Arc::clone(&store)).layer(server(Arc::clone(&calls)));
+    let service = IdempotencyLayer::builder(Arc::clone(&store))
+        .grpc()
+        .shared_scope()
+        .build()
+        .layer(server(Arc::clone(&calls)));
     let mut two_messages = BytesMut::new();
     two_messages.extend_from_slice(&frame(b"first"));
     two_messages.extend_from_slice(&frame(b"second"));

@@ -95,18 +95,19 @@ async fn tenants_with_the_same_key_never_see_each_others_responses() {
     let (status, _, initech) = send(&app, Some("initech"), "order-1", "{\"amount\":99}").await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(initech, "run 3 for initech: {\"amount\":99}");
-    // No tenant at all is a scope of its own too.
-    let (_, _, anonymous) = send(&app, None, "order-1", "{\"amount\":10}").await;
-    assert_eq!(anonymous, "run 4 for none: {\"amount\":10}");
+    // No tenant at all is refused, never folded into a scope shared by every such request.
+    let (status, headers, _) = send(&app, None, "order-1", "{\"amount\":10}").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(headers["content-type"], "application/problem+json");
     // A tenant name that is a prefix or extension of another is another tenant.
     let (_, _, prefix) = send(&app, Some("acm"), "order-1", "{\"amount\":10}").await;
-    assert_eq!(prefix, "run 5 for acm: {\"amount\":10}");
+    assert_eq!(prefix, "run 4 for acm: {\"amount\":10}");
 
     // Each tenant's retry replays its own answer.
     for (tenant, expected) in [
         (Some("acme"), &acme),
         (Some("globex"), &globex),
-        (None, &anonymous),
+        (Some("acm"), &prefix),
     ] {
         let (status, headers, body) = send(&app, tenant, "order-1", "{\"amount\":10}").await;
         assert_eq!(status, StatusCode::CREATED);
@@ -116,7 +117,7 @@ async fn tenants_with_the_same_key_never_see_each_others_responses() {
     // Within a tenant, the other payload is still a mismatch.
     let (status, ..) = send(&app, Some("acme"), "order-1", "{\"amount\":11}").await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(runs.load(Ordering::SeqCst), 5);
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
 }
 
 async fn stored_bytes(store: &MemoryStore, tenant: &str, key: &str) -> Bytes {

@@ -19,7 +19,7 @@ use axum::{BoxError, Router};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use idempotency_core::{MAX_KEY_LEN, MemoryStore, Store};
-use idempotency_tower::{IdempotencyLayer, IdempotencyLayerBuilder};
+use idempotency_tower::{IdempotencyLayer, IdempotencyLayerBuilder, ScopeChosen};
 use tokio::sync::Semaphore;
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -48,7 +48,7 @@ async fn respond(State(handler): State<Arc<Handler>>, headers: HeaderMap) -> Res
     response
 }
 
-fn app<S: Store>(builder: IdempotencyLayerBuilder<S>) -> (Router, Arc<Handler>) {
+fn app<S: Store>(builder: IdempotencyLayerBuilder<S, ScopeChosen>) -> (Router, Arc<Handler>) {
     let handler = Arc::new(Handler::default());
     let router = Router::new()
         .route("/r", post(respond))
@@ -89,7 +89,9 @@ fn replayed(headers: &HeaderMap) -> bool {
 
 #[tokio::test]
 async fn request_body_at_the_limit_is_read_past_it_is_413() {
-    let (app, handler) = app(IdempotencyLayer::builder(MemoryStore::new()).max_body_bytes(1024));
+    let (app, handler) = app(IdempotencyLayer::builder(MemoryStore::new())
+        .shared_scope()
+        .max_body_bytes(1024));
     let (status, ..) = send(&app, request("at", &[], vec![b'x'; 1024])).await;
     assert_eq!(status, StatusCode::OK);
 
@@ -133,7 +135,7 @@ impl http_body::Body for Chunks {
 
 #[tokio::test]
 async fn key_of_255_characters_is_accepted_256_is_400() {
-    let (app, handler) = app(IdempotencyLayer::builder(MemoryStore::new()));
+    let (app, handler) = app(IdempotencyLayer::builder(MemoryStore::new()).shared_scope());
     let at = "k".repeat(MAX_KEY_LEN);
     let (status, ..) = send(&app, request(&at, &[], "")).await;
     assert_eq!(status, StatusCode::OK);
@@ -153,8 +155,9 @@ async fn key_of_255_characters_is_accepted_256_is_400() {
 
 #[tokio::test]
 async fn stored_response_body_at_the_limit_is_stored_past_it_is_not() {
-    let (app, handler) =
-        app(IdempotencyLayer::builder(MemoryStore::new()).max_stored_response_bytes(100));
+    let (app, handler) = app(IdempotencyLayer::builder(MemoryStore::new())
+        .shared_scope()
+        .max_stored_response_bytes(100));
     let at = [("x-body", 100)];
     let (status, _, body) = send(&app, request("at", &at, "")).await;
     assert_eq!((status, body.len()), (StatusCode::OK, 100));
@@ -186,8 +189,9 @@ async fn assert_not_replayable(app: &Router, retry: Request<Body>) {
 
 #[tokio::test]
 async fn stored_response_header_count_at_the_bound_is_stored_past_it_is_not() {
-    let (app, handler) =
-        app(IdempotencyLayer::builder(MemoryStore::new()).max_stored_headers(10, 64 * 1024));
+    let (app, handler) = app(IdempotencyLayer::builder(MemoryStore::new())
+        .shared_scope()
+        .max_stored_headers(10, 64 * 1024));
     let (_, headers, _) = send(&app, request("at", &[("x-headers", 10)], "")).await;
     assert_eq!(extra(&headers), 10);
     let (_, headers, _) = send(&app, request("at", &[("x-headers", 10)], "")).await;
@@ -205,7 +209,7 @@ async fn stored_response_header_count_at_the_bound_is_stored_past_it_is_not() {
 
 #[tokio::test]
 async fn default_header_bound_is_100_fields() {
-    let (app, handler) = app(IdempotencyLayer::builder(MemoryStore::new()));
+    let (app, handler) = app(IdempotencyLayer::builder(MemoryStore::new()).shared_scope());
     assert_eq!(idempotency_tower::DEFAULT_MAX_STORED_HEADERS, 100);
     send(&app, request("at", &[("x-headers", 100)], "")).await;
     let (_, headers, _) = send(&app, request("at", &[("x-headers", 100)], "")).await;
@@ -218,8 +222,9 @@ async fn default_header_bound_is_100_fields() {
 #[tokio::test]
 async fn stored_response_header_bytes_at_the_bound_are_stored_past_it_are_not() {
     // 4 headers `x-h-00i` (7 bytes) with 93-byte values: exactly 400 bytes.
-    let (app, handler) =
-        app(IdempotencyLayer::builder(MemoryStore::new()).max_stored_headers(100, 400));
+    let (app, handler) = app(IdempotencyLayer::builder(MemoryStore::new())
+        .shared_scope()
+        .max_stored_headers(100, 400));
     let at = [("x-headers", 4), ("x-value-len", 93)];
     send(&app, request("at", &at, "")).await;
     let (_, headers, _) = send(&app, request("at", &at, "")).await;
@@ -233,7 +238,9 @@ async fn stored_response_header_bytes_at_the_bound_are_stored_past_it_are_not() 
 #[tokio::test]
 async fn full_memory_store_answers_503_and_never_evicts_live_records() {
     let store = MemoryStore::with_capacity(8);
-    let (app, handler) = app(IdempotencyLayer::builder(store).ttl(Duration::from_secs(3600)));
+    let (app, handler) = app(IdempotencyLayer::builder(store)
+        .shared_scope()
+        .ttl(Duration::from_secs(3600)));
     for i in 0..8 {
         let (status, ..) = send(&app, request(&format!("live-{i}"), &[], "")).await;
         assert_eq!(status, StatusCode::OK);
@@ -275,7 +282,11 @@ async fn running_handlers_are_bounded_by_a_concurrency_limit_in_front() {
     let guarded = Router::new()
         .route("/r", post(held))
         .with_state(state.clone())
-        .layer(IdempotencyLayer::builder(MemoryStore::new()).build());
+        .layer(
+            IdempotencyLayer::builder(MemoryStore::new())
+                .shared_scope()
+                .build(),
+        );
     let app = Router::new().fallback_service(guarded).layer(
         ServiceBuilder::new()
             .layer(HandleErrorLayer::new(|_: BoxError| async {

@@ -139,7 +139,7 @@ proptest! {
     fn any_key_header_through_the_layer_is_200_or_400(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
         let Ok(value) = HeaderValue::from_bytes(&bytes) else { return Ok(()); };
         let request = Request::post("/pay").header(IDEMPOTENCY_KEY, value.clone()).body(Full::new(Bytes::new())).unwrap();
-        let status = status_of(IdempotencyLayer::builder(MemoryStore::new()).build(), request);
+        let status = status_of(IdempotencyLayer::builder(MemoryStore::new()).shared_scope().build(), request);
         let valid = IdempotencyKey::from_header(value.as_bytes()).is_ok();
         prop_assert_eq!(status, if valid { StatusCode::OK } else { StatusCode::BAD_REQUEST });
     }
@@ -152,14 +152,14 @@ proptest! {
             Some(Value::Number(n)) if IdempotencyKey::parse(&n.to_string()).is_ok() => StatusCode::OK,
             _ => StatusCode::BAD_REQUEST,
         };
-        let layer = IdempotencyLayer::builder(MemoryStore::new()).key_from_json(pointer).build();
+        let layer = IdempotencyLayer::builder(MemoryStore::new()).shared_scope().key_from_json(pointer).build();
         let request = Request::post("/callback").body(Full::new(body)).unwrap();
         prop_assert_eq!(status_of(layer, request), expected);
     }
 
     #[test]
     fn any_body_bytes_with_a_json_key_is_200_400_or_413(body in prop::collection::vec(any::<u8>(), 0..600), pointer in pointer()) {
-        let layer = IdempotencyLayer::builder(MemoryStore::new())
+        let layer = IdempotencyLayer::builder(MemoryStore::new()).shared_scope()
             .key_from_json(pointer)
             .max_body_bytes(512)
             .build();

@@ -11,17 +11,17 @@ use axum::Router;
 use axum::body::Body;
 use common::{Calls, Partitionable, post_with_key, problem, read, routes, unique};
 use idempotency_core::{BoxStore, MemoryStore};
-use idempotency_tower::{IdempotencyLayer, IdempotencyLayerBuilder};
+use idempotency_tower::{IdempotencyLayer, IdempotencyLayerBuilder, ScopeChosen};
 use tower::ServiceExt;
 
 fn app(
     configure: impl FnOnce(
-        IdempotencyLayerBuilder<Arc<MemoryStore>>,
-    ) -> IdempotencyLayerBuilder<Arc<MemoryStore>>,
+        IdempotencyLayerBuilder<Arc<MemoryStore>, ScopeChosen>,
+    ) -> IdempotencyLayerBuilder<Arc<MemoryStore>, ScopeChosen>,
 ) -> (Router, Arc<Calls>, Arc<MemoryStore>) {
     let store = Arc::new(MemoryStore::new());
     let calls = Arc::new(Calls::default());
-    let layer = configure(IdempotencyLayer::builder(Arc::clone(&store))).build();
+    let layer = configure(IdempotencyLayer::builder(Arc::clone(&store)).shared_scope()).build();
     (routes(Arc::clone(&calls)).layer(layer), calls, store)
 }
 
@@ -344,6 +344,7 @@ async fn store_unavailable_is_503_with_retry_after() {
     let store = Arc::new(Partitionable::default());
     let calls = Arc::new(Calls::default());
     let layer = IdempotencyLayer::builder(BoxStore::new(Arc::clone(&store)))
+        .shared_scope()
         .store_timeout(Duration::from_millis(50))
         .unavailable_retry_after(Duration::from_secs(3))
         .build();
@@ -377,6 +378,7 @@ async fn a_request_dropped_during_its_claim_leaves_the_key_free() {
     store.claim_delay_ms.store(300, Ordering::SeqCst);
     let calls = Arc::new(Calls::default());
     let layer = IdempotencyLayer::builder(BoxStore::new(Arc::clone(&store)))
+        .shared_scope()
         .lease(Duration::from_secs(60))
         .build();
     let app = routes(Arc::clone(&calls)).layer(layer);
@@ -431,6 +433,7 @@ fn store_unavailable_fails_open_when_configured_logged_and_counted() {
             let store = Arc::new(Partitionable::default());
             let calls = Arc::new(Calls::default());
             let layer = IdempotencyLayer::builder(BoxStore::new(Arc::clone(&store)))
+                .shared_scope()
                 .namespace("fail-open")
                 .store_timeout(Duration::from_millis(30))
                 .fail_open(true)

@@ -28,6 +28,7 @@ async fn the_callback_preset_stores_only_success() {
     let calls = Arc::new(Calls::default());
     let app = routes(Arc::clone(&calls)).layer(
         IdempotencyLayer::builder(MemoryStore::new())
+            .shared_scope()
             .namespace("callbacks")
             .callback("/trade_no")
             .build(),
@@ -81,6 +82,7 @@ async fn the_callback_preset_waits_for_the_first() {
     let calls = Arc::new(Calls::default());
     let app = routes(Arc::clone(&calls)).layer(
         IdempotencyLayer::builder(MemoryStore::new())
+            .shared_scope()
             .callback("/trade_no")
             .build(),
     );
@@ -107,6 +109,7 @@ async fn verification_runs_before_the_claim() {
     let calls = Arc::new(Calls::default());
     let app = routes(Arc::clone(&calls)).layer(
         IdempotencyLayer::builder(MemoryStore::new())
+            .shared_scope()
             .callback("/trade_no")
             .verify(|parts, _body| match parts.headers.get("x-signature") {
                 Some(value) if value == "good" => Ok(()),

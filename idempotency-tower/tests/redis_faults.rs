@@ -117,6 +117,7 @@ async fn layers_answer_503_while_redis_is_down_and_recover() {
             "/pay",
             counted(&payments).layer(
                 IdempotencyLayer::builder(store)
+                    .shared_scope()
                     .namespace("faults")
                     .store_timeout(Duration::from_secs(1))
                     .build(),

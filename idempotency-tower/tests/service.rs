@@ -52,7 +52,10 @@ async fn service_errors_release_the_key() {
             }
         })
     };
-    let service = IdempotencyLayer::new(MemoryStore::new()).layer(service);
+    let service = IdempotencyLayer::builder(MemoryStore::new())
+        .shared_scope()
+        .build()
+        .layer(service);
     let request = || {
         Request::post("/pay")
             .header("idempotency-key", "k")
@@ -83,6 +86,7 @@ async fn a_panicking_handler_releases_the_key() {
         })
     };
     let service = IdempotencyLayer::builder(MemoryStore::new())
+        .shared_scope()
         .wait_in_flight(Duration::from_secs(10))
         .build()
         .layer(service);
@@ -111,6 +115,7 @@ async fn bodies_are_not_read_when_the_layer_does_not_need_them() {
         Ok::<_, Infallible>(ok())
     });
     let optional = IdempotencyLayer::builder(MemoryStore::new())
+        .shared_scope()
         .require_key(false)
         .build()
         .layer(service);
@@ -164,6 +169,7 @@ async fn header_fingerprints_leave_the_body_streaming() {
         })
     };
     let service = IdempotencyLayer::builder(MemoryStore::new())
+        .shared_scope()
         .fingerprint_headers([http::HeaderName::from_static("x-amount")])
         .build()
         .layer(service);
@@ -270,6 +276,7 @@ async fn a_client_gone_during_the_claim_does_not_strand_the_key() {
     };
     let store = Arc::new(HeldClaim::default());
     let service = IdempotencyLayer::builder(Arc::clone(&store))
+        .shared_scope()
         .wait_in_flight(Duration::from_secs(10))
         .build()
         .layer(service);
@@ -324,7 +331,10 @@ async fn a_failing_response_body_reaches_the_client_and_releases_the_key() {
             async { Ok::<_, Infallible>(Response::new(BreaksAfterOneChunk(false))) }
         })
     };
-    let service = IdempotencyLayer::new(MemoryStore::new()).layer(service);
+    let service = IdempotencyLayer::builder(MemoryStore::new())
+        .shared_scope()
+        .build()
+        .layer(service);
     let request = || {
         Request::post("/pay")
             .header("idempotency-key", "k")
@@ -369,6 +379,7 @@ async fn a_stale_owner_cannot_overwrite_the_new_owners_answer() {
         })
     };
     let service = IdempotencyLayer::builder(MemoryStore::new())
+        .shared_scope()
         .lease(Duration::from_millis(100))
         .keep_alive(false, Duration::ZERO)
         .build()

@@ -46,6 +46,7 @@ fn each_guarded_request_runs_in_one_span_with_the_documented_attributes() {
             )
             .layer(
                 IdempotencyLayer::builder(MemoryStore::new())
+                    .shared_scope()
                     .namespace("orders")
                     .build(),
             );
@@ -118,6 +119,7 @@ fn a_transactional_request_records_its_decision_and_finish() {
         store.migrate().await.unwrap();
         let app = Router::new().route("/orders", post(grant)).layer(
             IdempotencyLayer::builder(store)
+                .shared_scope()
                 .namespace("orders")
                 .build_transactional(),
         );

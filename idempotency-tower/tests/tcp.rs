@@ -15,11 +15,11 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use idempotency_core::MemoryStore;
-use idempotency_tower::{IdempotencyLayer, IdempotencyLayerBuilder};
+use idempotency_tower::{IdempotencyLayer, IdempotencyLayerBuilder, ScopeChosen};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-type Builder = IdempotencyLayerBuilder<Arc<MemoryStore>>;
+type Builder = IdempotencyLayerBuilder<Arc<MemoryStore>, ScopeChosen>;
 
 struct Server {
     addr: SocketAddr,
@@ -31,7 +31,7 @@ struct Server {
 async fn serve(configure: impl FnOnce(Builder) -> Builder) -> Server {
     let store = Arc::new(MemoryStore::new());
     let calls = Arc::new(Calls::default());
-    let layer = configure(IdempotencyLayer::builder(Arc::clone(&store))).build();
+    let layer = configure(IdempotencyLayer::builder(Arc::clone(&store)).shared_scope()).build();
     let app = routes(Arc::clone(&calls)).layer(layer);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use idempotency_core::Store;
-use idempotency_tower::{IdempotencyLayer, IdempotencyLayerBuilder};
+use idempotency_tower::{IdempotencyLayer, IdempotencyLayerBuilder, ScopeChosen};
 
 use super::signature;
 
@@ -19,8 +19,9 @@ pub const CALLBACK_NAMESPACE: &str = "payments.callback";
 /// `Idempotency-Key` header is required (400 without it); the fingerprint is the default one
 /// (method, path and body bytes), so the same key with another body is 422. A duplicate while
 /// the first is in flight gets 409 + `Retry-After`.
-pub fn orders_layer_builder<S: Store>(store: S) -> IdempotencyLayerBuilder<S> {
+pub fn orders_layer_builder<S: Store>(store: S) -> IdempotencyLayerBuilder<S, ScopeChosen> {
     IdempotencyLayer::builder(store)
+        .shared_scope()
         .namespace(ORDERS_NAMESPACE)
         .methods([http::Method::POST])
         .only_paths(["/orders"])
@@ -36,8 +37,9 @@ pub fn orders_layer_builder<S: Store>(store: S) -> IdempotencyLayerBuilder<S> {
 pub fn callback_layer_builder<S: Store>(
     store: S,
     secret: Option<Arc<[u8]>>,
-) -> IdempotencyLayerBuilder<S> {
+) -> IdempotencyLayerBuilder<S, ScopeChosen> {
     let builder = IdempotencyLayer::builder(store)
+        .shared_scope()
         .namespace(CALLBACK_NAMESPACE)
         .methods([http::Method::POST])
         .only_paths(["/payments/callback"])

@@ -99,6 +99,7 @@ async fn retry(app: &Router, key: &str) -> (StatusCode, String) {
 /// if `wait`, else answering 409.
 fn app<S: Store>(store: S, executions: &Executions, wait: bool) -> Router {
     let layer = IdempotencyLayer::builder(store)
+        .shared_scope()
         .namespace("cancel")
         .lease(Duration::from_secs(30));
     let layer = if wait {

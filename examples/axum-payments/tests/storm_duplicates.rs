@@ -54,6 +54,7 @@ async fn storm<S: Store>(backend: &str, store: S) {
     let wave = knob("STORM_WAVE", 10).max(1);
     let executions: Executions = Arc::default();
     let layer = IdempotencyLayer::builder(store)
+        .shared_scope()
         .namespace(unique("storm"))
         // Queueing for a pooled connection under 10 000 concurrent requests is not a store
         // failure: give each call room, so only a real fault would answer 503.

@@ -152,6 +152,7 @@ impl Payments for LedgerService {
 /// The transactional layer in gRPC mode, guarding the two unary methods.
 pub fn transactional_layer(store: PostgresStore) -> TransactionalLayer<PostgresStore> {
     IdempotencyLayer::builder(store)
+        .shared_scope()
         .grpc()
         .namespace("payments.v1")
         .only_paths([CREATE_ORDER, PAYMENT_CALLBACK])

@@ -18,6 +18,7 @@ pub const PAYMENT_CALLBACK: &str = "/payments.v1.Payments/PaymentCallback";
 /// `WatchOrders` passes through).
 pub fn idempotency_layer<S: Store>(store: S) -> IdempotencyLayer<S> {
     IdempotencyLayer::builder(store)
+        .shared_scope()
         .grpc()
         .namespace("payments.v1")
         .only_paths([CREATE_ORDER, PAYMENT_CALLBACK])

@@ -1,5 +1,6 @@
 //! The layer's builder.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use idempotency_core::{
 };
 
 use super::layer::IdempotencyLayer;
+use super::scoping::{ScopeIsChosen, ScopeUnchosen, warn_if_shared_unverified};
 use super::settings::Settings;
 use crate::fingerprint::FingerprintSource;
 use crate::key_source::KeySource;
@@ -26,14 +28,29 @@ use crate::refusal::RenderRefusal;
 /// `Idempotency-Key` header, required; fingerprint of method, target and body; 2xx, 3xx and most
 /// 4xx stored; a duplicate in flight answered 409 at once. [`callback`](Self::callback) and
 /// [`grpc`](Self::grpc) are the other presets.
-pub struct IdempotencyLayerBuilder<S> {
+///
+/// There is no default **scope**: a layer is built only once it is chosen (the second type
+/// parameter tracks it), per principal with
+/// [`principal_from_extension`](Self::principal_from_extension),
+/// [`principal`](Self::principal) or [`principal_header`](Self::principal_header), or shared by
+/// every caller with [`shared_scope`](Self::shared_scope). Without it, `build` does not compile:
+///
+/// ```compile_fail,E0277
+/// use idempotency_core::MemoryStore;
+/// use idempotency_tower::IdempotencyLayer;
+///
+/// let layer = IdempotencyLayer::builder(MemoryStore::new()).namespace("orders").build();
+/// ```
+pub struct IdempotencyLayerBuilder<S, C = ScopeUnchosen> {
     pub(crate) engine: Idempotency<S>,
     pub(crate) settings: Settings,
     /// Transactional HTTP: how many claims may wait on other transactions at once.
     pub(crate) claim_permits: Option<usize>,
+    /// Whether the scope of keys is chosen ([`ScopeUnchosen`], [`ScopeChosen`](crate::ScopeChosen)).
+    pub(crate) scoping: PhantomData<C>,
 }
 
-impl<S> std::fmt::Debug for IdempotencyLayerBuilder<S> {
+impl<S, C> std::fmt::Debug for IdempotencyLayerBuilder<S, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IdempotencyLayerBuilder")
             .field("engine", &self.engine)
@@ -57,12 +74,19 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
                 ..Settings::default()
             },
             claim_permits: None,
+            scoping: PhantomData,
         }
     }
+}
 
-    /// The finished layer.
-    pub fn build(mut self) -> IdempotencyLayer<S> {
+impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
+    /// The finished layer. Exists once the scope of keys is chosen (see the type's docs).
+    pub fn build(mut self) -> IdempotencyLayer<S>
+    where
+        C: ScopeIsChosen,
+    {
         self.settings.prepare();
+        warn_if_shared_unverified(&self.settings);
         IdempotencyLayer::new_shared(self.engine, self.settings)
     }
 
@@ -121,28 +145,6 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
         self
     }
 
-    /// Scopes keys by principal (tenant, user, API client) named by a function of the request
-    /// head: two principals never share a record, whatever key they send. `None` means the
-    /// namespace-wide scope.
-    pub fn principal(
-        mut self,
-        principal: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static,
-    ) -> Self {
-        self.settings.principal = Some(Arc::new(principal));
-        self
-    }
-
-    /// Scopes keys by the value of a header (e.g. `X-Tenant-Id`), see
-    /// [`principal`](Self::principal).
-    pub fn principal_header(self, name: HeaderName) -> Self {
-        self.principal(move |parts| {
-            parts
-                .headers
-                .get(&name)
-                .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
-        })
-    }
-
     /// Verifies each guarded request before its key is claimed (a payment gateway's callback
     /// signature, say): `Err(detail)` answers 401 (gRPC `UNAUTHENTICATED`), claims nothing and
     /// runs nothing, so a forged request carrying a real key can neither run nor take the key
@@ -155,6 +157,7 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
     ///
     /// let layer = IdempotencyLayer::builder(MemoryStore::new())
     ///     .callback("/trade_no")
+    ///     .shared_scope()
     ///     .verify(|parts, body| {
     ///         let signature = parts.headers.get("x-signature").ok_or("no signature")?;
     ///         // check the gateway's HMAC of `body` against `signature` here
@@ -278,7 +281,8 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
     /// field `key_pointer` (e.g. `/trade_no`); only 2xx answers are stored
     /// ([`StoragePolicy::SuccessOnly`]), so a callback answered 404 (the order not committed
     /// yet) or 400 releases its key and the gateway's identical retry runs again; a duplicate in
-    /// flight waits for the first ([`DEFAULT_IN_FLIGHT_WAIT`], 5 s) and gets its answer. Add
+    /// flight waits for the first ([`DEFAULT_IN_FLIGHT_WAIT`], 5 s) and gets its answer. A
+    /// gateway's callbacks share one scope ([`shared_scope`](Self::shared_scope)); add
     /// [`verify`](Self::verify) for the gateway's signature.
     ///
     /// ```
@@ -288,6 +292,7 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
     /// let layer = IdempotencyLayer::builder(MemoryStore::new())
     ///     .namespace("payments.callback")
     ///     .callback("/trade_no")
+    ///     .shared_scope() // the gateway is the only caller; add `.verify(..)` for its signature
     ///     .build();
     /// # let _ = layer;
     /// ```
@@ -352,13 +357,27 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
     /// streaming) passes through unguarded. Without a list every gRPC call is guarded, which suits
     /// services whose methods are all unary.
     ///
+    /// The principal that scopes keys must come from a tower layer **outside** this one (see
+    /// [`principal_from_extension`](Self::principal_from_extension)): tonic interceptors run
+    /// inside it, after the replay has been answered, so metadata they verify is unverified
+    /// here.
+    ///
     /// ```
     /// use idempotency_core::MemoryStore;
     /// use idempotency_tower::IdempotencyLayer;
     ///
+    /// /// Put in the request's extensions by an authentication layer outside this one.
+    /// struct Tenant(String);
+    /// impl AsRef<str> for Tenant {
+    ///     fn as_ref(&self) -> &str {
+    ///         &self.0
+    ///     }
+    /// }
+    ///
     /// let layer = IdempotencyLayer::builder(MemoryStore::new())
     ///     .grpc()
     ///     .namespace("payments.grpc")
+    ///     .principal_from_extension::<Tenant>()
     ///     .only_paths(["/payments.v1.Payments/Pay", "/payments.v1.Payments/Refund"])
     ///     .build();
     /// // tonic: Server::builder().layer(layer).add_service(PaymentsServer::new(service))

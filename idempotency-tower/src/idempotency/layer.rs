@@ -54,14 +54,8 @@ impl<S> std::fmt::Debug for IdempotencyLayer<S> {
 }
 
 impl<S: Store> IdempotencyLayer<S> {
-    /// A layer over `store` with every default: key from the `Idempotency-Key` header (required),
-    /// POST and PATCH guarded, fingerprint of method, target and body, 60 s lease, 24 h TTL,
-    /// 1 MiB body limit, 409 while in flight, fail-closed.
-    pub fn new(store: S) -> Self {
-        Self::builder(store).build()
-    }
-
-    /// Starts configuring a layer over `store`.
+    /// Starts configuring a layer over `store`. Choose the scope of its keys (per principal or
+    /// shared) before [`build`](IdempotencyLayerBuilder::build): see [`IdempotencyLayerBuilder`].
     pub fn builder(store: S) -> IdempotencyLayerBuilder<S> {
         IdempotencyLayerBuilder::new(Idempotency::new(store))
     }
@@ -72,12 +66,6 @@ impl<S: Store> IdempotencyLayer<S> {
     /// passed in is not changed.
     pub fn builder_with_engine(engine: Idempotency<S>) -> IdempotencyLayerBuilder<S> {
         IdempotencyLayerBuilder::new(engine)
-    }
-
-    /// The gRPC preset over `store` (see [`IdempotencyLayerBuilder::grpc`]).
-    #[cfg(feature = "grpc")]
-    pub fn grpc(store: S) -> Self {
-        Self::builder(store).grpc().build()
     }
 
     /// The engine. Its background keep-alive is off: the layer renews a running handler's lease

@@ -9,6 +9,7 @@ mod builder;
 mod execute;
 mod gate;
 mod layer;
+mod scoping;
 mod service;
 mod settings;
 #[cfg(test)]
@@ -16,6 +17,8 @@ mod sizes;
 
 pub use builder::IdempotencyLayerBuilder;
 pub use layer::IdempotencyLayer;
+pub(crate) use scoping::warn_if_shared_unverified;
+pub use scoping::{ScopeChosen, ScopeIsChosen, ScopeUnchosen};
 pub use service::IdempotencyService;
 pub(crate) use settings::Settings;
 pub use settings::{

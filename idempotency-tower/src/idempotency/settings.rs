@@ -1,6 +1,5 @@
 //! The layer's settings, shared by every clone of its service.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +9,8 @@ use http::{HeaderMap, Method};
 use idempotency_core::metrics as names;
 use idempotency_core::{InFlightPolicy, Namespace, Scope};
 
+use super::scoping::PrincipalSource;
+
 use crate::fingerprint::FingerprintSource;
 use crate::headers::IDEMPOTENCY_KEY;
 use crate::json::JsonPlan;
@@ -17,7 +18,8 @@ use crate::key_source::KeySource;
 use crate::policy::StoragePolicy;
 use crate::refusal::{ProblemJson, RefusalKind, RenderRefusal};
 
-/// A user function naming the principal (tenant, user, API client) a request acts for.
+/// A user function naming the principal (tenant, user, API client) a request acts for; `None`
+/// refuses the request (401).
 pub type PrincipalFn = dyn Fn(&Parts) -> Option<String> + Send + Sync + 'static;
 
 /// A user function that verifies a request before its key is claimed (a callback's
@@ -46,7 +48,7 @@ pub(crate) struct Settings {
     pub(crate) methods: Vec<Method>,
     pub(crate) paths: Option<Arc<[String]>>,
     pub(crate) require_key: bool,
-    pub(crate) principal: Option<Arc<PrincipalFn>>,
+    pub(crate) principal: PrincipalSource,
     pub(crate) verify: Option<Arc<VerifyFn>>,
     pub(crate) fingerprint: FingerprintSource,
     pub(crate) max_body_bytes: usize,
@@ -74,7 +76,7 @@ impl Default for Settings {
             methods: vec![Method::POST, Method::PATCH],
             paths: None,
             require_key: true,
-            principal: None,
+            principal: PrincipalSource::Shared,
             verify: None,
             fingerprint: FingerprintSource::Request,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -101,6 +103,10 @@ impl std::fmt::Debug for Settings {
             .field("methods", &self.methods)
             .field("paths", &self.paths)
             .field("require_key", &self.require_key)
+            .field(
+                "per_principal",
+                &matches!(self.principal, PrincipalSource::Each(_)),
+            )
             .field("verify", &self.verify.is_some())
             .field("fingerprint", &self.fingerprint)
             .field("max_body_bytes", &self.max_body_bytes)
@@ -139,6 +145,7 @@ impl LayerCounters {
             MalformedBody,
             BodyTooLarge,
             Unverified,
+            Unauthenticated,
             InFlight,
             Mismatch,
             StoreUnavailable,
@@ -232,18 +239,5 @@ impl Settings {
     /// The caller's deadline, if it has one ([`Deadline`](crate::Deadline), `grpc-timeout`).
     pub(crate) fn deadline(&self, parts: &Parts) -> Option<std::time::Instant> {
         crate::deadline::of(parts, self.grpc)
-    }
-
-    /// The scope of a request: the namespace, and the principal if one is extracted (no
-    /// allocation without one).
-    pub(crate) fn scope_for(&self, parts: &Parts) -> Cow<'_, Scope> {
-        match self
-            .principal
-            .as_ref()
-            .and_then(|principal| principal(parts))
-        {
-            Some(principal) => Cow::Owned(self.scope.clone().with_principal(principal)),
-            None => Cow::Borrowed(&self.scope),
-        }
     }
 }

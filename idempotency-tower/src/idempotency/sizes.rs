@@ -23,10 +23,12 @@ fn layers() -> (IdempotencyLayer<BoxStore>, IdempotencyLayer<BoxStore>) {
     let store = BoxStore::new(MemoryStore::new());
     let orders = IdempotencyLayer::builder(store.clone())
         .namespace("orders")
+        .principal_header(http::HeaderName::from_static("x-tenant-id"))
         .only_paths(["/orders"])
         .build();
     let callback = IdempotencyLayer::builder(store)
         .namespace("callback")
+        .shared_scope()
         .only_paths(["/payments/callback"])
         .key_from_json("/trade_no")
         .fingerprint_json_fields(["/trade_no", "/order_id"])

@@ -8,8 +8,8 @@ use tower_layer::Layer;
 
 use super::flights::{Claims, Flights};
 use super::service::TransactionalService;
-use crate::IdempotencyLayerBuilder;
 use crate::idempotency::Settings;
+use crate::{IdempotencyLayerBuilder, ScopeIsChosen};
 
 /// Makes the wrapped handlers idempotent **inside their own database transaction**: the key is
 /// claimed in the request's transaction, the handler does its business writes in it
@@ -55,7 +55,7 @@ impl<S> std::fmt::Debug for TransactionalLayer<S> {
     }
 }
 
-impl<S: TxStore> IdempotencyLayerBuilder<S> {
+impl<S: TxStore, C> IdempotencyLayerBuilder<S, C> {
     /// The finished layer, claiming keys in each request's own transaction on the store's
     /// database ([`TransactionalLayer`]).
     ///
@@ -65,8 +65,12 @@ impl<S: TxStore> IdempotencyLayerBuilder<S> {
     /// ([`claim_permits`](Self::claim_permits)). Fail-open and lease renewal do not apply: the
     /// handler needs the database anyway, and an uncommitted claim holds while the transaction
     /// does.
-    pub fn build_transactional(mut self) -> TransactionalLayer<S> {
+    pub fn build_transactional(mut self) -> TransactionalLayer<S>
+    where
+        C: ScopeIsChosen,
+    {
         self.settings.prepare();
+        crate::idempotency::warn_if_shared_unverified(&self.settings);
         let config = self.engine.config();
         let store = self.engine.store().clone();
         let permits = self.claim_permits.unwrap_or_else(|| {

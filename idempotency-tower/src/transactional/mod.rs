@@ -55,6 +55,7 @@
 //!     IdempotencyLayer::builder(store)
 //!         .namespace("payments.callback")
 //!         .callback("/trade_no")
+//!         .shared_scope() // the gateway's callbacks; add `.verify(..)` for its signature
 //!         .build_transactional(),
 //! );
 //! # let _ = app; Ok(()) }

@@ -22,7 +22,7 @@ use idempotency_core::sql::TxStore;
 use idempotency_core::testing::unique_key;
 use idempotency_core::{IdempotencyKey, InFlightPolicy, RecordState, Scope, Store};
 use idempotency_tower::transactional::TransactionalLayer;
-use idempotency_tower::{Deadline, IdempotencyLayer, IdempotencyLayerBuilder};
+use idempotency_tower::{Deadline, IdempotencyLayer, IdempotencyLayerBuilder, ScopeChosen};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
@@ -94,16 +94,24 @@ pub fn app<H: Harness>(
     harness: &H,
     store: H::Store,
     counters: &Arc<Counters>,
-    configure: impl FnOnce(IdempotencyLayerBuilder<H::Store>) -> IdempotencyLayerBuilder<H::Store>,
+    configure: impl FnOnce(
+        IdempotencyLayerBuilder<H::Store, ScopeChosen>,
+    ) -> IdempotencyLayerBuilder<H::Store, ScopeChosen>,
 ) -> Router {
-    let layer: TransactionalLayer<H::Store> =
-        configure(IdempotencyLayer::builder(store).namespace(NAMESPACE)).build_transactional();
+    let layer: TransactionalLayer<H::Store> = configure(
+        IdempotencyLayer::builder(store)
+            .shared_scope()
+            .namespace(NAMESPACE),
+    )
+    .build_transactional();
     harness.routes(Arc::clone(counters)).layer(layer)
 }
 
 /// The callback preset with a 3 s wait, the key the body's `trade_no`, the fingerprint its
 /// `trade_no` and `mode` (so a duplicate may ask the handler to wait another time).
-pub fn callback<S: TxStore>(builder: IdempotencyLayerBuilder<S>) -> IdempotencyLayerBuilder<S> {
+pub fn callback<S: TxStore>(
+    builder: IdempotencyLayerBuilder<S, ScopeChosen>,
+) -> IdempotencyLayerBuilder<S, ScopeChosen> {
     builder
         .callback("/trade_no")
         .fingerprint_json_fields(["/trade_no", "/mode"])

@@ -147,6 +147,7 @@ async fn send(app: &Router, log: &Log, key: &str, started: Instant) -> StatusCod
 /// that notes each execution.
 fn app<S: Store>(store: S, namespace: &str, store_timeout: Duration, log: Arc<Log>) -> Router {
     let layer = IdempotencyLayer::builder(store)
+        .shared_scope()
         .namespace(namespace)
         .store_timeout(store_timeout)
         .build();

@@ -151,6 +151,7 @@ async fn run() -> Result<(), String> {
     let table = std::env::var("CRASH_TABLE").unwrap_or_else(|_| "crash_target".to_owned());
     let store = store(&kind, std::env::var("CRASH_URL").ok(), &table).await?;
     let layer = IdempotencyLayer::builder(store)
+        .shared_scope()
         .namespace("crash")
         .lease(lease)
         .store_timeout(Duration::from_secs(2))
