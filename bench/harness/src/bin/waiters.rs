@@ -216,6 +216,7 @@ struct Held {
 async fn serve(store: BoxStore, wait: Duration, held: Arc<Held>) -> std::io::Result<SocketAddr> {
     let layer = IdempotencyLayer::builder(store)
         .namespace(format!("waiters-{}", unique()))
+        .shared_scope()
         .wait_in_flight(wait)
         .build();
     let router = Router::new()
