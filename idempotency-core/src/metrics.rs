@@ -113,15 +113,18 @@ pub(crate) enum StoreOp {
     Release,
     Touch,
     Undo,
+    /// A read of an in-flight key's record by the duplicates waiting for it.
+    Get,
 }
 
 impl StoreOp {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::Claim,
         Self::Complete,
         Self::Release,
         Self::Touch,
         Self::Undo,
+        Self::Get,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -131,6 +134,7 @@ impl StoreOp {
             Self::Release => "release",
             Self::Touch => "touch",
             Self::Undo => "undo",
+            Self::Get => "get",
         }
     }
 }

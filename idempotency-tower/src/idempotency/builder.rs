@@ -272,6 +272,15 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
         self
     }
 
+    /// How many duplicates of one in-flight key may wait for it at once in this process
+    /// (default [`DEFAULT_MAX_WAITERS_PER_KEY`](idempotency_core::DEFAULT_MAX_WAITERS_PER_KEY),
+    /// 128); more are answered 409 + `Retry-After` (gRPC `ABORTED`) at once. Waiters share
+    /// one wait per key, so the store's load does not grow with them.
+    pub fn max_waiters_per_key(mut self, max: usize) -> Self {
+        self.engine = self.engine.with_max_waiters_per_key(max);
+        self
+    }
+
     /// Duplicates wait up to `max` for the first to finish, then get its response.
     pub fn wait_in_flight(self, max: Duration) -> Self {
         self.in_flight(InFlightPolicy::Wait { max })
