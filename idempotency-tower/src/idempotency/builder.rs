@@ -336,8 +336,11 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
         self
     }
 
-    /// Whether `Set-Cookie`, `Authorization`, `Cookie`, `WWW-Authenticate` and values marked
-    /// sensitive are stored and replayed (default `false`).
+    /// Whether credential fields are stored and replayed (default `false`): `Set-Cookie`,
+    /// `Cookie`, `Authorization`, `WWW-Authenticate`, `Authentication-Info`, `X-Auth-Token`,
+    /// `X-Api-Key`, `X-Csrf-Token`, `X-Xsrf-Token`, `X-Amz-Security-Token`, `Set-Cookie2`, and
+    /// values marked sensitive (`HeaderValue::set_sensitive`). `Proxy-*` fields are hop-by-hop
+    /// and never stored.
     pub fn store_sensitive_headers(mut self, store: bool) -> Self {
         self.settings.store_sensitive_headers = store;
         self

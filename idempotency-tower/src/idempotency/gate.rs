@@ -148,8 +148,9 @@ where
             Ok(Decision::Replay(outcome)) => match replay(&outcome) {
                 Ok(response) => return Ok(response),
                 Err(error) => {
-                    tracing::error!(%error, "stored response could not be decoded");
-                    StoreError::Codec(error.to_string())
+                    // The work was done: never run it again, fail-open or not.
+                    tracing::error!(%error, "stored response could not be decoded; refused");
+                    return Ok(refuse(settings, unavailable(settings)));
                 }
             },
             Ok(Decision::InFlight { retry_after }) => {
