@@ -151,7 +151,9 @@ pub use sweeper::{Sweeper, spawn_sweeper};
 pub use token::{DEFAULT_TOKEN_TTL, OneTimeToken, TokenOutcome, TokenStore};
 
 #[cfg(feature = "memory")]
-pub use memory::{MemoryStore, MemoryTokenStore};
+pub use memory::{
+    DEFAULT_MEMORY_MAX_BYTES, DEFAULT_MEMORY_MAX_RECORDS, MemoryStore, MemoryTokenStore,
+};
 
 #[cfg(feature = "macros")]
 pub use idempotency_macros::idempotent;

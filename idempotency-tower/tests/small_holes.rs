@@ -1,6 +1,7 @@
 //! Small holes of the layer, each closed: two key values joined into one header (`a1,a2`),
 //! credential fields beyond the common four replayed, an undecodable stored response run
-//! again under fail-open, JSON numbers whose digits a float would lose.
+//! again under fail-open, JSON numbers whose digits a float would lose; and a full memory
+//! store answers 503 rather than growing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -178,5 +179,21 @@ async fn json_numbers_beyond_64_bits_are_refused_not_rounded() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let (status, ..) = send(&fingerprinted, "k-fields", r#"{"order":{"amount":10.5}}"#).await;
     assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_full_memory_store_answers_503_and_still_replays_what_it_holds() {
+    let store = Arc::new(MemoryStore::with_capacity(1));
+    let (app, runs) = app(IdempotencyLayer::builder(store).shared_scope());
+    let (status, ..) = send(&app, "k-held", "{}").await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, headers, body) = send(&app, "k-new", "{}").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(headers.contains_key("retry-after"));
+    let (status, headers, _) = send(&app, "k-held", "{}").await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(headers["idempotent-replayed"], "true");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
