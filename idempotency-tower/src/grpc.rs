@@ -13,6 +13,7 @@ use crate::refusal::{Refusal, RefusalKind, RenderRefusal};
 /// |---|---|
 /// | missing or invalid key, unreadable body | `INVALID_ARGUMENT` (3) |
 /// | body too large | `RESOURCE_EXHAUSTED` (8) |
+/// | body too slow | `DEADLINE_EXCEEDED` (4) |
 /// | in flight | `ABORTED` (10) |
 /// | key reused with another payload | `FAILED_PRECONDITION` (9) |
 /// | store unavailable | `UNAVAILABLE` (14) |
@@ -28,6 +29,7 @@ impl GrpcStatus {
         match kind {
             RefusalKind::MissingKey | RefusalKind::InvalidKey | RefusalKind::MalformedBody => 3,
             RefusalKind::BodyTooLarge => 8,
+            RefusalKind::BodyTimeout => 4,
             RefusalKind::InFlight => 10,
             RefusalKind::Mismatch | RefusalKind::TokenRejected => 9,
             RefusalKind::StoreUnavailable => 14,

@@ -20,6 +20,9 @@ pub enum RefusalKind {
     MalformedBody,
     /// The body is larger than the layer reads (413, gRPC `RESOURCE_EXHAUSTED`).
     BodyTooLarge,
+    /// The body the layer reads did not arrive within its read timeout (408, gRPC
+    /// `DEADLINE_EXCEEDED`): nothing was claimed, so a slow sender pins no key.
+    BodyTimeout,
     /// The request failed the layer's verification, run before its key is claimed: a
     /// callback's signature does not match (401, gRPC `UNAUTHENTICATED`).
     Unverified,
@@ -53,6 +56,7 @@ impl RefusalKind {
         match self {
             Self::MissingKey | Self::InvalidKey | Self::MalformedBody => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Unverified | Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::TransactionUnavailable => StatusCode::INTERNAL_SERVER_ERROR,
             Self::InFlight | Self::TokenRejected | Self::NotReplayable => StatusCode::CONFLICT,
@@ -68,6 +72,7 @@ impl RefusalKind {
             Self::InvalidKey => "Idempotency key invalid",
             Self::MalformedBody => "Request body unreadable",
             Self::BodyTooLarge => "Request body too large",
+            Self::BodyTimeout => "Request body too slow",
             Self::Unverified => "Request not verified",
             Self::Unauthenticated => "Principal missing",
             Self::InFlight => "Request in progress",
@@ -86,6 +91,7 @@ impl RefusalKind {
             Self::InvalidKey => "invalid-key",
             Self::MalformedBody => "malformed-body",
             Self::BodyTooLarge => "body-too-large",
+            Self::BodyTimeout => "body-timeout",
             Self::Unverified => "unverified",
             Self::Unauthenticated => "unauthenticated",
             Self::InFlight => "in-flight",

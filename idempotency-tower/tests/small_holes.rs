@@ -1,7 +1,7 @@
 //! Small holes of the layer, each closed: two key values joined into one header (`a1,a2`),
 //! credential fields beyond the common four replayed, an undecodable stored response run
-//! again under fail-open, JSON numbers whose digits a float would lose; and a full memory
-//! store answers 503 rather than growing.
+//! again under fail-open, JSON numbers whose digits a float would lose, a slow body pinning its
+//! key; and a full memory store answers 503 rather than growing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -195,5 +195,47 @@ async fn a_full_memory_store_answers_503_and_still_replays_what_it_holds() {
     let (status, headers, _) = send(&app, "k-held", "{}").await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// A body that stops arriving: 408 after the read timeout, nothing claimed, so the complete
+/// request with the same key then runs.
+#[tokio::test]
+async fn a_slow_body_is_refused_408_and_pins_no_key() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let store = Arc::new(MemoryStore::new());
+    let (app, runs) = app(IdempotencyLayer::builder(Arc::clone(&store))
+        .shared_scope()
+        .key_from_json("/trade_no")
+        .body_read_timeout(std::time::Duration::from_millis(200)));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let body = r#"{"trade_no":"T-slow","amount":1}"#;
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /pay HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    slow.write_all(&body.as_bytes()[..10]).await.unwrap();
+    // The rest never comes; the answer does.
+    let mut answer = vec![0u8; 1024];
+    let read = slow.read(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("application/problem+json"), "{answer}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert!(store.is_empty(), "nothing was claimed");
+
+    let mut whole = tokio::net::TcpStream::connect(addr).await.unwrap();
+    whole.write_all(head.as_bytes()).await.unwrap();
+    whole.write_all(body.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 1024];
+    let read = whole.read(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

@@ -245,6 +245,16 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
         self
     }
 
+    /// How long the layer waits for the request body it reads (for a key, fingerprint or
+    /// verification in the body; default [`DEFAULT_BODY_READ_TIMEOUT`](crate::DEFAULT_BODY_READ_TIMEOUT),
+    /// 30 s), counted from the first wait for it; slower → 408 (gRPC `DEADLINE_EXCEEDED`), with
+    /// nothing claimed, stored or begun (no transaction is open yet). A body the layer does not
+    /// read streams to the handler, which bounds its own reading.
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.body_read_timeout = timeout;
+        self
+    }
+
     /// The largest response body stored (default 1 MiB). A larger response still reaches the
     /// client in full, but only a marker is stored: the work is not run again, and a retry gets
     /// 409 "Response not replayable" ([`crate::RefusalKind::NotReplayable`]); a warning is

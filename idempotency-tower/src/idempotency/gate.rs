@@ -121,7 +121,8 @@ where
     async move {
         let settings = layer.settings();
         let held = if settings.needs_body() {
-            let body = collect_request(body, settings.max_body_bytes).await;
+            let body =
+                collect_request(body, settings.max_body_bytes, settings.body_read_timeout).await;
             match collected(settings, body) {
                 Ok(held) => held,
                 Err(refusal) => return Ok(refuse(settings, refusal)),

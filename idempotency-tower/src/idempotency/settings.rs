@@ -28,6 +28,9 @@ pub type VerifyFn = dyn Fn(&Parts, &Bytes) -> Result<(), String> + Send + Sync +
 
 /// Default limit of the request body the layer reads: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Default time the layer waits for the request body it reads: 30 s (then 408, nothing
+/// claimed).
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default limit of a response the layer stores: 1 MiB.
 pub const DEFAULT_MAX_STORED_BYTES: usize = 1024 * 1024;
 /// Default limit of the header (and trailer) fields of a response the layer stores: 100.
@@ -52,6 +55,7 @@ pub(crate) struct Settings {
     pub(crate) verify: Option<Arc<VerifyFn>>,
     pub(crate) fingerprint: FingerprintSource,
     pub(crate) max_body_bytes: usize,
+    pub(crate) body_read_timeout: Duration,
     pub(crate) max_stored_bytes: usize,
     pub(crate) max_stored_headers: usize,
     pub(crate) max_stored_header_bytes: usize,
@@ -80,6 +84,7 @@ impl Default for Settings {
             verify: None,
             fingerprint: FingerprintSource::Request,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             max_stored_bytes: DEFAULT_MAX_STORED_BYTES,
             max_stored_headers: DEFAULT_MAX_STORED_HEADERS,
             max_stored_header_bytes: DEFAULT_MAX_STORED_HEADER_BYTES,
@@ -110,6 +115,7 @@ impl std::fmt::Debug for Settings {
             .field("verify", &self.verify.is_some())
             .field("fingerprint", &self.fingerprint)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("body_read_timeout", &self.body_read_timeout)
             .field("max_stored_bytes", &self.max_stored_bytes)
             .field("max_stored_headers", &self.max_stored_headers)
             .field("max_stored_header_bytes", &self.max_stored_header_bytes)
@@ -144,6 +150,7 @@ impl LayerCounters {
             InvalidKey,
             MalformedBody,
             BodyTooLarge,
+            BodyTimeout,
             Unverified,
             Unauthenticated,
             InFlight,
