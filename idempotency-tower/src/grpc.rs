@@ -16,7 +16,7 @@ use crate::refusal::{Refusal, RefusalKind, RenderRefusal};
 /// | body too slow | `DEADLINE_EXCEEDED` (4) |
 /// | in flight | `ABORTED` (10) |
 /// | key reused with another payload | `FAILED_PRECONDITION` (9) |
-/// | store unavailable | `UNAVAILABLE` (14) |
+/// | store unavailable, too many unfinished handlers | `UNAVAILABLE` (14) |
 /// | completed, response too large to replay | `ALREADY_EXISTS` (6) |
 /// | not verified (a bad signature), no principal | `UNAUTHENTICATED` (16) |
 /// | no transaction for a transactional handler | `INTERNAL` (13) |
@@ -32,7 +32,7 @@ impl GrpcStatus {
             RefusalKind::BodyTimeout => 4,
             RefusalKind::InFlight => 10,
             RefusalKind::Mismatch | RefusalKind::TokenRejected => 9,
-            RefusalKind::StoreUnavailable => 14,
+            RefusalKind::StoreUnavailable | RefusalKind::Overloaded => 14,
             RefusalKind::NotReplayable => 6,
             RefusalKind::Unverified | RefusalKind::Unauthenticated => 16,
             RefusalKind::TransactionUnavailable => 13,

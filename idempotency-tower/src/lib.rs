@@ -114,10 +114,10 @@ pub use grpc::GrpcStatus;
 pub use guarded::GuardedService;
 pub use headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use idempotency::{
-    DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES,
-    DEFAULT_MAX_STORED_HEADER_BYTES, DEFAULT_MAX_STORED_HEADERS, IdempotencyLayer,
-    IdempotencyLayerBuilder, IdempotencyService, PrincipalFn, ScopeChosen, ScopeIsChosen,
-    ScopeUnchosen, VerifyFn,
+    DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DETACHED,
+    DEFAULT_MAX_STORED_BYTES, DEFAULT_MAX_STORED_HEADER_BYTES, DEFAULT_MAX_STORED_HEADERS,
+    IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyService, PrincipalFn, ScopeChosen,
+    ScopeIsChosen, ScopeUnchosen, VerifyFn,
 };
 pub use idempotency_core::InFlightPolicy;
 pub use key_source::{KeyFn, KeySource, key_from_headers};

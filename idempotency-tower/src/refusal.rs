@@ -30,6 +30,10 @@ pub enum RefusalKind {
     /// identity in its extensions, an unreadable principal header): it is refused rather than
     /// folded into a shared scope (401, gRPC `UNAUTHENTICATED`).
     Unauthenticated,
+    /// Too many handlers of departed clients are still finishing in the background: new guarded
+    /// requests are refused until some end, rather than any running handler being abandoned
+    /// (503 + `Retry-After`, gRPC `UNAVAILABLE`).
+    Overloaded,
     /// The first request with this key is still running (409 + `Retry-After`, gRPC `ABORTED`).
     InFlight,
     /// The key was first used with another payload (422, gRPC `FAILED_PRECONDITION`).
@@ -61,7 +65,7 @@ impl RefusalKind {
             Self::TransactionUnavailable => StatusCode::INTERNAL_SERVER_ERROR,
             Self::InFlight | Self::TokenRejected | Self::NotReplayable => StatusCode::CONFLICT,
             Self::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::StoreUnavailable | Self::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -78,6 +82,7 @@ impl RefusalKind {
             Self::InFlight => "Request in progress",
             Self::Mismatch => "Idempotency key reused",
             Self::StoreUnavailable => "Idempotency store unavailable",
+            Self::Overloaded => "Too many unfinished handlers",
             Self::TokenRejected => "One-time token rejected",
             Self::NotReplayable => "Response not replayable",
             Self::TransactionUnavailable => "Transaction unavailable",
@@ -97,6 +102,7 @@ impl RefusalKind {
             Self::InFlight => "in-flight",
             Self::Mismatch => "key-reused",
             Self::StoreUnavailable => "store-unavailable",
+            Self::Overloaded => "overloaded",
             Self::TokenRejected => "token-rejected",
             Self::NotReplayable => "not-replayable",
             Self::TransactionUnavailable => "transaction-unavailable",

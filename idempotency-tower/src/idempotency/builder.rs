@@ -255,6 +255,15 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
         self
     }
 
+    /// How many handlers whose clients left may still run to their end in the background
+    /// (default [`DEFAULT_MAX_DETACHED`](crate::DEFAULT_MAX_DETACHED), 1 024). Beyond it, new
+    /// guarded requests are refused with 503 + `Retry-After` (gRPC `UNAVAILABLE`) until some
+    /// end: running handlers are never abandoned.
+    pub fn max_detached(mut self, max: usize) -> Self {
+        self.settings.max_detached = max;
+        self
+    }
+
     /// The largest response body stored (default 1 MiB). A larger response still reaches the
     /// client in full, but only a marker is stored: the work is not run again, and a retry gets
     /// 409 "Response not replayable" ([`crate::RefusalKind::NotReplayable`]); a warning is

@@ -120,6 +120,9 @@ where
 {
     async move {
         let settings = layer.settings();
+        if let Some(refusal) = settings.overloaded() {
+            return Ok(refuse(settings, refusal));
+        }
         let held = if settings.needs_body() {
             let body =
                 collect_request(body, settings.max_body_bytes, settings.body_read_timeout).await;

@@ -45,6 +45,9 @@ where
     ResB: StoredBody,
 {
     let settings = &shared.settings;
+    if let Some(refusal) = settings.overloaded() {
+        return Ok(refuse(settings, refusal));
+    }
     let held = if settings.needs_body() {
         let body = collect_request(body, settings.max_body_bytes, settings.body_read_timeout).await;
         match collected(settings, body) {
@@ -126,7 +129,8 @@ where
     let mut inner = inner;
     let handler = Box::pin(inner.call(Request::from_parts(parts, held.into_body())));
     // A client that goes away does not abandon the handler: it runs to its commit.
-    Detachable::new(finish(shared, slot, lease, handler, flight)).await
+    let detached = Arc::clone(&shared.settings.detached);
+    Detachable::new(finish(shared, slot, lease, handler, flight), detached).await
 }
 
 /// The answer to a duplicate of a completed key, read outside any transaction: its stored
