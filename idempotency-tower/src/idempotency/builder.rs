@@ -248,8 +248,11 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     /// How long the layer waits for the request body it reads (for a key, fingerprint or
     /// verification in the body; default [`DEFAULT_BODY_READ_TIMEOUT`](crate::DEFAULT_BODY_READ_TIMEOUT),
     /// 30 s), counted from the first wait for it; slower → 408 (gRPC `DEADLINE_EXCEEDED`), with
-    /// nothing claimed, stored or begun (no transaction is open yet). A body the layer does not
-    /// read streams to the handler, which bounds its own reading.
+    /// nothing claimed, stored or begun (no transaction is open yet). The transactional layer
+    /// always reads the body first, so no transaction waits on a slow client. The plain layer
+    /// streams a body it does not need (a header key with a header fingerprint) to the handler,
+    /// which then bounds its own reading (the key is held meanwhile, up to the keep-alive
+    /// ceiling).
     pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
         self.settings.body_read_timeout = timeout;
         self

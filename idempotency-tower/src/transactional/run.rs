@@ -48,14 +48,12 @@ where
     if let Some(refusal) = settings.overloaded() {
         return Ok(refuse(settings, refusal));
     }
-    let held = if settings.needs_body() {
-        let body = collect_request(body, settings.max_body_bytes, settings.body_read_timeout).await;
-        match collected(settings, body) {
-            Ok(held) => held,
-            Err(refusal) => return Ok(refuse(settings, refusal)),
-        }
-    } else {
-        Payload::Streaming(body)
+    // Always read before the transaction opens, within the read timeout: a body streamed to
+    // the handler would hold the transaction (and its connection) while a slow client sends it.
+    let body = collect_request(body, settings.max_body_bytes, settings.body_read_timeout).await;
+    let held: Payload<B> = match collected(settings, body) {
+        Ok(held) => held,
+        Err(refusal) => return Ok(refuse(settings, refusal)),
     };
     let (key, fingerprint) = match inspect(settings, &parts, &held, header_key) {
         Read::Guard(key, fingerprint) => (key, fingerprint),
