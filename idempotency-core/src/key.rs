@@ -11,6 +11,8 @@ pub const MAX_KEY_LEN: usize = 255;
 /// Keys arrive as a bare token (`Idempotency-Key: 8e03978e`) or, as the IETF draft writes them, an
 /// RFC 8941 sf-string (`Idempotency-Key: "8e03978e"`); [`IdempotencyKey::from_header`] accepts
 /// both. A header value that opens with `"` is read as an sf-string and must be well formed.
+/// A bare token has no comma: `a1,a2` is two values (a proxy joining two headers), refused as
+/// [`KeyError::Multiple`]; a quoted key may hold one.
 ///
 /// ```
 /// use idempotency_core::IdempotencyKey;
@@ -73,6 +75,8 @@ impl IdempotencyKey {
     /// assert_eq!(IdempotencyKey::header_text(b"k-1").unwrap(), "k-1");
     /// assert_eq!(IdempotencyKey::header_text(b"\"k-1\"").unwrap(), "k-1");
     /// assert!(IdempotencyKey::header_text(b"").is_err());
+    /// assert!(IdempotencyKey::header_text(b"a1,a2").is_err()); // two values
+    /// assert_eq!(IdempotencyKey::header_text(b"\"a1,a2\"").unwrap(), "a1,a2");
     /// ```
     pub fn header_text(value: &[u8]) -> Result<Cow<'_, str>, KeyError> {
         match value.first() {
@@ -83,6 +87,9 @@ impl IdempotencyKey {
             }
             _ => {
                 validate(value)?;
+                if value.contains(&b',') {
+                    return Err(KeyError::Multiple);
+                }
                 // Validation guarantees ASCII, so the conversion cannot fail.
                 std::str::from_utf8(value)
                     .map(Cow::Borrowed)

@@ -134,7 +134,10 @@ pub mod sql;
 pub mod testing;
 
 pub use completed_keys::CompletedKeys;
-pub use engine::{Config, Decision, Execution, Idempotency, Namespace};
+pub use engine::{
+    Config, DEFAULT_IN_FLIGHT_POLL, DEFAULT_MAX_WAITERS_PER_KEY, Decision, Execution, Idempotency,
+    Namespace,
+};
 pub use error::{Error, StoreError};
 pub use fingerprint::{Fingerprint, FingerprintBuilder, canonical_json};
 pub use in_flight::{DEFAULT_IN_FLIGHT_WAIT, InFlightPolicy};
@@ -148,7 +151,9 @@ pub use sweeper::{Sweeper, spawn_sweeper};
 pub use token::{DEFAULT_TOKEN_TTL, OneTimeToken, TokenOutcome, TokenStore};
 
 #[cfg(feature = "memory")]
-pub use memory::{MemoryStore, MemoryTokenStore};
+pub use memory::{
+    DEFAULT_MEMORY_MAX_BYTES, DEFAULT_MEMORY_MAX_RECORDS, MemoryStore, MemoryTokenStore,
+};
 
 #[cfg(feature = "macros")]
 pub use idempotency_macros::idempotent;

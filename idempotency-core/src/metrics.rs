@@ -6,6 +6,9 @@
 /// Counter of claim decisions, labelled `decision` = `execute` | `takeover` | `replay` |
 /// `in_flight` | `mismatch`.
 pub const DECISIONS: &str = "idempotency_decisions_total";
+/// Counter of new keys the memory store refused because it was full (records or bytes of
+/// stored responses at their bound, with nothing expired to evict).
+pub const MEMORY_STORE_FULL: &str = "idempotency_memory_store_full_total";
 /// Counter of store calls that failed (unavailable, timed out, …), labelled `op`.
 pub const STORE_ERRORS: &str = "idempotency_store_errors_total";
 /// Counter of stale owners refused by fencing (complete/release/touch after a takeover).
@@ -113,15 +116,18 @@ pub(crate) enum StoreOp {
     Release,
     Touch,
     Undo,
+    /// A read of an in-flight key's record by the duplicates waiting for it.
+    Get,
 }
 
 impl StoreOp {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::Claim,
         Self::Complete,
         Self::Release,
         Self::Touch,
         Self::Undo,
+        Self::Get,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -131,6 +137,7 @@ impl StoreOp {
             Self::Release => "release",
             Self::Touch => "touch",
             Self::Undo => "undo",
+            Self::Get => "get",
         }
     }
 }

@@ -287,7 +287,8 @@ async fn a_store_bound_within_the_store_timeout_replaces_the_engines_timer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_duplicates_execute_once() {
-    let engine = Idempotency::new(MemoryStore::new());
+    // Every duplicate may wait (beyond the default bound of 128, they would be told at once).
+    let engine = Idempotency::new(MemoryStore::new()).with_max_waiters_per_key(500);
     let executions = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..500)
         .map(|_| {

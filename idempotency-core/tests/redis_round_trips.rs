@@ -1,6 +1,6 @@
 //! Each store step costs exactly one round trip to Redis (two for the takeover of an ended
 //! lease), counted by a proxy between the store and the real server (`REDIS_URL`) that parses
-//! every command the client sends.
+//! every command the client sends; duplicates waiting for one in-flight key cost what one does.
 #![cfg(all(feature = "redis", feature = "testing"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,8 +10,8 @@ use std::time::Duration;
 use idempotency_core::redis::{RedisStore, RedisTokenStore, connect};
 use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{
-    Claim, ClaimRequest, Fingerprint, Lease, Outcome, Scope, StorageKey, Store, TokenOutcome,
-    TokenStore,
+    Claim, ClaimRequest, Decision, Fingerprint, Idempotency, InFlightPolicy, Lease, Namespace,
+    Outcome, Scope, StorageKey, Store, TokenOutcome, TokenStore,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -360,4 +360,150 @@ async fn every_step_on(service: &str, upstream: String, native: Option<bool>) {
     let (consumed, sent) = commands_of(&log, tokens.consume(&scope, &token.value)).await;
     assert_eq!(consumed.unwrap(), TokenOutcome::Consumed);
     assert_eq!(sent, ["DEL"], "token consume");
+}
+
+/// Waits until `ready` holds (a condition the engine reports, not a guess at the time).
+async fn until(ready: impl Fn() -> bool) {
+    while !ready() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// A store through a counting proxy to `REDIS_URL`, and its log; `None` without Redis.
+async fn counted_store() -> Option<(RedisStore, Log)> {
+    let redis = upstream("REDIS_URL", "redis://127.0.0.1:6379");
+    if let Err(error) = connect(&format!("redis://{redis}")).await {
+        return unavailable("Redis", error);
+    }
+    let log: Log = Arc::default();
+    let proxy = counting_proxy(redis, Arc::clone(&log)).await;
+    let store = RedisStore::connect(&format!("redis://{proxy}"))
+        .await
+        .unwrap()
+        .with_key_prefix("test:in-flight-waits:");
+    Some((store, log))
+}
+
+/// One key claimed by `owner`, `waiters` duplicates waiting for it in `engine`, then the
+/// owner's complete: every duplicate gets the owner's outcome. Returns the commands sent from
+/// the owner's claim to the last duplicate's answer.
+async fn waiting_round(
+    owner: &Idempotency<RedisStore>,
+    engine: &Idempotency<RedisStore>,
+    log: &Log,
+    waiters: usize,
+) -> Vec<String> {
+    let namespace = Namespace::new("in-flight-waits");
+    let key = unique_key();
+    let fingerprint = Fingerprint::of_bytes(b"order 42");
+    let claim = owner.claim(&namespace, key, &fingerprint, InFlightPolicy::Reject);
+    let Decision::Execute(execution) = claim.await.unwrap() else {
+        panic!("a new key is claimed");
+    };
+    let before = log.lock().unwrap().len();
+    let wait = InFlightPolicy::wait(Duration::from_secs(60));
+    let mut duplicates = Vec::new();
+    for n in 1..=waiters {
+        let (waiter, namespace) = (engine.clone(), namespace.clone());
+        duplicates.push(tokio::spawn(async move {
+            waiter.claim(&namespace, key, &fingerprint, wait).await
+        }));
+        if n == 1 {
+            // The first finds the key in flight in the store; the others, its wait.
+            until(|| engine.in_flight_waiters() == 1).await;
+        }
+    }
+    until(|| engine.in_flight_waiters() == waiters).await;
+    execution.complete(Outcome::new(201, "paid")).await.unwrap();
+    for duplicate in duplicates {
+        match duplicate.await.unwrap().unwrap() {
+            Decision::Replay(outcome) => assert_eq!(&outcome.body[..], b"paid"),
+            other => panic!("a duplicate gets the owner's outcome, got {other:?}"),
+        }
+    }
+    assert_eq!(engine.in_flight_waiters(), 0);
+    log.lock().unwrap()[before..].to_vec()
+}
+
+/// Duplicates waiting in one process for a key its own engine runs share one wait, woken by
+/// the owner's complete: fifty cost Redis exactly the commands one does (the first one's
+/// claim, the complete, one read).
+#[tokio::test]
+async fn fifty_duplicates_waiting_for_a_local_owner_cost_what_one_does() {
+    let Some((store, log)) = counted_store().await else {
+        return;
+    };
+    // No timed reads in this test: only the owner's complete wakes the wait.
+    let engine = Idempotency::new(store)
+        .with_keep_alive(false, Duration::from_secs(600))
+        .with_in_flight_poll(Duration::from_secs(3600));
+    waiting_round(&engine, &engine, &log, 1).await; // loads the scripts
+    let one = waiting_round(&engine, &engine, &log, 1).await;
+    let fifty = waiting_round(&engine, &engine, &log, 50).await;
+    assert_eq!(one.len(), 3, "{one:?}");
+    assert_eq!(fifty, one);
+}
+
+/// Duplicates waiting for a key another process runs read its record once per tick between
+/// them, never claim it again: fifty send the store the claims and writes one does (only the
+/// number of reads depends on how long the owner takes).
+#[tokio::test]
+async fn fifty_duplicates_waiting_for_a_remote_owner_never_claim_again() {
+    let Some((store, log)) = counted_store().await else {
+        return;
+    };
+    let Some((owner_store, _)) = counted_store().await else {
+        return;
+    };
+    let owner = Idempotency::new(owner_store).with_keep_alive(false, Duration::from_secs(600));
+    let engine = Idempotency::new(store).with_in_flight_poll(Duration::from_millis(20));
+    let writes = |sent: Vec<String>| -> Vec<String> {
+        sent.into_iter()
+            .filter(|command| command != "GET")
+            .collect()
+    };
+    waiting_round(&owner, &engine, &log, 1).await; // loads the scripts
+    let one = writes(waiting_round(&owner, &engine, &log, 1).await);
+    let fifty = writes(waiting_round(&owner, &engine, &log, 50).await);
+    assert_eq!(one, ["SET"], "the first duplicate's claim only");
+    assert_eq!(fifty, one);
+}
+
+/// Beyond the bound on waiters per key, a duplicate is answered in flight at once, with no
+/// store command; those within it get the outcome.
+#[tokio::test]
+async fn duplicates_beyond_the_bound_are_answered_in_flight_at_once() {
+    let Some((store, log)) = counted_store().await else {
+        return;
+    };
+    let engine = Idempotency::new(store)
+        .with_keep_alive(false, Duration::from_secs(600))
+        .with_max_waiters_per_key(3);
+    let namespace = Namespace::new("in-flight-waits");
+    let (key, fingerprint) = (unique_key(), Fingerprint::of_bytes(b"order 7"));
+    let claim = engine.claim(&namespace, key, &fingerprint, InFlightPolicy::Reject);
+    let Decision::Execute(execution) = claim.await.unwrap() else {
+        panic!("a new key is claimed");
+    };
+    let wait = InFlightPolicy::wait(Duration::from_secs(600));
+    let mut duplicates = Vec::new();
+    for _ in 0..3 {
+        let (engine, namespace) = (engine.clone(), namespace.clone());
+        duplicates.push(tokio::spawn(async move {
+            engine.claim(&namespace, key, &fingerprint, wait).await
+        }));
+    }
+    until(|| engine.in_flight_waiters() == 3).await;
+    let beyond = engine.claim(&namespace, key, &fingerprint, wait);
+    // A guard against a hang only: the answer comes without waiting for the owner.
+    let (answer, sent) =
+        commands_of(&log, tokio::time::timeout(Duration::from_secs(60), beyond)).await;
+    let answer = answer.expect("answered at once, not after a wait").unwrap();
+    assert!(matches!(answer, Decision::InFlight { .. }), "{answer:?}");
+    assert!(sent.is_empty(), "{sent:?}");
+    execution.complete(Outcome::new(200, "done")).await.unwrap();
+    for duplicate in duplicates {
+        let decision = duplicate.await.unwrap().unwrap();
+        assert!(matches!(decision, Decision::Replay(_)), "{decision:?}");
+    }
 }

@@ -1,5 +1,9 @@
 //! Collecting bodies once, within a limit.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
 use bytes::{Buf, Bytes, BytesMut};
 use http::HeaderMap;
 use http_body::Body;
@@ -44,44 +48,89 @@ impl Accumulator {
 pub(crate) enum RequestCollectError {
     TooLarge,
     Stream,
+    /// The body did not arrive within the read timeout.
+    TimedOut,
 }
 
-/// Collects a request body of at most `limit` bytes (and its trailers).
-///
-/// Written for a small future (it lives in every guarded request's boxed future): the body is
-/// kept twice (captured, then pinned), not three times as an `async fn` would keep it.
-#[allow(clippy::manual_async_fn)] // an `async fn` would keep its arguments twice
+pin_project_lite::pin_project! {
+    /// Collects a request body of at most `limit` bytes (and its trailers), within `timeout` of
+    /// the first wait for it ([`collect_request`]).
+    ///
+    /// A hand-written future, for its size (it lives in every guarded request's boxed
+    /// future): the body is kept once (an `async` block keeps it twice), and the timer is set
+    /// up, boxed, only if the body makes the reader wait.
+    pub(crate) struct CollectRequest<B> {
+        #[pin]
+        body: B,
+        limit: usize,
+        timeout: Duration,
+        deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+        data: Accumulator,
+        // Boxed: rare outside gRPC.
+        trailers: Option<Box<HeaderMap>>,
+        too_large: bool,
+    }
+}
+
+/// Collects a request body of at most `limit` bytes (and its trailers), within `timeout` of
+/// the first wait for it.
 pub(crate) fn collect_request<B: Body>(
     body: B,
     limit: usize,
-) -> impl Future<Output = Result<(Bytes, Option<HeaderMap>), RequestCollectError>> {
-    let too_large = body.size_hint().lower() > limit as u64;
-    async move {
-        if too_large {
-            return Err(RequestCollectError::TooLarge);
+    timeout: Duration,
+) -> CollectRequest<B> {
+    CollectRequest {
+        too_large: body.size_hint().lower() > limit as u64,
+        body,
+        limit,
+        timeout,
+        deadline: None,
+        data: Accumulator::default(),
+        trailers: None,
+    }
+}
+
+impl<B: Body> Future for CollectRequest<B> {
+    type Output = Result<(Bytes, Option<HeaderMap>), RequestCollectError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if *this.too_large {
+            return Poll::Ready(Err(RequestCollectError::TooLarge));
         }
-        let mut body = std::pin::pin!(body);
-        let mut data = Accumulator::default();
-        // Boxed: rare outside gRPC.
-        let mut trailers: Option<Box<HeaderMap>> = None;
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|_| RequestCollectError::Stream)?;
+        loop {
+            let frame = match this.body.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(frame)) => frame.map_err(|_| RequestCollectError::Stream)?,
+                Poll::Ready(None) => {
+                    let data = std::mem::take(this.data).finish();
+                    return Poll::Ready(Ok((data, this.trailers.take().map(|map| *map))));
+                }
+                Poll::Pending => {
+                    let timeout = *this.timeout;
+                    let sleep = this
+                        .deadline
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                    return match sleep.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(Err(RequestCollectError::TimedOut)),
+                        Poll::Pending => Poll::Pending,
+                    };
+                }
+            };
             match frame.into_data() {
                 Ok(mut chunk) => {
                     let chunk = chunk.copy_to_bytes(chunk.remaining());
-                    if data.len + chunk.len() > limit {
-                        return Err(RequestCollectError::TooLarge);
+                    if this.data.len + chunk.len() > *this.limit {
+                        return Poll::Ready(Err(RequestCollectError::TooLarge));
                     }
-                    data.push(chunk);
+                    this.data.push(chunk);
                 }
                 Err(frame) => {
                     if let Ok(more) = frame.into_trailers() {
-                        trailers.get_or_insert_with(Box::default).extend(more);
+                        this.trailers.get_or_insert_with(Box::default).extend(more);
                     }
                 }
             }
         }
-        Ok((data.finish(), trailers.map(|map| *map)))
     }
 }
 
@@ -172,27 +221,39 @@ mod tests {
     #[tokio::test]
     async fn single_chunk_is_not_copied() {
         let original = Bytes::from_static(b"hello");
-        let Ok((data, trailers)) = collect_request(Full::new(original.clone()), 5).await else {
+        let Ok((data, trailers)) =
+            collect_request(Full::new(original.clone()), 5, Duration::from_secs(30)).await
+        else {
             panic!("within the limit");
         };
         assert_eq!(data.as_ptr(), original.as_ptr());
         assert!(trailers.is_none());
         assert!(matches!(
-            collect_request(Full::new(original), 4).await,
+            collect_request(Full::new(original), 4, Duration::from_secs(30)).await,
             Err(RequestCollectError::TooLarge)
         ));
     }
 
     #[tokio::test]
     async fn chunks_are_joined_and_limited() {
-        let Ok((data, trailers)) = collect_request(Frames::new(&["ab", "cd", "e"], true), 5).await
+        let Ok((data, trailers)) = collect_request(
+            Frames::new(&["ab", "cd", "e"], true),
+            5,
+            Duration::from_secs(30),
+        )
+        .await
         else {
             panic!("within the limit");
         };
         assert_eq!(data, "abcde");
         assert_eq!(trailers.unwrap()["grpc-status"], "0");
         assert!(matches!(
-            collect_request(Frames::new(&["ab", "cd", "e"], false), 4).await,
+            collect_request(
+                Frames::new(&["ab", "cd", "e"], false),
+                4,
+                Duration::from_secs(30)
+            )
+            .await,
             Err(RequestCollectError::TooLarge)
         ));
     }

@@ -3,6 +3,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use tracing::Instrument;
@@ -33,6 +35,24 @@ where
     /// Captured when the work first waits: work done at its first poll (a handler that answers
     /// at once, a store that answers at once) is never detached, and pays for neither.
     home: Option<Home>,
+    /// How many works of this layer run detached now (counted while this one does).
+    detached: Arc<AtomicUsize>,
+}
+
+/// One detached work counted while it runs.
+struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    fn new(detached: Arc<AtomicUsize>) -> Self {
+        detached.fetch_add(1, Ordering::Relaxed);
+        Self(detached)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl<F: Future + Send + 'static> Future for Detachable<F>
@@ -73,6 +93,12 @@ where
                     parent: &span,
                     "request dropped while its handler runs; finishing it in the background"
                 );
+                let counted = Counted::new(Arc::clone(&self.detached));
+                let work = async move {
+                    let output = work.await;
+                    drop(counted);
+                    output
+                };
                 drop(idempotency_core::background::spawn_on(
                     &runtime,
                     work.instrument(span),
@@ -94,11 +120,13 @@ where
 {
     /// `work`, to be awaited in place, and moved to a task of its own if dropped unfinished.
     ///
-    /// The work is boxed so that it can be moved while running.
-    pub(crate) fn new(work: F) -> Self {
+    /// The work is boxed so that it can be moved while running. Detached, it is counted in
+    /// `detached` until it ends.
+    pub(crate) fn new(work: F, detached: Arc<AtomicUsize>) -> Self {
         Self {
             work: Some(Box::pin(work)),
             home: None,
+            detached,
         }
     }
 }

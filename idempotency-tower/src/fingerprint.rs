@@ -23,7 +23,9 @@ pub enum FingerprintSource {
     Request,
     /// Method, path (not the query: gateways often sign or timestamp it per attempt) and the
     /// selected fields of a JSON body (JSON Pointers), canonicalised so field order, whitespace
-    /// and other fields do not matter. A body that is not JSON is refused (400).
+    /// and other fields do not matter. A body that is not JSON is refused (400), and so is a
+    /// selected field holding an integer beyond 64 bits (read as a float, it would lose the
+    /// digits that tell two requests apart).
     JsonFields(Arc<[String]>),
     /// Method, path and query, and the values of the selected headers. The body is not read
     /// (with a header key, the request body streams to the handler untouched).
@@ -90,6 +92,12 @@ impl FingerprintSource {
                 for pointer in fields.iter() {
                     let field = json.field(pointer)?;
                     if let Some(field) = field {
+                        if holds_inexact_integer(field) {
+                            return Err(format!(
+                                "the field {pointer} holds an integer beyond 64 bits, which \
+                                 cannot be compared exactly; send it as a string"
+                            ));
+                        }
                         canonical.clear();
                         if write_canonical(field, &mut canonical).is_err() {
                             canonical.clear();
@@ -115,6 +123,22 @@ impl FingerprintSource {
             }
             Self::Custom(compute) => Ok(compute(parts, body)),
         }
+    }
+}
+
+/// Whether `value` holds an integer that `serde_json` read as a float because it does not fit
+/// 64 bits (its digits beyond 2^53 are lost, so distinct numbers would fingerprint alike).
+fn holds_inexact_integer(value: &Value) -> bool {
+    /// 2^53: from here on, not every integer is a float.
+    const EXACT_FLOAT_INTEGERS: f64 = 9_007_199_254_740_992.0;
+    match value {
+        Value::Number(number) => number
+            .as_f64()
+            .filter(|_| !(number.is_i64() || number.is_u64()))
+            .is_some_and(|float| float.fract() == 0.0 && float.abs() >= EXACT_FLOAT_INTEGERS),
+        Value::Array(items) => items.iter().any(holds_inexact_integer),
+        Value::Object(map) => map.values().any(holds_inexact_integer),
+        _ => false,
     }
 }
 

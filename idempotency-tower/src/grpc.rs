@@ -13,9 +13,10 @@ use crate::refusal::{Refusal, RefusalKind, RenderRefusal};
 /// |---|---|
 /// | missing or invalid key, unreadable body | `INVALID_ARGUMENT` (3) |
 /// | body too large | `RESOURCE_EXHAUSTED` (8) |
+/// | body too slow | `DEADLINE_EXCEEDED` (4) |
 /// | in flight | `ABORTED` (10) |
 /// | key reused with another payload | `FAILED_PRECONDITION` (9) |
-/// | store unavailable | `UNAVAILABLE` (14) |
+/// | store unavailable, too many unfinished handlers | `UNAVAILABLE` (14) |
 /// | completed, response too large to replay | `ALREADY_EXISTS` (6) |
 /// | not verified (a bad signature), no principal | `UNAUTHENTICATED` (16) |
 /// | no transaction for a transactional handler | `INTERNAL` (13) |
@@ -28,9 +29,10 @@ impl GrpcStatus {
         match kind {
             RefusalKind::MissingKey | RefusalKind::InvalidKey | RefusalKind::MalformedBody => 3,
             RefusalKind::BodyTooLarge => 8,
+            RefusalKind::BodyTimeout => 4,
             RefusalKind::InFlight => 10,
             RefusalKind::Mismatch | RefusalKind::TokenRejected => 9,
-            RefusalKind::StoreUnavailable => 14,
+            RefusalKind::StoreUnavailable | RefusalKind::Overloaded => 14,
             RefusalKind::NotReplayable => 6,
             RefusalKind::Unverified | RefusalKind::Unauthenticated => 16,
             RefusalKind::TransactionUnavailable => 13,

@@ -24,12 +24,29 @@ fn is_hop_by_hop_or_date(name: &HeaderName) -> bool {
         || name.as_str().starts_with("proxy-")
 }
 
+/// Fields that carry credentials (sessions, tokens, keys, challenges): never stored for replay
+/// unless enabled ([`store_sensitive_headers`](crate::IdempotencyLayerBuilder::store_sensitive_headers)).
+/// `Proxy-Authenticate` and `Proxy-Authorization` are hop-by-hop as well, so never stored.
+const CREDENTIALS: [HeaderName; 14] = [
+    header::SET_COOKIE,
+    header::COOKIE,
+    header::AUTHORIZATION,
+    header::WWW_AUTHENTICATE,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    HeaderName::from_static("authentication-info"),
+    HeaderName::from_static("proxy-authentication-info"),
+    HeaderName::from_static("set-cookie2"),
+    HeaderName::from_static("x-auth-token"),
+    HeaderName::from_static("x-api-key"),
+    HeaderName::from_static("x-csrf-token"),
+    HeaderName::from_static("x-xsrf-token"),
+    HeaderName::from_static("x-amz-security-token"),
+];
+
 /// Credentials: not stored unless enabled.
 fn is_sensitive(name: &HeaderName) -> bool {
-    name == header::SET_COOKIE
-        || name == header::AUTHORIZATION
-        || name == header::COOKIE
-        || name == header::WWW_AUTHENTICATE
+    CREDENTIALS.contains(name)
 }
 
 /// What one pass over a header (or trailer) map tells the stored-response rules, so that none of
@@ -68,8 +85,7 @@ impl Survey {
 
 /// Which header (or trailer) fields of one map are stored: not hop-by-hop ones (including those
 /// its `Connection` header names), not `Date`, and, unless `keep_sensitive`, no credentials
-/// (`Set-Cookie`, `Authorization`, `Cookie`, `WWW-Authenticate`, and every value of a name one
-/// of whose values is marked sensitive). Decides field by field, so the map itself is neither
+/// ([`CREDENTIALS`], and every value of a name one of whose values is marked sensitive). Decides field by field, so the map itself is neither
 /// copied nor changed.
 pub(crate) struct Storable {
     named_by_connection: Vec<HeaderName>,

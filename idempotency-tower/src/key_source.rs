@@ -25,8 +25,11 @@ pub enum KeySource {
     /// to find the key.
     Header(HeaderName),
     /// A field of a JSON body, named by a JSON Pointer such as `/trade_no`. A string is the key;
-    /// a JSON number is accepted by its text (`{"trade_no": 42}` has the key `42`); `null` or an
-    /// absent field means no key; any other type, or a body that is not JSON, is refused (400).
+    /// an integer within 64 bits (`i64` or `u64`) is the key in decimal, exactly as written
+    /// without a sign for positives (`{"trade_no": 42}` has the key `42`); `null` or an absent
+    /// field means no key. Any other number (a fraction, an exponent, an integer beyond 64
+    /// bits: exact digits cannot be kept for them), any other type, or a body that is not JSON
+    /// is refused (400).
     JsonPointer(String),
     /// A user function over the request head and the collected body.
     Custom(Arc<KeyFn>),
@@ -68,9 +71,16 @@ impl KeySource {
             Self::JsonPointer(pointer) => match json.field(pointer).map_err(KeyError::Body)? {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(text)) => IdempotencyKey::parse(text).map(Some),
-                Some(Value::Number(number)) => IdempotencyKey::parse(&number.to_string()).map(Some),
+                // Only integers that are exact in 64 bits: a larger or fractional number is
+                // read as a float, whose text would merge distinct keys.
+                Some(Value::Number(number)) if number.is_i64() || number.is_u64() => {
+                    IdempotencyKey::parse(&number.to_string()).map(Some)
+                }
+                Some(Value::Number(_)) => Err(KeyError::Body(format!(
+                    "the field {pointer} is not an integer within 64 bits; send it as a string"
+                ))),
                 Some(_) => Err(KeyError::Body(format!(
-                    "the field {pointer} must be a string or a number"
+                    "the field {pointer} must be a string or an integer"
                 ))),
             },
             Self::Custom(read) => read(parts, body),
@@ -152,5 +162,31 @@ mod tests {
             Err(KeyError::Body(_))
         ));
         assert_eq!(from_json("/t", r#"{"t":""}"#), Err(KeyError::Empty));
+    }
+
+    #[test]
+    fn json_numbers_are_keys_only_when_exact() {
+        let key = |k: Result<Option<IdempotencyKey>, KeyError>| k.unwrap().unwrap().to_string();
+        assert_eq!(
+            key(from_json("/t", r#"{"t":18446744073709551615}"#)),
+            "18446744073709551615"
+        );
+        assert_eq!(
+            key(from_json("/t", r#"{"t":-9223372036854775808}"#)),
+            "-9223372036854775808"
+        );
+        // Beyond 64 bits, a float would make these two one key: both refused.
+        for body in [
+            r#"{"t":1234567890123456789012345678901234567890}"#,
+            r#"{"t":1234567890123456789012345678901234567891}"#,
+            r#"{"t":18446744073709551616}"#,
+            r#"{"t":4.2}"#,
+            r#"{"t":1e3}"#,
+        ] {
+            assert!(
+                matches!(from_json("/t", body), Err(KeyError::Body(_))),
+                "{body}"
+            );
+        }
     }
 }

@@ -10,8 +10,11 @@
 //! | completed duplicate | the stored status, headers, body (and trailers), plus `Idempotent-Replayed: true` |
 //! | duplicate while the first is in flight | 409 + `Retry-After`; or, with [`InFlightPolicy::Wait`], a bounded wait then the replay |
 //! | same key, other payload | 422, the record untouched |
-//! | key missing where required / malformed | 400; where optional, the request passes through untouched |
+//! | key missing where required / malformed (`a1,a2` is two keys) | 400; where optional, the request passes through untouched |
+//! | keys scoped per principal, and the request has none | 401 |
 //! | body larger than the layer reads | 413 |
+//! | body the layer reads slower than its read timeout (30 s) | 408 |
+//! | too many handlers of departed clients still running | 503 + `Retry-After` |
 //! | store unavailable or timed out | 503 + `Retry-After`; or, fail-open, the request passes through (logged, counted) |
 //!
 //! Refusals are RFC 9457 `application/problem+json` ([`ProblemJson`], pluggable through
@@ -21,8 +24,11 @@
 //! enabled. The handler runs in the request's own future (no task per request); a client that
 //! disconnects does not abandon it: the still-running handler moves to a task of its own, goes
 //! on to its end with its lease renewed, and its response is recorded for the retry. Keys are
-//! scoped by namespace and, optionally,
-//! principal (tenant), and hashed before they reach the store.
+//! scoped by namespace and by a scope chosen when the layer is built (it cannot be built
+//! without one): the principal an outer authentication layer put in the request's extensions
+//! ([`IdempotencyLayerBuilder::principal_from_extension`]), or one scope shared by every caller
+//! ([`IdempotencyLayerBuilder::shared_scope`], for a gateway's verified callbacks). They are
+//! hashed before they reach the store.
 //!
 //! The claim, lease keep-alive and complete/release are the engine's
 //! ([`idempotency_core::Idempotency`]): a new key costs one claim and one complete, a replay one
@@ -35,12 +41,23 @@
 //! use std::time::Duration;
 //! use tower::ServiceExt;
 //!
+//! /// The caller's tenant, put in the request's extensions by the authentication layer.
+//! #[derive(Clone)]
+//! struct Tenant(String);
+//! impl AsRef<str> for Tenant {
+//!     fn as_ref(&self) -> &str {
+//!         &self.0
+//!     }
+//! }
+//!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let layer = IdempotencyLayer::builder(MemoryStore::new())
 //!     .namespace("payments")
-//!     .principal_header(http::HeaderName::from_static("x-tenant-id"))
+//!     .principal_from_extension::<Tenant>()
 //!     .ttl(Duration::from_secs(24 * 3600))
 //!     .build();
+//! // Router::layer wraps what is already there: the authentication layer, added after the
+//! // idempotency layer, runs before it.
 //! let app = Router::new()
 //!     .route("/payments", post(|| async { "paid" }))
 //!     .layer(layer);
@@ -48,7 +65,7 @@
 //! let request = || {
 //!     http::Request::post("/payments")
 //!         .header("idempotency-key", "\"order-42\"")
-//!         .header("x-tenant-id", "acme")
+//!         .extension(Tenant("acme".to_owned())) // as the authentication layer would
 //!         .body(axum::body::Body::from("{\"amount\":10}"))
 //!         .unwrap()
 //! };
@@ -114,9 +131,10 @@ pub use grpc::GrpcStatus;
 pub use guarded::GuardedService;
 pub use headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use idempotency::{
-    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES, DEFAULT_MAX_STORED_HEADER_BYTES,
-    DEFAULT_MAX_STORED_HEADERS, IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyService,
-    PrincipalFn, ScopeChosen, ScopeIsChosen, ScopeUnchosen, VerifyFn,
+    DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DETACHED,
+    DEFAULT_MAX_STORED_BYTES, DEFAULT_MAX_STORED_HEADER_BYTES, DEFAULT_MAX_STORED_HEADERS,
+    IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyService, PrincipalFn, ScopeChosen,
+    ScopeIsChosen, ScopeUnchosen, VerifyFn,
 };
 pub use idempotency_core::InFlightPolicy;
 pub use key_source::{KeyFn, KeySource, key_from_headers};

@@ -20,6 +20,9 @@ pub enum RefusalKind {
     MalformedBody,
     /// The body is larger than the layer reads (413, gRPC `RESOURCE_EXHAUSTED`).
     BodyTooLarge,
+    /// The body the layer reads did not arrive within its read timeout (408, gRPC
+    /// `DEADLINE_EXCEEDED`): nothing was claimed, so a slow sender pins no key.
+    BodyTimeout,
     /// The request failed the layer's verification, run before its key is claimed: a
     /// callback's signature does not match (401, gRPC `UNAUTHENTICATED`).
     Unverified,
@@ -27,6 +30,10 @@ pub enum RefusalKind {
     /// identity in its extensions, an unreadable principal header): it is refused rather than
     /// folded into a shared scope (401, gRPC `UNAUTHENTICATED`).
     Unauthenticated,
+    /// Too many handlers of departed clients are still finishing in the background: new guarded
+    /// requests are refused until some end, rather than any running handler being abandoned
+    /// (503 + `Retry-After`, gRPC `UNAVAILABLE`).
+    Overloaded,
     /// The first request with this key is still running (409 + `Retry-After`, gRPC `ABORTED`).
     InFlight,
     /// The key was first used with another payload (422, gRPC `FAILED_PRECONDITION`).
@@ -53,11 +60,12 @@ impl RefusalKind {
         match self {
             Self::MissingKey | Self::InvalidKey | Self::MalformedBody => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Unverified | Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::TransactionUnavailable => StatusCode::INTERNAL_SERVER_ERROR,
             Self::InFlight | Self::TokenRejected | Self::NotReplayable => StatusCode::CONFLICT,
             Self::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::StoreUnavailable | Self::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -68,11 +76,13 @@ impl RefusalKind {
             Self::InvalidKey => "Idempotency key invalid",
             Self::MalformedBody => "Request body unreadable",
             Self::BodyTooLarge => "Request body too large",
+            Self::BodyTimeout => "Request body too slow",
             Self::Unverified => "Request not verified",
             Self::Unauthenticated => "Principal missing",
             Self::InFlight => "Request in progress",
             Self::Mismatch => "Idempotency key reused",
             Self::StoreUnavailable => "Idempotency store unavailable",
+            Self::Overloaded => "Too many unfinished handlers",
             Self::TokenRejected => "One-time token rejected",
             Self::NotReplayable => "Response not replayable",
             Self::TransactionUnavailable => "Transaction unavailable",
@@ -86,11 +96,13 @@ impl RefusalKind {
             Self::InvalidKey => "invalid-key",
             Self::MalformedBody => "malformed-body",
             Self::BodyTooLarge => "body-too-large",
+            Self::BodyTimeout => "body-timeout",
             Self::Unverified => "unverified",
             Self::Unauthenticated => "unauthenticated",
             Self::InFlight => "in-flight",
             Self::Mismatch => "key-reused",
             Self::StoreUnavailable => "store-unavailable",
+            Self::Overloaded => "overloaded",
             Self::TokenRejected => "token-rejected",
             Self::NotReplayable => "not-replayable",
             Self::TransactionUnavailable => "transaction-unavailable",

@@ -93,6 +93,13 @@ pub(crate) fn collected<B>(
             RefusalKind::MalformedBody,
             "the request body could not be read",
         )),
+        Err(RequestCollectError::TimedOut) => Err(Refusal::new(
+            RefusalKind::BodyTimeout,
+            format!(
+                "the request body did not arrive within {} ms",
+                settings.body_read_timeout.as_millis()
+            ),
+        )),
     }
 }
 

@@ -375,7 +375,8 @@ async fn find_token<T, B: Body>(
     if form.is_none() && json.is_none() {
         return Found::Missing(RequestBody::streaming(body));
     }
-    let (data, trailers) = match collect_request(body, layer.max_body_bytes).await {
+    let read = collect_request(body, layer.max_body_bytes, crate::DEFAULT_BODY_READ_TIMEOUT);
+    let (data, trailers) = match read.await {
         Ok(collected) => collected,
         Err(RequestCollectError::TooLarge) => {
             let detail = format!(
@@ -387,6 +388,10 @@ async fn find_token<T, B: Body>(
         Err(RequestCollectError::Stream) => {
             let detail = "the request body could not be read";
             return Found::Refused(Refusal::new(RefusalKind::MalformedBody, detail));
+        }
+        Err(RequestCollectError::TimedOut) => {
+            let detail = "the request body did not arrive in time";
+            return Found::Refused(Refusal::new(RefusalKind::BodyTimeout, detail));
         }
     };
     let token = match (form, json) {

@@ -149,7 +149,8 @@ proptest! {
         let body = Bytes::from(serde_json::to_vec(&value).unwrap());
         let expected = match value.pointer(&pointer) {
             Some(Value::String(text)) if IdempotencyKey::parse(text).is_ok() => StatusCode::OK,
-            Some(Value::Number(n)) if IdempotencyKey::parse(&n.to_string()).is_ok() => StatusCode::OK,
+            // Integers exact in 64 bits only: a float's text would merge distinct keys.
+            Some(Value::Number(n)) if n.is_i64() || n.is_u64() => StatusCode::OK,
             _ => StatusCode::BAD_REQUEST,
         };
         let layer = IdempotencyLayer::builder(MemoryStore::new()).shared_scope().key_from_json(pointer).build();

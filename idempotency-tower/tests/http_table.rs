@@ -814,7 +814,11 @@ async fn two_hundred_concurrent_duplicates_run_the_handler_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_concurrent_duplicates_in_wait_mode_all_get_the_answer() {
-    let (app, calls, _) = app(|b| b.wait_in_flight(Duration::from_secs(30)));
+    // All may wait (beyond the default bound of 128, they would be answered 409 at once).
+    let (app, calls, _) = app(|b| {
+        b.wait_in_flight(Duration::from_secs(30))
+            .max_waiters_per_key(200)
+    });
     let key = unique("burst-wait");
     let requests: Vec<_> = (0..200)
         .map(|_| {

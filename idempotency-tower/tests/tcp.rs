@@ -201,7 +201,14 @@ async fn chunked_body_over_the_limit_is_413() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_concurrent_duplicates_over_tcp_run_once() {
-    let server = Arc::new(serve(|b| b.wait_in_flight(Duration::from_secs(30))).await);
+    // All may wait (beyond the default bound of 128, they would be answered 409 at once).
+    let server = Arc::new(
+        serve(|b| {
+            b.wait_in_flight(Duration::from_secs(30))
+                .max_waiters_per_key(200)
+        })
+        .await,
+    );
     let key = unique("tcp-burst");
     let requests: Vec<_> = (0..200)
         .map(|_| {

@@ -226,3 +226,48 @@ async fn a_principal_header_that_is_not_utf8_is_refused() {
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(server.runs.load(Ordering::SeqCst), 1);
 }
+
+/// The gRPC preset scoped per principal: a call without one is refused `UNAUTHENTICATED`
+/// before anything runs; with one, it runs.
+#[tokio::test]
+async fn a_grpc_call_without_a_principal_is_unauthenticated() {
+    use tower::{Layer, ServiceExt};
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    let service = tower::service_fn(
+        move |_: http::Request<idempotency_tower::RequestBody<Full<Bytes>>>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async {
+                let response = http::Response::builder()
+                    .header("content-type", "application/grpc")
+                    .header("grpc-status", "0")
+                    .body(Full::new(Bytes::new()))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        },
+    );
+    let guarded = IdempotencyLayer::builder(MemoryStore::new())
+        .grpc()
+        .principal_from_extension::<Tenant>()
+        .build()
+        .layer(service);
+    let call = |tenant: Option<&str>| {
+        let mut request = http::Request::post("/payments.v1.Payments/Pay")
+            .header("content-type", "application/grpc")
+            .header("idempotency-key", "call-1");
+        if let Some(tenant) = tenant {
+            request = request.extension(Tenant(tenant.to_owned()));
+        }
+        // One framed message: flag, length, bytes.
+        let message = Bytes::from_static(&[0, 0, 0, 0, 2, 8, 1]);
+        request.body(Full::new(message)).unwrap()
+    };
+    let refused = guarded.clone().oneshot(call(None)).await.unwrap();
+    assert_eq!(refused.headers()["grpc-status"], "16");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let ran = guarded.oneshot(call(Some("acme"))).await.unwrap();
+    assert_eq!(ran.headers()["grpc-status"], "0");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

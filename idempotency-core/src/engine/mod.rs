@@ -4,6 +4,9 @@
 
 mod recovery;
 mod upgrade;
+mod waits;
+
+pub use waits::{DEFAULT_IN_FLIGHT_POLL, DEFAULT_MAX_WAITERS_PER_KEY};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,6 +41,15 @@ pub struct Config {
     /// twice and records 0.1 wrote are replayed. For the upgrade from 0.1 only (CHANGELOG).
     /// Default off.
     pub keys_of_0_1: bool,
+    /// How many duplicates of one in-flight key may wait for it at once in this engine
+    /// ([`InFlightPolicy::Wait`]); more are answered in flight at once. They share one wait:
+    /// one read of the record per tick, however many they are. Default
+    /// [`DEFAULT_MAX_WAITERS_PER_KEY`] (128).
+    pub max_waiters_per_key: usize,
+    /// The longest pause between two reads of an in-flight key's record while duplicates wait
+    /// for it (the first comes after 1/32 of it, then doubling). An owner of the same engine
+    /// that finishes has it read at once. Default [`DEFAULT_IN_FLIGHT_POLL`] (250 ms).
+    pub in_flight_poll: Duration,
 }
 
 impl Default for Config {
@@ -49,6 +61,8 @@ impl Default for Config {
             keep_alive_ceiling: Duration::from_secs(600),
             store_timeout: Duration::from_secs(2),
             keys_of_0_1: false,
+            max_waiters_per_key: DEFAULT_MAX_WAITERS_PER_KEY,
+            in_flight_poll: DEFAULT_IN_FLIGHT_POLL,
         }
     }
 }
@@ -190,6 +204,8 @@ pub struct Idempotency<S> {
 struct Engine<S> {
     store: Arc<S>,
     config: Config,
+    /// The duplicates waiting for in-flight keys, one flight per key.
+    waits: Arc<waits::Waits>,
 }
 
 impl<S> Clone for Engine<S> {
@@ -197,6 +213,7 @@ impl<S> Clone for Engine<S> {
         Self {
             store: Arc::clone(&self.store),
             config: self.config.clone(),
+            waits: Arc::clone(&self.waits),
         }
     }
 }
@@ -229,6 +246,7 @@ impl<S: Store> Idempotency<S> {
             inner: Arc::new(Engine {
                 store: Arc::new(store),
                 config,
+                waits: Arc::default(),
             }),
         }
     }
@@ -267,6 +285,18 @@ impl<S: Store> Idempotency<S> {
         self.map_config(|c| c.keys_of_0_1 = enabled)
     }
 
+    /// Sets how many duplicates of one in-flight key may wait for it at once
+    /// ([`Config::max_waiters_per_key`], default 128).
+    pub fn with_max_waiters_per_key(self, max: usize) -> Self {
+        self.map_config(|c| c.max_waiters_per_key = max)
+    }
+
+    /// Sets the longest pause between two reads of an in-flight key's record while duplicates
+    /// wait for it ([`Config::in_flight_poll`], default 250 ms).
+    pub fn with_in_flight_poll(self, poll: Duration) -> Self {
+        self.map_config(|c| c.in_flight_poll = poll)
+    }
+
     /// The settings in force.
     pub fn config(&self) -> &Config {
         &self.inner.config
@@ -298,8 +328,9 @@ impl<S: Store> Idempotency<S> {
 
     /// Claims a hashed key (see [`Scope::storage_key_for`]) in a prepared [`Namespace`]: the
     /// entry point of every front end. While another owner is in flight, `in_flight` answers
-    /// [`Decision::InFlight`] at once ([`InFlightPolicy::Reject`]), or polls with backoff up to
-    /// its bound and then answers with the first owner's outcome (or runs, if it was released).
+    /// [`Decision::InFlight`] at once ([`InFlightPolicy::Reject`]), or waits up to its bound and
+    /// then answers with the first owner's outcome (or runs, if it was released). Duplicates of
+    /// one key share one wait in an engine, bounded in number ([`Config::max_waiters_per_key`]).
     ///
     /// ```
     /// use idempotency_core::{Decision, Fingerprint, Idempotency, InFlightPolicy, MemoryStore, Namespace, Scope};
@@ -370,31 +401,6 @@ impl<S: Store> Idempotency<S> {
             InFlightPolicy::Wait { max } => {
                 self.claim_waiting(namespace, key, fingerprint, max).await
             }
-        }
-    }
-
-    async fn claim_waiting(
-        &self,
-        namespace: NamespaceRef<'_>,
-        key: StorageKey,
-        fingerprint: &Fingerprint,
-        max_wait: Duration,
-    ) -> Result<Decision<S>, StoreError> {
-        let mut pause = Duration::from_millis(5);
-        // Set at the first in-flight answer: most claims are answered at once, without a clock.
-        let mut deadline = None;
-        loop {
-            let decision = self.claim_once(namespace, key, fingerprint).await?;
-            if !matches!(decision, Decision::InFlight { .. }) {
-                return Ok(decision);
-            }
-            let now = Instant::now();
-            let deadline = *deadline.get_or_insert(now + max_wait);
-            if now >= deadline {
-                return Ok(decision);
-            }
-            tokio::time::sleep(pause.min(deadline - now)).await;
-            pause = (pause * 2).min(Duration::from_millis(250));
         }
     }
 
@@ -654,6 +660,7 @@ impl<S: Store> Execution<S> {
                     .timed(StoreOp::Complete, self.namespace.by_ref(), call)
                     .await
             };
+            engine.inner.waits.wake(&self.key);
             if matches!(&result, Err(error) if error.is_transient()) {
                 self.finish_later(recovery::Finish::Complete(outcome), true);
             }
@@ -682,6 +689,7 @@ impl<S: Store> Execution<S> {
                     .timed(StoreOp::Release, self.namespace.by_ref(), call)
                     .await
             };
+            engine.inner.waits.wake(&self.key);
             if matches!(&result, Err(error) if error.is_transient()) {
                 self.finish_later(recovery::Finish::Release, true);
             }

@@ -1,17 +1,21 @@
 //! The in-process store: sharded maps with expiry, the embedded default.
 
+mod capacity;
 mod digest_hashing;
 mod micros;
 mod operations;
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use hashbrown::{HashTable, hash_table};
 
+pub use self::capacity::{DEFAULT_MEMORY_MAX_BYTES, DEFAULT_MEMORY_MAX_RECORDS};
+
+use self::capacity::Capacity;
 use self::digest_hashing::DigestHashing;
 use self::micros::Micros;
 use crate::time::unix_micros_now;
@@ -86,10 +90,6 @@ impl<V> Shard<V> {
         self.map
             .find_mut(self.hashing.hash_one(word), matches(word, key))
             .map(|slot| &mut slot.keyed.value)
-    }
-
-    fn contains_key(&self, key: &StorageKey) -> bool {
-        self.find(key).is_some()
     }
 
     /// The key's slot, taken or free, and the shard's shared namespace.
@@ -215,6 +215,11 @@ impl Entry {
             .map(|body| Outcome::new(self.status, body.clone()))
     }
 
+    /// The bytes of its stored response (none until completed).
+    fn body_len(&self) -> usize {
+        self.body.as_ref().map_or(0, Bytes::len)
+    }
+
     fn to_record(&self, key: StorageKey) -> Record {
         Record {
             key,
@@ -242,21 +247,25 @@ impl Entry {
 /// their end is [`with_abandoned_grace`](MemoryStore::with_abandoned_grace) ago, so the claim
 /// after a crash still reports the takeover.
 ///
-/// Optionally bounded ([`MemoryStore::with_capacity`]): when full, expired records (abandoned
-/// leases included, grace or not) are evicted first; live records are never evicted (that would let a duplicate run again), so a full
-/// store refuses new keys with [`StoreError::CapacityExceeded`].
+/// Bounded by default: at most [`DEFAULT_MEMORY_MAX_RECORDS`] records (one million) and
+/// [`DEFAULT_MEMORY_MAX_BYTES`] of stored responses (256 MiB); change them with
+/// [`with_capacity`](MemoryStore::with_capacity) and [`with_max_bytes`](MemoryStore::with_max_bytes).
+/// When full, expired records (abandoned leases included, grace or not) are evicted first;
+/// live records are never evicted (that would let a duplicate run again), so a full store
+/// refuses new keys with [`StoreError::CapacityExceeded`] (the layer answers 503 +
+/// `Retry-After`), logged and counted ([`MEMORY_STORE_FULL`](crate::metrics::MEMORY_STORE_FULL)).
+/// Keys it holds are still answered, and work in flight is always recorded.
 ///
 /// ```
 /// use idempotency_core::MemoryStore;
-/// let store = MemoryStore::with_capacity(100_000);
+/// let store = MemoryStore::with_capacity(100_000).with_max_bytes(64 * 1024 * 1024);
 /// # let _ = store;
 /// ```
 pub struct MemoryStore {
     records: Shards<Entry>,
     next_token: AtomicU64,
-    capacity: Option<usize>,
+    capacity: Capacity,
     abandoned_grace: Duration,
-    len: AtomicUsize,
 }
 
 impl Default for MemoryStore {
@@ -268,22 +277,23 @@ impl Default for MemoryStore {
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
-            .field("capacity", &self.capacity)
+            .field("max_records", &self.capacity.max_records)
+            .field("max_bytes", &self.capacity.max_bytes)
             .field("abandoned_grace", &self.abandoned_grace)
             .finish_non_exhaustive()
     }
 }
 
 impl MemoryStore {
-    /// An unbounded store.
+    /// A store with the default bounds ([`DEFAULT_MEMORY_MAX_RECORDS`],
+    /// [`DEFAULT_MEMORY_MAX_BYTES`]).
     pub fn new() -> Self {
         Self {
             records: Shards::new(),
             // Seeded from the clock so tokens keep growing across restarts of the process.
             next_token: AtomicU64::new(unix_micros_now()),
-            capacity: None,
+            capacity: Capacity::new(DEFAULT_MEMORY_MAX_RECORDS, DEFAULT_MEMORY_MAX_BYTES),
             abandoned_grace: DEFAULT_ABANDONED_GRACE,
-            len: AtomicUsize::new(0),
         }
     }
 
@@ -294,17 +304,30 @@ impl MemoryStore {
         self
     }
 
-    /// A store holding at most `max_records` records.
+    /// A store holding at most `max_records` records (and the default
+    /// [`DEFAULT_MEMORY_MAX_BYTES`] of stored responses).
     pub fn with_capacity(max_records: usize) -> Self {
         Self {
-            capacity: Some(max_records),
+            capacity: Capacity::new(max_records, DEFAULT_MEMORY_MAX_BYTES),
             ..Self::new()
         }
     }
 
+    /// The same store, holding at most `max_bytes` bytes of stored responses: beyond them new
+    /// keys are refused.
+    pub fn with_max_bytes(mut self, max_bytes: usize) -> Self {
+        self.capacity = Capacity::new(self.capacity.max_records, max_bytes);
+        self
+    }
+
     /// How many records are held now, expired ones included until purged.
     pub fn len(&self) -> usize {
-        self.len.load(Ordering::Relaxed)
+        self.capacity.records()
+    }
+
+    /// How many bytes of stored responses are held now, expired ones included until purged.
+    pub fn stored_bytes(&self) -> usize {
+        self.capacity.bytes()
     }
 
     /// Whether no record is held.
@@ -316,29 +339,26 @@ impl MemoryStore {
         FencingToken::new(self.next_token.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
-    /// Reserves room for a new key in a bounded store, evicting expired records (all shards)
-    /// when it is full. Returns whether a slot was reserved.
-    fn reserve_if_new(&self, key: &StorageKey) -> Result<bool, StoreError> {
-        let Some(capacity) = self.capacity else {
-            return Ok(false);
-        };
-        if self.records.lock(key).contains_key(key) {
-            return Ok(false);
-        }
-        if self.try_reserve(capacity) {
-            return Ok(true);
-        }
+    /// Evicts expired records (all shards, abandoned leases included) to make room.
+    fn evict_expired(&self) {
         let now = Micros::now();
         for mut shard in self.records.iter() {
-            let before = shard.len();
-            shard.retain(|record| record.expires_at > now);
-            self.len.fetch_sub(before - shard.len(), Ordering::Relaxed);
+            let (mut records, mut bytes) = (0, 0);
+            shard.retain(|record| {
+                let keep = record.expires_at > now;
+                if !keep {
+                    records += 1;
+                    bytes += record.body_len();
+                }
+                keep
+            });
+            self.capacity.removed(records, bytes);
         }
-        if self.try_reserve(capacity) {
-            Ok(true)
-        } else {
-            Err(StoreError::CapacityExceeded(capacity))
-        }
+    }
+
+    /// Counts `entry` removed from the store.
+    fn forget(&self, entry: &Entry) {
+        self.capacity.removed(1, entry.body_len());
     }
 
     /// Whether a purge may delete `record`: a completed one past its TTL, an abandoned lease
@@ -350,16 +370,20 @@ impl MemoryStore {
         }
     }
 
-    fn try_reserve(&self, capacity: usize) -> bool {
-        self.len
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |len| {
-                (len < capacity).then_some(len + 1)
-            })
-            .is_ok()
+    /// Claims `request`'s key; a new key takes room within the bounds, and when there is none,
+    /// expired records are evicted and the claim tried once more before it is refused. Keys
+    /// the store holds are answered whether it is full or not.
+    fn claim_now(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        if let Some(claim) = self.claim_within_bounds(request) {
+            return Ok(claim);
+        }
+        self.evict_expired();
+        self.claim_within_bounds(request)
+            .ok_or_else(|| self.capacity.refuse())
     }
 
-    fn claim_now(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let reserved = self.reserve_if_new(request.key)?;
+    /// The claim, or `None` for a new key the store has no room for.
+    fn claim_within_bounds(&self, request: ClaimRequest<'_>) -> Option<Claim> {
         let now = Micros::now();
         let mut shard = self.records.lock(request.key);
         // One lookup: the key's slot, taken or free.
@@ -367,6 +391,9 @@ impl MemoryStore {
         let record = match slot {
             hash_table::Entry::Occupied(slot) => &mut slot.into_mut().keyed.value,
             hash_table::Entry::Vacant(slot) => {
+                if !self.capacity.try_reserve() {
+                    return None;
+                }
                 let lease = Lease {
                     token: self.next_token(),
                     attempt: 1,
@@ -377,18 +404,11 @@ impl MemoryStore {
                     *request.key,
                     new_entry(namespace, request, lease, now, now),
                 ));
-                if !reserved {
-                    self.len.fetch_add(1, Ordering::Relaxed);
-                }
-                return Ok(Claim::Acquired(lease));
+                return Some(Claim::Acquired(lease));
             }
         };
-        if reserved {
-            // Another caller inserted the key meanwhile: give the slot back.
-            self.len.fetch_sub(1, Ordering::Relaxed);
-        }
         if record.expires_at > now {
-            return Ok(live_claim(record, request, now));
+            return Some(live_claim(record, request, now));
         }
         let took_over = record.state == RecordState::InProgress;
         let lease = Lease {
@@ -397,13 +417,14 @@ impl MemoryStore {
             took_over,
         };
         let created_at = if took_over { record.created_at } else { now };
+        self.capacity.dropped(record.body_len());
         let namespace = if **record.namespace == *request.namespace {
             Arc::clone(&record.namespace)
         } else {
             Arc::new(request.namespace.into())
         };
         *record = new_entry(namespace, request, lease, created_at, now);
-        Ok(Claim::Acquired(lease))
+        Some(Claim::Acquired(lease))
     }
 
     fn complete_now(
@@ -420,6 +441,7 @@ impl MemoryStore {
             // caller's buffer whatever its spare capacity.
             record.status = outcome.status;
             record.body = Some(Bytes::from(outcome.body.to_vec()));
+            self.capacity.stored(outcome.body.len());
             record.completed_at = now;
             record.updated_at = now;
             record.expires_at = now.plus(ttl);
@@ -515,8 +537,9 @@ impl Store for MemoryStore {
         let mut shard = self.records.lock(key);
         match shard.get(key) {
             Some(record) if owns(record, token) => {
-                shard.remove(key);
-                self.len.fetch_sub(1, Ordering::Relaxed);
+                if let Some(removed) = shard.remove(key) {
+                    self.forget(&removed);
+                }
                 Ok(())
             }
             _ => Err(StoreError::LeaseLost),
@@ -530,9 +553,8 @@ impl Store for MemoryStore {
         let undone = shard.get(key).is_some_and(|record| {
             record.state == RecordState::InProgress && record.claim_id == claim_id
         });
-        if undone {
-            shard.remove(key);
-            self.len.fetch_sub(1, Ordering::Relaxed);
+        if undone && let Some(removed) = shard.remove(key) {
+            self.forget(&removed);
         }
         Ok(undone)
     }
@@ -572,9 +594,10 @@ impl Store for MemoryStore {
                 .take(limit - purged)
                 .collect();
             for key in &expired {
-                shard.remove(key);
+                if let Some(removed) = shard.remove(key) {
+                    self.forget(&removed);
+                }
             }
-            self.len.fetch_sub(expired.len(), Ordering::Relaxed);
             purged += expired.len();
         }
         Ok(purged as u64)

@@ -1,7 +1,6 @@
 //! [`Operations`] on the memory store: a scan shard by shard, in batches of at most `batch`
 //! records in storage-key order.
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use super::{MemoryStore, SHARDS};
@@ -61,9 +60,8 @@ impl Operations for MemoryStore {
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let mut shard = self.records.lock(key);
         let deleted = shard.get(key).is_some_and(|entry| entry.token == token);
-        if deleted {
-            shard.remove(key);
-            self.len.fetch_sub(1, Ordering::Relaxed);
+        if deleted && let Some(removed) = shard.remove(key) {
+            self.forget(&removed);
         }
         Box::pin(std::future::ready(Ok(deleted)))
     }

@@ -245,6 +245,28 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
         self
     }
 
+    /// How long the layer waits for the request body it reads (for a key, fingerprint or
+    /// verification in the body; default [`DEFAULT_BODY_READ_TIMEOUT`](crate::DEFAULT_BODY_READ_TIMEOUT),
+    /// 30 s), counted from the first wait for it; slower → 408 (gRPC `DEADLINE_EXCEEDED`), with
+    /// nothing claimed, stored or begun (no transaction is open yet). The transactional layer
+    /// always reads the body first, so no transaction waits on a slow client. The plain layer
+    /// streams a body it does not need (a header key with a header fingerprint) to the handler,
+    /// which then bounds its own reading (the key is held meanwhile, up to the keep-alive
+    /// ceiling).
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.body_read_timeout = timeout;
+        self
+    }
+
+    /// How many handlers whose clients left may still run to their end in the background
+    /// (default [`DEFAULT_MAX_DETACHED`](crate::DEFAULT_MAX_DETACHED), 1 024). Beyond it, new
+    /// guarded requests are refused with 503 + `Retry-After` (gRPC `UNAVAILABLE`) until some
+    /// end: running handlers are never abandoned.
+    pub fn max_detached(mut self, max: usize) -> Self {
+        self.settings.max_detached = max;
+        self
+    }
+
     /// The largest response body stored (default 1 MiB). A larger response still reaches the
     /// client in full, but only a marker is stored: the work is not run again, and a retry gets
     /// 409 "Response not replayable" ([`crate::RefusalKind::NotReplayable`]); a warning is
@@ -269,6 +291,15 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     /// [`Deadline`](crate::Deadline) (or, in gRPC mode, its `grpc-timeout`).
     pub fn in_flight(mut self, policy: InFlightPolicy) -> Self {
         self.settings.in_flight = policy;
+        self
+    }
+
+    /// How many duplicates of one in-flight key may wait for it at once in this process
+    /// (default [`DEFAULT_MAX_WAITERS_PER_KEY`](idempotency_core::DEFAULT_MAX_WAITERS_PER_KEY),
+    /// 128); more are answered 409 + `Retry-After` (gRPC `ABORTED`) at once. Waiters share
+    /// one wait per key, so the store's load does not grow with them.
+    pub fn max_waiters_per_key(mut self, max: usize) -> Self {
+        self.engine = self.engine.with_max_waiters_per_key(max);
         self
     }
 
@@ -327,8 +358,11 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
         self
     }
 
-    /// Whether `Set-Cookie`, `Authorization`, `Cookie`, `WWW-Authenticate` and values marked
-    /// sensitive are stored and replayed (default `false`).
+    /// Whether credential fields are stored and replayed (default `false`): `Set-Cookie`,
+    /// `Cookie`, `Authorization`, `WWW-Authenticate`, `Authentication-Info`, `X-Auth-Token`,
+    /// `X-Api-Key`, `X-Csrf-Token`, `X-Xsrf-Token`, `X-Amz-Security-Token`, `Set-Cookie2`, and
+    /// values marked sensitive (`HeaderValue::set_sensitive`). `Proxy-*` fields are hop-by-hop
+    /// and never stored.
     pub fn store_sensitive_headers(mut self, store: bool) -> Self {
         self.settings.store_sensitive_headers = store;
         self

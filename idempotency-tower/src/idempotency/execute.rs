@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -36,7 +37,8 @@ where
     // The handler's future, boxed apart: moved into the work's future (by value, as futures
     // are passed) it would take its room there twice.
     let handler = Box::pin(inner.call(request));
-    Detachable::new(run_to_end(layer.clone(), execution, handler))
+    let detached = Arc::clone(&layer.settings().detached);
+    Detachable::new(run_to_end(layer.clone(), execution, handler), detached)
 }
 
 /// Runs the handler for a claimed key, collects its response, then stores or releases it.

@@ -120,8 +120,12 @@ where
 {
     async move {
         let settings = layer.settings();
+        if let Some(refusal) = settings.overloaded() {
+            return Ok(refuse(settings, refusal));
+        }
         let held = if settings.needs_body() {
-            let body = collect_request(body, settings.max_body_bytes).await;
+            let body =
+                collect_request(body, settings.max_body_bytes, settings.body_read_timeout).await;
             match collected(settings, body) {
                 Ok(held) => held,
                 Err(refusal) => return Ok(refuse(settings, refusal)),
@@ -148,8 +152,9 @@ where
             Ok(Decision::Replay(outcome)) => match replay(&outcome) {
                 Ok(response) => return Ok(response),
                 Err(error) => {
-                    tracing::error!(%error, "stored response could not be decoded");
-                    StoreError::Codec(error.to_string())
+                    // The work was done: never run it again, fail-open or not.
+                    tracing::error!(%error, "stored response could not be decoded; refused");
+                    return Ok(refuse(settings, unavailable(settings)));
                 }
             },
             Ok(Decision::InFlight { retry_after }) => {

@@ -22,6 +22,7 @@ pub use scoping::{ScopeChosen, ScopeIsChosen, ScopeUnchosen};
 pub use service::IdempotencyService;
 pub(crate) use settings::Settings;
 pub use settings::{
-    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_STORED_BYTES, DEFAULT_MAX_STORED_HEADER_BYTES,
-    DEFAULT_MAX_STORED_HEADERS, PrincipalFn, VerifyFn,
+    DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DETACHED,
+    DEFAULT_MAX_STORED_BYTES, DEFAULT_MAX_STORED_HEADER_BYTES, DEFAULT_MAX_STORED_HEADERS,
+    PrincipalFn, VerifyFn,
 };

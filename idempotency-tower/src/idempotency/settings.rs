@@ -1,6 +1,7 @@
 //! The layer's settings, shared by every clone of its service.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,7 +17,7 @@ use crate::headers::IDEMPOTENCY_KEY;
 use crate::json::JsonPlan;
 use crate::key_source::KeySource;
 use crate::policy::StoragePolicy;
-use crate::refusal::{ProblemJson, RefusalKind, RenderRefusal};
+use crate::refusal::{ProblemJson, Refusal, RefusalKind, RenderRefusal};
 
 /// A user function naming the principal (tenant, user, API client) a request acts for; `None`
 /// refuses the request (401).
@@ -28,6 +29,12 @@ pub type VerifyFn = dyn Fn(&Parts, &Bytes) -> Result<(), String> + Send + Sync +
 
 /// Default limit of the request body the layer reads: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Default time the layer waits for the request body it reads: 30 s (then 408, nothing
+/// claimed).
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default number of handlers whose clients left that may still run in the background, per
+/// layer: 1 024 (beyond it, new guarded requests get 503 + `Retry-After`).
+pub const DEFAULT_MAX_DETACHED: usize = 1024;
 /// Default limit of a response the layer stores: 1 MiB.
 pub const DEFAULT_MAX_STORED_BYTES: usize = 1024 * 1024;
 /// Default limit of the header (and trailer) fields of a response the layer stores: 100.
@@ -52,6 +59,10 @@ pub(crate) struct Settings {
     pub(crate) verify: Option<Arc<VerifyFn>>,
     pub(crate) fingerprint: FingerprintSource,
     pub(crate) max_body_bytes: usize,
+    pub(crate) body_read_timeout: Duration,
+    pub(crate) max_detached: usize,
+    /// The handlers of departed clients running in the background now.
+    pub(crate) detached: Arc<AtomicUsize>,
     pub(crate) max_stored_bytes: usize,
     pub(crate) max_stored_headers: usize,
     pub(crate) max_stored_header_bytes: usize,
@@ -80,6 +91,9 @@ impl Default for Settings {
             verify: None,
             fingerprint: FingerprintSource::Request,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            max_detached: DEFAULT_MAX_DETACHED,
+            detached: Arc::default(),
             max_stored_bytes: DEFAULT_MAX_STORED_BYTES,
             max_stored_headers: DEFAULT_MAX_STORED_HEADERS,
             max_stored_header_bytes: DEFAULT_MAX_STORED_HEADER_BYTES,
@@ -110,6 +124,8 @@ impl std::fmt::Debug for Settings {
             .field("verify", &self.verify.is_some())
             .field("fingerprint", &self.fingerprint)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("body_read_timeout", &self.body_read_timeout)
+            .field("max_detached", &self.max_detached)
             .field("max_stored_bytes", &self.max_stored_bytes)
             .field("max_stored_headers", &self.max_stored_headers)
             .field("max_stored_header_bytes", &self.max_stored_header_bytes)
@@ -144,11 +160,13 @@ impl LayerCounters {
             InvalidKey,
             MalformedBody,
             BodyTooLarge,
+            BodyTimeout,
             Unverified,
             Unauthenticated,
             InFlight,
             Mismatch,
             StoreUnavailable,
+            Overloaded,
             TokenRejected,
             NotReplayable,
             TransactionUnavailable,
@@ -229,6 +247,19 @@ impl Settings {
         #[cfg(not(feature = "grpc"))]
         let _ = headers;
         true
+    }
+
+    /// The refusal of a new guarded request while too many handlers of departed clients still
+    /// run ([`RefusalKind::Overloaded`]), if so.
+    pub(crate) fn overloaded(&self) -> Option<Refusal> {
+        let running = self.detached.load(Ordering::Relaxed);
+        (running >= self.max_detached).then(|| {
+            Refusal::new(
+                RefusalKind::Overloaded,
+                format!("{running} handlers of departed clients are still finishing; retry later"),
+            )
+            .with_retry_after(self.unavailable_retry_after)
+        })
     }
 
     /// Whether the body must be collected before claiming.

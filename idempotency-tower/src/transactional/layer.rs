@@ -64,7 +64,9 @@ impl<S: TxStore, C> IdempotencyLayerBuilder<S, C> {
     /// At most half the pool's connections wait on other transactions' claims at once
     /// ([`claim_permits`](Self::claim_permits)). Fail-open and lease renewal do not apply: the
     /// handler needs the database anyway, and an uncommitted claim holds while the transaction
-    /// does.
+    /// does. The request body is read whole first (within
+    /// [`max_body_bytes`](Self::max_body_bytes) and [`body_read_timeout`](Self::body_read_timeout)),
+    /// so no transaction waits on a slow client.
     pub fn build_transactional(mut self) -> TransactionalLayer<S>
     where
         C: ScopeIsChosen,

@@ -45,14 +45,15 @@ where
     ResB: StoredBody,
 {
     let settings = &shared.settings;
-    let held = if settings.needs_body() {
-        let body = collect_request(body, settings.max_body_bytes).await;
-        match collected(settings, body) {
-            Ok(held) => held,
-            Err(refusal) => return Ok(refuse(settings, refusal)),
-        }
-    } else {
-        Payload::Streaming(body)
+    if let Some(refusal) = settings.overloaded() {
+        return Ok(refuse(settings, refusal));
+    }
+    // Always read before the transaction opens, within the read timeout: a body streamed to
+    // the handler would hold the transaction (and its connection) while a slow client sends it.
+    let body = collect_request(body, settings.max_body_bytes, settings.body_read_timeout).await;
+    let held: Payload<B> = match collected(settings, body) {
+        Ok(held) => held,
+        Err(refusal) => return Ok(refuse(settings, refusal)),
     };
     let (key, fingerprint) = match inspect(settings, &parts, &held, header_key) {
         Read::Guard(key, fingerprint) => (key, fingerprint),
@@ -126,7 +127,8 @@ where
     let mut inner = inner;
     let handler = Box::pin(inner.call(Request::from_parts(parts, held.into_body())));
     // A client that goes away does not abandon the handler: it runs to its commit.
-    Detachable::new(finish(shared, slot, lease, handler, flight)).await
+    let detached = Arc::clone(&shared.settings.detached);
+    Detachable::new(finish(shared, slot, lease, handler, flight), detached).await
 }
 
 /// The answer to a duplicate of a completed key, read outside any transaction: its stored

@@ -26,6 +26,11 @@ use idempotency_tower::{Deadline, IdempotencyLayer, IdempotencyLayerBuilder, Sco
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
+mod slow_body;
+pub use slow_body::slow_bodies_hold_no_transaction;
+/// A layer's builder once its scope is chosen.
+pub type Builder<S> = IdempotencyLayerBuilder<S, ScopeChosen>;
+
 /// The namespace of the guarded route.
 pub const NAMESPACE: &str = "tx.grants";
 
@@ -94,9 +99,7 @@ pub fn app<H: Harness>(
     harness: &H,
     store: H::Store,
     counters: &Arc<Counters>,
-    configure: impl FnOnce(
-        IdempotencyLayerBuilder<H::Store, ScopeChosen>,
-    ) -> IdempotencyLayerBuilder<H::Store, ScopeChosen>,
+    configure: impl FnOnce(Builder<H::Store>) -> Builder<H::Store>,
 ) -> Router {
     let layer: TransactionalLayer<H::Store> = configure(
         IdempotencyLayer::builder(store)
@@ -109,9 +112,7 @@ pub fn app<H: Harness>(
 
 /// The callback preset with a 3 s wait, the key the body's `trade_no`, the fingerprint its
 /// `trade_no` and `mode` (so a duplicate may ask the handler to wait another time).
-pub fn callback<S: TxStore>(
-    builder: IdempotencyLayerBuilder<S, ScopeChosen>,
-) -> IdempotencyLayerBuilder<S, ScopeChosen> {
+pub fn callback<S: TxStore>(builder: Builder<S>) -> Builder<S> {
     builder
         .callback("/trade_no")
         .fingerprint_json_fields(["/trade_no", "/mode"])
@@ -582,6 +583,7 @@ macro_rules! transactional_tests {
             disconnects_run_to_commit,
             misuse_and_outage,
             mechanisms_never_collide,
+            slow_bodies_hold_no_transaction,
         );
     };
     (@tests $harness:expr; $($name:ident),* $(,)?) => {

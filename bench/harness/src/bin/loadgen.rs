@@ -175,7 +175,9 @@ async fn measure(
     options: &Options,
 ) -> Result<RunResult, String> {
     if layer {
-        let store = BoxStore::new(MemoryStore::new());
+        // Unbounded: a run of new keys may pass the default million records.
+        let store =
+            BoxStore::new(MemoryStore::with_capacity(usize::MAX).with_max_bytes(usize::MAX));
         measure_service(app(AppState::in_memory(), store), scenario, run, options).await
     } else {
         measure_service(bare(AppState::in_memory()), scenario, run, options).await
