@@ -12,9 +12,10 @@
 //!
 //! Reported per store and number of waiters: the answers by status; when they came (after the
 //! first's answer for `replay`, after the duplicates were sent for `timeout`, p50/p99/max);
-//! what reached the store while the duplicates waited (bytes and writes sent by the store
-//! client, counted by a TCP proxy on loopback between the client and the store); and how much
-//! the process's resident memory grew.
+//! what reached the store (bytes and writes sent by the store client, counted by a TCP proxy on
+//! loopback between the client and the store): per duplicate while they arrive (the first half
+//! of the hold), and per second while they wait (the second half); and how much the process's
+//! resident memory grew.
 //!
 //! Options: `--stores memory,redis,postgres`, `--waiters 1,100,10000`, `--hold-ms 1500`,
 //! `--wait-ms 3000`, `--only replay|timeout`; `REDIS_URL` and `DATABASE_URL` as elsewhere.
@@ -348,7 +349,11 @@ async fn run(
             tokio::spawn(async move { send(sender, addr, &key).await })
         })
         .collect();
-    tokio::time::sleep(hold).await;
+    // The first half of the hold takes the duplicates' arrivals (each claims once, unless a
+    // wait for the key is already under way here); the second half is the steady wait.
+    tokio::time::sleep(hold / 2).await;
+    let traffic_arrived = traffic.as_ref().map(|traffic| traffic.now());
+    tokio::time::sleep(hold - hold / 2).await;
     let memory_held = resident_kib();
     let traffic_held = traffic.as_ref().map(|traffic| traffic.now());
     held.release.notify_one();
@@ -373,16 +378,17 @@ async fn run(
     }
     after_first.sort();
     after_sent.sort();
-    let store_load = match (traffic_before, traffic_held) {
-        (Some((bytes0, writes0)), Some((bytes1, writes1))) => {
-            let seconds = hold.as_secs_f64();
+    let store_load = match (traffic_before, traffic_arrived, traffic_held) {
+        (Some((bytes0, _)), Some((bytes1, writes1)), Some((bytes2, writes2))) => {
+            let steady = (hold - hold / 2).as_secs_f64();
             format!(
-                "{:.0} B/s, {:.1} writes/s",
-                (bytes1 - bytes0) as f64 / seconds,
-                (writes1 - writes0) as f64 / seconds
+                "{:.0} B | {:.0} B/s, {:.1} writes/s",
+                (bytes1 - bytes0) as f64 / waiters as f64,
+                (bytes2 - bytes1) as f64 / steady,
+                (writes2 - writes1) as f64 / steady
             )
         }
-        _ => "in process".to_owned(),
+        _ => "in process | in process".to_owned(),
     };
     Ok(format!(
         "| {store_name} | {waiters} | {statuses:?} | {} / {} / {} | {} / {} / {} | {store_load} | {} |",
@@ -419,9 +425,9 @@ async fn main() -> std::process::ExitCode {
             wait.as_millis()
         );
         println!(
-            "| store | waiters | answers | after the first's answer, ms (p50 / p99 / max) | after sending, ms (p50 / p99 / max) | store traffic while waiting | memory growth, KiB |"
+            "| store | waiters | answers | after the first's answer, ms (p50 / p99 / max) | after sending, ms (p50 / p99 / max) | to the store per duplicate, arriving | to the store, steady waiting | memory growth, KiB |"
         );
-        println!("|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|");
         for store in &options.stores {
             for &waiters in &options.waiters {
                 match run(store, waiters, hold, wait).await {
