@@ -104,9 +104,14 @@ impl Drop for Waiter {
             && flight.id == self.flight
         {
             flight.waiters -= 1;
-            if flight.waiters == 0 {
-                flights.remove(&self.key);
+            if flight.waiters == 0
+                && let Some(flight) = flights.remove(&self.key)
+            {
                 self.waits.active.fetch_sub(1, Ordering::Relaxed);
+                // Its reads see the flight gone (its landing dropped) at once, and stop.
+                let wake = Arc::clone(&flight.wake);
+                drop(flight);
+                wake.notify_one();
             }
         }
     }
