@@ -2,11 +2,13 @@
 //! revival of dead messages.
 
 use base64::Engine;
+use idempotency_core::operations::{Action, AuditEntry, AuditLog};
 use idempotency_core::sql::outbox::{DeadMessage, OutboxTable};
+use idempotency_core::sql::{Dialect, Outbox};
 use serde::Serialize;
 
 use crate::args::{Global, OutboxCommand};
-use crate::connect::{OutboxStore, connect_outbox};
+use crate::connect::{OutboxStore, connect_outbox, sql_audit};
 use crate::failure::Failure;
 use crate::output::Output;
 use crate::terminal::confirm;
@@ -18,9 +20,9 @@ pub(crate) async fn run(
     out: &mut Output,
 ) -> Result<(), Failure> {
     match connect_outbox(global).await? {
-        OutboxStore::Postgres(outbox) => on(&outbox, command, out).await,
-        OutboxStore::MySql(outbox) => on(&outbox, command, out).await,
-        OutboxStore::Sqlite(outbox) => on(&outbox, command, out).await,
+        OutboxStore::Postgres(outbox) => on(&outbox, global, command, out).await,
+        OutboxStore::MySql(outbox) => on(&outbox, global, command, out).await,
+        OutboxStore::Sqlite(outbox) => on(&outbox, global, command, out).await,
     }
 }
 
@@ -71,11 +73,15 @@ struct Revived<'a> {
     revived: bool,
 }
 
-async fn on<O: OutboxTable>(
-    outbox: &O,
+async fn on<D: Dialect>(
+    outbox: &Outbox<D>,
+    global: &Global,
     command: OutboxCommand,
     out: &mut Output,
-) -> Result<(), Failure> {
+) -> Result<(), Failure>
+where
+    Outbox<D>: OutboxTable,
+{
     let table = outbox.table_name();
     match command {
         OutboxCommand::Stats => {
@@ -99,36 +105,48 @@ async fn on<O: OutboxTable>(
             if out.json() {
                 return views.iter().try_for_each(|view| out.line(view));
             }
+            let key_width = views
+                .iter()
+                .map(|view| view.business_key.len())
+                .max()
+                .unwrap_or(0)
+                .max("BUSINESS_KEY".len());
             out.text(&format!(
-                "{:<64}  {:<24}  {:>8}  LAST_ERROR",
-                "ID", "TOPIC", "ATTEMPTS"
+                "{:<64}  {:<24}  {:<key_width$}  {:>8}  LAST_ERROR",
+                "ID", "TOPIC", "BUSINESS_KEY", "ATTEMPTS"
             ))?;
             for view in &views {
                 out.text(&format!(
-                    "{:<64}  {:<24}  {:>8}  {}",
+                    "{:<64}  {:<24}  {:<key_width$}  {:>8}  {}",
                     view.id,
                     view.topic,
+                    view.business_key,
                     view.attempts,
                     view.last_error.unwrap_or("")
                 ))?;
             }
             out.text(&format!("{} dead message(s)", views.len()))
         }
-        OutboxCommand::Revive {
-            ids,
-            actor,
-            reason,
-            yes,
-        } => {
+        OutboxCommand::Revive { ids, action } => {
             let question = format!("revive {} dead message(s) of {table}", ids.len());
-            confirm(&question, yes)?;
-            let actor = actor
-                .or_else(|| std::env::var("USER").ok())
-                .unwrap_or_else(|| "unknown".to_owned());
+            confirm(&question, action.yes)?;
+            let actor = action.actor();
+            let audit = sql_audit(outbox.pool().clone(), global).await?;
             let mut not_dead = Vec::new();
             for id in &ids {
                 let revived = outbox.revive(id).await?;
-                tracing::info!(target: "idempotency::audit", %actor, %reason, table, id, revived, "outbox revive");
+                let detail = format!(
+                    "outbox {table} message {id}: {}",
+                    if revived { "revived" } else { "not dead" }
+                );
+                let entry = AuditEntry::new(&actor, Action::Revive, revived, detail);
+                audit.write(&entry).await.map_err(|error| {
+                    Failure::Other(format!(
+                        "{id} {}, but its audit entry could not be written to {}: {error}",
+                        if revived { "revived" } else { "not revived" },
+                        audit.table_name()
+                    ))
+                })?;
                 if out.json() {
                     out.line(&Revived { id, revived })?;
                 } else {
