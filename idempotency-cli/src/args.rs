@@ -17,7 +17,7 @@ use crate::duration::parse_duration;
 ///
 /// Where the records are comes from the environment as well as the flags:
 /// IDEMPOTENCY_STORE_URL, IDEMPOTENCY_TABLE, IDEMPOTENCY_PREFIX, IDEMPOTENCY_AUDIT_TABLE and
-/// IDEMPOTENCY_OUTBOX_TABLE.
+/// IDEMPOTENCY_OUTBOX_TABLE; who acts from IDEMPOTENCY_ACTOR (else $USER).
 #[derive(Debug, Parser)]
 #[command(name = "idempotency", version)]
 pub(crate) struct Cli {

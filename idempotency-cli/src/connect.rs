@@ -3,24 +3,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::operations::{Admin, AuditLog, Operations, TracingAudit};
-use idempotency_core::redis::RedisStore;
-use idempotency_core::sql::outbox::DEFAULT_OUTBOX_TABLE;
-use idempotency_core::sql::{MySqlStore, Outbox, PostgresStore, SqlAudit, SqlStore, SqliteStore};
-use sqlx::Pool;
+use idempotency_core::operations::{Admin, AuditLog, Operations};
+#[cfg(feature = "redis")]
+use idempotency_core::{operations::TracingAudit, redis::RedisStore};
 
 use crate::args::Global;
-use crate::failure::{Failure, sqlx_failure};
-
-/// How long connecting to a store may take before it counts as unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The record table when `--table` is not given.
-const DEFAULT_RECORD_TABLE: &str = "idempotency_records";
+use crate::failure::Failure;
 
 /// A store's kind, by its URL's scheme.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Redis,
     RedisCluster,
     Postgres,
@@ -28,7 +20,7 @@ enum Kind {
     Sqlite,
 }
 
-fn kind_of(url: &str) -> Result<Kind, Failure> {
+pub(crate) fn kind_of(url: &str) -> Result<Kind, Failure> {
     let scheme = url.split(':').next().unwrap_or_default();
     match scheme {
         "redis" | "rediss" if url.contains(',') => Ok(Kind::RedisCluster),
@@ -84,6 +76,10 @@ pub(crate) enum Audited {
 /// services keep an abandoned record after its lease ended (what a purge waits). A SQL
 /// store's record table is checked first: one that does not exist, or is not a record table,
 /// is a not-found failure naming it.
+#[cfg_attr(
+    not(feature = "sql"),
+    expect(unused_variables, reason = "only SQL stores keep an audit table")
+)]
 pub(crate) async fn connect(
     global: &Global,
     audited: Audited,
@@ -92,6 +88,7 @@ pub(crate) async fn connect(
     let url = store_url(global)?;
     let kind = kind_of(url)?;
     let (store, audit): (Arc<dyn Operations>, Arc<dyn AuditLog>) = match kind {
+        #[cfg(feature = "redis")]
         Kind::Redis => {
             let store = RedisStore::connect(url).await?.with_abandoned_grace(grace);
             (
@@ -99,6 +96,7 @@ pub(crate) async fn connect(
                 Arc::new(TracingAudit),
             )
         }
+        #[cfg(feature = "redis")]
         Kind::RedisCluster => {
             let nodes = url
                 .split(',')
@@ -112,24 +110,14 @@ pub(crate) async fn connect(
                 Arc::new(TracingAudit),
             )
         }
-        Kind::Postgres => {
-            let pool = sqlx::postgres::PgPoolOptions::new();
-            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-            let store = PostgresStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
-            sql(store, global, audited, grace).await?
-        }
-        Kind::MySql => {
-            let pool = sqlx::mysql::MySqlPoolOptions::new();
-            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-            let store = MySqlStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
-            sql(store, global, audited, grace).await?
-        }
-        Kind::Sqlite => {
-            let pool = sqlx::sqlite::SqlitePoolOptions::new();
-            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-            let store = SqliteStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
-            sql(store, global, audited, grace).await?
-        }
+        #[cfg(feature = "postgres")]
+        Kind::Postgres => crate::sql_stores::postgres(url, global, audited, grace).await?,
+        #[cfg(feature = "mysql")]
+        Kind::MySql => crate::sql_stores::mysql(url, global, audited, grace).await?,
+        #[cfg(feature = "sqlite")]
+        Kind::Sqlite => crate::sql_stores::sqlite(url, global, audited, grace).await?,
+        #[allow(unreachable_patterns)]
+        other => return Err(not_built_for(other)),
     };
     let scanned = format!("{} of {}", store.source(), redacted(url));
     store
@@ -149,98 +137,25 @@ pub(crate) async fn connect(
     })
 }
 
+/// The usage failure of a store this build has no support for.
+pub(crate) fn not_built_for(kind: Kind) -> Failure {
+    let feature = match kind {
+        Kind::Redis | Kind::RedisCluster => "redis",
+        Kind::Postgres => "postgres",
+        Kind::MySql => "mysql",
+        Kind::Sqlite => "sqlite",
+    };
+    Failure::Usage(format!(
+        "this idempotency was built without the {feature} store: install it with \
+         --features {feature}"
+    ))
+}
+
 /// `--store`, or a usage failure.
-fn store_url(global: &Global) -> Result<&str, Failure> {
+pub(crate) fn store_url(global: &Global) -> Result<&str, Failure> {
     global.store.as_deref().ok_or_else(|| {
         Failure::Usage("no store: pass --store URL or set IDEMPOTENCY_STORE_URL".to_owned())
     })
-}
-
-/// The outbox table of a SQL store.
-pub(crate) enum OutboxStore {
-    /// On PostgreSQL.
-    Postgres(Outbox<sqlx::Postgres>),
-    /// On MySQL/MariaDB.
-    MySql(Outbox<sqlx::MySql>),
-    /// On SQLite.
-    Sqlite(Outbox<sqlx::Sqlite>),
-}
-
-/// The outbox table `--outbox-table` (default `idempotency_outbox`) in the database of
-/// `--store`; not migrated: the services own it.
-pub(crate) async fn connect_outbox(global: &Global) -> Result<OutboxStore, Failure> {
-    let url = store_url(global)?;
-    let table = global
-        .outbox_table
-        .as_deref()
-        .unwrap_or(DEFAULT_OUTBOX_TABLE);
-    Ok(match kind_of(url)? {
-        Kind::Redis | Kind::RedisCluster => {
-            return Err(Failure::Usage(
-                "the outbox lives in a SQL database: --store postgres://, mysql:// or sqlite://"
-                    .to_owned(),
-            ));
-        }
-        Kind::Postgres => {
-            let pool = sqlx::postgres::PgPoolOptions::new();
-            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-            let pool = pool.connect(url).await.map_err(sqlx_failure)?;
-            OutboxStore::Postgres(Outbox::postgres(pool).with_table_name(table)?)
-        }
-        Kind::MySql => {
-            let pool = sqlx::mysql::MySqlPoolOptions::new();
-            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-            let pool = pool.connect(url).await.map_err(sqlx_failure)?;
-            OutboxStore::MySql(Outbox::mysql(pool).with_table_name(table)?)
-        }
-        Kind::Sqlite => {
-            let pool = sqlx::sqlite::SqlitePoolOptions::new();
-            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-            let pool = pool.connect(url).await.map_err(sqlx_failure)?;
-            OutboxStore::Sqlite(Outbox::sqlite(pool).with_table_name(table)?)
-        }
-    })
-}
-
-/// The record table of `--table` (or IDEMPOTENCY_TABLE), the default otherwise.
-pub(crate) fn record_table(global: &Global) -> &str {
-    global.table.as_deref().unwrap_or(DEFAULT_RECORD_TABLE)
-}
-
-/// The SQL audit table of operator actions on `pool`: `--audit-table` (or
-/// IDEMPOTENCY_AUDIT_TABLE), else the one that goes with the record table; created if
-/// missing.
-pub(crate) async fn sql_audit<D: idempotency_core::sql::Dialect>(
-    pool: Pool<D>,
-    global: &Global,
-) -> Result<SqlAudit<D>, Failure> {
-    let audit = match &global.audit_table {
-        Some(table) => SqlAudit::new(pool, table)?,
-        None => SqlAudit::for_records(pool, record_table(global))?,
-    };
-    audit.migrate().await?;
-    Ok(audit)
-}
-
-/// A SQL store on `--table`, and its audit table if actions need one.
-async fn sql<D>(
-    store: SqlStore<D>,
-    global: &Global,
-    audited: Audited,
-    grace: Duration,
-) -> Result<(Arc<dyn Operations>, Arc<dyn AuditLog>), Failure>
-where
-    D: idempotency_core::sql::Dialect,
-    SqlStore<D>: Operations,
-{
-    let store = store
-        .with_table_name(record_table(global))?
-        .with_abandoned_grace(grace);
-    let audit: Arc<dyn AuditLog> = match audited {
-        Audited::Yes => Arc::new(sql_audit(store.pool().clone(), global).await?),
-        Audited::No => Arc::new(TracingAudit),
-    };
-    Ok((Arc::new(store), audit))
 }
 
 #[cfg(test)]

@@ -57,6 +57,7 @@ impl From<StoreError> for Failure {
 }
 
 /// A connection error of sqlx: a bad URL is usage, anything else unreachable.
+#[cfg(feature = "sql")]
 pub(crate) fn sqlx_failure(error: sqlx::Error) -> Failure {
     match error {
         sqlx::Error::Configuration(_) => Failure::Usage(format!("bad store URL: {error}")),

@@ -3,6 +3,12 @@
 //! default the three loopback ports of `.ci/redis-cluster.sh`), PostgreSQL (`DATABASE_URL`),
 //! MariaDB/MySQL (`MYSQL_URL`) and SQLite (a file under the temporary directory). A server that
 //! does not answer skips its test (printed), or fails it under `CI=true`.
+#![cfg(all(
+    feature = "postgres",
+    feature = "mysql",
+    feature = "sqlite",
+    feature = "redis"
+))]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod support;

@@ -1,6 +1,7 @@
 //! The `idempotency outbox` commands, run as an operator runs them, against a real
 //! PostgreSQL (`DATABASE_URL`). A server that does not answer skips the test (printed), or
 //! fails it under `CI=true`.
+#![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod support;

@@ -3,6 +3,7 @@
 mod act;
 mod list;
 mod lookup;
+#[cfg(feature = "sql")]
 mod outbox;
 mod purge;
 mod resolve;
@@ -19,7 +20,14 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
     let Cli { global, command } = cli;
     let mut out = Output::new(global.json);
     match command {
+        #[cfg(feature = "sql")]
         Command::Outbox { command } => outbox::run(&global, command, &mut out).await,
+        #[cfg(not(feature = "sql"))]
+        Command::Outbox { .. } => Err(Failure::Usage(
+            "the outbox lives in a SQL database: this idempotency was built without SQL stores \
+             (install it with --features postgres, mysql or sqlite)"
+                .to_owned(),
+        )),
         Command::Stuck { older_than, limit } => {
             let store = connect(&global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;
             list::stuck(&store, &global, older_than, limit, &mut out).await

@@ -8,9 +8,9 @@ use idempotency_core::sql::{Dialect, Outbox};
 use serde::Serialize;
 
 use crate::args::{Global, OutboxCommand};
-use crate::connect::{OutboxStore, connect_outbox, sql_audit};
 use crate::failure::Failure;
 use crate::output::Output;
+use crate::sql_stores::{OutboxStore, connect_outbox, sql_audit};
 use crate::terminal::confirm;
 
 /// Runs an `outbox` subcommand on the outbox table of `--store`.
@@ -20,8 +20,11 @@ pub(crate) async fn run(
     out: &mut Output,
 ) -> Result<(), Failure> {
     match connect_outbox(global).await? {
+        #[cfg(feature = "postgres")]
         OutboxStore::Postgres(outbox) => on(&outbox, global, command, out).await,
+        #[cfg(feature = "mysql")]
         OutboxStore::MySql(outbox) => on(&outbox, global, command, out).await,
+        #[cfg(feature = "sqlite")]
         OutboxStore::Sqlite(outbox) => on(&outbox, global, command, out).await,
     }
 }
