@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::args::{Global, OutboxCommand};
 use crate::failure::Failure;
-use crate::output::Output;
+use crate::output::{Output, age};
 use crate::sql_stores::{OutboxStore, connect_outbox, sql_audit};
 use crate::terminal::confirm;
 
@@ -34,8 +34,12 @@ pub(crate) async fn run(
 struct Stats<'a> {
     table: &'a str,
     pending: u64,
+    claimed: u64,
+    due: u64,
     sent: u64,
     dead: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oldest_pending_ms: Option<u64>,
 }
 
 /// A dead message as `dead` prints it: never its payload unless asked.
@@ -89,18 +93,40 @@ where
     match command {
         OutboxCommand::Stats => {
             let counts = outbox.counts().await?;
+            let oldest_pending_ms = counts
+                .oldest_pending
+                .map(|oldest| u64::try_from(oldest.as_millis()).unwrap_or(u64::MAX));
             if out.json() {
                 return out.line(&Stats {
                     table,
                     pending: counts.pending,
+                    claimed: counts.claimed,
+                    due: counts.due,
                     sent: counts.sent,
                     dead: counts.dead,
+                    oldest_pending_ms,
                 });
             }
-            out.text(&format!("table    {table}"))?;
-            out.text(&format!("pending  {}", counts.pending))?;
-            out.text(&format!("sent     {}", counts.sent))?;
-            out.text(&format!("dead     {}", counts.dead))
+            let waiting = counts.pending - counts.claimed.min(counts.pending);
+            let backing_off = waiting - counts.due.min(waiting);
+            out.text(&format!("table      {table}"))?;
+            out.text(&format!(
+                "pending    {}{}",
+                counts.pending,
+                oldest_pending_ms
+                    .map(|oldest| format!(" (oldest {})", age(oldest)))
+                    .unwrap_or_default()
+            ))?;
+            out.text(&format!(
+                "  claimed  {} (a relay delivers them)",
+                counts.claimed
+            ))?;
+            out.text(&format!("  due      {} (no relay holds them)", counts.due))?;
+            out.text(&format!(
+                "  backoff  {backing_off} (due after a failed attempt's backoff)"
+            ))?;
+            out.text(&format!("sent       {}", counts.sent))?;
+            out.text(&format!("dead       {}", counts.dead))
         }
         OutboxCommand::Dead { limit, payload } => {
             let dead = outbox.dead(limit).await?;

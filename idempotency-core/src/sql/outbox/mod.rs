@@ -203,12 +203,18 @@ pub struct ArchivedMessage {
 /// How many messages an outbox holds per state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OutboxCounts {
-    /// Waiting for delivery (claimed ones included).
+    /// Waiting for delivery: claimed, due, or waiting for a retry's backoff.
     pub pending: u64,
     /// Delivered, not purged yet.
     pub sent: u64,
     /// Refused too often; waiting for an operator.
     pub dead: u64,
+    /// Pending and claimed by a relay whose lease has not ended (being delivered).
+    pub claimed: u64,
+    /// Pending and due now: no relay holds them (a claim whose lease ended included).
+    pub due: u64,
+    /// How long the oldest pending message has waited since it was enqueued.
+    pub oldest_pending: Option<Duration>,
 }
 
 /// What a relay asks [`OutboxTable::claim`] for.

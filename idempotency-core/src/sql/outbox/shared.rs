@@ -199,9 +199,10 @@ pub(crate) mod sealed {
             now: i64,
         ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-        /// Messages per state.
+        /// Messages per state, claimed and due judged at the bound time `now`.
         fn count(
             outbox: &Outbox<Self>,
+            now: i64,
         ) -> impl Future<Output = Result<OutboxCounts, StoreError>> + Send;
 
         /// Deletes up to `limit` messages sent before `before`, copying them to `archive`
@@ -240,7 +241,7 @@ pub(crate) mod sealed {
         for<'q> &'q str: Encode<'q, DB> + Type<DB>,
         (i64,): for<'r> FromRow<'r, DB::Row>,
         (Option<i64>,): for<'r> FromRow<'r, DB::Row>,
-        (i64, i64, i64): for<'r> FromRow<'r, DB::Row>,
+        (i64, i64, i64, i64, i64, Option<i64>): for<'r> FromRow<'r, DB::Row>,
         DeadRow: for<'r> FromRow<'r, DB::Row>,
         ArchivedRow: for<'r> FromRow<'r, DB::Row>,
         DB::QueryResult: RowsAffected,
@@ -345,16 +346,22 @@ pub(crate) mod sealed {
             Ok(done.rows() == 1)
         }
 
-        async fn count(outbox: &Outbox<Self>) -> Result<OutboxCounts, StoreError> {
-            let (pending, sent, dead): (i64, i64, i64) = sqlx::query_as(&outbox.sql.counts)
-                .fetch_one(&outbox.pool)
-                .await
-                .map_err(map_err)?;
+        async fn count(outbox: &Outbox<Self>, now: i64) -> Result<OutboxCounts, StoreError> {
+            type Row = (i64, i64, i64, i64, i64, Option<i64>);
+            let (pending, sent, dead, claimed, due, oldest): Row =
+                sqlx::query_as(&outbox.sql.counts)
+                    .bind(now)
+                    .fetch_one(&outbox.pool)
+                    .await
+                    .map_err(map_err)?;
             let count = |n: i64| u64::try_from(n).unwrap_or(0);
             Ok(OutboxCounts {
                 pending: count(pending),
                 sent: count(sent),
                 dead: count(dead),
+                claimed: count(claimed),
+                due: count(due),
+                oldest_pending: oldest.map(|micros| Duration::from_micros(count(micros))),
             })
         }
 
@@ -592,6 +599,6 @@ impl<DB: super::OutboxDatabase> OutboxTable for Outbox<DB> {
     }
 
     async fn counts(&self) -> Result<OutboxCounts, StoreError> {
-        DB::count(self).await
+        DB::count(self, moment::<DB>(0)).await
     }
 }
