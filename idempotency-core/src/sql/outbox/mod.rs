@@ -217,6 +217,25 @@ pub struct OutboxCounts {
     pub oldest_pending: Option<Duration>,
 }
 
+/// The row of the counts statement: pending, sent, dead, claimed, due, and the oldest pending
+/// message's age in microseconds.
+pub(crate) type CountsRow = (i64, i64, i64, i64, i64, Option<i64>);
+
+impl OutboxCounts {
+    /// The counts of the counts statement's row (negative counts read as zero).
+    pub(crate) fn of_row((pending, sent, dead, claimed, due, oldest): CountsRow) -> Self {
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        Self {
+            pending: count(pending),
+            sent: count(sent),
+            dead: count(dead),
+            claimed: count(claimed),
+            due: count(due),
+            oldest_pending: oldest.map(|micros| Duration::from_micros(count(micros))),
+        }
+    }
+}
+
 /// What a relay asks [`OutboxTable::claim`] for.
 #[derive(Clone, Copy, Debug)]
 pub struct ClaimBatch {

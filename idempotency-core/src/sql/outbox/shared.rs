@@ -15,7 +15,7 @@ use base64::Engine;
 use sqlx::{Arguments, Database, Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::{
-    Archive, ArchivedMessage, ClaimBatch, Claimed, DeadMessage, Notifications, Outbox,
+    Archive, ArchivedMessage, ClaimBatch, Claimed, CountsRow, DeadMessage, Notifications, Outbox,
     OutboxCounts, OutboxMessage, OutboxTable, attempts,
 };
 use crate::StoreError;
@@ -241,7 +241,7 @@ pub(crate) mod sealed {
         for<'q> &'q str: Encode<'q, DB> + Type<DB>,
         (i64,): for<'r> FromRow<'r, DB::Row>,
         (Option<i64>,): for<'r> FromRow<'r, DB::Row>,
-        (i64, i64, i64, i64, i64, Option<i64>): for<'r> FromRow<'r, DB::Row>,
+        CountsRow: for<'r> FromRow<'r, DB::Row>,
         DeadRow: for<'r> FromRow<'r, DB::Row>,
         ArchivedRow: for<'r> FromRow<'r, DB::Row>,
         DB::QueryResult: RowsAffected,
@@ -347,22 +347,12 @@ pub(crate) mod sealed {
         }
 
         async fn count(outbox: &Outbox<Self>, now: i64) -> Result<OutboxCounts, StoreError> {
-            type Row = (i64, i64, i64, i64, i64, Option<i64>);
-            let (pending, sent, dead, claimed, due, oldest): Row =
-                sqlx::query_as(&outbox.sql.counts)
-                    .bind(now)
-                    .fetch_one(&outbox.pool)
-                    .await
-                    .map_err(map_err)?;
-            let count = |n: i64| u64::try_from(n).unwrap_or(0);
-            Ok(OutboxCounts {
-                pending: count(pending),
-                sent: count(sent),
-                dead: count(dead),
-                claimed: count(claimed),
-                due: count(due),
-                oldest_pending: oldest.map(|micros| Duration::from_micros(count(micros))),
-            })
+            let row: CountsRow = sqlx::query_as(&outbox.sql.counts)
+                .bind(now)
+                .fetch_one(&outbox.pool)
+                .await
+                .map_err(map_err)?;
+            Ok(OutboxCounts::of_row(row))
         }
 
         async fn purge(
