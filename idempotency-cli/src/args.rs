@@ -52,7 +52,8 @@ pub(crate) struct Global {
         global = true
     )]
     pub(crate) prefix: String,
-    /// The outbox table of a SQL store, for `outbox` (default idempotency_outbox).
+    /// The outbox table of a SQL store, for `outbox` (default idempotency_outbox). A table
+    /// that does not exist or is not an outbox table is refused (exit 5).
     #[arg(long, env = "IDEMPOTENCY_OUTBOX_TABLE", global = true)]
     pub(crate) outbox_table: Option<String>,
     /// The SQL audit table of operator actions (created if missing): by default the record

@@ -15,7 +15,7 @@ use support::{expect, idempotency_with_env};
 /// `outbox stats|dead|revive` on a PostgreSQL outbox (`DATABASE_URL`) the test fills: one
 /// pending, one sent, one dead message. The dead one is listed with its reason (its payload
 /// only when asked), revived only with `--yes` (exit 2 otherwise), then pending; reviving it
-/// again, or an unknown id, is exit 3. A table that does not exist is exit 1, Redis exit 2, a
+/// again, or an unknown id, is exit 3. A table that does not exist is exit 5, Redis exit 2, a
 /// server that does not answer exit 4.
 #[tokio::test]
 async fn outbox_stats_dead_and_revive_on_postgres() {
@@ -160,7 +160,7 @@ async fn outbox_stats_dead_and_revive_on_postgres() {
     run(3, &["revive", "--id", "no-such-message", "--yes"]);
 
     let missing = expect(
-        1,
+        5,
         &[
             "outbox",
             "stats",

@@ -2,6 +2,7 @@
 //! revival of dead messages.
 
 use base64::Engine;
+use idempotency_core::StoreError;
 use idempotency_core::operations::{Action, AuditEntry, AuditLog};
 use idempotency_core::sql::outbox::{DeadMessage, OutboxTable};
 use idempotency_core::sql::{Dialect, Outbox};
@@ -90,9 +91,16 @@ where
     Outbox<D>: OutboxTable,
 {
     let table = outbox.table_name();
+    // Counting first tells a table that is no outbox from an empty outbox, for every command.
+    let counts = outbox.counts().await.map_err(|error| match error {
+        StoreError::Backend(detail) => Failure::NotFound(format!(
+            "{table} is not an outbox table here (it does not exist, or lacks the outbox \
+             columns; the services' table: --outbox-table or IDEMPOTENCY_OUTBOX_TABLE): {detail}"
+        )),
+        other => Failure::from(other),
+    })?;
     match command {
         OutboxCommand::Stats => {
-            let counts = outbox.counts().await?;
             let oldest_pending_ms = counts
                 .oldest_pending
                 .map(|oldest| u64::try_from(oldest.as_millis()).unwrap_or(u64::MAX));
