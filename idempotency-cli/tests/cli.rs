@@ -31,10 +31,7 @@ async fn drill<S: Store + Operations>(store: &S, store_args: &[&str], expires_na
     let scope = Scope::new(namespace.clone());
     let hex = |raw: &str| scope.storage_key_for(Mechanism::Request, raw).to_hex();
     let long = Duration::from_secs(60);
-    let crashed = claimed(store, &scope, "T1", Duration::from_millis(100)).await;
-    completed(store, &scope, "T2", &Outcome::new(200, "paid"), long).await;
-    let by_hand = claimed(store, &scope, "T4", long).await;
-    let running = claimed(store, &scope, "T6", long).await;
+    // T5 expires before T1's lease ends: once T1 is abandoned, T5 is purgeable.
     let old = completed(
         store,
         &scope,
@@ -43,7 +40,10 @@ async fn drill<S: Store + Operations>(store: &S, store_args: &[&str], expires_na
         Duration::from_millis(1),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let crashed = claimed(store, &scope, "T1", Duration::from_millis(100)).await;
+    completed(store, &scope, "T2", &Outcome::new(200, "paid"), long).await;
+    let by_hand = claimed(store, &scope, "T4", long).await;
+    let running = claimed(store, &scope, "T6", long).await;
 
     let with = |args: &[&str]| -> Vec<String> {
         let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
@@ -55,6 +55,10 @@ async fn drill<S: Store + Operations>(store: &S, store_args: &[&str], expires_na
         let args = with(args);
         expect(code, &args.iter().map(String::as_str).collect::<Vec<_>>())
     };
+    // Waits for the event: the store itself reports T1's lease ended.
+    while run(0, &["stuck", "--json"]).lines().is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // stuck --older-than 0s: every in-progress record, one JSON object each.
     let stuck = run(0, &["stuck", "--older-than", "0s", "--json"]).lines();

@@ -130,14 +130,20 @@ async fn endpoints<S: Store + Operations + Clone>(store: S) {
     )
     .await;
     let by_hand = claimed(&store, &scope, "T4", long).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let audit = KeptAudit::default();
     let served = Served::start(Admin::new(store.clone(), audit.clone()), Some("ops")).await;
     let secret = "c2VjcmV0LWJvZHk="; // base64 of the stored body
 
-    // Listings: storage keys, never raw keys nor bodies.
-    let (status, stuck) = served.get(&format!("/stuck?namespace={namespace}")).await;
-    assert_eq!(status, StatusCode::OK, "{stuck}");
+    // Listings: storage keys, never raw keys nor bodies. Waits for the event: the store
+    // itself reports T1's lease ended.
+    let stuck = loop {
+        let (status, stuck) = served.get(&format!("/stuck?namespace={namespace}")).await;
+        assert_eq!(status, StatusCode::OK, "{stuck}");
+        if !stuck["records"].as_array().unwrap().is_empty() {
+            break stuck;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let records = stuck["records"].as_array().unwrap();
     assert_eq!(records.len(), 1, "{stuck}");
     assert_eq!(records[0]["key_hash"], crashed.to_hex().as_str());
