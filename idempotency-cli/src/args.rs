@@ -4,14 +4,20 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use idempotency_core::operations::Actor;
 
 use crate::duration::parse_duration;
 
 /// Find and resolve dangling idempotency records, reconcile, purge with archive.
 ///
 /// Exit codes: 0 done, 2 usage (or a destructive action not confirmed), 3 refused by the
-/// fence (the record moved on, is absent, or is not in progress), 4 store unreachable, 1 any
-/// other failure.
+/// fence (the record moved on or is not in progress), 4 store unreachable, 5 not found (no
+/// record for the key, no such message, no record table to scan, or no key under the Redis
+/// prefix), 1 any other failure.
+///
+/// Where the records are comes from the environment as well as the flags:
+/// IDEMPOTENCY_STORE_URL, IDEMPOTENCY_TABLE, IDEMPOTENCY_PREFIX, IDEMPOTENCY_AUDIT_TABLE and
+/// IDEMPOTENCY_OUTBOX_TABLE; who acts from IDEMPOTENCY_ACTOR (else $USER).
 #[derive(Debug, Parser)]
 #[command(name = "idempotency", version)]
 pub(crate) struct Cli {
@@ -34,13 +40,28 @@ pub(crate) struct Global {
         global = true
     )]
     pub(crate) store: Option<String>,
-    /// The record table (SQL stores; default idempotency_records), or the outbox table for
-    /// `outbox` (default idempotency_outbox).
-    #[arg(long, global = true)]
+    /// The record table of a SQL store (default idempotency_records). A scan of a table that
+    /// does not exist or holds no idempotency records is refused (exit 5).
+    #[arg(long, env = "IDEMPOTENCY_TABLE", global = true)]
     pub(crate) table: Option<String>,
-    /// The key prefix (Redis).
-    #[arg(long, default_value = "idempotency:", global = true)]
+    /// The key prefix of a Redis store. A scan that finds no key under it is refused (exit 5).
+    #[arg(
+        long,
+        env = "IDEMPOTENCY_PREFIX",
+        default_value = "idempotency:",
+        global = true
+    )]
     pub(crate) prefix: String,
+    /// The outbox table of a SQL store, for `outbox` (default idempotency_outbox). A table
+    /// that does not exist or is not an outbox table is refused (exit 5).
+    #[arg(long, env = "IDEMPOTENCY_OUTBOX_TABLE", global = true)]
+    pub(crate) outbox_table: Option<String>,
+    /// The SQL audit table of operator actions (created if missing): by default the record
+    /// table's name with `_audit` appended (idempotency_audit for idempotency_records), so
+    /// services sharing a database with their own record tables never share an audit table.
+    /// Redis stores audit to the log stream (stderr).
+    #[arg(long, env = "IDEMPOTENCY_AUDIT_TABLE", global = true)]
+    pub(crate) audit_table: Option<String>,
     /// The namespace (an endpoint, a consumer: `payments.callback`).
     #[arg(long, global = true)]
     pub(crate) namespace: Option<String>,
@@ -65,18 +86,19 @@ pub(crate) struct KeyArgs {
     /// The principal (tenant, user) the service scoped the key with, if it extracts one.
     #[arg(long)]
     pub(crate) principal: Option<String>,
-    /// Which front end wrote the record: request (HTTP and gRPC layers, direct engine calls),
-    /// function (`#[idempotent]` functions, `Call`), transaction (claims by hand in a
-    /// transaction), message.
-    #[arg(long, default_value = "request")]
-    pub(crate) mechanism: String,
+    /// Which front end wrote the record, when a key has records of several: http (or grpc,
+    /// request: the HTTP and gRPC layers), function (`#[idempotent]`), transaction (claims
+    /// by hand in a transaction), consumer (or message). Without it, every front end's
+    /// record of the key is looked for.
+    #[arg(long)]
+    pub(crate) mechanism: Option<String>,
 }
 
 /// Who acts and why, for the audit; and the confirmation.
 #[derive(Debug, Args)]
 pub(crate) struct ActionArgs {
-    /// Who acts (default: $USER).
-    #[arg(long)]
+    /// Who acts, for the audit (default: $USER).
+    #[arg(long, env = "IDEMPOTENCY_ACTOR")]
     pub(crate) actor: Option<String>,
     /// Why (a ticket, an incident).
     #[arg(long, default_value = "")]
@@ -84,9 +106,18 @@ pub(crate) struct ActionArgs {
     /// Do not ask for confirmation.
     #[arg(long)]
     pub(crate) yes: bool,
-    /// The SQL audit table (created if missing); Redis audits to the log stream (stderr).
-    #[arg(long, default_value = "idempotency_audit")]
-    pub(crate) audit_table: String,
+}
+
+impl ActionArgs {
+    /// Who acts (`--actor`, IDEMPOTENCY_ACTOR, else $USER) and why.
+    pub(crate) fn actor(&self) -> Actor {
+        let who = self
+            .actor
+            .clone()
+            .or_else(|| std::env::var("USER").ok())
+            .unwrap_or_else(|| "unknown".to_owned());
+        Actor::new(who, self.reason.clone())
+    }
 }
 
 /// The fence of an action: the record as listed (its token, and when it was last written).
@@ -117,20 +148,14 @@ pub(crate) enum OutboxCommand {
         payload: bool,
     },
     /// Makes dead messages pending again, due now, their attempts reset: the relay delivers
-    /// them again. Exit 3 if one of them was not dead.
+    /// them again. Each revival is audited in the record actions' audit table. Exit 3 if one
+    /// of them was not dead (or is unknown).
     Revive {
         /// A dead message's id (repeat for several).
         #[arg(long = "id", required = true)]
         ids: Vec<String>,
-        /// Who acts (default: $USER), logged with the revival.
-        #[arg(long)]
-        actor: Option<String>,
-        /// Why (a ticket, an incident), logged with the revival.
-        #[arg(long, default_value = "")]
-        reason: String,
-        /// Do not ask for confirmation.
-        #[arg(long)]
-        yes: bool,
+        #[command(flatten)]
+        action: ActionArgs,
     },
 }
 
@@ -238,8 +263,9 @@ pub(crate) enum Command {
         /// The principal the keys were scoped with.
         #[arg(long)]
         principal: Option<String>,
-        /// The mechanism that wrote the records (see inspect).
-        #[arg(long, default_value = "request")]
-        mechanism: String,
+        /// The front end that wrote the records (see inspect); without it, every front end's
+        /// record of each key is looked for.
+        #[arg(long)]
+        mechanism: Option<String>,
     },
 }

@@ -3,24 +3,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::operations::{Admin, AuditLog, Operations, TracingAudit};
-use idempotency_core::redis::RedisStore;
-use idempotency_core::sql::outbox::DEFAULT_OUTBOX_TABLE;
-use idempotency_core::sql::{MySqlStore, Outbox, PostgresStore, SqlAudit, SqlStore, SqliteStore};
-use sqlx::Pool;
+use idempotency_core::operations::{Admin, AuditLog, Operations};
+#[cfg(feature = "redis")]
+use idempotency_core::{operations::TracingAudit, redis::RedisStore};
 
 use crate::args::Global;
-use crate::failure::{Failure, sqlx_failure};
-
-/// How long connecting to a store may take before it counts as unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The record table when `--table` is not given.
-const DEFAULT_RECORD_TABLE: &str = "idempotency_records";
+use crate::failure::Failure;
 
 /// A store's kind, by its URL's scheme.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Redis,
     RedisCluster,
     Postgres,
@@ -28,7 +20,7 @@ enum Kind {
     Sqlite,
 }
 
-fn kind_of(url: &str) -> Result<Kind, Failure> {
+pub(crate) fn kind_of(url: &str) -> Result<Kind, Failure> {
     let scheme = url.split(':').next().unwrap_or_default();
     match scheme {
         "redis" | "rediss" if url.contains(',') => Ok(Kind::RedisCluster),
@@ -43,16 +35,60 @@ fn kind_of(url: &str) -> Result<Kind, Failure> {
     }
 }
 
-/// Operations on the store of `--store`, audited to its SQL audit table (created if missing)
-/// when `audit_table` is given and the store is SQL, to the log stream otherwise; `grace` is
-/// how long the services keep an abandoned record after its lease ended (what a purge waits).
+/// The store's URL without its password, for messages.
+pub(crate) fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            let user = user.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}@{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// A store connected to, and what its scans read, in an operator's words.
+pub(crate) struct Connected {
+    /// The operations.
+    pub(crate) admin: Admin,
+    /// `table idempotency_records of postgres://postgres@host/test`, `keys under
+    /// idempotency: of redis://host:6379`.
+    pub(crate) scanned: String,
+    /// Whether a scan that examined nothing means the records are elsewhere (Redis: no key
+    /// under the prefix); a SQL store's table is checked when connecting.
+    pub(crate) nothing_is_missing: bool,
+}
+
+/// Whether operator actions need an audit log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Audited {
+    /// Reads only.
+    No,
+    /// Actions: audited to the SQL audit table (`--audit-table`, else the one that goes with
+    /// the record table; created if missing), to the log stream on Redis.
+    Yes,
+}
+
+/// Operations on the store of `--store`, audited as `audited` says; `grace` is how long the
+/// services keep an abandoned record after its lease ended (what a purge waits). A SQL
+/// store's record table is checked first: one that does not exist, or is not a record table,
+/// is a not-found failure naming it.
+#[cfg_attr(
+    not(feature = "sql"),
+    expect(unused_variables, reason = "only SQL stores keep an audit table")
+)]
 pub(crate) async fn connect(
     global: &Global,
-    audit_table: Option<&str>,
+    audited: Audited,
     grace: Duration,
-) -> Result<Admin, Failure> {
+) -> Result<Connected, Failure> {
     let url = store_url(global)?;
-    let (store, audit): (Arc<dyn Operations>, Arc<dyn AuditLog>) = match kind_of(url)? {
+    let kind = kind_of(url)?;
+    let (store, audit): (Arc<dyn Operations>, Arc<dyn AuditLog>) = match kind {
+        #[cfg(feature = "redis")]
         Kind::Redis => {
             let store = RedisStore::connect(url).await?.with_abandoned_grace(grace);
             (
@@ -60,6 +96,7 @@ pub(crate) async fn connect(
                 Arc::new(TracingAudit),
             )
         }
+        #[cfg(feature = "redis")]
         Kind::RedisCluster => {
             let nodes = url
                 .split(',')
@@ -73,101 +110,52 @@ pub(crate) async fn connect(
                 Arc::new(TracingAudit),
             )
         }
-        Kind::Postgres => {
-            let pool = sqlx::postgres::PgPoolOptions::new();
-            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-            let store = PostgresStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
-            sql(store, global, audit_table, grace).await?
-        }
-        Kind::MySql => {
-            let pool = sqlx::mysql::MySqlPoolOptions::new();
-            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-            let store = MySqlStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
-            sql(store, global, audit_table, grace).await?
-        }
-        Kind::Sqlite => {
-            let pool = sqlx::sqlite::SqlitePoolOptions::new();
-            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-            let store = SqliteStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
-            sql(store, global, audit_table, grace).await?
-        }
+        #[cfg(feature = "postgres")]
+        Kind::Postgres => crate::sql_stores::postgres(url, global, audited, grace).await?,
+        #[cfg(feature = "mysql")]
+        Kind::MySql => crate::sql_stores::mysql(url, global, audited, grace).await?,
+        #[cfg(feature = "sqlite")]
+        Kind::Sqlite => crate::sql_stores::sqlite(url, global, audited, grace).await?,
+        #[allow(unreachable_patterns)]
+        other => return Err(not_built_for(other)),
     };
-    Ok(Admin::from_shared(store, audit).with_batch(global.batch))
+    let scanned = format!("{} of {}", store.source(), redacted(url));
+    store
+        .check_source()
+        .await
+        .map_err(|error| match Failure::from(error) {
+            Failure::Usage(text) => Failure::NotFound(format!(
+                "{text} (of {}; the service's table: --table or IDEMPOTENCY_TABLE)",
+                redacted(url)
+            )),
+            other => other,
+        })?;
+    Ok(Connected {
+        admin: Admin::from_shared(store, audit).with_batch(global.batch),
+        scanned,
+        nothing_is_missing: matches!(kind, Kind::Redis | Kind::RedisCluster),
+    })
+}
+
+/// The usage failure of a store this build has no support for.
+pub(crate) fn not_built_for(kind: Kind) -> Failure {
+    let feature = match kind {
+        Kind::Redis | Kind::RedisCluster => "redis",
+        Kind::Postgres => "postgres",
+        Kind::MySql => "mysql",
+        Kind::Sqlite => "sqlite",
+    };
+    Failure::Usage(format!(
+        "this idempotency was built without the {feature} store: install it with \
+         --features {feature}"
+    ))
 }
 
 /// `--store`, or a usage failure.
-fn store_url(global: &Global) -> Result<&str, Failure> {
+pub(crate) fn store_url(global: &Global) -> Result<&str, Failure> {
     global.store.as_deref().ok_or_else(|| {
         Failure::Usage("no store: pass --store URL or set IDEMPOTENCY_STORE_URL".to_owned())
     })
-}
-
-/// The outbox table of a SQL store.
-pub(crate) enum OutboxStore {
-    /// On PostgreSQL.
-    Postgres(Outbox<sqlx::Postgres>),
-    /// On MySQL/MariaDB.
-    MySql(Outbox<sqlx::MySql>),
-    /// On SQLite.
-    Sqlite(Outbox<sqlx::Sqlite>),
-}
-
-/// The outbox table `--table` (default `idempotency_outbox`) in the database of `--store`; not
-/// migrated: the services own it.
-pub(crate) async fn connect_outbox(global: &Global) -> Result<OutboxStore, Failure> {
-    let url = store_url(global)?;
-    let table = global.table.as_deref().unwrap_or(DEFAULT_OUTBOX_TABLE);
-    Ok(match kind_of(url)? {
-        Kind::Redis | Kind::RedisCluster => {
-            return Err(Failure::Usage(
-                "the outbox lives in a SQL database: --store postgres://, mysql:// or sqlite://"
-                    .to_owned(),
-            ));
-        }
-        Kind::Postgres => {
-            let pool = sqlx::postgres::PgPoolOptions::new();
-            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-            let pool = pool.connect(url).await.map_err(sqlx_failure)?;
-            OutboxStore::Postgres(Outbox::postgres(pool).with_table_name(table)?)
-        }
-        Kind::MySql => {
-            let pool = sqlx::mysql::MySqlPoolOptions::new();
-            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-            let pool = pool.connect(url).await.map_err(sqlx_failure)?;
-            OutboxStore::MySql(Outbox::mysql(pool).with_table_name(table)?)
-        }
-        Kind::Sqlite => {
-            let pool = sqlx::sqlite::SqlitePoolOptions::new();
-            let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-            let pool = pool.connect(url).await.map_err(sqlx_failure)?;
-            OutboxStore::Sqlite(Outbox::sqlite(pool).with_table_name(table)?)
-        }
-    })
-}
-
-/// A SQL store on `--table`, and its audit table if actions need one.
-async fn sql<D>(
-    store: SqlStore<D>,
-    global: &Global,
-    audit_table: Option<&str>,
-    grace: Duration,
-) -> Result<(Arc<dyn Operations>, Arc<dyn AuditLog>), Failure>
-where
-    D: idempotency_core::sql::Dialect,
-    SqlStore<D>: Operations,
-{
-    let table = global.table.as_deref().unwrap_or(DEFAULT_RECORD_TABLE);
-    let store = store.with_table_name(table)?.with_abandoned_grace(grace);
-    let audit: Arc<dyn AuditLog> = match audit_table {
-        Some(table) => {
-            let pool: Pool<D> = store.pool().clone();
-            let audit = SqlAudit::new(pool, table)?;
-            audit.migrate().await?;
-            Arc::new(audit)
-        }
-        None => Arc::new(TracingAudit),
-    };
-    Ok((Arc::new(store), audit))
 }
 
 #[cfg(test)]
@@ -188,5 +176,16 @@ mod tests {
         assert_eq!(kind_of("mysql://root@h/test").ok(), Some(Kind::MySql));
         assert_eq!(kind_of("sqlite:///tmp/x.db").ok(), Some(Kind::Sqlite));
         assert!(kind_of("http://h").is_err());
+    }
+
+    #[test]
+    fn passwords_are_not_shown() {
+        assert_eq!(
+            redacted("postgres://app:s3cret@db:5432/orders"),
+            "postgres://app@db:5432/orders"
+        );
+        assert_eq!(redacted("redis://:pw@h:6379"), "redis://@h:6379");
+        assert_eq!(redacted("sqlite:///tmp/x.db"), "sqlite:///tmp/x.db");
+        assert_eq!(redacted("mysql://root@h/test"), "mysql://root@h/test");
     }
 }

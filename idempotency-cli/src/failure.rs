@@ -13,6 +13,9 @@ pub(crate) enum Failure {
     Refused(String),
     /// The store did not answer: exit 4.
     Unreachable(String),
+    /// What was named is not there (no record for the key, no such message, no record table
+    /// or no key under the prefix to scan): exit 5.
+    NotFound(String),
     /// Anything else: exit 1.
     Other(String),
 }
@@ -25,6 +28,7 @@ impl Failure {
             Self::Usage(_) => 2,
             Self::Refused(_) => 3,
             Self::Unreachable(_) => 4,
+            Self::NotFound(_) => 5,
         })
     }
 
@@ -34,6 +38,7 @@ impl Failure {
             Self::Usage(text)
             | Self::Refused(text)
             | Self::Unreachable(text)
+            | Self::NotFound(text)
             | Self::Other(text) => text,
         }
     }
@@ -52,6 +57,7 @@ impl From<StoreError> for Failure {
 }
 
 /// A connection error of sqlx: a bad URL is usage, anything else unreachable.
+#[cfg(feature = "sql")]
 pub(crate) fn sqlx_failure(error: sqlx::Error) -> Failure {
     match error {
         sqlx::Error::Configuration(_) => Failure::Usage(format!("bad store URL: {error}")),

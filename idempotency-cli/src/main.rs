@@ -6,9 +6,12 @@
 //! idempotency outbox dead --store postgres://… --json
 //! ```
 //!
-//! Raw keys become storage keys as the HTTP and gRPC layers derive them (`--mechanism
-//! request`, no principal); pass `--principal` and `--mechanism` for services that scope
-//! otherwise. Exit codes: 0 done, 2 usage, 3 refused by the fence, 4 store unreachable, 1 other.
+//! A raw key is looked for under every front end's key derivation (HTTP and gRPC layers,
+//! `#[idempotent]` functions, transactions, consumers) unless `--mechanism` names one; pass
+//! `--principal` for services that scope keys by principal. Exit codes: 0 done, 2 usage, 3
+//! refused by the fence, 4 store unreachable, 5 not found, 1 other. Built with every store by
+//! default; `--no-default-features --features postgres` (or `mysql`, `sqlite`, `redis`)
+//! builds for the stores named only.
 
 mod args;
 mod commands;
@@ -16,6 +19,8 @@ mod connect;
 mod duration;
 mod failure;
 mod output;
+#[cfg(feature = "sql")]
+mod sql_stores;
 mod terminal;
 
 use std::io::IsTerminal;

@@ -43,8 +43,19 @@ impl Output {
         writeln!(self.out, "{text}").map_err(io)
     }
 
-    /// Records: JSON lines, or a table of their storage keys (shortened), namespaces,
-    /// states, attempts, ages and tokens.
+    /// A summary line: on stdout in a table for people, on stderr beside JSON lines (which
+    /// stay one record per line).
+    pub(crate) fn note(&mut self, text: &str) -> Result<(), Failure> {
+        if self.json {
+            eprintln!("{text}");
+            Ok(())
+        } else {
+            self.text(text)
+        }
+    }
+
+    /// Records: JSON lines, or a table of their storage keys (in full: what `--key-hash`
+    /// takes), namespaces, states, attempts, ages and tokens.
     pub(crate) fn records(&mut self, views: &[RecordView]) -> Result<(), Failure> {
         if self.json {
             return views.iter().try_for_each(|view| self.line(view));
@@ -56,13 +67,13 @@ impl Output {
             .unwrap_or(0)
             .max("NAMESPACE".len());
         self.text(&format!(
-            "{:<16}  {:<namespace_width$}  {:<11}  {:>8}  {:>10}  {:>20}",
+            "{:<64}  {:<namespace_width$}  {:<11}  {:>8}  {:>10}  {:>20}",
             "KEY_HASH", "NAMESPACE", "STATE", "ATTEMPTS", "AGE", "TOKEN"
         ))?;
         for view in views {
             self.text(&format!(
-                "{:<16}  {:<namespace_width$}  {:<11}  {:>8}  {:>10}  {:>20}",
-                &view.key_hash[..16],
+                "{:<64}  {:<namespace_width$}  {:<11}  {:>8}  {:>10}  {:>20}",
+                view.key_hash,
                 view.namespace,
                 view.state.as_str(),
                 view.attempts,
@@ -70,7 +81,7 @@ impl Output {
                 view.token
             ))?;
         }
-        self.text(&format!("{} record(s)", views.len()))
+        Ok(())
     }
 }
 

@@ -3,10 +3,18 @@
 //! default the three loopback ports of `.ci/redis-cluster.sh`), PostgreSQL (`DATABASE_URL`),
 //! MariaDB/MySQL (`MYSQL_URL`) and SQLite (a file under the temporary directory). A server that
 //! does not answer skips its test (printed), or fails it under `CI=true`.
+#![cfg(all(
+    feature = "postgres",
+    feature = "mysql",
+    feature = "sqlite",
+    feature = "redis"
+))]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod support;
+
 use std::collections::BTreeSet;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use idempotency_core::operations::Operations;
@@ -14,50 +22,7 @@ use idempotency_core::redis::RedisStore;
 use idempotency_core::sql::{MySqlStore, PostgresStore, SqlStore, SqliteStore};
 use idempotency_core::testing::{claimed, completed, unavailable, unique_namespace};
 use idempotency_core::{Mechanism, Outcome, RecordState, Scope, Store};
-use serde_json::Value;
-
-/// What one run of the binary gave.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    /// The JSON objects printed, one per line.
-    fn lines(&self) -> Vec<Value> {
-        self.stdout
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
-            .collect()
-    }
-}
-
-/// Runs `idempotency` with `args`, stdin closed (no terminal: destructive actions need --yes).
-fn idempotency(args: &[&str]) -> Run {
-    let output = Command::new(env!("CARGO_BIN_EXE_idempotency"))
-        .args(args)
-        .env_remove("IDEMPOTENCY_STORE_URL")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run idempotency");
-    Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
-
-/// Runs and expects exit code `code`.
-fn expect(code: i32, args: &[&str]) -> Run {
-    let run = idempotency(args);
-    assert_eq!(
-        run.code, code,
-        "idempotency {args:?}\nstdout: {}\nstderr: {}",
-        run.stdout, run.stderr
-    );
-    run
-}
+use support::{expect, idempotency_with_env, redis_url};
 
 /// Every subcommand on `store`, which `store_args` (`--store URL` and `--table`/`--prefix`)
 /// name to the binary. `expires_natively`: Redis deletes expired records itself.
@@ -66,10 +31,7 @@ async fn drill<S: Store + Operations>(store: &S, store_args: &[&str], expires_na
     let scope = Scope::new(namespace.clone());
     let hex = |raw: &str| scope.storage_key_for(Mechanism::Request, raw).to_hex();
     let long = Duration::from_secs(60);
-    let crashed = claimed(store, &scope, "T1", Duration::from_millis(100)).await;
-    completed(store, &scope, "T2", &Outcome::new(200, "paid"), long).await;
-    let by_hand = claimed(store, &scope, "T4", long).await;
-    let running = claimed(store, &scope, "T6", long).await;
+    // T5 expires before T1's lease ends: once T1 is abandoned, T5 is purgeable.
     let old = completed(
         store,
         &scope,
@@ -78,7 +40,10 @@ async fn drill<S: Store + Operations>(store: &S, store_args: &[&str], expires_na
         Duration::from_millis(1),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let crashed = claimed(store, &scope, "T1", Duration::from_millis(100)).await;
+    completed(store, &scope, "T2", &Outcome::new(200, "paid"), long).await;
+    let by_hand = claimed(store, &scope, "T4", long).await;
+    let running = claimed(store, &scope, "T6", long).await;
 
     let with = |args: &[&str]| -> Vec<String> {
         let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
@@ -90,6 +55,10 @@ async fn drill<S: Store + Operations>(store: &S, store_args: &[&str], expires_na
         let args = with(args);
         expect(code, &args.iter().map(String::as_str).collect::<Vec<_>>())
     };
+    // Waits for the event: the store itself reports T1's lease ended.
+    while run(0, &["stuck", "--json"]).lines().is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // stuck --older-than 0s: every in-progress record, one JSON object each.
     let stuck = run(0, &["stuck", "--older-than", "0s", "--json"]).lines();
@@ -141,10 +110,16 @@ async fn drill<S: Store + Operations>(store: &S, store_args: &[&str], expires_na
     assert_eq!(states, ["abandoned", "completed", "absent"]);
     assert_eq!(reconciled[1]["outcome_status"], 200);
     assert_eq!(reconciled[0]["key"], "T1");
+    assert_eq!(reconciled[0]["written_by"], "http/grpc");
+    // An unknown key is not found (exit 5), in JSON and for people alike.
+    let unknown = run(5, &["inspect", "--key", "T3", "--json"]);
+    assert!(unknown.stderr.contains("no record"), "{}", unknown.stderr);
+    run(5, &["inspect", "--key", "T3"]);
 
-    // Inspect: no body unless asked for.
+    // Inspect: no body unless asked for; which front end wrote it, found without being told.
     let inspected = run(0, &["inspect", "--key", "T2", "--json"]).lines();
     assert_eq!(inspected[0]["state"], "completed");
+    assert_eq!(inspected[0]["written_by"], "http/grpc");
     assert!(inspected[0].get("body_base64").is_none());
     let with_body = run(0, &["inspect", "--key", "T2", "--body", "--json"]).lines();
     assert_eq!(with_body[0]["body_base64"], "cGFpZA==");
@@ -157,7 +132,7 @@ async fn drill<S: Store + Operations>(store: &S, store_args: &[&str], expires_na
         &["release", "--key", "T1", "--yes", "--reason", "INC-25"],
     );
     assert!(store.get(&crashed).await.unwrap().is_none());
-    run(3, &["release", "--key", "T1", "--yes"]);
+    run(5, &["release", "--key", "T1", "--yes"]);
     // A fence from another listing (another token) is refused; the record stays.
     run(3, &["release", "--key", "T6", "--token", "1", "--yes"]);
     assert!(store.get(&running).await.unwrap().is_some());
@@ -226,10 +201,6 @@ async fn drill<S: Store + Operations>(store: &S, store_args: &[&str], expires_na
     );
 }
 
-fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
-
 #[tokio::test]
 async fn every_command_on_redis() {
     let url = redis_url();
@@ -254,8 +225,8 @@ async fn every_command_on_a_redis_cluster() {
     drill(&store, &["--store", &nodes, "--prefix", &prefix], true).await;
 }
 
-/// A SQL store on a fresh table, named to the binary by `--table`.
-async fn sql_drill<D>(store: SqlStore<D>, url: &str)
+/// A SQL store on a fresh table, named to the binary by `--table`; the table's name.
+async fn sql_drill<D>(store: SqlStore<D>, url: &str) -> String
 where
     D: idempotency_core::sql::Dialect,
     SqlStore<D>: Operations,
@@ -264,26 +235,182 @@ where
     let store = store.with_table_name(&table).unwrap();
     store.migrate().await.unwrap();
     drill(&store, &["--store", url, "--table", &table], false).await;
+    table
+}
+
+/// The actions of the drill on `table` were audited in the audit table that goes with it
+/// (`<table>_audit`), with no `--audit-table` given: `(action, applied)` in order.
+fn audited_actions(rows: Vec<(String, i64)>) -> Vec<(String, bool)> {
+    rows.into_iter()
+        .map(|(action, applied)| (action, applied == 1))
+        .collect()
+}
+
+/// What the drill's actions leave in the audit table: each release, complete and delete that
+/// reached the fence (refusals included), and the purge.
+fn drill_audit() -> Vec<(String, bool)> {
+    [
+        ("release", true),
+        ("release", false),
+        ("release", false),
+        ("complete", true),
+        ("purge", true),
+        ("delete", true),
+    ]
+    .iter()
+    .map(|(action, applied)| ((*action).to_owned(), *applied))
+    .collect()
+}
+
+/// A scan of a table that does not exist, or is not a record table, is not found (exit 5)
+/// and names the table; so is one from IDEMPOTENCY_TABLE. An empty record table is no error,
+/// and the answer names what was scanned. `not_records` is a table of another kind.
+fn refuses_wrong_tables(url: &str, not_records: &str, empty_records: &str) {
+    let missing = unique_namespace("no_such_table").replace('.', "_");
+    for command in [
+        vec!["stuck"],
+        vec!["stats"],
+        vec!["inspect", "--namespace", "n", "--key", "k"],
+    ] {
+        for table in [missing.as_str(), not_records] {
+            let mut args = command.clone();
+            args.extend(["--store", url, "--table", table]);
+            let run = expect(5, &args);
+            assert!(run.stderr.contains(table), "{args:?}: {}", run.stderr);
+            let run = idempotency_with_env(
+                &command,
+                &[("IDEMPOTENCY_STORE_URL", url), ("IDEMPOTENCY_TABLE", table)],
+            );
+            assert_eq!(
+                run.code, 5,
+                "{command:?} with IDEMPOTENCY_TABLE={table}: {}",
+                run.stderr
+            );
+        }
+    }
+    let empty = expect(0, &["stuck", "--store", url, "--table", empty_records]);
+    assert!(
+        empty
+            .stdout
+            .contains(&format!("0 stuck record(s) in table {empty_records} of ")),
+        "{}",
+        empty.stdout
+    );
+    let json = expect(
+        0,
+        &["stuck", "--store", url, "--table", empty_records, "--json"],
+    );
+    assert!(json.stdout.is_empty(), "{}", json.stdout);
+    assert!(json.stderr.contains(empty_records), "{}", json.stderr);
+}
+
+/// A record the `#[idempotent]` front end wrote (its own key derivation) is found, released
+/// and reconciled by its raw key alone, and named as a function's.
+async fn finds_every_front_end<S: Store + Operations>(store: &S, store_args: &[&str]) {
+    use idempotency_core::{ClaimId, ClaimRequest, Fingerprint};
+
+    let namespace = unique_namespace("orders.fn");
+    let scope = Scope::new(namespace.clone());
+    let key = scope.storage_key_for(Mechanism::Function, "F1");
+    store
+        .claim(ClaimRequest {
+            key: &key,
+            namespace: &namespace,
+            fingerprint: &Fingerprint::of_bytes(b"F1"),
+            lease: Duration::from_secs(60),
+            claim_id: ClaimId::random(),
+        })
+        .await
+        .unwrap();
+    let with = |args: &[&str]| -> Vec<String> {
+        let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        all.extend(store_args.iter().map(|a| (*a).to_owned()));
+        all.extend(["--namespace".to_owned(), namespace.clone()]);
+        all
+    };
+    let run = |code: i32, args: &[&str]| {
+        let args = with(args);
+        expect(code, &args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let inspected = run(0, &["inspect", "--key", "F1", "--json"]).lines();
+    assert_eq!(inspected[0]["key_hash"], key.to_hex().as_str());
+    assert_eq!(inspected[0]["written_by"], "function");
+    let reconciled = run(0, &["reconcile", "--key", "F1", "--json"]).lines();
+    assert_eq!(reconciled.len(), 1);
+    assert_eq!(reconciled[0]["written_by"], "function");
+    assert_eq!(reconciled[0]["state"], "in_progress");
+    // Told the wrong front end: not found.
+    run(5, &["inspect", "--key", "F1", "--mechanism", "http"]);
+    run(0, &["release", "--key", "F1", "--yes", "--reason", "INC-9"]);
+    assert!(store.get(&key).await.unwrap().is_none());
 }
 
 #[tokio::test]
 async fn every_command_on_postgres() {
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    match sqlx::PgPool::connect(&url).await {
-        Ok(pool) => sql_drill(PostgresStore::new(pool), &url).await,
-        Err(error) => unavailable::<()>("PostgreSQL", error).unwrap_or_default(),
-    }
+    let pool = match sqlx::PgPool::connect(&url).await {
+        Ok(pool) => pool,
+        Err(error) => return unavailable::<()>("PostgreSQL", error).unwrap_or_default(),
+    };
+    let table = sql_drill(PostgresStore::new(pool.clone()), &url).await;
+    let rows = sqlx::query_as(&format!(
+        "SELECT action, applied FROM \"{table}_audit\" ORDER BY id"
+    ))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(audited_actions(rows), drill_audit());
+    let store = PostgresStore::new(pool.clone())
+        .with_table_name(&table)
+        .unwrap();
+    finds_every_front_end(&store, &["--store", &url, "--table", &table]).await;
+
+    let other = unique_namespace("orders").replace('.', "_");
+    sqlx::query(&format!(
+        "CREATE TABLE \"{other}\" (id BIGINT PRIMARY KEY, note TEXT)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let empty = unique_namespace("idem_empty").replace('.', "_");
+    let store = PostgresStore::new(pool).with_table_name(&empty).unwrap();
+    store.migrate().await.unwrap();
+    refuses_wrong_tables(&url, &other, &empty);
 }
 
 #[tokio::test]
 async fn every_command_on_mariadb() {
     let url = std::env::var("MYSQL_URL")
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
-    match sqlx::MySqlPool::connect(&url).await {
-        Ok(pool) => sql_drill(MySqlStore::new(pool), &url).await,
-        Err(error) => unavailable::<()>("MySQL", error).unwrap_or_default(),
-    }
+    let pool = match sqlx::MySqlPool::connect(&url).await {
+        Ok(pool) => pool,
+        Err(error) => return unavailable::<()>("MySQL", error).unwrap_or_default(),
+    };
+    let table = sql_drill(MySqlStore::new(pool.clone()), &url).await;
+    let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
+        "SELECT action, applied FROM `{table}_audit` ORDER BY id"
+    ))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(audited_actions(rows), drill_audit());
+    let store = MySqlStore::new(pool.clone())
+        .with_table_name(&table)
+        .unwrap();
+    finds_every_front_end(&store, &["--store", &url, "--table", &table]).await;
+
+    let other = unique_namespace("orders").replace('.', "_");
+    sqlx::query(&format!(
+        "CREATE TABLE `{other}` (id BIGINT PRIMARY KEY, note TEXT)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let empty = unique_namespace("idem_empty").replace('.', "_");
+    let store = MySqlStore::new(pool).with_table_name(&empty).unwrap();
+    store.migrate().await.unwrap();
+    refuses_wrong_tables(&url, &other, &empty);
 }
 
 #[tokio::test]
@@ -293,7 +420,54 @@ async fn every_command_on_sqlite() {
     let path = dir.join(format!("{}.db", unique_namespace("cli")));
     let url = format!("sqlite://{}?mode=rwc", path.display());
     let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-    sql_drill(SqliteStore::new(pool), &url).await;
+    let table = sql_drill(SqliteStore::new(pool.clone()), &url).await;
+    let rows = sqlx::query_as(&format!(
+        "SELECT action, applied FROM \"{table}_audit\" ORDER BY id"
+    ))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(audited_actions(rows), drill_audit());
+    let store = SqliteStore::new(pool.clone())
+        .with_table_name(&table)
+        .unwrap();
+    finds_every_front_end(&store, &["--store", &url, "--table", &table]).await;
+
+    let other = unique_namespace("orders").replace('.', "_");
+    sqlx::query(&format!(
+        "CREATE TABLE \"{other}\" (id BIGINT PRIMARY KEY, note TEXT)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let empty = unique_namespace("idem_empty").replace('.', "_");
+    let store = SqliteStore::new(pool).with_table_name(&empty).unwrap();
+    store.migrate().await.unwrap();
+    refuses_wrong_tables(&url, &other, &empty);
+}
+
+/// On Redis, a prefix under which no key exists is not found (exit 5, naming the prefix),
+/// from `--prefix` or IDEMPOTENCY_PREFIX; records of another front end are found by raw key.
+#[tokio::test]
+async fn a_redis_prefix_without_keys_is_not_found() {
+    let url = redis_url();
+    let prefix = format!("{}:", unique_namespace("test:cli:empty"));
+    let store = match RedisStore::connect(&url).await {
+        Ok(store) => store.with_key_prefix(prefix.clone()),
+        Err(error) => return unavailable::<()>("Redis", error).unwrap_or_default(),
+    };
+    let run = expect(5, &["stuck", "--store", &url, "--prefix", &prefix]);
+    assert!(run.stderr.contains(&prefix), "{}", run.stderr);
+    expect(5, &["stats", "--store", &url, "--prefix", &prefix]);
+    let run = idempotency_with_env(
+        &["stuck", "--json"],
+        &[
+            ("IDEMPOTENCY_STORE_URL", url.as_str()),
+            ("IDEMPOTENCY_PREFIX", prefix.as_str()),
+        ],
+    );
+    assert_eq!(run.code, 5, "{}", run.stderr);
+    finds_every_front_end(&store, &["--store", &url, "--prefix", &prefix]).await;
 }
 
 /// Exit code 4: a store that does not answer, of every kind.
@@ -345,142 +519,4 @@ fn the_store_url_comes_from_the_environment() {
         Some(4),
         "read the URL, found no server"
     );
-}
-
-/// `outbox stats|dead|revive` on a PostgreSQL outbox (`DATABASE_URL`) the test fills: one
-/// pending, one sent, one dead message. The dead one is listed with its reason (its payload
-/// only when asked), revived only with `--yes` (exit 2 otherwise), then pending; reviving it
-/// again, or an unknown id, is exit 3. A table that does not exist is exit 1, Redis exit 2, a
-/// server that does not answer exit 4.
-#[tokio::test]
-async fn outbox_stats_dead_and_revive_on_postgres() {
-    use idempotency_core::IdempotencyKey;
-    use idempotency_core::sql::outbox::{ClaimBatch, OutboxTable};
-    use idempotency_core::sql::{Outbox, OutboxMessage};
-
-    let url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let pool = match sqlx::PgPool::connect(&url).await {
-        Ok(pool) => pool,
-        Err(error) => return unavailable::<()>("PostgreSQL", error).unwrap_or_default(),
-    };
-    let table = unique_namespace("outbox").replace(['.', '-'], "_");
-    let outbox = Outbox::postgres(pool).with_table_name(&table).unwrap();
-    outbox.migrate().await.unwrap();
-    let scope = Scope::new("coupon.grant");
-    let messages: Vec<OutboxMessage> = ["T1", "T2", "T3"]
-        .iter()
-        .map(|key| {
-            let key = IdempotencyKey::parse(key).unwrap();
-            OutboxMessage::new(&scope, &key, "coupons", format!("grant {key}"))
-        })
-        .collect();
-    let mut tx = outbox.pool().begin().await.unwrap();
-    for message in &messages {
-        assert!(outbox.enqueue(&mut tx, message).await.unwrap());
-    }
-    tx.commit().await.unwrap();
-    let batch = |claim| ClaimBatch {
-        limit: 1,
-        lease: Duration::from_secs(60),
-        claim,
-    };
-    let sent = outbox.claim(batch(1)).await.unwrap();
-    assert_eq!(outbox.mark_sent(1, &[sent[0].seq]).await.unwrap(), 1);
-    let refused = outbox.claim(batch(2)).await.unwrap();
-    outbox
-        .mark_failed(2, refused[0].seq, "unroutable", Duration::ZERO, true)
-        .await
-        .unwrap();
-    let dead_id = refused[0].message.id.as_str();
-
-    let with = |args: &[&str]| -> Vec<String> {
-        let mut all = vec!["outbox".to_owned()];
-        all.extend(args.iter().map(|a| (*a).to_owned()));
-        all.extend([
-            "--store".to_owned(),
-            url.clone(),
-            "--table".to_owned(),
-            table.clone(),
-        ]);
-        all
-    };
-    let run = |code: i32, args: &[&str]| {
-        let args = with(args);
-        expect(code, &args.iter().map(String::as_str).collect::<Vec<_>>())
-    };
-
-    let stats = run(0, &["stats", "--json"]).lines();
-    assert_eq!(stats.len(), 1);
-    let counts = (&stats[0]["pending"], &stats[0]["sent"], &stats[0]["dead"]);
-    assert_eq!(counts, (&1.into(), &1.into(), &1.into()), "{}", stats[0]);
-    assert_eq!(stats[0]["table"], table.as_str());
-    let text = run(0, &["stats"]).stdout;
-    assert!(text.contains("dead     1"), "{text}");
-
-    let dead = run(0, &["dead", "--json"]).lines();
-    assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0]["id"], dead_id);
-    assert_eq!(dead[0]["last_error"], "unroutable");
-    assert_eq!(dead[0]["attempts"], 1);
-    assert_eq!(dead[0]["business_key"], "T2");
-    assert!(
-        dead[0].get("payload_base64").is_none(),
-        "no payload unless asked"
-    );
-    let with_payload = run(0, &["dead", "--json", "--payload"]).lines();
-    assert_eq!(with_payload[0]["payload_base64"], "Z3JhbnQgVDI=");
-    let table_text = run(0, &["dead"]).stdout;
-    assert!(
-        table_text.contains(dead_id) && table_text.contains("unroutable"),
-        "{table_text}"
-    );
-
-    run(2, &["revive", "--id", dead_id]);
-    assert_eq!(
-        outbox.counts().await.unwrap().dead,
-        1,
-        "not confirmed: untouched"
-    );
-    let revived = run(
-        0,
-        &[
-            "revive", "--id", dead_id, "--yes", "--reason", "INC-7", "--json",
-        ],
-    )
-    .lines();
-    assert_eq!(revived[0]["revived"], true);
-    let counts = outbox.counts().await.unwrap();
-    assert_eq!((counts.pending, counts.sent, counts.dead), (2, 1, 0));
-    let again = run(3, &["revive", "--id", dead_id, "--yes"]);
-    assert!(again.stderr.contains("not dead"), "{}", again.stderr);
-    run(3, &["revive", "--id", "no-such-message", "--yes"]);
-
-    let missing = expect(
-        1,
-        &[
-            "outbox",
-            "stats",
-            "--store",
-            &url,
-            "--table",
-            "no_such_outbox_table",
-        ],
-    );
-    assert!(
-        missing.stderr.contains("no_such_outbox_table"),
-        "{}",
-        missing.stderr
-    );
-    expect(2, &["outbox", "stats", "--store", "redis://127.0.0.1:1"]);
-    let down = expect(
-        4,
-        &[
-            "outbox",
-            "dead",
-            "--store",
-            "postgres://postgres@127.0.0.1:1/test",
-        ],
-    );
-    assert!(down.stderr.contains("unreachable"), "{}", down.stderr);
 }

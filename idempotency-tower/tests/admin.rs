@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
@@ -13,12 +13,12 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use idempotency_core::operations::{Admin, Operations};
+use idempotency_core::operations::{Admin, Operations, RecordView};
 use idempotency_core::redis::RedisStore;
 use idempotency_core::testing::{KeptAudit, claimed, completed, unavailable, unique_namespace};
 use idempotency_core::{MemoryStore, Outcome, RecordState, Scope, Store};
 use idempotency_tower::StoredResponse;
-use idempotency_tower::admin::{Operator, admin_router};
+use idempotency_tower::admin::{Operator, admin_router, admin_router_verified};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
@@ -35,6 +35,10 @@ impl Served {
         if let Some(who) = operator {
             app = app.layer(axum::Extension(Operator(who.to_owned())));
         }
+        Self::serve(app).await
+    }
+
+    async fn serve(app: axum::Router) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}/admin", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -46,7 +50,23 @@ impl Served {
 
     /// Sends a request; the status and the body as text.
     async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, String) {
-        let request = Request::builder()
+        let (status, _, text) = self.send_as(None, method, path, body).await;
+        (status, text)
+    }
+
+    /// Sends a request with `authorization` if given; the status, content type and body.
+    async fn send_as(
+        &self,
+        authorization: Option<&str>,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, String, String) {
+        let mut request = Request::builder();
+        if let Some(authorization) = authorization {
+            request = request.header("authorization", authorization);
+        }
+        let request = request
             .method(method)
             .uri(format!("{}{path}", self.base))
             .header("content-type", "application/json")
@@ -56,8 +76,17 @@ impl Served {
             .unwrap();
         let response = self.client.request(request).await.unwrap();
         let status = response.status();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .map(|value| value.to_str().unwrap().to_owned())
+            .unwrap_or_default();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        (status, String::from_utf8_lossy(&bytes).into_owned())
+        (
+            status,
+            content_type,
+            String::from_utf8_lossy(&bytes).into_owned(),
+        )
     }
 
     async fn get(&self, path: &str) -> (StatusCode, Value) {
@@ -101,14 +130,20 @@ async fn endpoints<S: Store + Operations + Clone>(store: S) {
     )
     .await;
     let by_hand = claimed(&store, &scope, "T4", long).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let audit = KeptAudit::default();
-    let served = Served::start(Admin::new(store.clone(), audit.clone()), None).await;
+    let served = Served::start(Admin::new(store.clone(), audit.clone()), Some("ops")).await;
     let secret = "c2VjcmV0LWJvZHk="; // base64 of the stored body
 
-    // Listings: storage keys, never raw keys nor bodies.
-    let (status, stuck) = served.get(&format!("/stuck?namespace={namespace}")).await;
-    assert_eq!(status, StatusCode::OK, "{stuck}");
+    // Listings: storage keys, never raw keys nor bodies. Waits for the event: the store
+    // itself reports T1's lease ended.
+    let stuck = loop {
+        let (status, stuck) = served.get(&format!("/stuck?namespace={namespace}")).await;
+        assert_eq!(status, StatusCode::OK, "{stuck}");
+        if !stuck["records"].as_array().unwrap().is_empty() {
+            break stuck;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let records = stuck["records"].as_array().unwrap();
     assert_eq!(records.len(), 1, "{stuck}");
     assert_eq!(records[0]["key_hash"], crashed.to_hex().as_str());
@@ -183,7 +218,7 @@ async fn endpoints<S: Store + Operations + Clone>(store: S) {
 
     // Release, fenced to the record as listed: applied, then refused (409) as absent.
     let fence = json!({"token": records[0]["token"], "updated_at_ms": records[0]["updated_at_ms"]});
-    let release = json!({"namespace": namespace, "key": "T1", "fence": fence, "actor": "ops", "reason": "INC-25"});
+    let release = json!({"namespace": namespace, "key": "T1", "fence": fence, "reason": "INC-25"});
     let (status, applied) = served.post("/release", release.clone()).await;
     assert_eq!(
         (status, applied["applied"].clone()),
@@ -193,30 +228,44 @@ async fn endpoints<S: Store + Operations + Clone>(store: S) {
     let (status, refused) = served.post("/release", release).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(refused["refusal"], "absent");
-    // Without anyone to audit, no action.
-    let anonymous = json!({"namespace": namespace, "key": "T4", "fence": fence});
+    // Who acts is the authenticated operator, never a field of the body.
+    let forged = json!({"namespace": namespace, "key": "T4", "fence": fence, "actor": "mallory"});
     assert_eq!(
-        served.post("/release", anonymous).await.0,
+        served.post("/release", forged).await.0,
         StatusCode::BAD_REQUEST
     );
-    // A stale fence is refused, and the record as it is now is answered.
-    let stale = json!({"namespace": namespace, "key": "T4", "fence": fence, "actor": "ops"});
-    let (status, moved) = served.post("/release", stale).await;
+    // A stale fence is refused, without the record as it is now (its fence unverified).
+    let stale = json!({"namespace": namespace, "key": "T4", "fence": fence});
+    let (status, content_type, text) = served
+        .send_as(None, Method::POST, "/release", Some(stale))
+        .await;
+    let moved: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
         (status, moved["refusal"].clone()),
         (StatusCode::CONFLICT, json!("moved_on"))
     );
-    assert_eq!(moved["current"]["state"], "in_progress");
+    assert_eq!(content_type, "application/problem+json");
+    assert!(moved.get("current").is_none(), "{moved}");
+    let by_hand_hex = by_hand.to_hex();
+    assert!(
+        !text.contains("token") && !text.contains(&by_hand_hex),
+        "{text}"
+    );
 
-    // Complete by hand, the operator from the auth layer's extension: the layer replays it.
-    let record = store.get(&by_hand).await.unwrap().unwrap();
-    let as_listed =
-        json!({"token": record.token.get(), "updated_at_ms": moved["current"]["updated_at_ms"]});
+    // Complete by hand, fenced to the record as listed again: the layer replays it.
+    let listed = served
+        .all_records(&format!("namespace={namespace}&state=in_progress"))
+        .await;
+    let listed = listed
+        .iter()
+        .find(|record| record["key_hash"] == by_hand_hex.as_str())
+        .unwrap();
+    let as_listed = json!({"token": listed["token"], "updated_at_ms": listed["updated_at_ms"]});
     let behind_auth = Served::start(Admin::new(store.clone(), audit.clone()), Some("alice")).await;
     let (status, done) = behind_auth
         .post(
             "/complete",
-            json!({"namespace": namespace, "key": "T4", "fence": as_listed, "actor": "mallory",
+            json!({"namespace": namespace, "key": "T4", "fence": as_listed,
                    "status": 200, "body": "{\"ok\":true}", "reason": "paid at the bank"}),
         )
         .await;
@@ -235,13 +284,11 @@ async fn endpoints<S: Store + Operations + Clone>(store: S) {
         ("alice", "paid at the bank")
     );
     assert_eq!(entries.iter().filter(|e| e.actor == "ops").count(), 3);
+    assert!(entries.iter().all(|e| e.actor != "mallory"));
 
     // Purge, bounded per request.
     let (status, purged) = served
-        .post(
-            "/purge",
-            json!({"namespace": namespace, "max_batches": 1, "actor": "ops"}),
-        )
+        .post("/purge", json!({"namespace": namespace, "max_batches": 1}))
         .await;
     assert_eq!(status, StatusCode::OK, "{purged}");
     assert_eq!(purged["batches"], 1);
@@ -260,6 +307,98 @@ async fn every_endpoint_on_redis() {
         Ok(store) => {
             let prefix = format!("{}:", unique_namespace("test:admin"));
             endpoints(store.with_key_prefix(prefix)).await;
+        }
+        Err(error) => unavailable::<()>("Redis", error).unwrap_or_default(),
+    }
+}
+
+/// Without an authenticated operator every request, reads included, is answered 401
+/// problem+json and nothing runs: no listing, no body, no action, no audit entry.
+async fn strangers_are_refused<S: Store + Operations + Clone>(store: S) {
+    let namespace = unique_namespace("payments.callback");
+    let scope = Scope::new(namespace.clone());
+    let key = claimed(&store, &scope, "T1", Duration::from_secs(60)).await;
+    let record = store.get(&key).await.unwrap().unwrap();
+    let fence = json!({"token": record.token.get(), "updated_at_ms": 0});
+    let audit = KeptAudit::default();
+    let verifier = |head: &http::request::Parts| {
+        let token = head.headers.get("authorization")?.to_str().ok()?;
+        (token == "Bearer ops-secret").then(|| Operator("ci-bot".to_owned()))
+    };
+    let verified = Served::serve(axum::Router::new().nest(
+        "/admin",
+        admin_router_verified(Admin::new(store.clone(), audit.clone()), verifier),
+    ))
+    .await;
+    let bare = Served::start(Admin::new(store.clone(), audit.clone()), None).await;
+    let target = json!({"namespace": namespace, "key": "T1", "fence": fence, "body": true,
+                        "status": 200, "keys": ["T1"], "reason": "INC-1"});
+    let requests = [
+        (
+            Method::GET,
+            format!("/stuck?namespace={namespace}&older_than_ms=0"),
+        ),
+        (Method::GET, format!("/records?namespace={namespace}")),
+        (Method::GET, format!("/stats?namespace={namespace}")),
+        (Method::POST, "/inspect".to_owned()),
+        (Method::POST, "/reconcile".to_owned()),
+        (Method::POST, "/release".to_owned()),
+        (Method::POST, "/complete".to_owned()),
+        (Method::POST, "/delete".to_owned()),
+        (Method::POST, "/purge".to_owned()),
+        (Method::GET, "/no-such-endpoint".to_owned()),
+    ];
+    for (method, path) in &requests {
+        let body = (*method == Method::POST).then(|| target.clone());
+        for (served, authorization) in [
+            (&bare, None),
+            (&bare, Some("Bearer ops-secret")),
+            (&verified, None),
+            (&verified, Some("Bearer wrong")),
+        ] {
+            let (status, content_type, text) = served
+                .send_as(authorization, method.clone(), path, body.clone())
+                .await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}: {text}");
+            assert_eq!(content_type, "application/problem+json", "{method} {path}");
+            let problem: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(problem["status"], 401);
+            assert!(!text.contains(&key.to_hex()), "{text}");
+        }
+    }
+    assert_eq!(store.get(&key).await.unwrap(), Some(record.clone()));
+    assert!(audit.entries().is_empty(), "nothing acted");
+
+    // The verifier's operator acts, and is who the audit names.
+    let (status, _, text) = verified
+        .send_as(
+            Some("Bearer ops-secret"),
+            Method::POST,
+            "/release",
+            Some(json!({"namespace": namespace, "key": "T1", "reason": "INC-1",
+                        "fence": {"token": record.token.get(),
+                                  "updated_at_ms": RecordView::of(&record, SystemTime::now()).updated_at_ms}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(store.get(&key).await.unwrap().is_none());
+    let entries = audit.entries();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].actor, "ci-bot");
+}
+
+#[tokio::test]
+async fn strangers_are_refused_on_the_memory_store() {
+    strangers_are_refused(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn strangers_are_refused_on_redis() {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    match RedisStore::connect(&url).await {
+        Ok(store) => {
+            let prefix = format!("{}:", unique_namespace("test:admin:strangers"));
+            strangers_are_refused(store.with_key_prefix(prefix)).await;
         }
         Err(error) => unavailable::<()>("Redis", error).unwrap_or_default(),
     }

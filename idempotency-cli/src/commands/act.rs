@@ -3,13 +3,13 @@
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use idempotency_core::operations::{Acted, Actor, Fence, RecordView};
-use idempotency_core::{DEFAULT_ABANDONED_GRACE, FencingToken, Outcome, StorageKey};
+use idempotency_core::operations::{Acted, Admin, Fence, RecordView};
+use idempotency_core::{FencingToken, Outcome};
 use idempotency_tower::StoredResponse;
 use serde::Serialize;
 
-use crate::args::{ActionArgs, FenceArgs, Global};
-use crate::connect::connect;
+use super::resolve::Found;
+use crate::args::{ActionArgs, FenceArgs};
 use crate::failure::Failure;
 use crate::output::{Output, age};
 use crate::terminal::confirm;
@@ -83,37 +83,29 @@ struct Done<'a> {
     was: &'a RecordView,
 }
 
-/// Runs `step` on the record of `key`, fenced to `fence` (or the record as read now).
+/// Runs `step` on the record `found`, fenced to `fence` (or the record as found).
 pub(crate) async fn act(
-    global: &Global,
-    key: &StorageKey,
+    admin: &Admin,
+    found: &Found,
     fence: &FenceArgs,
     action: &ActionArgs,
     step: Step,
     out: &mut Output,
 ) -> Result<(), Failure> {
-    let admin = connect(global, Some(&action.audit_table), DEFAULT_ABANDONED_GRACE).await?;
-    let Some(record) = admin.inspect(key).await? else {
-        return Err(Failure::Refused(format!(
-            "{}: no record for {} (released, expired, or another namespace, principal or \
-             mechanism)",
-            step.verb(),
-            key.to_hex()
-        )));
-    };
+    let Found { key, record, .. } = found;
     let fence = Fence {
         token: fence.token.map_or(record.token, FencingToken::new),
         updated_at: fence.updated_at_ms.map_or(record.updated_at, |at| {
             SystemTime::UNIX_EPOCH + Duration::from_millis(at)
         }),
     };
-    let was = RecordView::of(&record, SystemTime::now());
+    let was = RecordView::of(record, SystemTime::now());
     confirm(
         &format!(
             "{} the {} record {} of {} (attempt {}, last written {} ago, token {})?",
             step.verb(),
             was.state,
-            &was.key_hash[..16],
+            was.key_hash,
             was.namespace,
             was.attempts,
             age(was.age_ms),
@@ -121,14 +113,7 @@ pub(crate) async fn act(
         ),
         action.yes,
     )?;
-    let actor = Actor::new(
-        action
-            .actor
-            .clone()
-            .or_else(|| std::env::var("USER").ok())
-            .unwrap_or_else(|| "unknown".to_owned()),
-        action.reason.clone(),
-    );
+    let actor = action.actor();
     let acted = match &step {
         Step::Release => admin.release(key, fence, &actor).await?,
         Step::Complete { outcome, ttl } => {

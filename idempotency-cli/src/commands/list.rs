@@ -2,17 +2,20 @@
 
 use std::time::{Duration, SystemTime};
 
-use idempotency_core::operations::{Admin, Query, RecordView};
+use idempotency_core::operations::{Query, RecordView};
 use serde::Serialize;
 
 use crate::args::Global;
+use crate::connect::Connected;
 use crate::failure::Failure;
 use crate::output::{Output, age};
 use crate::terminal::ProgressLine;
 
-/// Lists stuck records.
+/// Lists stuck records. A scan that examined nothing where that means the records are
+/// elsewhere (no key under a Redis prefix) is a not-found failure; an empty list names what was
+/// scanned.
 pub(crate) async fn stuck(
-    admin: &Admin,
+    store: &Connected,
     global: &Global,
     older_than: Option<Duration>,
     limit: usize,
@@ -21,8 +24,13 @@ pub(crate) async fn stuck(
     let mut query = Query::stuck(older_than);
     query.namespace = global.namespace.clone();
     let mut progress = ProgressLine::new("found");
-    let records = admin
-        .list(&query, limit, &mut |step| progress.show(step))
+    let mut examined = 0;
+    let records = store
+        .admin
+        .list(&query, limit, &mut |step| {
+            examined = step.examined;
+            progress.show(step);
+        })
         .await;
     progress.finish();
     let now = SystemTime::now();
@@ -30,12 +38,42 @@ pub(crate) async fn stuck(
         .iter()
         .map(|record| RecordView::of(record, now))
         .collect();
-    out.records(&views)
+    if views.is_empty() {
+        nothing_to_scan(store, examined)?;
+    }
+    out.records(&views)?;
+    out.note(&format!(
+        "{} stuck record(s) in {}, {} ({examined} examined)",
+        views.len(),
+        store.scanned,
+        namespace_of(global)
+    ))
+}
+
+/// The namespace scanned, in words.
+fn namespace_of(global: &Global) -> String {
+    global.namespace.as_deref().map_or_else(
+        || "every namespace".to_owned(),
+        |namespace| format!("namespace {namespace}"),
+    )
+}
+
+/// The failure of a scan that examined nothing where that means the records are elsewhere.
+fn nothing_to_scan(store: &Connected, examined: u64) -> Result<(), Failure> {
+    if store.nothing_is_missing && examined == 0 {
+        return Err(Failure::NotFound(format!(
+            "nothing to scan: no record in {} (the service's prefix: --prefix or \
+             IDEMPOTENCY_PREFIX)",
+            store.scanned
+        )));
+    }
+    Ok(())
 }
 
 /// The counts `stats` prints.
 #[derive(Serialize)]
 struct Stats<'a> {
+    scanned: &'a str,
     namespace: Option<&'a str>,
     #[serde(flatten)]
     counts: idempotency_core::operations::Counts,
@@ -43,7 +81,7 @@ struct Stats<'a> {
 
 /// Counts records per state.
 pub(crate) async fn stats(
-    admin: &Admin,
+    store: &Connected,
     global: &Global,
     since: Option<Duration>,
     older_than: Option<Duration>,
@@ -55,15 +93,23 @@ pub(crate) async fn stats(
     query.updated_from = since.map(|since| now - since);
     query.updated_before = older_than.map(|older| now - older);
     let mut progress = ProgressLine::new("counted");
-    let counts = admin.count(&query, &mut |step| progress.show(step)).await;
+    let counts = store
+        .admin
+        .count(&query, &mut |step| progress.show(step))
+        .await;
     progress.finish();
     let counts = counts?;
+    if counts.total() == 0 {
+        nothing_to_scan(store, counts.examined)?;
+    }
     if out.json() {
         return out.line(&Stats {
+            scanned: &store.scanned,
             namespace: global.namespace.as_deref(),
             counts,
         });
     }
+    out.text(&format!("scanned      {}", store.scanned))?;
     out.text(&format!(
         "namespace    {}",
         global.namespace.as_deref().unwrap_or("(all)")

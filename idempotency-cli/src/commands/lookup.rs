@@ -8,40 +8,37 @@ use idempotency_core::operations::{Admin, RecordView};
 use idempotency_core::{Mechanism, Scope, StorageKey};
 use serde::Serialize;
 
+use super::resolve::{Found, candidates, written_by};
 use crate::failure::Failure;
 use crate::output::Output;
 
-/// What `inspect` prints for a key without a record.
+/// A record as `inspect` prints it: its view, and the front end that wrote it when it was
+/// found by its raw key.
 #[derive(Serialize)]
-struct Absent<'a> {
-    key_hash: &'a str,
-    state: &'static str,
+struct Inspected {
+    #[serde(flatten)]
+    view: RecordView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    written_by: Option<&'static str>,
 }
 
-/// Shows one record (its body too with `body`).
-pub(crate) async fn inspect(
-    admin: &Admin,
-    key: &StorageKey,
-    body: bool,
-    out: &mut Output,
-) -> Result<(), Failure> {
-    let Some(record) = admin.inspect(key).await? else {
-        let hex = key.to_hex();
-        return if out.json() {
-            out.line(&Absent {
-                key_hash: &hex,
-                state: "absent",
-            })
-        } else {
-            out.text(&format!("no record for {hex}"))
-        };
+/// Shows the record `found` (its body too with `body`).
+pub(crate) fn inspect(found: &Found, body: bool, out: &mut Output) -> Result<(), Failure> {
+    let view = RecordView::of(&found.record, SystemTime::now());
+    let view = if body {
+        view.with_body(&found.record)
+    } else {
+        view
     };
-    let view = RecordView::of(&record, SystemTime::now());
-    let view = if body { view.with_body(&record) } else { view };
+    let inspected = Inspected {
+        view,
+        written_by: found.written_by.map(written_by),
+    };
     if out.json() {
-        return out.line(&view);
+        return out.line(&inspected);
     }
-    let text = serde_json::to_string_pretty(&view).map_err(|e| Failure::Other(e.to_string()))?;
+    let text =
+        serde_json::to_string_pretty(&inspected).map_err(|e| Failure::Other(e.to_string()))?;
     out.text(&text)
 }
 
@@ -80,53 +77,81 @@ struct Reconciled<'a> {
     key_hash: String,
     state: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
+    written_by: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     attempts: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     outcome_status: Option<u16>,
 }
 
-/// Each key's state, attempts and outcome status, in order.
+/// Each key's state, attempts and outcome status, in order, under each front end of
+/// `mechanisms` that holds a record of it (one line per record; `absent` when none does),
+/// in one read of every candidate key.
 pub(crate) async fn reconcile(
     admin: &Admin,
     scope: &Scope,
-    mechanism: Mechanism,
+    mechanisms: &[Mechanism],
     keys: &[String],
     out: &mut Output,
 ) -> Result<(), Failure> {
-    let storage_keys: Vec<StorageKey> = keys
+    let candidates: Vec<Vec<(Mechanism, StorageKey)>> = keys
         .iter()
-        .map(|key| Admin::storage_key(scope, mechanism, key))
+        .map(|key| candidates(scope, mechanisms, key))
         .collect();
-    let records = admin.reconcile(&storage_keys).await?;
+    let storage_keys: Vec<StorageKey> = candidates.iter().flatten().map(|(_, key)| *key).collect();
+    let mut records = admin.reconcile(&storage_keys).await?.into_iter();
     let now = SystemTime::now();
     let width = keys.iter().map(String::len).max().unwrap_or(0).max(3);
     if !out.json() {
         out.text(&format!(
-            "{:<width$}  {:<11}  {:>8}  OUTCOME",
-            "KEY", "STATE", "ATTEMPTS"
+            "{:<width$}  {:<11}  {:<11}  {:>8}  {:<7}  KEY_HASH",
+            "KEY", "STATE", "WRITTEN_BY", "ATTEMPTS", "OUTCOME"
         ))?;
     }
-    for ((key, storage_key), record) in keys.iter().zip(&storage_keys).zip(&records) {
-        let view = record.as_ref().map(|record| RecordView::of(record, now));
-        let line = Reconciled {
-            key,
-            key_hash: storage_key.to_hex(),
-            state: view.as_ref().map_or("absent", |view| view.state.as_str()),
-            attempts: view.as_ref().map(|view| view.attempts),
-            outcome_status: view.as_ref().and_then(|view| view.outcome_status),
-        };
-        if out.json() {
-            out.line(&line)?;
-        } else {
-            out.text(&format!(
-                "{:<width$}  {:<11}  {:>8}  {}",
-                line.key,
-                line.state,
-                line.attempts.map(|a| a.to_string()).unwrap_or_default(),
-                line.outcome_status
-                    .map(|s| s.to_string())
-                    .unwrap_or_default()
-            ))?;
+    for (key, candidates) in keys.iter().zip(&candidates) {
+        let mut lines = Vec::new();
+        for (mechanism, storage_key) in candidates {
+            if let Some(record) = records.next().flatten() {
+                let view = RecordView::of(&record, now);
+                lines.push(Reconciled {
+                    key,
+                    key_hash: storage_key.to_hex(),
+                    state: view.state.as_str(),
+                    written_by: Some(written_by(*mechanism)),
+                    attempts: Some(view.attempts),
+                    outcome_status: view.outcome_status,
+                });
+            }
+        }
+        if lines.is_empty() {
+            lines.push(Reconciled {
+                key,
+                key_hash: candidates
+                    .first()
+                    .map(|(_, storage_key)| storage_key.to_hex())
+                    .unwrap_or_default(),
+                state: "absent",
+                written_by: None,
+                attempts: None,
+                outcome_status: None,
+            });
+        }
+        for line in &lines {
+            if out.json() {
+                out.line(line)?;
+            } else {
+                out.text(&format!(
+                    "{:<width$}  {:<11}  {:<11}  {:>8}  {:<7}  {}",
+                    line.key,
+                    line.state,
+                    line.written_by.unwrap_or(""),
+                    line.attempts.map(|a| a.to_string()).unwrap_or_default(),
+                    line.outcome_status
+                        .map(|s| s.to_string())
+                        .unwrap_or_default(),
+                    line.key_hash
+                ))?;
+            }
         }
     }
     Ok(())

@@ -3,14 +3,15 @@
 mod act;
 mod list;
 mod lookup;
+#[cfg(feature = "sql")]
 mod outbox;
 mod purge;
+mod resolve;
 
-use idempotency_core::operations::Admin;
-use idempotency_core::{DEFAULT_ABANDONED_GRACE, Mechanism, Scope, StorageKey};
+use idempotency_core::DEFAULT_ABANDONED_GRACE;
 
-use crate::args::{Cli, Command, Global, KeyArgs};
-use crate::connect::connect;
+use crate::args::{Cli, Command};
+use crate::connect::{Audited, connect};
 use crate::failure::Failure;
 use crate::output::Output;
 
@@ -19,19 +20,27 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
     let Cli { global, command } = cli;
     let mut out = Output::new(global.json);
     match command {
+        #[cfg(feature = "sql")]
         Command::Outbox { command } => outbox::run(&global, command, &mut out).await,
+        #[cfg(not(feature = "sql"))]
+        Command::Outbox { .. } => Err(Failure::Usage(
+            "the outbox lives in a SQL database: this idempotency was built without SQL stores \
+             (install it with --features postgres, mysql or sqlite)"
+                .to_owned(),
+        )),
         Command::Stuck { older_than, limit } => {
-            let admin = connect(&global, None, DEFAULT_ABANDONED_GRACE).await?;
-            list::stuck(&admin, &global, older_than, limit, &mut out).await
+            let store = connect(&global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;
+            list::stuck(&store, &global, older_than, limit, &mut out).await
         }
         Command::Stats { since, older_than } => {
-            let admin = connect(&global, None, DEFAULT_ABANDONED_GRACE).await?;
-            list::stats(&admin, &global, since, older_than, &mut out).await
+            let store = connect(&global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;
+            list::stats(&store, &global, since, older_than, &mut out).await
         }
         Command::Inspect { key, body } => {
-            let storage_key = storage_key(&global, &key)?;
-            let admin = connect(&global, None, DEFAULT_ABANDONED_GRACE).await?;
-            lookup::inspect(&admin, &storage_key, body, &mut out).await
+            let named = resolve::named(&global, &key)?;
+            let store = connect(&global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;
+            let found = resolve::find(&store.admin, &named).await?;
+            lookup::inspect(&found, body, &mut out)
         }
         Command::Reconcile {
             keys,
@@ -40,34 +49,24 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
             mechanism,
         } => {
             let keys = lookup::raw_keys(keys, keys_file.as_deref())?;
-            let scope = scope(&global, principal.as_deref())?;
-            let mechanism = mechanism_of(&mechanism)?;
-            let admin = connect(&global, None, DEFAULT_ABANDONED_GRACE).await?;
-            lookup::reconcile(&admin, &scope, mechanism, &keys, &mut out).await
+            let scope = resolve::scope(&global, principal.as_deref())?;
+            let mechanisms = resolve::mechanisms(mechanism.as_deref())?;
+            let store = connect(&global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;
+            lookup::reconcile(&store.admin, &scope, &mechanisms, &keys, &mut out).await
         }
         Command::Release { key, fence, action } => {
-            let storage_key = storage_key(&global, &key)?;
-            act::act(
-                &global,
-                &storage_key,
-                &fence,
-                &action,
-                act::Step::Release,
-                &mut out,
-            )
-            .await
+            let named = resolve::named(&global, &key)?;
+            let store = connect(&global, Audited::Yes, DEFAULT_ABANDONED_GRACE).await?;
+            let found = resolve::find(&store.admin, &named).await?;
+            let step = act::Step::Release;
+            act::act(&store.admin, &found, &fence, &action, step, &mut out).await
         }
         Command::Delete { key, fence, action } => {
-            let storage_key = storage_key(&global, &key)?;
-            act::act(
-                &global,
-                &storage_key,
-                &fence,
-                &action,
-                act::Step::Delete,
-                &mut out,
-            )
-            .await
+            let named = resolve::named(&global, &key)?;
+            let store = connect(&global, Audited::Yes, DEFAULT_ABANDONED_GRACE).await?;
+            let found = resolve::find(&store.admin, &named).await?;
+            let step = act::Step::Delete;
+            act::act(&store.admin, &found, &fence, &action, step, &mut out).await
         }
         Command::Complete {
             key,
@@ -78,10 +77,12 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
             encoding,
             ttl,
         } => {
-            let storage_key = storage_key(&global, &key)?;
             let outcome = act::outcome(status, &body, &encoding)?;
+            let named = resolve::named(&global, &key)?;
+            let store = connect(&global, Audited::Yes, DEFAULT_ABANDONED_GRACE).await?;
+            let found = resolve::find(&store.admin, &named).await?;
             let step = act::Step::Complete { outcome, ttl };
-            act::act(&global, &storage_key, &fence, &action, step, &mut out).await
+            act::act(&store.admin, &found, &fence, &action, step, &mut out).await
         }
         Command::Purge {
             action,
@@ -91,45 +92,8 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
             grace,
         } => {
             let archive = purge::archive(archive_table, archive_file.as_deref())?;
-            purge::purge(&global, &action, archive, resume, grace, &mut out).await
+            let store = connect(&global, Audited::Yes, grace).await?;
+            purge::purge(&store.admin, &global, &action, archive, resume, &mut out).await
         }
     }
-}
-
-/// The scope of `--namespace` (required) and `principal`.
-fn scope(global: &Global, principal: Option<&str>) -> Result<Scope, Failure> {
-    let namespace = global.namespace.as_deref().ok_or_else(|| {
-        Failure::Usage("--namespace is required to derive storage keys from raw keys".to_owned())
-    })?;
-    let scope = Scope::new(namespace);
-    Ok(match principal {
-        Some(principal) => scope.with_principal(principal),
-        None => scope,
-    })
-}
-
-fn mechanism_of(text: &str) -> Result<Mechanism, Failure> {
-    Mechanism::parse(text).ok_or_else(|| {
-        Failure::Usage(format!(
-            "--mechanism {text:?}: one of request, function, transaction, message"
-        ))
-    })
-}
-
-/// The storage key `--key` (with the scope and mechanism) or `--key-hash` names.
-fn storage_key(global: &Global, key: &KeyArgs) -> Result<StorageKey, Failure> {
-    if let Some(hex) = &key.key_hash {
-        return StorageKey::from_hex(hex)
-            .ok_or_else(|| Failure::Usage(format!("--key-hash {hex:?} is not 64 hex characters")));
-    }
-    let raw = key
-        .key
-        .as_deref()
-        .ok_or_else(|| Failure::Usage("--key or --key-hash is required".to_owned()))?;
-    let scope = scope(global, key.principal.as_deref())?;
-    Ok(Admin::storage_key(
-        &scope,
-        mechanism_of(&key.mechanism)?,
-        raw,
-    ))
 }

@@ -2,13 +2,16 @@
 //! revival of dead messages.
 
 use base64::Engine;
+use idempotency_core::StoreError;
+use idempotency_core::operations::{Action, AuditEntry, AuditLog};
 use idempotency_core::sql::outbox::{DeadMessage, OutboxTable};
+use idempotency_core::sql::{Dialect, Outbox};
 use serde::Serialize;
 
 use crate::args::{Global, OutboxCommand};
-use crate::connect::{OutboxStore, connect_outbox};
 use crate::failure::Failure;
-use crate::output::Output;
+use crate::output::{Output, age};
+use crate::sql_stores::{OutboxStore, connect_outbox, sql_audit};
 use crate::terminal::confirm;
 
 /// Runs an `outbox` subcommand on the outbox table of `--store`.
@@ -18,9 +21,12 @@ pub(crate) async fn run(
     out: &mut Output,
 ) -> Result<(), Failure> {
     match connect_outbox(global).await? {
-        OutboxStore::Postgres(outbox) => on(&outbox, command, out).await,
-        OutboxStore::MySql(outbox) => on(&outbox, command, out).await,
-        OutboxStore::Sqlite(outbox) => on(&outbox, command, out).await,
+        #[cfg(feature = "postgres")]
+        OutboxStore::Postgres(outbox) => on(&outbox, global, command, out).await,
+        #[cfg(feature = "mysql")]
+        OutboxStore::MySql(outbox) => on(&outbox, global, command, out).await,
+        #[cfg(feature = "sqlite")]
+        OutboxStore::Sqlite(outbox) => on(&outbox, global, command, out).await,
     }
 }
 
@@ -29,8 +35,12 @@ pub(crate) async fn run(
 struct Stats<'a> {
     table: &'a str,
     pending: u64,
+    claimed: u64,
+    due: u64,
     sent: u64,
     dead: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oldest_pending_ms: Option<u64>,
 }
 
 /// A dead message as `dead` prints it: never its payload unless asked.
@@ -71,27 +81,60 @@ struct Revived<'a> {
     revived: bool,
 }
 
-async fn on<O: OutboxTable>(
-    outbox: &O,
+async fn on<D: Dialect>(
+    outbox: &Outbox<D>,
+    global: &Global,
     command: OutboxCommand,
     out: &mut Output,
-) -> Result<(), Failure> {
+) -> Result<(), Failure>
+where
+    Outbox<D>: OutboxTable,
+{
     let table = outbox.table_name();
+    // Counting first tells a table that is no outbox from an empty outbox, for every command.
+    let counts = outbox.counts().await.map_err(|error| match error {
+        StoreError::Backend(detail) => Failure::NotFound(format!(
+            "{table} is not an outbox table here (it does not exist, or lacks the outbox \
+             columns; the services' table: --outbox-table or IDEMPOTENCY_OUTBOX_TABLE): {detail}"
+        )),
+        other => Failure::from(other),
+    })?;
     match command {
         OutboxCommand::Stats => {
-            let counts = outbox.counts().await?;
+            let oldest_pending_ms = counts
+                .oldest_pending
+                .map(|oldest| u64::try_from(oldest.as_millis()).unwrap_or(u64::MAX));
             if out.json() {
                 return out.line(&Stats {
                     table,
                     pending: counts.pending,
+                    claimed: counts.claimed,
+                    due: counts.due,
                     sent: counts.sent,
                     dead: counts.dead,
+                    oldest_pending_ms,
                 });
             }
-            out.text(&format!("table    {table}"))?;
-            out.text(&format!("pending  {}", counts.pending))?;
-            out.text(&format!("sent     {}", counts.sent))?;
-            out.text(&format!("dead     {}", counts.dead))
+            let waiting = counts.pending - counts.claimed.min(counts.pending);
+            let backing_off = waiting - counts.due.min(waiting);
+            out.text(&format!("table      {table}"))?;
+            out.text(&format!(
+                "pending    {}{}",
+                counts.pending,
+                oldest_pending_ms
+                    .map(|oldest| format!(" (oldest {})", age(oldest)))
+                    .unwrap_or_default()
+            ))?;
+            out.text(&format!(
+                "  claimed  {} (a relay delivers them)",
+                counts.claimed
+            ))?;
+            out.text(&format!("  due      {} (no relay holds them)", counts.due))?;
+            out.text(&format!(
+                "  backoff  {backing_off} (due after a failed attempt's backoff)"
+            ))?;
+            out.text(&format!("sent       {}", counts.sent))?;
+            out.text(&format!("dead       {}", counts.dead))
         }
         OutboxCommand::Dead { limit, payload } => {
             let dead = outbox.dead(limit).await?;
@@ -99,36 +142,48 @@ async fn on<O: OutboxTable>(
             if out.json() {
                 return views.iter().try_for_each(|view| out.line(view));
             }
+            let key_width = views
+                .iter()
+                .map(|view| view.business_key.len())
+                .max()
+                .unwrap_or(0)
+                .max("BUSINESS_KEY".len());
             out.text(&format!(
-                "{:<64}  {:<24}  {:>8}  LAST_ERROR",
-                "ID", "TOPIC", "ATTEMPTS"
+                "{:<64}  {:<24}  {:<key_width$}  {:>8}  LAST_ERROR",
+                "ID", "TOPIC", "BUSINESS_KEY", "ATTEMPTS"
             ))?;
             for view in &views {
                 out.text(&format!(
-                    "{:<64}  {:<24}  {:>8}  {}",
+                    "{:<64}  {:<24}  {:<key_width$}  {:>8}  {}",
                     view.id,
                     view.topic,
+                    view.business_key,
                     view.attempts,
                     view.last_error.unwrap_or("")
                 ))?;
             }
             out.text(&format!("{} dead message(s)", views.len()))
         }
-        OutboxCommand::Revive {
-            ids,
-            actor,
-            reason,
-            yes,
-        } => {
+        OutboxCommand::Revive { ids, action } => {
             let question = format!("revive {} dead message(s) of {table}", ids.len());
-            confirm(&question, yes)?;
-            let actor = actor
-                .or_else(|| std::env::var("USER").ok())
-                .unwrap_or_else(|| "unknown".to_owned());
+            confirm(&question, action.yes)?;
+            let actor = action.actor();
+            let audit = sql_audit(outbox.pool().clone(), global).await?;
             let mut not_dead = Vec::new();
             for id in &ids {
                 let revived = outbox.revive(id).await?;
-                tracing::info!(target: "idempotency::audit", %actor, %reason, table, id, revived, "outbox revive");
+                let detail = format!(
+                    "outbox {table} message {id}: {}",
+                    if revived { "revived" } else { "not dead" }
+                );
+                let entry = AuditEntry::new(&actor, Action::Revive, revived, detail);
+                audit.write(&entry).await.map_err(|error| {
+                    Failure::Other(format!(
+                        "{id} {}, but its audit entry could not be written to {}: {error}",
+                        if revived { "revived" } else { "not revived" },
+                        audit.table_name()
+                    ))
+                })?;
                 if out.json() {
                     out.line(&Revived { id, revived })?;
                 } else {

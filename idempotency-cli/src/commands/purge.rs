@@ -1,13 +1,11 @@
 //! `purge`: expired records in bounded batches, archived first if asked, resumable.
 
 use std::path::Path;
-use std::time::Duration;
 
-use idempotency_core::operations::{Actor, Archive, Cursor};
+use idempotency_core::operations::{Admin, Archive, Cursor};
 use serde::Serialize;
 
 use crate::args::{ActionArgs, Global};
-use crate::connect::connect;
 use crate::failure::Failure;
 use crate::output::Output;
 use crate::terminal::{ProgressLine, confirm};
@@ -38,14 +36,13 @@ struct Report {
 
 /// Purges expired records.
 pub(crate) async fn purge(
+    admin: &Admin,
     global: &Global,
     action: &ActionArgs,
     mut archive: Archive,
     resume: Option<String>,
-    grace: Duration,
     out: &mut Output,
 ) -> Result<(), Failure> {
-    let admin = connect(global, Some(&action.audit_table), grace).await?;
     let namespace = global.namespace.as_deref();
     confirm(
         &format!(
@@ -59,14 +56,7 @@ pub(crate) async fn purge(
         ),
         action.yes,
     )?;
-    let actor = Actor::new(
-        action
-            .actor
-            .clone()
-            .or_else(|| std::env::var("USER").ok())
-            .unwrap_or_else(|| "unknown".to_owned()),
-        action.reason.clone(),
-    );
+    let actor = action.actor();
     let from = resume.map(Cursor::from_text).unwrap_or_default();
     let mut progress = ProgressLine::new("purged");
     let mut last = None;

@@ -24,16 +24,19 @@ pub enum Action {
     Delete,
     /// Purged expired records (one entry per purge run).
     Purge,
+    /// Made a dead outbox message pending again (its id and table in the detail).
+    Revive,
 }
 
 impl Action {
-    /// `"release"`, `"complete"`, `"delete"` or `"purge"`.
+    /// `"release"`, `"complete"`, `"delete"`, `"purge"` or `"revive"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Release => "release",
             Self::Complete => "complete",
             Self::Delete => "delete",
             Self::Purge => "purge",
+            Self::Revive => "revive",
         }
     }
 }

@@ -92,6 +92,20 @@ pub trait Operations: DynStore {
     /// How long after its lease ended an abandoned record is kept ([`purgeable`]).
     fn abandoned_grace(&self) -> Duration;
 
+    /// Where the records are, in an operator's words (`table idempotency_records`, `keys
+    /// under idempotency:`): what a scan that found nothing says it scanned.
+    fn source(&self) -> String {
+        "records".to_owned()
+    }
+
+    /// Checks that the records are where the store points, so that a scan finding nothing
+    /// means no record rather than a wrong table: a SQL store's record table exists and has
+    /// the record columns ([`StoreError::Config`] naming it otherwise). The default: nothing
+    /// to check.
+    fn check_source(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     /// The counts of `query` when the store can count without reading every record (the SQL
     /// stores, through their index, for queries by namespace and last write); `None`, the
     /// default: [`Admin::count`] scans.
@@ -183,6 +197,14 @@ impl<O: Operations + crate::Store> Operations for Arc<O> {
 
     fn abandoned_grace(&self) -> Duration {
         (**self).abandoned_grace()
+    }
+
+    fn source(&self) -> String {
+        (**self).source()
+    }
+
+    fn check_source(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        (**self).check_source()
     }
 
     fn count_fast<'a>(

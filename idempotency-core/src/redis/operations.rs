@@ -353,6 +353,10 @@ impl<C: ScanConnection> Operations for RedisStore<C> {
         self.grace()
     }
 
+    fn source(&self) -> String {
+        format!("keys under {}", self.prefix())
+    }
+
     fn purge_page<'a>(
         &'a self,
         namespace: Option<&'a str>,

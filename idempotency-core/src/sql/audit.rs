@@ -57,6 +57,13 @@ impl<D: Dialect> SqlAudit<D> {
         })
     }
 
+    /// The audit table that goes with the record table `records` on `pool`
+    /// ([`audit_table_for`]): two services with their own record tables in one database never
+    /// share an audit table by accident.
+    pub fn for_records(pool: Pool<D>, records: &str) -> Result<Self, StoreError> {
+        Self::new(pool, &audit_table_for(records))
+    }
+
     /// The table's name.
     pub fn table_name(&self) -> &str {
         &self.table
@@ -94,6 +101,21 @@ impl<D: Dialect> AuditLog for SqlAudit<D> {
     fn table_in(&self, database: &str) -> Option<&str> {
         (database_of(&self.pool) == database).then_some(self.table.as_str())
     }
+}
+
+/// The name of the audit table that goes with the record table `records`: its `_records`
+/// suffix replaced by `_audit`, else `_audit` appended (`idempotency_records` →
+/// `idempotency_audit`, `coupon_records` → `coupon_audit`, `orders_idem` → `orders_idem_audit`).
+///
+/// ```
+/// use idempotency_core::sql::audit_table_for;
+///
+/// assert_eq!(audit_table_for("idempotency_records"), "idempotency_audit");
+/// assert_eq!(audit_table_for("orders_idem"), "orders_idem_audit");
+/// ```
+pub fn audit_table_for(records: &str) -> String {
+    let stem = records.strip_suffix("_records").unwrap_or(records);
+    format!("{stem}_audit")
 }
 
 /// What names a pool's database: its connection URL, as sqlx renders it.

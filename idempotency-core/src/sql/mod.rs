@@ -51,7 +51,7 @@ mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-pub use audit::SqlAudit;
+pub use audit::{SqlAudit, audit_table_for};
 pub use common::{ListFilter, validate_identifier};
 pub use dialect::Dialect;
 pub use outbox::{Outbox, OutboxMessage, OutboxTable};

@@ -72,6 +72,35 @@ impl<D: Dialect> SqlStore<D> {
         })
     }
 
+    async fn check_table(&self) -> Result<(), StoreError> {
+        let nothing = ListFilter {
+            namespace: None,
+            state: None,
+            updated_from: None,
+            updated_before: None,
+            limit: 0,
+        };
+        let probe = D::records_after(
+            &self.pool,
+            &self.sql.select_records,
+            &nothing,
+            None,
+            D::LIST_TIME,
+        )
+        .await;
+        match probe {
+            Ok(_) => Ok(()),
+            Err(error) if error.is_transient() && !matches!(error, StoreError::Backend(_)) => {
+                Err(error)
+            }
+            Err(error) => Err(StoreError::Config(format!(
+                "{} is not an idempotency record table here (it does not exist, or lacks \
+                 the record columns): {error}",
+                self.table_name()
+            ))),
+        }
+    }
+
     async fn act_audited_op(&self, act: AuditedStep<'_>, table: &str) -> Result<bool, StoreError> {
         let AuditedStep {
             key,
@@ -190,6 +219,16 @@ impl<D: Dialect> Operations for SqlStore<D> {
 
     fn abandoned_grace(&self) -> Duration {
         self.settings.abandoned_grace
+    }
+
+    fn source(&self) -> String {
+        format!("table {}", self.table_name())
+    }
+
+    /// Reads no row of the record table with the columns a scan reads: the database refuses
+    /// a table that does not exist or is not a record table.
+    fn check_source(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.check_table())
     }
 
     /// Three `COUNT(*)`s (completed; in progress with a live lease; abandoned, with the oldest

@@ -1,19 +1,19 @@
 //! The admin API's actions: release, complete, delete (fenced by the record as listed) and
 //! purge; each audited with who acts.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use bytes::Bytes;
 use http::StatusCode;
-use idempotency_core::operations::{Acted, Actor, Admin, Archive, Cursor, Fence, RecordView};
+use idempotency_core::operations::{Acted, Actor, Admin, Archive, Cursor, Fence};
 use idempotency_core::{Outcome, StorageKey};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::error::ApiError;
+use super::error::{ApiError, problem};
 use super::requests::{FenceBody, Operator, Target, actor};
 use crate::StoredResponse;
 
@@ -29,43 +29,45 @@ pub(super) struct OnRecord {
 }
 
 impl OnRecord {
-    /// Who acts (the [`Operator`] extension, else `actor`), on which record, fenced by what:
-    /// how every action on one record starts.
-    fn resolve(&self, operator: Option<&Operator>) -> Result<(Actor, StorageKey, Fence), ApiError> {
+    /// Who acts (the authenticated [`Operator`]), on which record, fenced by what: how every
+    /// action on one record starts.
+    fn resolve(&self, operator: &Operator) -> Result<(Actor, StorageKey, Fence), ApiError> {
         let who = actor(operator, self.actor.as_deref(), &self.reason)?;
         Ok((who, self.target.storage_key()?, self.fence.fence()))
     }
 }
 
-/// `200 {"applied": true}`, or `409` with the refusal and the record as it is now.
+/// `200 {"applied": true}`, or `409` problem+json with the refusal (`absent`, `moved_on`,
+/// `not_in_progress`) and never the record as it is now: its fence would let a caller act on
+/// a record it never listed.
 fn answer(acted: Acted) -> Response {
     match acted {
         Acted::Applied => Json(json!({ "applied": true })).into_response(),
-        Acted::Refused { refusal, current } => {
-            let current = current.map(|record| RecordView::of(&record, SystemTime::now()));
-            let body = json!({ "applied": false, "refusal": refusal.as_str(), "current": current });
-            (StatusCode::CONFLICT, Json(body)).into_response()
-        }
+        Acted::Refused { refusal, .. } => problem(
+            StatusCode::CONFLICT,
+            "the record is not the one listed: list it again before acting",
+            json!({ "applied": false, "refusal": refusal.as_str() }),
+        ),
     }
 }
 
 /// `POST /release`.
 pub(super) async fn release(
     State(admin): State<Admin>,
-    operator: Option<Extension<Operator>>,
+    Extension(operator): Extension<Operator>,
     Json(request): Json<OnRecord>,
 ) -> Result<Response, ApiError> {
-    let (who, key, fence) = request.resolve(operator.as_deref())?;
+    let (who, key, fence) = request.resolve(&operator)?;
     Ok(answer(admin.release(&key, fence, &who).await?))
 }
 
 /// `POST /delete`.
 pub(super) async fn delete(
     State(admin): State<Admin>,
-    operator: Option<Extension<Operator>>,
+    Extension(operator): Extension<Operator>,
     Json(request): Json<OnRecord>,
 ) -> Result<Response, ApiError> {
-    let (who, key, fence) = request.resolve(operator.as_deref())?;
+    let (who, key, fence) = request.resolve(&operator)?;
     Ok(answer(admin.delete(&key, fence, &who).await?))
 }
 
@@ -110,10 +112,10 @@ fn outcome(status: u16, body: String, encoding: Option<&str>) -> Result<Outcome,
 
 pub(super) async fn complete(
     State(admin): State<Admin>,
-    operator: Option<Extension<Operator>>,
+    Extension(operator): Extension<Operator>,
     Json(request): Json<Complete>,
 ) -> Result<Response, ApiError> {
-    let (who, key, fence) = request.on.resolve(operator.as_deref())?;
+    let (who, key, fence) = request.on.resolve(&operator)?;
     let outcome = outcome(request.status, request.body, request.encoding.as_deref())?;
     let ttl = Duration::from_millis(request.ttl_ms.unwrap_or(24 * 60 * 60 * 1000));
     Ok(answer(
@@ -135,14 +137,10 @@ pub(super) struct Purge {
 
 pub(super) async fn purge(
     State(admin): State<Admin>,
-    operator: Option<Extension<Operator>>,
+    Extension(operator): Extension<Operator>,
     Json(request): Json<Purge>,
 ) -> Result<Response, ApiError> {
-    let who = actor(
-        operator.as_deref(),
-        request.actor.as_deref(),
-        &request.reason,
-    )?;
+    let who = actor(&operator, request.actor.as_deref(), &request.reason)?;
     let mut archive = request.archive_table.map_or(Archive::None, Archive::Table);
     let from = request.cursor.map(Cursor::from_text).unwrap_or_default();
     let report = admin

@@ -1,4 +1,4 @@
-//! Failures of the admin API as JSON answers.
+//! Failures of the admin API as RFC 9457 problem+json answers.
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
@@ -26,8 +26,28 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// An RFC 9457 `application/problem+json` answer of `status`: `title` its reason phrase,
+/// `detail` what went wrong, and `extra` members beside them.
+pub(super) fn problem(status: StatusCode, detail: &str, extra: serde_json::Value) -> Response {
+    let mut body = serde_json::json!({
+        "type": "about:blank",
+        "title": status.canonical_reason().unwrap_or("Error"),
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    if let (Some(body), serde_json::Value::Object(extra)) = (body.as_object_mut(), extra) {
+        body.extend(extra);
+    }
+    let mut response = (status, Json(body)).into_response();
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+        problem(self.0, &self.1, serde_json::Value::Null)
     }
 }

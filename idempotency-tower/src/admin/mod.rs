@@ -13,7 +13,7 @@
 //! | `GET /records` | `namespace`, `state`, `since_ms`, `older_than_ms`, `min_attempts`, `cursor` | one batch: `{"records", "examined", "next_cursor"}` |
 //! | `GET /stats` | `namespace`, `since_ms`, `older_than_ms` | counts per state, oldest abandoned age |
 //! | `POST /inspect` | a target, `"body": true` for the stored body | `{"record": view}` or `{"record": null}` |
-//! | `POST /release`, `POST /delete` | a target, its `fence`, `reason` | `{"applied": true}`, or 409 `{"applied": false, "refusal", "current"}` |
+//! | `POST /release`, `POST /delete` | a target, its `fence`, `reason` | `{"applied": true}`, or 409 problem+json with `"applied": false, "refusal"` |
 //! | `POST /complete` | the same, and `status`, `body`, `encoding` (`http` or `raw`), `ttl_ms` | the same |
 //! | `POST /reconcile` | `namespace`, `principal`, `mechanism`, `keys` | `{"results": [{"index", "key_hash", "state", …}]}` |
 //! | `POST /purge` | `namespace`, `cursor`, `max_batches` (default 10), `archive_table` | `{"purged", "examined", "batches", "next_cursor"}` |
@@ -23,33 +23,67 @@
 //! `{"token", "updated_at_ms"}` of the record as listed. Views are
 //! [`RecordView`](idempotency_core::operations::RecordView)s: storage keys, never raw keys (a
 //! reconciliation answers by index), and a stored body only for one record asked for by its
-//! key. Who acts is the [`Operator`] extension the service's auth layer inserts, else the
-//! body's `actor`; every action is audited with it.
+//! key.
+//!
+//! **Strangers are refused.** Every request, reads included, needs an authenticated
+//! [`Operator`]: the request extension an outer auth layer inserts ([`admin_router`]), or the
+//! one the router's own verifier finds in the request's head ([`admin_router_verified`]).
+//! Without one the answer is **401** problem+json and nothing runs. The operator is who the
+//! audit names; a request body naming an `actor` is refused (400). A refused action's 409
+//! says why (`absent`, `moved_on`, `not_in_progress`) but never shows the record as it is
+//! now: list it again. Errors are RFC 9457 `application/problem+json`.
 //!
 //! ```
 //! use idempotency_core::MemoryStore;
 //! use idempotency_core::operations::{Admin, TracingAudit};
-//! use idempotency_tower::admin::admin_router;
+//! use idempotency_tower::admin::{Operator, admin_router, admin_router_verified};
 //!
 //! let admin = Admin::new(std::sync::Arc::new(MemoryStore::new()), TracingAudit);
-//! let app: axum::Router = axum::Router::new().nest("/admin/idempotency", admin_router(admin));
+//! // Behind the service's own auth layer, which inserts an `Operator` extension:
+//! let app: axum::Router = axum::Router::new().nest("/admin/idempotency", admin_router(admin.clone()));
 //! // app = app.layer(your_auth_layer);
-//! # let _ = app;
+//! // Or with the router's own check of the request's head:
+//! let verified = admin_router_verified(admin, |head: &http::request::Parts| {
+//!     let token = head.headers.get("authorization")?.to_str().ok()?;
+//!     (token == "Bearer from-your-secret-store").then(|| Operator("ci-bot".to_owned()))
+//! });
+//! # let _ = (app, verified);
 //! ```
 
 mod actions;
+mod auth;
 mod error;
 mod reads;
 mod requests;
 
+use std::sync::Arc;
+
 use axum::Router;
 use axum::routing::{get, post};
+use http::request::Parts;
 use idempotency_core::operations::Admin;
 
 pub use requests::Operator;
 
-/// The admin API's router over `admin` (see the [module docs](self)).
+/// The admin API's router over `admin` (see the [module docs](self)), for an operator an
+/// outer auth layer inserts as a request extension: every request without one is answered
+/// 401.
 pub fn admin_router(admin: Admin) -> Router {
+    guarded(admin, None)
+}
+
+/// The admin API's router over `admin`, whose requests `verify` authenticates from their head
+/// (a bearer token, a client identity an outer layer recorded): the [`Operator`] it returns
+/// acts; `None` is answered 401. An [`Operator`] extension an outer layer inserted is taken
+/// as it is.
+pub fn admin_router_verified<V>(admin: Admin, verify: V) -> Router
+where
+    V: Fn(&Parts) -> Option<Operator> + Send + Sync + 'static,
+{
+    guarded(admin, Some(Arc::new(verify)))
+}
+
+fn guarded(admin: Admin, verifier: Option<auth::Verifier>) -> Router {
     Router::new()
         .route("/stuck", get(reads::stuck))
         .route("/records", get(reads::records))
@@ -60,5 +94,19 @@ pub fn admin_router(admin: Admin) -> Router {
         .route("/complete", post(actions::complete))
         .route("/delete", post(actions::delete))
         .route("/purge", post(actions::purge))
+        .fallback(no_such_endpoint)
         .with_state(admin)
+        .layer(axum::middleware::from_fn_with_state(
+            verifier,
+            auth::require_operator,
+        ))
+}
+
+/// 404 problem+json for a path under the router that names no endpoint (to operators only:
+/// strangers get 401 whatever the path).
+async fn no_such_endpoint() -> error::ApiError {
+    error::ApiError(
+        http::StatusCode::NOT_FOUND,
+        "no such admin endpoint".to_owned(),
+    )
 }

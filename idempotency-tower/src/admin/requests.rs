@@ -8,8 +8,10 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 
-/// Who acts, as the service's authentication established it: insert it as a request
-/// extension in front of the admin router, and it is audited instead of the body's `actor`.
+/// Who acts, as the service's authentication established it: an outer auth layer inserts it
+/// as a request extension in front of the admin router (or the router's verifier finds it,
+/// [`admin_router_verified`](super::admin_router_verified)). The router answers nobody
+/// without one, and audits it as who acted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Operator(pub String);
 
@@ -79,22 +81,19 @@ impl FenceBody {
     }
 }
 
-/// Who acts and why: the [`Operator`] extension, else `actor`.
+/// Who acts and why: the authenticated [`Operator`] only. A body naming an `actor` is refused,
+/// so that nobody believes it is audited.
 pub(super) fn actor(
-    operator: Option<&Operator>,
+    operator: &Operator,
     actor: Option<&str>,
     reason: &str,
 ) -> Result<Actor, ApiError> {
-    let who = match (operator, actor) {
-        (Some(Operator(who)), _) => who.clone(),
-        (None, Some(who)) => who.to_owned(),
-        (None, None) => {
-            return Err(ApiError::bad(
-                "actor is required (or an Operator extension)",
-            ));
-        }
-    };
-    Ok(Actor::new(who, reason))
+    if actor.is_some() {
+        return Err(ApiError::bad(
+            "actor: who acts is the authenticated operator, never a field of the request",
+        ));
+    }
+    Ok(Actor::new(operator.0.clone(), reason))
 }
 
 /// Filters of the listing endpoints, from the query string.

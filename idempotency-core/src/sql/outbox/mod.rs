@@ -203,12 +203,37 @@ pub struct ArchivedMessage {
 /// How many messages an outbox holds per state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OutboxCounts {
-    /// Waiting for delivery (claimed ones included).
+    /// Waiting for delivery: claimed, due, or waiting for a retry's backoff.
     pub pending: u64,
     /// Delivered, not purged yet.
     pub sent: u64,
     /// Refused too often; waiting for an operator.
     pub dead: u64,
+    /// Pending and claimed by a relay whose lease has not ended (being delivered).
+    pub claimed: u64,
+    /// Pending and due now: no relay holds them (a claim whose lease ended included).
+    pub due: u64,
+    /// How long the oldest pending message has waited since it was enqueued.
+    pub oldest_pending: Option<Duration>,
+}
+
+/// The row of the counts statement: pending, sent, dead, claimed, due, and the oldest pending
+/// message's age in microseconds.
+pub(crate) type CountsRow = (i64, i64, i64, i64, i64, Option<i64>);
+
+impl OutboxCounts {
+    /// The counts of the counts statement's row (negative counts read as zero).
+    pub(crate) fn of_row((pending, sent, dead, claimed, due, oldest): CountsRow) -> Self {
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        Self {
+            pending: count(pending),
+            sent: count(sent),
+            dead: count(dead),
+            claimed: count(claimed),
+            due: count(due),
+            oldest_pending: oldest.map(|micros| Duration::from_micros(count(micros))),
+        }
+    }
 }
 
 /// What a relay asks [`OutboxTable::claim`] for.

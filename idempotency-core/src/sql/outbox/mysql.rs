@@ -125,10 +125,19 @@ fn statements(t: &str) -> OutboxSql {
             "UPDATE {t} SET state = 'pending', attempts = 0, claim = NULL, \
                available_at = {later} WHERE id = ? AND state = 'dead'"
         ),
+        // The time is bound once, in the derived table `n`.
         counts: format!(
-            "SELECT CAST(COALESCE(SUM(state = 'pending'), 0) AS SIGNED), \
-               CAST(COALESCE(SUM(state = 'sent'), 0) AS SIGNED), \
-               CAST(COALESCE(SUM(state = 'dead'), 0) AS SIGNED) FROM {t}"
+            "SELECT CAST(COALESCE(SUM(o.state = 'pending'), 0) AS SIGNED), \
+               CAST(COALESCE(SUM(o.state = 'sent'), 0) AS SIGNED), \
+               CAST(COALESCE(SUM(o.state = 'dead'), 0) AS SIGNED), \
+               CAST(COALESCE(SUM(o.state = 'pending' AND o.claim IS NOT NULL \
+                 AND o.available_at > n.now_at), 0) AS SIGNED), \
+               CAST(COALESCE(SUM(o.state = 'pending' AND o.available_at <= n.now_at), 0) \
+                 AS SIGNED), \
+               CAST(TIMESTAMPDIFF(MICROSECOND, \
+                 MIN(CASE WHEN o.state = 'pending' THEN o.created_at END), MAX(n.now_at)) \
+                 AS SIGNED) \
+             FROM {t} o CROSS JOIN (SELECT {later} AS now_at) n"
         ),
     }
 }

@@ -142,7 +142,14 @@ fn statements(t: &str) -> OutboxSql {
         counts: format!(
             "SELECT count(*) FILTER (WHERE state = 'pending'), \
                count(*) FILTER (WHERE state = 'sent'), \
-               count(*) FILTER (WHERE state = 'dead') FROM \"{t}\""
+               count(*) FILTER (WHERE state = 'dead'), \
+               count(*) FILTER (WHERE state = 'pending' AND claim IS NOT NULL \
+                 AND available_at > {now}), \
+               count(*) FILTER (WHERE state = 'pending' AND available_at <= {now}), \
+               (extract(epoch FROM {now} - min(created_at) FILTER (WHERE state = 'pending')) \
+                 * 1000000)::bigint \
+             FROM \"{t}\"",
+            now = at(1)
         ),
     }
 }

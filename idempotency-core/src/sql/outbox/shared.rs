@@ -15,7 +15,7 @@ use base64::Engine;
 use sqlx::{Arguments, Database, Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::{
-    Archive, ArchivedMessage, ClaimBatch, Claimed, DeadMessage, Notifications, Outbox,
+    Archive, ArchivedMessage, ClaimBatch, Claimed, CountsRow, DeadMessage, Notifications, Outbox,
     OutboxCounts, OutboxMessage, OutboxTable, attempts,
 };
 use crate::StoreError;
@@ -199,9 +199,10 @@ pub(crate) mod sealed {
             now: i64,
         ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-        /// Messages per state.
+        /// Messages per state, claimed and due judged at the bound time `now`.
         fn count(
             outbox: &Outbox<Self>,
+            now: i64,
         ) -> impl Future<Output = Result<OutboxCounts, StoreError>> + Send;
 
         /// Deletes up to `limit` messages sent before `before`, copying them to `archive`
@@ -240,7 +241,7 @@ pub(crate) mod sealed {
         for<'q> &'q str: Encode<'q, DB> + Type<DB>,
         (i64,): for<'r> FromRow<'r, DB::Row>,
         (Option<i64>,): for<'r> FromRow<'r, DB::Row>,
-        (i64, i64, i64): for<'r> FromRow<'r, DB::Row>,
+        CountsRow: for<'r> FromRow<'r, DB::Row>,
         DeadRow: for<'r> FromRow<'r, DB::Row>,
         ArchivedRow: for<'r> FromRow<'r, DB::Row>,
         DB::QueryResult: RowsAffected,
@@ -345,17 +346,13 @@ pub(crate) mod sealed {
             Ok(done.rows() == 1)
         }
 
-        async fn count(outbox: &Outbox<Self>) -> Result<OutboxCounts, StoreError> {
-            let (pending, sent, dead): (i64, i64, i64) = sqlx::query_as(&outbox.sql.counts)
+        async fn count(outbox: &Outbox<Self>, now: i64) -> Result<OutboxCounts, StoreError> {
+            let row: CountsRow = sqlx::query_as(&outbox.sql.counts)
+                .bind(now)
                 .fetch_one(&outbox.pool)
                 .await
                 .map_err(map_err)?;
-            let count = |n: i64| u64::try_from(n).unwrap_or(0);
-            Ok(OutboxCounts {
-                pending: count(pending),
-                sent: count(sent),
-                dead: count(dead),
-            })
+            Ok(OutboxCounts::of_row(row))
         }
 
         async fn purge(
@@ -592,6 +589,6 @@ impl<DB: super::OutboxDatabase> OutboxTable for Outbox<DB> {
     }
 
     async fn counts(&self) -> Result<OutboxCounts, StoreError> {
-        DB::count(self).await
+        DB::count(self, moment::<DB>(0)).await
     }
 }

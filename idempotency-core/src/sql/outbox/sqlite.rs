@@ -125,7 +125,11 @@ fn statements(t: &str) -> OutboxSql {
         ),
         counts: format!(
             "SELECT coalesce(sum(state = 'pending'), 0), coalesce(sum(state = 'sent'), 0), \
-               coalesce(sum(state = 'dead'), 0) FROM \"{t}\""
+               coalesce(sum(state = 'dead'), 0), \
+               coalesce(sum(state = 'pending' AND claim IS NOT NULL AND available_at > ?1), 0), \
+               coalesce(sum(state = 'pending' AND available_at <= ?1), 0), \
+               ?1 - min(CASE WHEN state = 'pending' THEN created_at END) \
+             FROM \"{t}\""
         ),
     }
 }
