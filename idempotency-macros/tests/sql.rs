@@ -336,7 +336,9 @@ macro_rules! scenarios {
         #[tokio::test]
         async fn dedup_mode_on_the_sql_store_runs_once() {
             let Some((shop, _pool)) = shop().await else { return };
-            let engine = Idempotency::new(Arc::new(shop.store)).with_store_timeout(Duration::from_secs(60));
+            let engine = Idempotency::new(Arc::new(shop.store))
+                .with_store_timeout(Duration::from_secs(60))
+                .with_max_waiters_per_key(DUPLICATES);
             let runs = Arc::new(AtomicUsize::new(0));
             let job = Arc::new(unique("J"));
             let mut tasks = Vec::new();
