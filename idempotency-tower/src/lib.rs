@@ -80,6 +80,7 @@
 
 mod answer;
 mod body;
+mod callback;
 mod codec;
 mod collect;
 mod deadline;
@@ -105,6 +106,7 @@ pub mod transactional;
 pub mod admin;
 
 pub use body::{RequestBody, ResponseBody};
+pub use callback::{Callback, ConflictAnswer, PER_ATTEMPT_FIELDS};
 pub use codec::{DecodeError, StoredResponse};
 pub use deadline::Deadline;
 pub use fingerprint::{FingerprintFn, FingerprintSource};

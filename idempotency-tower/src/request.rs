@@ -130,7 +130,17 @@ pub(crate) fn inspect<B>(
     let key = match header_key {
         Some(key) => key,
         None => match settings.key.read(parts, bytes, &mut json) {
-            Ok(Some(key)) => settings.scope_for(parts).storage_key(&key),
+            Ok(Some(key)) => match &settings.key_status {
+                None => settings.scope_for(parts).storage_key(&key),
+                Some(status) => {
+                    match crate::callback::key_with_status(key.as_str(), status, &mut json) {
+                        Ok(text) => settings
+                            .scope_for(parts)
+                            .storage_key_for(Mechanism::Request, &text),
+                        Err(error) => return Read::Refuse(key_refusal(error)),
+                    }
+                }
+            },
             Ok(None) if !settings.require_key => {
                 tracing::trace!("no idempotency key; passing through");
                 return Read::PassThrough;

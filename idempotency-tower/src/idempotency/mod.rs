@@ -6,9 +6,13 @@
 //! complete or release; moved to a task of its own if the request is dropped before that end).
 
 mod builder;
+mod conflict;
 mod execute;
+mod explicit;
 mod gate;
 mod layer;
+#[cfg(test)]
+mod preset_order;
 mod service;
 mod settings;
 #[cfg(test)]

@@ -10,6 +10,8 @@ use http::{HeaderMap, Method};
 use idempotency_core::metrics as names;
 use idempotency_core::{InFlightPolicy, Namespace, Scope};
 
+use super::explicit::Explicit;
+use crate::callback::ConflictAnswer;
 use crate::fingerprint::FingerprintSource;
 use crate::headers::IDEMPOTENCY_KEY;
 use crate::json::JsonPlan;
@@ -43,6 +45,8 @@ pub(crate) struct Settings {
     /// The JSON fields the key and the fingerprint read (see [`Settings::prepare`]).
     pub(crate) json: Arc<JsonPlan>,
     pub(crate) key: KeySource,
+    /// A notification's status field, part of its key ([`crate::Callback::status`]).
+    pub(crate) key_status: Option<String>,
     pub(crate) methods: Vec<Method>,
     pub(crate) paths: Option<Arc<[String]>>,
     pub(crate) require_key: bool,
@@ -56,6 +60,9 @@ pub(crate) struct Settings {
     pub(crate) keep_alive: bool,
     pub(crate) in_flight: InFlightPolicy,
     pub(crate) storage: StoragePolicy,
+    pub(crate) on_conflict: ConflictAnswer,
+    /// The settings the user chose, which presets keep.
+    pub(crate) explicit: Explicit,
     pub(crate) fail_open: bool,
     pub(crate) unavailable_retry_after: Duration,
     pub(crate) store_sensitive_headers: bool,
@@ -71,6 +78,7 @@ impl Default for Settings {
             counters: Arc::new(LayerCounters::new("http")),
             json: Arc::default(),
             key: KeySource::Header(IDEMPOTENCY_KEY),
+            key_status: None,
             methods: vec![Method::POST, Method::PATCH],
             paths: None,
             require_key: true,
@@ -84,6 +92,8 @@ impl Default for Settings {
             keep_alive: true,
             in_flight: InFlightPolicy::Reject,
             storage: StoragePolicy::Standard,
+            on_conflict: ConflictAnswer::Reject,
+            explicit: Explicit::default(),
             fail_open: false,
             unavailable_retry_after: Duration::from_secs(1),
             store_sensitive_headers: false,
@@ -98,6 +108,7 @@ impl std::fmt::Debug for Settings {
         f.debug_struct("Settings")
             .field("namespace", &self.scope.namespace())
             .field("key", &self.key)
+            .field("key_status", &self.key_status)
             .field("methods", &self.methods)
             .field("paths", &self.paths)
             .field("require_key", &self.require_key)
@@ -110,6 +121,7 @@ impl std::fmt::Debug for Settings {
             .field("keep_alive", &self.keep_alive)
             .field("in_flight", &self.in_flight)
             .field("storage", &self.storage)
+            .field("on_conflict", &self.on_conflict)
             .field("fail_open", &self.fail_open)
             .field("grpc", &self.grpc)
             .finish_non_exhaustive()
@@ -128,6 +140,7 @@ static METADATA: metrics::Metadata<'static> = metrics::Metadata::new(
 pub(crate) struct LayerCounters {
     refusals: Vec<(RefusalKind, metrics::Key)>,
     fail_open: metrics::Key,
+    conflicts: metrics::Key,
 }
 
 impl LayerCounters {
@@ -153,6 +166,10 @@ impl LayerCounters {
             refusals,
             fail_open: metrics::Key::from_parts(
                 names::FAIL_OPEN,
+                vec![metrics::Label::new("namespace", namespace.to_owned())],
+            ),
+            conflicts: metrics::Key::from_parts(
+                names::CONFLICTS,
                 vec![metrics::Label::new("namespace", namespace.to_owned())],
             ),
         }
@@ -184,6 +201,11 @@ impl LayerCounters {
     pub(crate) fn failed_open(&self) {
         Self::increment(&self.fail_open);
     }
+
+    /// Counts a conflict answered with the stored response.
+    pub(crate) fn conflicted(&self) {
+        Self::increment(&self.conflicts);
+    }
 }
 
 impl Settings {
@@ -194,6 +216,7 @@ impl Settings {
             self.key
                 .json_pointer()
                 .into_iter()
+                .chain(self.key_status.as_deref())
                 .chain(self.fingerprint.json_pointers()),
         ));
         let namespace = self.scope.namespace();
