@@ -115,7 +115,29 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
     }
 
     /// Guards only requests to these exact paths; others pass through (default: every path).
-    /// In gRPC mode list the unary methods, e.g. `/payments.v1.Payments/Pay`.
+    /// In gRPC mode list the unary methods, e.g. `/payments.v1.Payments/Pay`. What is guarded
+    /// is logged once when the layer is built (INFO, target `idempotency`).
+    ///
+    /// # Panics
+    ///
+    /// [`build`](Self::build) panics, naming every bad entry, if one cannot match any request:
+    /// empty, no leading `/`, whitespace or control characters, a query or fragment, a route
+    /// pattern (`{id}`, `:id`, `*rest`), an empty segment, not a URI path, or in gRPC mode not
+    /// `/package.Service/Method`; or if the list is empty. A mistyped path would otherwise
+    /// turn deduplication off for the route it meant with no sign; like an invalid route in
+    /// axum's `Router::route`, it is a programming error that must stop the service at
+    /// start-up, not a runtime condition every caller of `build` should handle.
+    ///
+    /// ```should_panic
+    /// use idempotency_core::MemoryStore;
+    /// use idempotency_tower::IdempotencyLayer;
+    ///
+    /// // "orders" has no leading '/': it could never match, so building panics.
+    /// let layer = IdempotencyLayer::builder(MemoryStore::new())
+    ///     .only_paths(["orders"])
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
     pub fn only_paths<P: Into<String>>(mut self, paths: impl IntoIterator<Item = P>) -> Self {
         self.settings.paths = Some(paths.into_iter().map(Into::into).collect());
         self

@@ -10,6 +10,7 @@ mod conflict;
 mod execute;
 mod explicit;
 mod gate;
+mod guarded_paths;
 mod layer;
 #[cfg(test)]
 mod preset_order;

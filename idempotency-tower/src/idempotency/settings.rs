@@ -211,7 +211,13 @@ impl LayerCounters {
 impl Settings {
     /// Prepares what is derived from the settings (the engine's namespace, the counters' keys);
     /// called once when the layer is built.
+    ///
+    /// # Panics
+    ///
+    /// If an `only_paths` entry cannot match any request (see [`super::guarded_paths`]).
     pub(crate) fn prepare(&mut self) {
+        super::guarded_paths::check(self);
+        super::guarded_paths::log(self);
         self.json = Arc::new(JsonPlan::new(
             self.key
                 .json_pointer()
