@@ -104,6 +104,8 @@ pub mod transactional;
 
 #[cfg(feature = "admin")]
 pub mod admin;
+#[cfg(feature = "hmac")]
+pub mod verify;
 
 pub use body::{RequestBody, ResponseBody};
 pub use callback::{Callback, ConflictAnswer, PER_ATTEMPT_FIELDS};
