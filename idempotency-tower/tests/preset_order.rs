@@ -6,13 +6,17 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::routing::post;
 use common::{Calls, read, routes, unique};
-use idempotency_core::{IdempotencyKey, InFlightPolicy, MemoryStore, Scope, Store};
+use idempotency_core::{
+    Claim, ClaimId, ClaimRequest, FencingToken, IdempotencyKey, InFlightPolicy, MemoryStore,
+    Outcome, Record, Scope, StorageKey, Store, StoreError,
+};
 use idempotency_tower::{IdempotencyLayer, StoragePolicy};
 use tower::ServiceExt;
 
@@ -55,11 +59,56 @@ async fn a_namespace_set_before_the_grpc_preset_is_kept() {
     assert!(preset.is_none(), "not under the preset's namespace");
 }
 
+/// The memory store, counting the claims it is asked for: a duplicate rejected at once costs
+/// one claim, a duplicate that waits claims again when it stops waiting.
+#[derive(Default)]
+struct CountingClaims {
+    inner: MemoryStore,
+    claims: AtomicUsize,
+}
+
+impl Store for CountingClaims {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim(request).await
+    }
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.inner.complete(key, token, outcome, ttl).await
+    }
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
+        self.inner.release(key, token).await
+    }
+    async fn undo_claim(&self, key: &StorageKey, claim_id: ClaimId) -> Result<bool, StoreError> {
+        self.inner.undo_claim(key, claim_id).await
+    }
+    async fn touch(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.inner.touch(key, token, lease).await
+    }
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        self.inner.purge_expired(limit).await
+    }
+}
+
 #[tokio::test]
 async fn an_in_flight_policy_set_before_the_callback_preset_is_kept() {
     let calls = Arc::new(Calls::default());
+    let store = Arc::new(CountingClaims::default());
     let app = routes(Arc::clone(&calls)).layer(
-        IdempotencyLayer::builder(MemoryStore::new())
+        IdempotencyLayer::builder(Arc::clone(&store))
             .in_flight(InFlightPolicy::Reject)
             .callback("/trade_no")
             .build(),
@@ -74,8 +123,13 @@ async fn an_in_flight_policy_set_before_the_callback_preset_is_kept() {
             .unwrap(),
     )
     .await;
-    assert_eq!(status, 409, "rejected at once, not waited for");
+    assert_eq!(status, 409);
     assert!(headers.contains_key("retry-after"));
+    assert_eq!(
+        store.claims.load(Ordering::SeqCst),
+        2,
+        "the duplicate was rejected at its first claim, not made to wait"
+    );
     calls.held_release.notify_one();
     assert_eq!(read(first.await.unwrap().unwrap()).await.0, 200);
 }
