@@ -143,6 +143,48 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
         self
     }
 
+    /// Checks the guarded gRPC methods against the service's encoded `FileDescriptorSet`
+    /// (`tonic-build`'s `file_descriptor_set_path`, or `protox`), when the layer is built:
+    /// each [`only_paths`](Self::only_paths) entry must be a unary method of the set, else
+    /// [`build`](Self::build) panics naming it and listing the unary methods; with no list,
+    /// every unary method of the set is guarded and streaming ones pass through.
+    ///
+    /// # Panics
+    ///
+    /// If `encoded` is not an encoded `FileDescriptorSet` declaring at least one method.
+    ///
+    /// ```
+    /// use idempotency_core::MemoryStore;
+    /// use idempotency_tower::IdempotencyLayer;
+    /// # use prost::Message;
+    /// # use prost_types::{FileDescriptorProto, FileDescriptorSet, MethodDescriptorProto, ServiceDescriptorProto};
+    /// # let method = |name: &str| MethodDescriptorProto { name: Some(name.into()), ..Default::default() };
+    /// # let service = ServiceDescriptorProto { name: Some("Payments".into()), method: vec![method("Pay")], ..Default::default() };
+    /// # let file = FileDescriptorProto { package: Some("payments.v1".into()), service: vec![service], ..Default::default() };
+    /// # let encoded = FileDescriptorSet { file: vec![file] }.encode_to_vec();
+    /// # let payments_descriptor: &[u8] = &encoded;
+    ///
+    /// // build.rs: tonic_prost_build::configure()
+    /// //     .file_descriptor_set_path(out_dir.join("payments_descriptor.bin"))
+    /// // and in the service:
+    /// // let payments_descriptor: &[u8] =
+    /// //     include_bytes!(concat!(env!("OUT_DIR"), "/payments_descriptor.bin"));
+    /// let layer = IdempotencyLayer::builder(MemoryStore::new())
+    ///     .grpc()
+    ///     .grpc_descriptor(payments_descriptor)
+    ///     .only_paths(["/payments.v1.Payments/Pay"]) // checked; without it, every unary method
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    #[cfg(feature = "grpc-descriptor")]
+    pub fn grpc_descriptor(mut self, encoded: &[u8]) -> Self {
+        match super::descriptor::GrpcMethods::decode(encoded) {
+            Ok(methods) => self.settings.grpc_methods = Some(Arc::new(methods)),
+            Err(error) => panic!("grpc_descriptor: {error}"),
+        }
+        self
+    }
+
     /// Whether the key is required (default `true`): a request without one is refused with 400;
     /// when optional it passes through untouched (with a header key, its body is not read).
     pub fn require_key(mut self, required: bool) -> Self {

@@ -7,6 +7,8 @@
 
 mod builder;
 mod conflict;
+#[cfg(feature = "grpc-descriptor")]
+mod descriptor;
 mod execute;
 mod explicit;
 mod gate;

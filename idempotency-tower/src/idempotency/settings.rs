@@ -68,6 +68,10 @@ pub(crate) struct Settings {
     pub(crate) store_sensitive_headers: bool,
     pub(crate) renderer: Arc<dyn RenderRefusal>,
     pub(crate) grpc: bool,
+    /// The service's methods, from its descriptor set: the guarded paths are checked against
+    /// them, or are its unary methods when none are listed.
+    #[cfg(feature = "grpc-descriptor")]
+    pub(crate) grpc_methods: Option<Arc<super::descriptor::GrpcMethods>>,
 }
 
 impl Default for Settings {
@@ -99,6 +103,8 @@ impl Default for Settings {
             store_sensitive_headers: false,
             renderer: Arc::new(ProblemJson::new()),
             grpc: false,
+            #[cfg(feature = "grpc-descriptor")]
+            grpc_methods: None,
         }
     }
 }
@@ -216,6 +222,11 @@ impl Settings {
     ///
     /// If an `only_paths` entry cannot match any request (see [`super::guarded_paths`]).
     pub(crate) fn prepare(&mut self) {
+        #[cfg(feature = "grpc-descriptor")]
+        if let Some(methods) = &self.grpc_methods {
+            let paths = methods.guarded_paths(self.paths.as_deref(), self.scope.namespace());
+            self.paths = Some(paths.into());
+        }
         super::guarded_paths::check(self);
         super::guarded_paths::log(self);
         self.json = Arc::new(JsonPlan::new(
