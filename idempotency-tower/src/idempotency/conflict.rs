@@ -15,15 +15,7 @@ pub(super) async fn stored_answer<S: Store>(
     shared: &Shared<S>,
     key: StorageKey,
 ) -> Result<Decision<S>, StoreError> {
-    let settings = &shared.settings;
-    tracing::warn!(
-        target: "idempotency",
-        namespace = settings.scope.namespace(),
-        record = %key.to_hex(),
-        "a request reused a key with another payload (a conflicting notification); \
-         answering with the stored response, check this record"
-    );
-    settings.counters.conflicted();
+    crate::answer::report_conflict(&shared.settings, &key);
 
     let engine = &shared.engine;
     let timeout = engine.config().store_timeout;
