@@ -9,13 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
-use axum::routing::post;
 use common::{Calls, read, routes, unique};
 use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, FencingToken, IdempotencyKey, InFlightPolicy, MemoryStore,
-    Outcome, Record, Scope, StorageKey, Store, StoreError,
+    Claim, ClaimId, ClaimRequest, FencingToken, InFlightPolicy, MemoryStore, Outcome, Record,
+    StorageKey, Store, StoreError,
 };
 use idempotency_tower::{IdempotencyLayer, StoragePolicy};
 use tower::ServiceExt;
@@ -25,38 +23,6 @@ fn callback(uri: &str, trade_no: &str) -> http::Request<Body> {
         .header("content-type", "application/json")
         .body(Body::from(format!(r#"{{"trade_no":"{trade_no}"}}"#)))
         .unwrap()
-}
-
-#[tokio::test]
-async fn a_namespace_set_before_the_grpc_preset_is_kept() {
-    let store = Arc::new(MemoryStore::new());
-    let app = Router::new()
-        .route("/pay.v1.Pay/Pay", post(|| async { [("grpc-status", "0")] }))
-        .layer(
-            IdempotencyLayer::builder(Arc::clone(&store))
-                .namespace("payments.grpc")
-                .grpc()
-                .build(),
-        );
-    let key = unique("k");
-    let request = http::Request::post("/pay.v1.Pay/Pay")
-        .header("content-type", "application/grpc")
-        .header("idempotency-key", &key)
-        .body(Body::from(vec![0, 0, 0, 0, 0]))
-        .unwrap();
-    let (_, headers, _) = read(app.oneshot(request).await.unwrap()).await;
-    assert_eq!(headers["grpc-status"], "0");
-    let key = IdempotencyKey::parse(&key).unwrap();
-    let kept = store
-        .get(&Scope::new("payments.grpc").storage_key(&key))
-        .await
-        .unwrap();
-    assert!(kept.is_some(), "stored under the namespace given first");
-    let preset = store
-        .get(&Scope::new("grpc").storage_key(&key))
-        .await
-        .unwrap();
-    assert!(preset.is_none(), "not under the preset's namespace");
 }
 
 /// The memory store, counting the claims it is asked for: a duplicate rejected at once costs
@@ -155,4 +121,44 @@ async fn a_storage_policy_set_before_the_callback_preset_is_kept() {
         assert_eq!(status, 404);
     }
     assert_eq!(calls.status.load(Ordering::SeqCst), 1, "the 404 was stored");
+}
+
+#[cfg(feature = "grpc")]
+mod grpc {
+    use super::*;
+    use axum::Router;
+    use axum::routing::post;
+    use idempotency_core::{IdempotencyKey, Scope};
+
+    #[tokio::test]
+    async fn a_namespace_set_before_the_grpc_preset_is_kept() {
+        let store = Arc::new(MemoryStore::new());
+        let app = Router::new()
+            .route("/pay.v1.Pay/Pay", post(|| async { [("grpc-status", "0")] }))
+            .layer(
+                IdempotencyLayer::builder(Arc::clone(&store))
+                    .namespace("payments.grpc")
+                    .grpc()
+                    .build(),
+            );
+        let key = unique("k");
+        let request = http::Request::post("/pay.v1.Pay/Pay")
+            .header("content-type", "application/grpc")
+            .header("idempotency-key", &key)
+            .body(Body::from(vec![0, 0, 0, 0, 0]))
+            .unwrap();
+        let (_, headers, _) = read(app.oneshot(request).await.unwrap()).await;
+        assert_eq!(headers["grpc-status"], "0");
+        let key = IdempotencyKey::parse(&key).unwrap();
+        let kept = store
+            .get(&Scope::new("payments.grpc").storage_key(&key))
+            .await
+            .unwrap();
+        assert!(kept.is_some(), "stored under the namespace given first");
+        let preset = store
+            .get(&Scope::new("grpc").storage_key(&key))
+            .await
+            .unwrap();
+        assert!(preset.is_none(), "not under the preset's namespace");
+    }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
 use axum::body::Body;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use axum::routing::post;
 use common::{read, unique};
 use http::StatusCode;
@@ -40,7 +40,10 @@ fn app(runs: Arc<AtomicUsize>, refusal: StatusCode) -> Router {
 }
 
 /// The same handler answering as a tonic interceptor does: a trailers-only gRPC status.
+#[cfg(feature = "grpc")]
 fn grpc_app(runs: Arc<AtomicUsize>, code: &'static str) -> Router {
+    use axum::response::Response;
+
     Router::new().route(
         "/pay.v1.Pay/Pay",
         post(move |headers: http::HeaderMap| {
@@ -103,6 +106,7 @@ async fn refusals_are_released<S: Store + Clone>(store: S) {
         assert!(!headers.contains_key("idempotent-replayed"));
         assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
+    #[cfg(feature = "grpc")]
     for (code, name) in [("16", "UNAUTHENTICATED"), ("7", "PERMISSION_DENIED")] {
         let runs = Arc::new(AtomicUsize::new(0));
         let layer = IdempotencyLayer::builder(store.clone())

@@ -72,10 +72,11 @@ fn settings() -> Vec<Step> {
 }
 
 fn presets() -> Vec<Step> {
-    let mut presets: Vec<Step> = vec![("callback", |b| b.callback("/trade_no"))];
-    #[cfg(feature = "grpc")]
-    presets.push(("grpc", |b| b.grpc()));
-    presets
+    vec![
+        ("callback", |b| b.callback("/trade_no")),
+        #[cfg(feature = "grpc")]
+        ("grpc", |b| b.grpc()),
+    ]
 }
 
 #[test]
