@@ -21,6 +21,10 @@ pub const RELEASED: &str = "idempotency_released_total";
 /// Counter of requests a front end refused itself (missing or invalid key, body too large, in
 /// flight, key reused, store unavailable), labelled `reason`.
 pub const REFUSALS: &str = "idempotency_refusals_total";
+/// Counter of requests that reused a key with another fingerprint and were answered with the
+/// stored response instead of a refusal (a gateway's conflicting notification), labelled
+/// `namespace`; each is also logged at WARN with the record's id.
+pub const CONFLICTS: &str = "idempotency_conflicts_total";
 
 /// Gauge of records per namespace and `state` (`in_progress` | `abandoned` | `completed`), as
 /// an operations count last found them ([`Admin::publish_gauges`](crate::operations::Admin::publish_gauges):

@@ -52,6 +52,19 @@ pub(crate) fn mismatch() -> Refusal {
     )
 }
 
+/// Logs (WARN, target `idempotency`, with the record's id) and counts
+/// ([`idempotency_core::metrics::CONFLICTS`]) a conflict answered with the stored response.
+pub(crate) fn report_conflict(settings: &Settings, key: &idempotency_core::StorageKey) {
+    tracing::warn!(
+        target: "idempotency",
+        namespace = settings.scope.namespace(),
+        record = %key.to_hex(),
+        "a request reused a key with another payload (a conflicting notification); \
+         answering with the stored response, check this record"
+    );
+    settings.counters.conflicted();
+}
+
 /// The refusal of a request whose store failed (fail-closed).
 pub(crate) fn unavailable(settings: &Settings) -> Refusal {
     Refusal::new(

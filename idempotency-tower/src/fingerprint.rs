@@ -27,6 +27,11 @@ pub enum FingerprintSource {
     /// selected field holding an integer beyond 64 bits (read as a float, it would lose the
     /// digits that tell two requests apart).
     JsonFields(Arc<[String]>),
+    /// Method, path (not the query) and the whole JSON body less these top-level fields
+    /// (a gateway's per-attempt `sign`, `notify_time`…), canonicalised so field order and
+    /// whitespace do not matter. A body that is not JSON is refused (400). The callback
+    /// preset's default, with [`PER_ATTEMPT_FIELDS`](crate::PER_ATTEMPT_FIELDS).
+    JsonBodyWithout(Arc<[String]>),
     /// Method, path and query, and the values of the selected headers. The body is not read
     /// (with a header key, the request body streams to the handler untouched).
     Headers(Arc<[HeaderName]>),
@@ -39,6 +44,9 @@ impl std::fmt::Debug for FingerprintSource {
         match self {
             Self::Request => f.write_str("Request"),
             Self::JsonFields(fields) => f.debug_tuple("JsonFields").field(fields).finish(),
+            Self::JsonBodyWithout(fields) => {
+                f.debug_tuple("JsonBodyWithout").field(fields).finish()
+            }
             Self::Headers(names) => f.debug_tuple("Headers").field(names).finish(),
             Self::Custom(_) => f.write_str("Custom(..)"),
         }
@@ -55,11 +63,16 @@ fn target(parts: &Parts) -> &str {
 impl FingerprintSource {
     /// The JSON Pointers this fingerprint reads from the body.
     pub(crate) fn json_pointers(&self) -> impl Iterator<Item = &str> {
-        let fields = match self {
-            Self::JsonFields(fields) => &fields[..],
-            _ => &[],
+        const WHOLE_BODY: &[&str] = &[""];
+        let (fields, whole): (&[String], &[&str]) = match self {
+            Self::JsonFields(fields) => (&fields[..], &[]),
+            Self::JsonBodyWithout(_) => (&[], WHOLE_BODY),
+            _ => (&[], &[]),
         };
-        fields.iter().map(String::as_str)
+        fields
+            .iter()
+            .map(String::as_str)
+            .chain(whole.iter().copied())
     }
 
     /// Whether the body must be collected.
@@ -108,6 +121,26 @@ impl FingerprintSource {
                 }
                 Ok(builder.finish())
             }
+            Self::JsonBodyWithout(left_out) => {
+                let mut builder = Fingerprint::builder();
+                builder
+                    .field(b"method", parts.method.as_str().as_bytes())
+                    .field(b"path", parts.uri.path().as_bytes());
+                let mut canonical = Vec::new();
+                match json.field("")? {
+                    Some(Value::Object(members)) => write_canonical_object(
+                        members
+                            .iter()
+                            .filter(|(name, _)| !left_out.iter().any(|out| out == *name)),
+                        &mut canonical,
+                    ),
+                    Some(other) => write_canonical(other, &mut canonical),
+                    None => Ok(()),
+                }
+                .map_err(|error| error.to_string())?;
+                builder.field(b"body-without", &canonical);
+                Ok(builder.finish())
+            }
             Self::Headers(names) => {
                 let mut builder = Fingerprint::builder();
                 builder
@@ -146,20 +179,7 @@ fn holds_inexact_integer(value: &Value) -> bool {
 /// as `serde_json` writes them), without the intermediate strings.
 pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
     match value {
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (index, (key, field)) in entries.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(b',');
-                }
-                serde_json::to_writer(&mut *out, key)?;
-                out.push(b':');
-                write_canonical(field, out)?;
-            }
-            out.push(b'}');
-        }
+        Value::Object(map) => write_canonical_object(map.iter(), out)?,
         Value::Array(items) => {
             out.push(b'[');
             for (index, item) in items.iter().enumerate() {
@@ -172,6 +192,26 @@ pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) -> Result<(), se
         }
         scalar => serde_json::to_writer(&mut *out, scalar)?,
     }
+    Ok(())
+}
+
+/// Appends the canonical form of an object made of `members` (sorted by name, compact).
+fn write_canonical_object<'v>(
+    members: impl Iterator<Item = (&'v String, &'v Value)>,
+    out: &mut Vec<u8>,
+) -> Result<(), serde_json::Error> {
+    let mut entries: Vec<_> = members.collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    out.push(b'{');
+    for (index, (key, field)) in entries.into_iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut *out, key)?;
+        out.push(b':');
+        write_canonical(field, out)?;
+    }
+    out.push(b'}');
     Ok(())
 }
 
@@ -262,6 +302,28 @@ mod tests {
             write_canonical(&value, &mut out).unwrap();
             proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), canonical_json(&value));
         }
+    }
+
+    #[test]
+    fn body_without_per_attempt_fields_ignores_signature_time_order_and_spacing() {
+        let s = FingerprintSource::JsonBodyWithout(Arc::from(vec![
+            "sign".to_owned(),
+            "notify_time".to_owned(),
+        ]));
+        let a = fp(
+            &s,
+            "/notify",
+            None,
+            r#"{"trade_no":"T1","amount":"9.90","sign":"a","notify_time":"1"}"#,
+        )
+        .unwrap();
+        let resigned = r#"{ "notify_time" : "2", "amount":"9.90",  "sign":"b","trade_no":"T1" }"#;
+        assert_eq!(a, fp(&s, "/notify?t=2", None, resigned).unwrap());
+        let other_amount = r#"{"trade_no":"T1","amount":"19.90","sign":"a","notify_time":"1"}"#;
+        assert_ne!(a, fp(&s, "/notify", None, other_amount).unwrap());
+        let more = r#"{"trade_no":"T1","amount":"9.90","refund_fee":"9.90"}"#;
+        assert_ne!(a, fp(&s, "/notify", None, more).unwrap());
+        assert!(fp(&s, "/notify", None, "trade_no=T1").is_err());
     }
 
     #[test]

@@ -18,8 +18,9 @@
 //! | store unavailable or timed out | 503 + `Retry-After`; or, fail-open, the request passes through (logged, counted) |
 //!
 //! Refusals are RFC 9457 `application/problem+json` ([`ProblemJson`], pluggable through
-//! [`RenderRefusal`]) and never stored. 2xx, 3xx and 4xx except 408/409/425/429 are stored;
-//! 5xx and service errors release the key so the retry runs again ([`StoragePolicy`]).
+//! [`RenderRefusal`]) and never stored. 2xx, 3xx and 4xx are stored, except answers a retry
+//! can change (401, 403, 407, 408, 409, 421, 423, 425, 428, 429, 451); 5xx and service errors
+//! release the key so the retry runs again ([`StoragePolicy`] has the table, with why).
 //! Hop-by-hop headers and `Date` are never stored, `Set-Cookie` and credentials only when
 //! enabled. The handler runs in the request's own future (no task per request); a client that
 //! disconnects does not abandon it: the still-running handler moves to a task of its own, goes
@@ -91,12 +92,14 @@
 //! gRPC statuses ([`GrpcStatus`]: `INVALID_ARGUMENT`, `ABORTED`, `FAILED_PRECONDITION`,
 //! `UNAVAILABLE`), stores by `grpc-status` and replays message, metadata and trailers. It works on
 //! plain `http` types, so it sits in front of tonic without depending on it. Streaming calls must
-//! not be guarded: list the unary methods with [`IdempotencyLayerBuilder::only_paths`].
+//! not be guarded: list the unary methods with [`IdempotencyLayerBuilder::only_paths`], checked
+//! against the service's descriptor set with `grpc_descriptor` (feature `grpc-descriptor`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod answer;
 mod body;
+mod callback;
 mod codec;
 mod collect;
 mod deadline;
@@ -120,8 +123,11 @@ pub mod transactional;
 
 #[cfg(feature = "admin")]
 pub mod admin;
+#[cfg(feature = "hmac")]
+pub mod verify;
 
 pub use body::{RequestBody, ResponseBody};
+pub use callback::{Callback, ConflictAnswer, PER_ATTEMPT_FIELDS};
 pub use codec::{DecodeError, StoredResponse};
 pub use deadline::Deadline;
 pub use fingerprint::{FingerprintFn, FingerprintSource};

@@ -137,10 +137,21 @@ pub(crate) fn inspect<B>(
     let key = match header_key {
         Some(key) => key,
         None => match settings.key.read(parts, bytes, &mut json) {
-            Ok(Some(key)) => match settings.scope_for(parts) {
-                Ok(scope) => scope.storage_key(&key),
-                Err(refusal) => return Read::Refuse(refusal),
-            },
+            Ok(Some(key)) => {
+                let scope = match settings.scope_for(parts) {
+                    Ok(scope) => scope,
+                    Err(refusal) => return Read::Refuse(refusal),
+                };
+                match &settings.key_status {
+                    None => scope.storage_key(&key),
+                    Some(status) => {
+                        match crate::callback::key_with_status(key.as_str(), status, &mut json) {
+                            Ok(text) => scope.storage_key_for(Mechanism::Request, &text),
+                            Err(error) => return Read::Refuse(key_refusal(error)),
+                        }
+                    }
+                }
+            }
             Ok(None) if !settings.require_key => {
                 tracing::trace!("no idempotency key; passing through");
                 return Read::PassThrough;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use idempotency_core::Store;
-use idempotency_tower::{IdempotencyLayer, IdempotencyLayerBuilder, ScopeChosen};
+use idempotency_tower::{Callback, IdempotencyLayer, IdempotencyLayerBuilder, ScopeChosen};
 
 use super::signature;
 
@@ -32,7 +32,10 @@ pub fn orders_layer_builder<S: Store>(store: S) -> IdempotencyLayerBuilder<S, Sc
 /// 400); only 2xx answers are stored, so a callback answered 404 (the order not committed yet)
 /// runs again on the gateway's identical retry; a duplicate in flight waits for the first and
 /// gets its answer. The fingerprint is the canonical `trade_no` and `order_id`, so a gateway
-/// that re-serialises the body in another field order is still a duplicate. With a `secret`,
+/// that re-signs or re-serialises the body in another field order is still a duplicate; a
+/// conflicting callback (the same trade for another order) gets the stored success, logged at
+/// WARN and counted. This gateway sends one notice per trade; one that also notifies refunds
+/// names its status field too (`Callback::key(..).status("/trade_status")`). With a `secret`,
 /// the gateway's signature is checked before the key is claimed (401 otherwise).
 pub fn callback_layer_builder<S: Store>(
     store: S,
@@ -43,8 +46,7 @@ pub fn callback_layer_builder<S: Store>(
         .namespace(CALLBACK_NAMESPACE)
         .methods([http::Method::POST])
         .only_paths(["/payments/callback"])
-        .callback("/trade_no")
-        .fingerprint_json_fields(["/trade_no", "/order_id"]);
+        .callback(Callback::key("/trade_no").fields(["/trade_no", "/order_id"]));
     match secret {
         Some(secret) => builder.verify(move |parts, body| signature::check(&secret, parts, body)),
         None => builder,

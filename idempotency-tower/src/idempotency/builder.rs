@@ -12,9 +12,11 @@ use idempotency_core::{
     Scope, Store,
 };
 
+use super::explicit::Choice;
 use super::layer::IdempotencyLayer;
 use super::scoping::{ScopeIsChosen, ScopeUnchosen, warn_if_shared_unverified};
 use super::settings::Settings;
+use crate::callback::{Callback, ConflictAnswer, PER_ATTEMPT_FIELDS};
 use crate::fingerprint::FingerprintSource;
 use crate::key_source::KeySource;
 use crate::policy::StoragePolicy;
@@ -27,7 +29,8 @@ use crate::refusal::RenderRefusal;
 /// The defaults are the **API preset** (the IETF draft's and Stripe's behaviour): key from the
 /// `Idempotency-Key` header, required; fingerprint of method, target and body; 2xx, 3xx and most
 /// 4xx stored; a duplicate in flight answered 409 at once. [`callback`](Self::callback) and
-/// [`grpc`](Self::grpc) are the other presets.
+/// [`grpc`](Self::grpc) are the other presets. A preset never overrides a setting made on the
+/// builder, before or after it: `.namespace("x").grpc()` keeps `"x"`.
 ///
 /// There is no default **scope**: a layer is built only once it is chosen (the second type
 /// parameter tracks it), per principal with
@@ -94,6 +97,7 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     /// API its own when several share a store.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.settings.scope = Scope::new(namespace);
+        self.settings.explicit.mark(Choice::Namespace);
         self
     }
 
@@ -122,19 +126,86 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     /// Sets where the key comes from.
     pub fn key_source(mut self, source: KeySource) -> Self {
         self.settings.key = source;
+        self.settings.key_status = None;
+        self.settings.explicit.mark(Choice::Key);
         self
     }
 
     /// The methods guarded (default POST and PATCH); requests with other methods pass through.
     pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
         self.settings.methods = methods.into_iter().collect();
+        self.settings.explicit.mark(Choice::Methods);
         self
     }
 
     /// Guards only requests to these exact paths; others pass through (default: every path).
-    /// In gRPC mode list the unary methods, e.g. `/payments.v1.Payments/Pay`.
+    /// In gRPC mode list the unary methods, e.g. `/payments.v1.Payments/Pay`. What is guarded
+    /// is logged once when the layer is built (INFO, target `idempotency`).
+    ///
+    /// # Panics
+    ///
+    /// [`build`](Self::build) panics, naming every bad entry, if one cannot match any request:
+    /// empty, no leading `/`, whitespace or control characters, a query or fragment, a route
+    /// pattern (`{id}`, `:id`, `*rest`), an empty segment, not a URI path, or in gRPC mode not
+    /// `/package.Service/Method`; or if the list is empty. A mistyped path would otherwise
+    /// turn deduplication off for the route it meant with no sign; like an invalid route in
+    /// axum's `Router::route`, it is a programming error that must stop the service at
+    /// start-up, not a runtime condition every caller of `build` should handle.
+    ///
+    /// ```should_panic
+    /// use idempotency_core::MemoryStore;
+    /// use idempotency_tower::IdempotencyLayer;
+    ///
+    /// // "orders" has no leading '/': it could never match, so building panics.
+    /// let layer = IdempotencyLayer::builder(MemoryStore::new())
+    ///     .only_paths(["orders"])
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
     pub fn only_paths<P: Into<String>>(mut self, paths: impl IntoIterator<Item = P>) -> Self {
         self.settings.paths = Some(paths.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Checks the guarded gRPC methods against the service's encoded `FileDescriptorSet`
+    /// (`tonic-build`'s `file_descriptor_set_path`, or `protox`), when the layer is built:
+    /// each [`only_paths`](Self::only_paths) entry must be a unary method of the set, else
+    /// [`build`](Self::build) panics naming it and listing the unary methods; with no list,
+    /// every unary method of the set is guarded and streaming ones pass through.
+    ///
+    /// # Panics
+    ///
+    /// If `encoded` is not an encoded `FileDescriptorSet` declaring at least one method.
+    ///
+    /// ```
+    /// use idempotency_core::MemoryStore;
+    /// use idempotency_tower::IdempotencyLayer;
+    /// # use prost::Message;
+    /// # use prost_types::{FileDescriptorProto, FileDescriptorSet, MethodDescriptorProto, ServiceDescriptorProto};
+    /// # let method = |name: &str| MethodDescriptorProto { name: Some(name.into()), ..Default::default() };
+    /// # let service = ServiceDescriptorProto { name: Some("Payments".into()), method: vec![method("Pay")], ..Default::default() };
+    /// # let file = FileDescriptorProto { package: Some("payments.v1".into()), service: vec![service], ..Default::default() };
+    /// # let encoded = FileDescriptorSet { file: vec![file] }.encode_to_vec();
+    /// # let payments_descriptor: &[u8] = &encoded;
+    ///
+    /// // build.rs: tonic_prost_build::configure()
+    /// //     .file_descriptor_set_path(out_dir.join("payments_descriptor.bin"))
+    /// // and in the service:
+    /// // let payments_descriptor: &[u8] =
+    /// //     include_bytes!(concat!(env!("OUT_DIR"), "/payments_descriptor.bin"));
+    /// let layer = IdempotencyLayer::builder(MemoryStore::new())
+    ///     .grpc()
+    ///     .grpc_descriptor(payments_descriptor)
+    ///     .only_paths(["/payments.v1.Payments/Pay"]) // checked; without it, every unary method
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    #[cfg(feature = "grpc-descriptor")]
+    pub fn grpc_descriptor(mut self, encoded: &[u8]) -> Self {
+        match super::descriptor::GrpcMethods::decode(encoded) {
+            Ok(methods) => self.settings.grpc_methods = Some(Arc::new(methods)),
+            Err(error) => panic!("grpc_descriptor: {error}"),
+        }
         self
     }
 
@@ -178,6 +249,7 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     /// Sets what the fingerprint covers (default [`FingerprintSource::Request`]).
     pub fn fingerprint(mut self, source: FingerprintSource) -> Self {
         self.settings.fingerprint = source;
+        self.settings.explicit.mark(Choice::Fingerprint);
         self
     }
 
@@ -291,6 +363,7 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     /// [`Deadline`](crate::Deadline) (or, in gRPC mode, its `grpc-timeout`).
     pub fn in_flight(mut self, policy: InFlightPolicy) -> Self {
         self.settings.in_flight = policy;
+        self.settings.explicit.mark(Choice::InFlight);
         self
     }
 
@@ -308,34 +381,97 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
         self.in_flight(InFlightPolicy::Wait { max })
     }
 
-    /// The **callback preset**, for a payment gateway's notifications: the key is the JSON body
-    /// field `key_pointer` (e.g. `/trade_no`); only 2xx answers are stored
-    /// ([`StoragePolicy::SuccessOnly`]), so a callback answered 404 (the order not committed
-    /// yet) or 400 releases its key and the gateway's identical retry runs again; a duplicate in
-    /// flight waits for the first ([`DEFAULT_IN_FLIGHT_WAIT`], 5 s) and gets its answer. A
-    /// gateway's callbacks share one scope ([`shared_scope`](Self::shared_scope)); add
-    /// [`verify`](Self::verify) for the gateway's signature.
+    /// The **callback preset**, for a payment gateway's notifications. `notification` names
+    /// what identifies one ([`Callback`]; a plain JSON Pointer such as `"/trade_no"` is the key
+    /// alone):
+    ///
+    /// - the key is the notification's key field, plus its status field if named, so a refund
+    ///   or `TRADE_FINISHED` notice for a trade is not a duplicate of its payment notice;
+    /// - the fingerprint covers the named business fields (canonical JSON), else the whole body
+    ///   less the gateway's per-attempt fields ([`PER_ATTEMPT_FIELDS`]: `sign`, `notify_time`…),
+    ///   so a re-signed, re-timed or re-serialised retry is a duplicate and gets the stored
+    ///   success;
+    /// - a conflicting notification (same key, another fingerprint: another amount) gets the
+    ///   stored success too, logged at WARN and counted ([`ConflictAnswer::ReplayStored`]; a 422
+    ///   would make the gateway retry for a day); `.on_conflict(ConflictAnswer::Reject)` refuses
+    ///   it instead;
+    /// - only 2xx answers are stored ([`StoragePolicy::SuccessOnly`]), so a callback answered
+    ///   404 (the order not committed yet) or 400 releases its key and the gateway's retry runs
+    ///   again;
+    /// - a duplicate in flight waits for the first ([`DEFAULT_IN_FLIGHT_WAIT`], 5 s) and gets its
+    ///   answer.
+    ///
+    /// Settings made on the builder, before or after, are kept. A gateway's callbacks share one
+    /// scope ([`shared_scope`](Self::shared_scope)); add [`verify`](Self::verify) for the
+    /// gateway's signature.
     ///
     /// ```
     /// use idempotency_core::MemoryStore;
-    /// use idempotency_tower::IdempotencyLayer;
+    /// use idempotency_tower::{Callback, IdempotencyLayer};
     ///
+    /// // Alipay-style: one trade, several notices (paid, finished, refunded).
     /// let layer = IdempotencyLayer::builder(MemoryStore::new())
     ///     .namespace("payments.callback")
-    ///     .callback("/trade_no")
+    ///     .callback(
+    ///         Callback::key("/out_trade_no")
+    ///             .status("/trade_status")
+    ///             .fields(["/total_amount", "/refund_fee"]),
+    ///     )
     ///     .shared_scope() // the gateway is the only caller; add `.verify(..)` for its signature
     ///     .build();
     /// # let _ = layer;
     /// ```
-    pub fn callback(self, key_pointer: impl Into<String>) -> Self {
-        self.key_from_json(key_pointer)
-            .storage_policy(StoragePolicy::SuccessOnly)
-            .wait_in_flight(DEFAULT_IN_FLIGHT_WAIT)
+    pub fn callback(mut self, notification: impl Into<Callback>) -> Self {
+        let Callback {
+            key,
+            status,
+            fields,
+        } = notification.into();
+        self = self.key_from_json(key);
+        self.settings.key_status = status;
+        match fields {
+            Some(fields) => self = self.fingerprint(FingerprintSource::JsonFields(fields)),
+            None if !self.settings.explicit.has(Choice::Fingerprint) => {
+                let left_out: Vec<String> = PER_ATTEMPT_FIELDS
+                    .iter()
+                    .map(|&name| name.to_owned())
+                    .collect();
+                self.settings.fingerprint = FingerprintSource::JsonBodyWithout(left_out.into());
+            }
+            None => {}
+        }
+        self.preset(Choice::Storage, |s| s.storage = StoragePolicy::SuccessOnly);
+        self.preset(Choice::Conflicts, |s| {
+            s.on_conflict = ConflictAnswer::ReplayStored;
+        });
+        self.preset(Choice::InFlight, |s| {
+            s.in_flight = InFlightPolicy::Wait {
+                max: DEFAULT_IN_FLIGHT_WAIT,
+            };
+        });
+        self
+    }
+
+    /// Applies a preset's value of a setting the user did not choose.
+    fn preset(&mut self, choice: Choice, apply: impl FnOnce(&mut Settings)) {
+        if !self.settings.explicit.has(choice) {
+            apply(&mut self.settings);
+        }
     }
 
     /// Which responses are stored (default [`StoragePolicy::Standard`]).
     pub fn storage_policy(mut self, policy: StoragePolicy) -> Self {
         self.settings.storage = policy;
+        self.settings.explicit.mark(Choice::Storage);
+        self
+    }
+
+    /// What a request gets whose key was already used with another fingerprint: 422
+    /// ([`ConflictAnswer::Reject`], the default) or the stored response, logged at WARN and
+    /// counted ([`ConflictAnswer::ReplayStored`], the callback preset's default).
+    pub fn on_conflict(mut self, answer: ConflictAnswer) -> Self {
+        self.settings.on_conflict = answer;
+        self.settings.explicit.mark(Choice::Conflicts);
         self
     }
 
@@ -371,6 +507,7 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     /// How refusals are rendered (default [`ProblemJson`](crate::ProblemJson)).
     pub fn refusals(mut self, renderer: impl RenderRefusal) -> Self {
         self.settings.renderer = Arc::new(renderer);
+        self.settings.explicit.mark(Choice::Refusals);
         self
     }
 
@@ -419,12 +556,22 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     /// ```
     #[cfg(feature = "grpc")]
     pub fn grpc(mut self) -> Self {
-        self.settings.scope = Scope::new("grpc");
-        self.settings.key = KeySource::Header(crate::headers::IDEMPOTENCY_KEY);
-        self.settings.methods = vec![Method::POST];
-        self.settings.storage = StoragePolicy::Grpc;
-        self.settings.renderer = Arc::new(crate::grpc::GrpcStatus);
         self.settings.grpc = true;
-        self.wait_in_flight(DEFAULT_IN_FLIGHT_WAIT)
+        self.preset(Choice::Namespace, |s| s.scope = Scope::new("grpc"));
+        self.preset(Choice::Key, |s| {
+            s.key = KeySource::Header(crate::headers::IDEMPOTENCY_KEY);
+            s.key_status = None;
+        });
+        self.preset(Choice::Methods, |s| s.methods = vec![Method::POST]);
+        self.preset(Choice::Storage, |s| s.storage = StoragePolicy::Grpc);
+        self.preset(Choice::Refusals, |s| {
+            s.renderer = Arc::new(crate::grpc::GrpcStatus);
+        });
+        self.preset(Choice::InFlight, |s| {
+            s.in_flight = InFlightPolicy::Wait {
+                max: DEFAULT_IN_FLIGHT_WAIT,
+            };
+        });
+        self
     }
 }

@@ -9,10 +9,11 @@ use std::task::{Context, Poll, ready};
 
 use idempotency_core::{Decision, Fingerprint, InFlightPolicy, StorageKey, Store, StoreError};
 
-use super::execute;
 use super::layer::IdempotencyLayer;
+use super::{conflict, execute};
 use crate::answer::{in_flight, mismatch, refuse, replay, unavailable};
 use crate::body::ResponseBody;
+use crate::callback::ConflictAnswer;
 use crate::collect::collect_request;
 use crate::guarded::{Handler, ReadBody, StoredBody};
 use crate::request::{Payload, Read, collected, inspect, pass_through};
@@ -24,6 +25,9 @@ type BoxedClaim<S> = Pin<Box<dyn Future<Output = Result<Decision<S>, StoreError>
 /// A store that answers at once ([`Store::claim_ready`]) is answered here, with no future set
 /// up; except for an in-flight key in wait mode, which is then awaited as below.
 ///
+/// A conflict (another fingerprint) where the layer answers it with the stored response
+/// ([`ConflictAnswer::ReplayStored`]) is resolved here too, in the same boxed future.
+///
 /// If the request is dropped meanwhile (the client went away), the claim still runs to its end
 /// in the background, and a key it took is released at once (by dropping the execution) rather
 /// than left in flight, refusing retries, until its lease ends.
@@ -34,18 +38,26 @@ fn claim<S: Store>(
     in_flight: InFlightPolicy,
 ) -> ClaimGuard<S> {
     let engine = &layer.shared.engine;
+    let replay_conflicts = layer.settings().on_conflict == ConflictAnswer::ReplayStored;
     match engine.claim_at_once(&layer.settings().namespace, storage_key, &fingerprint) {
         Some(Ok(Decision::InFlight { .. })) if in_flight != InFlightPolicy::Reject => {}
+        Some(Ok(Decision::Mismatch)) if replay_conflicts => {}
         Some(decision) => return ClaimGuard::Ready(Some(decision)),
         None => {}
     }
     let shared = Arc::clone(&layer.shared);
     ClaimGuard::Pending(Some(Box::pin(async move {
         let namespace = &shared.settings.namespace;
-        shared
+        match shared
             .engine
             .claim(namespace, storage_key, &fingerprint, in_flight)
             .await
+        {
+            Ok(Decision::Mismatch) if replay_conflicts => {
+                conflict::stored_answer(&shared, storage_key).await
+            }
+            decision => decision,
+        }
     })))
 }
 

@@ -6,9 +6,16 @@
 //! complete or release; moved to a task of its own if the request is dropped before that end).
 
 mod builder;
+mod conflict;
+#[cfg(feature = "grpc-descriptor")]
+mod descriptor;
 mod execute;
+mod explicit;
 mod gate;
+mod guarded_paths;
 mod layer;
+#[cfg(test)]
+mod preset_order;
 mod scoping;
 mod service;
 mod settings;

@@ -10,7 +10,9 @@ use http::{HeaderMap, Method};
 use idempotency_core::metrics as names;
 use idempotency_core::{InFlightPolicy, Namespace, Scope};
 
+use super::explicit::Explicit;
 use super::scoping::PrincipalSource;
+use crate::callback::ConflictAnswer;
 
 use crate::fingerprint::FingerprintSource;
 use crate::headers::IDEMPOTENCY_KEY;
@@ -52,6 +54,8 @@ pub(crate) struct Settings {
     /// The JSON fields the key and the fingerprint read (see [`Settings::prepare`]).
     pub(crate) json: Arc<JsonPlan>,
     pub(crate) key: KeySource,
+    /// A notification's status field, part of its key ([`crate::Callback::status`]).
+    pub(crate) key_status: Option<String>,
     pub(crate) methods: Vec<Method>,
     pub(crate) paths: Option<Arc<[String]>>,
     pub(crate) require_key: bool,
@@ -69,11 +73,18 @@ pub(crate) struct Settings {
     pub(crate) keep_alive: bool,
     pub(crate) in_flight: InFlightPolicy,
     pub(crate) storage: StoragePolicy,
+    pub(crate) on_conflict: ConflictAnswer,
+    /// The settings the user chose, which presets keep.
+    pub(crate) explicit: Explicit,
     pub(crate) fail_open: bool,
     pub(crate) unavailable_retry_after: Duration,
     pub(crate) store_sensitive_headers: bool,
     pub(crate) renderer: Arc<dyn RenderRefusal>,
     pub(crate) grpc: bool,
+    /// The service's methods, from its descriptor set: the guarded paths are checked against
+    /// them, or are its unary methods when none are listed.
+    #[cfg(feature = "grpc-descriptor")]
+    pub(crate) grpc_methods: Option<Arc<super::descriptor::GrpcMethods>>,
 }
 
 impl Default for Settings {
@@ -84,6 +95,7 @@ impl Default for Settings {
             counters: Arc::new(LayerCounters::new("http")),
             json: Arc::default(),
             key: KeySource::Header(IDEMPOTENCY_KEY),
+            key_status: None,
             methods: vec![Method::POST, Method::PATCH],
             paths: None,
             require_key: true,
@@ -100,11 +112,15 @@ impl Default for Settings {
             keep_alive: true,
             in_flight: InFlightPolicy::Reject,
             storage: StoragePolicy::Standard,
+            on_conflict: ConflictAnswer::Reject,
+            explicit: Explicit::default(),
             fail_open: false,
             unavailable_retry_after: Duration::from_secs(1),
             store_sensitive_headers: false,
             renderer: Arc::new(ProblemJson::new()),
             grpc: false,
+            #[cfg(feature = "grpc-descriptor")]
+            grpc_methods: None,
         }
     }
 }
@@ -114,6 +130,7 @@ impl std::fmt::Debug for Settings {
         f.debug_struct("Settings")
             .field("namespace", &self.scope.namespace())
             .field("key", &self.key)
+            .field("key_status", &self.key_status)
             .field("methods", &self.methods)
             .field("paths", &self.paths)
             .field("require_key", &self.require_key)
@@ -132,6 +149,7 @@ impl std::fmt::Debug for Settings {
             .field("keep_alive", &self.keep_alive)
             .field("in_flight", &self.in_flight)
             .field("storage", &self.storage)
+            .field("on_conflict", &self.on_conflict)
             .field("fail_open", &self.fail_open)
             .field("grpc", &self.grpc)
             .finish_non_exhaustive()
@@ -150,6 +168,7 @@ static METADATA: metrics::Metadata<'static> = metrics::Metadata::new(
 pub(crate) struct LayerCounters {
     refusals: Vec<(RefusalKind, metrics::Key)>,
     fail_open: metrics::Key,
+    conflicts: metrics::Key,
 }
 
 impl LayerCounters {
@@ -178,6 +197,10 @@ impl LayerCounters {
             refusals,
             fail_open: metrics::Key::from_parts(
                 names::FAIL_OPEN,
+                vec![metrics::Label::new("namespace", namespace.to_owned())],
+            ),
+            conflicts: metrics::Key::from_parts(
+                names::CONFLICTS,
                 vec![metrics::Label::new("namespace", namespace.to_owned())],
             ),
         }
@@ -209,16 +232,33 @@ impl LayerCounters {
     pub(crate) fn failed_open(&self) {
         Self::increment(&self.fail_open);
     }
+
+    /// Counts a conflict answered with the stored response.
+    pub(crate) fn conflicted(&self) {
+        Self::increment(&self.conflicts);
+    }
 }
 
 impl Settings {
     /// Prepares what is derived from the settings (the engine's namespace, the counters' keys);
     /// called once when the layer is built.
+    ///
+    /// # Panics
+    ///
+    /// If an `only_paths` entry cannot match any request (see [`super::guarded_paths`]).
     pub(crate) fn prepare(&mut self) {
+        #[cfg(feature = "grpc-descriptor")]
+        if let Some(methods) = &self.grpc_methods {
+            let paths = methods.guarded_paths(self.paths.as_deref(), self.scope.namespace());
+            self.paths = Some(paths.into());
+        }
+        super::guarded_paths::check(self);
+        super::guarded_paths::log(self);
         self.json = Arc::new(JsonPlan::new(
             self.key
                 .json_pointer()
                 .into_iter()
+                .chain(self.key_status.as_deref())
                 .chain(self.fingerprint.json_pointers()),
         ));
         let namespace = self.scope.namespace();

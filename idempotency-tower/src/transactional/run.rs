@@ -20,6 +20,7 @@ use super::layer::Shared;
 use super::tx::{Slot, TxHandle};
 use crate::answer::{in_flight, mismatch, refuse, replay_or_refuse, unavailable};
 use crate::body::ResponseBody;
+use crate::callback::ConflictAnswer;
 use crate::collect::collect_request;
 use crate::detach::Detachable;
 use crate::guarded::{Handler, ReadBody, StoredBody};
@@ -106,7 +107,14 @@ where
         }
         Ok(Claimed::Mismatch) => {
             telemetry::record_decision("mismatch", &key, None);
-            return Ok(refuse(settings, mismatch()));
+            if settings.on_conflict != ConflictAnswer::ReplayStored {
+                return Ok(refuse(settings, mismatch()));
+            }
+            // The committed record it conflicts with answers (or, gone meanwhile, the retry).
+            return Ok(match completed_answer(&shared, &key, &fingerprint).await {
+                Some(answer) => answer,
+                None => refuse(settings, in_flight(Duration::from_secs(1))),
+            });
         }
         Err(error) => {
             telemetry::record_key(&key);
@@ -132,7 +140,8 @@ where
 }
 
 /// The answer to a duplicate of a completed key, read outside any transaction: its stored
-/// response, or 422 for another payload. `None` when the record is no longer completed and live
+/// response, or for another payload 422 or, with [`ConflictAnswer::ReplayStored`], the stored
+/// response (logged and counted). `None` when the record is no longer completed and live
 /// (purged, expired) or cannot be read: the key then takes the claim's path.
 async fn completed_answer<S: TxStore, B: Body>(
     shared: &Shared<S>,
@@ -152,6 +161,10 @@ async fn completed_answer<S: TxStore, B: Body>(
     let settings = &shared.settings;
     Some(if record.fingerprint == *fingerprint {
         telemetry::record_decision("replay", key, None);
+        replay_or_refuse(settings, &outcome)
+    } else if settings.on_conflict == ConflictAnswer::ReplayStored {
+        telemetry::record_decision("mismatch", key, None);
+        crate::answer::report_conflict(settings, key);
         replay_or_refuse(settings, &outcome)
     } else {
         telemetry::record_decision("mismatch", key, None);

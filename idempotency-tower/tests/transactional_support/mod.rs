@@ -22,7 +22,9 @@ use idempotency_core::sql::TxStore;
 use idempotency_core::testing::unique_key;
 use idempotency_core::{IdempotencyKey, InFlightPolicy, RecordState, Scope, Store};
 use idempotency_tower::transactional::TransactionalLayer;
-use idempotency_tower::{Deadline, IdempotencyLayer, IdempotencyLayerBuilder, ScopeChosen};
+use idempotency_tower::{
+    ConflictAnswer, Deadline, IdempotencyLayer, IdempotencyLayerBuilder, ScopeChosen,
+};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
@@ -253,13 +255,16 @@ pub async fn refusals_claim_nothing<H: Harness>(harness: &H) {
     let counters = Arc::new(Counters::default());
     let store = harness.store();
     let app = app(harness, store.clone(), &counters, |builder| {
-        callback(builder).max_body_bytes(256).verify(|parts, body| {
-            let expected = format!("len-{}", body.len());
-            match parts.headers.get("x-signature") {
-                Some(signature) if signature.as_bytes() == expected.as_bytes() => Ok(()),
-                _ => Err("the signature does not match".to_owned()),
-            }
-        })
+        callback(builder)
+            .on_conflict(ConflictAnswer::Reject)
+            .max_body_bytes(256)
+            .verify(|parts, body| {
+                let expected = format!("len-{}", body.len());
+                match parts.headers.get("x-signature") {
+                    Some(signature) if signature.as_bytes() == expected.as_bytes() => Ok(()),
+                    _ => Err("the signature does not match".to_owned()),
+                }
+            })
     });
     let signed = |request: http::Request<Body>| async move {
         let (mut parts, body) = request.into_parts();
@@ -298,6 +303,23 @@ pub async fn refusals_claim_nothing<H: Harness>(harness: &H) {
     let big = grant(&trade_no, &"x".repeat(300), 0);
     let (status, _, _) = send(&app, signed(big).await).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(counters.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(harness.grants(&trade_no).await, 1);
+}
+
+/// The callback preset answers a conflicting callback (same trade, another payload) with the
+/// stored success, read from the committed record, and runs nothing.
+pub async fn a_conflicting_callback_gets_the_stored_success<H: Harness>(harness: &H) {
+    let counters = Arc::new(Counters::default());
+    let app = app(harness, harness.store(), &counters, callback);
+    let trade_no = trade();
+    let (status, headers, first) = send(&app, grant(&trade_no, "ok", 0)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!replayed(&headers));
+    let (status, headers, again) = send(&app, grant(&trade_no, "other", 0)).await;
+    assert_eq!(status, StatusCode::OK, "{again:?}");
+    assert!(replayed(&headers));
+    assert_eq!(again, first);
     assert_eq!(counters.runs.load(Ordering::SeqCst), 1);
     assert_eq!(harness.grants(&trade_no).await, 1);
 }
@@ -576,6 +598,7 @@ macro_rules! transactional_tests {
             failures_leave_nothing,
             commit_without_record,
             refusals_claim_nothing,
+            a_conflicting_callback_gets_the_stored_success,
             concurrent_duplicates_run_once,
             duplicates_across_processes,
             deadlines_bound_the_wait,
