@@ -22,7 +22,10 @@ pub const BUSINESS_KEY_HEADER: &str = "business-key";
 /// answer. A 2xx answer delivers the message. `409 Conflict` (the receiver's idempotency layer
 /// is still running this key: an earlier delivery is in flight there), `429 Too Many Requests`
 /// and `503 Service Unavailable` defer it: given back uncounted, due again after the answer's
-/// `Retry-After` (in seconds) or the relay's first backoff step. Any other status refuses it
+/// `Retry-After` (in seconds) or the relay's first backoff step. `404 Not Found` has
+/// [no destination](DeliveryError::NoDestination) (the receiver's route is not deployed yet):
+/// deferred uncounted while the message is younger than the relay's
+/// [`with_destination_grace`](crate::Relay::with_destination_grace). Any other status refuses it
 /// (counted, retried, dead after `max_attempts`); no answer within the timeout, or no
 /// connection, makes it unreachable. The messages of a batch are posted concurrently (a batch
 /// holds at most one message per aggregate, so ordering holds). Plain `http://`; with the
@@ -145,6 +148,9 @@ impl HttpTarget {
                     reason: format!("answered {status}"),
                     retry_after,
                 }),
+                StatusCode::NOT_FOUND => {
+                    Err(DeliveryError::NoDestination(format!("answered {status}")))
+                }
                 status => Err(DeliveryError::Refused(format!("answered {status}"))),
             }
         };

@@ -155,6 +155,9 @@ pub struct Claimed {
     pub claim: i64,
     /// Failed deliveries so far.
     pub attempts: u32,
+    /// How long ago it was enqueued, by the database's clock (the host's on SQLite): how long a
+    /// relay has been trying to deliver it at most.
+    pub age: Duration,
     /// The message.
     pub message: OutboxMessage,
 }
