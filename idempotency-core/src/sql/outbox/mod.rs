@@ -31,6 +31,9 @@
 //! - **Ordering** (optional): messages with an aggregate key are claimed one at a time per
 //!   aggregate, oldest first; a later message waits until every earlier one of its aggregate is
 //!   sent (a dead one blocks its aggregate until revived: order is kept, not skipped).
+//! - **On a transition**: `Outbox::enqueue_if_applied` applies a
+//!   [`Transition`](super::Transition) and enqueues its message only if it applied, in one call
+//!   inside the caller's transaction (PostgreSQL, MySQL/MariaDB, SQLite).
 //! - **Wake-up**: on PostgreSQL the enqueue notifies the channel named like the table
 //!   (`pg_notify`, delivered at commit) and the relay `LISTEN`s on it
 //!   ([`OutboxTable::listen`]), so it does not poll. Times are the database's clock, except on
@@ -61,6 +64,8 @@
 
 #[cfg(feature = "mysql")]
 mod mysql;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+mod on_transition;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod shared;
