@@ -227,6 +227,10 @@ pub(crate) enum Command {
         #[arg(long, value_parser = parse_duration)]
         older_than: Option<Duration>,
     },
+    /// One business key across services: the sender's record (with --namespace), its outbox
+    /// message and the receiver's record, each found by deriving its key (also after the
+    /// outbox row was purged). Exit 3 when the receiver has no record.
+    Trace(crate::commands::trace::TraceArgs),
     /// Each given key's state, attempts and outcome status (absent: no record), in order.
     Reconcile {
         /// A raw key (repeat for several).

@@ -1,7 +1,8 @@
 //! The side effect hangs off the transition: `Outbox::enqueue_if_applied` applies a state
 //! transition and enqueues its message in the caller's transaction, on real PostgreSQL
 //! (`DATABASE_URL`), MySQL/MariaDB (`MYSQL_URL`) and SQLite: only an applied transition
-//! enqueues, and a rolled-back transaction leaves neither the state change nor the message.
+//! enqueues, and a rolled-back transaction leaves neither the state change nor the message
+//! (`Outbox::find` tells, by the message id).
 #![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -80,6 +81,17 @@ macro_rules! scenario {
             })
             .await
             .unwrap();
+        let found = outbox.find(&grant("T1").id).await.unwrap().unwrap();
+        assert_eq!(
+            (found.state.as_str(), found.topic.as_str()),
+            ("pending", "coupon.grant")
+        );
+        assert_eq!((found.attempts, found.last_error), (0, None));
+        assert_eq!(
+            outbox.find(&grant("T2").id).await.unwrap(),
+            None,
+            "rolled back"
+        );
         let ids: Vec<&str> = claimed.iter().map(|c| c.message.id.as_str()).collect();
         assert_eq!(
             ids,

@@ -5,6 +5,7 @@ mod list;
 mod lookup;
 mod outbox;
 mod purge;
+pub(crate) mod trace;
 
 use idempotency_core::operations::Admin;
 use idempotency_core::{DEFAULT_ABANDONED_GRACE, Mechanism, Scope, StorageKey};
@@ -83,6 +84,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
             let step = act::Step::Complete { outcome, ttl };
             act::act(&global, &storage_key, &fence, &action, step, &mut out).await
         }
+        Command::Trace(args) => trace::trace(&global, &args, &mut out).await,
         Command::Purge {
             action,
             archive_table,

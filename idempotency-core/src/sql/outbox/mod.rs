@@ -62,6 +62,8 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+mod lookup;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
@@ -81,6 +83,8 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::operations::Archive;
 use crate::{IdempotencyKey, Scope, StoreError};
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+pub use lookup::MessageStatus;
 
 use super::common::validate_identifier;
 
