@@ -49,7 +49,8 @@ pub struct Round {
     pub dead: usize,
     /// Given back because the target could not be reached.
     pub unreachable: usize,
-    /// Given back because the target asked to try later (not counted as a failure).
+    /// Given back uncounted: the target asked to try later, or the message's destination does
+    /// not exist yet (within the relay's destination grace).
     pub deferred: usize,
 }
 

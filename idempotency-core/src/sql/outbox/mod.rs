@@ -14,6 +14,11 @@
 //!   `Idempotency-Key`). The table refuses a second message with one id (the enqueue answers
 //!   `false`), but the first line is the caller's: enqueue only when the state transition or the
 //!   claim applied, so a duplicate callback enqueues nothing.
+//! - **Business key in the clear**: a row holds its business key and payload as the message
+//!   carries them, until the relay purges it after the retention (the archive keeps what it
+//!   is given). Idempotency records never hold raw keys; the outbox is the message on its way.
+//!   Operators find a message, and the receiver's record, from the business key by deriving
+//!   the id ([`message_id`]; `idempotency trace`), so nothing depends on the row being there.
 //! - **States**: `pending` (due at `available_at`), `sent`, `dead` (refused `max_attempts`
 //!   times; listed by [`OutboxTable::dead`] for operators, re-armed by [`OutboxTable::revive`]).
 //! - **Claiming**: a relay claims a batch by setting a fresh claim token and a lease (the row's
@@ -101,7 +106,10 @@ pub struct OutboxMessage {
     pub id: String,
     /// Where the relay sends it: an AMQP routing key, a NATS subject, an HTTP path.
     pub topic: String,
-    /// The business key it was derived from, kept in the clear for operators and headers.
+    /// The business key it was derived from. Part of the message, like the payload: stored in
+    /// the clear in the outbox row (and its archive) until purged, and delivered in the
+    /// `business-key` header, so operators and receivers see it. Unlike idempotency records,
+    /// which keep only a digest, the outbox is a queue of messages for another service.
     pub key: String,
     /// The ordering key: messages of one aggregate are delivered one at a time, in order.
     pub aggregate: Option<String>,
