@@ -67,6 +67,7 @@
 //! # Ok(()) }
 //! ```
 
+mod claimed_rows;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod lookup;
 #[cfg(feature = "mysql")]
