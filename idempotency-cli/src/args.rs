@@ -28,7 +28,7 @@ pub(crate) struct Cli {
 }
 
 /// Options every subcommand takes.
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub(crate) struct Global {
     /// The store: redis://host:6379, a Redis Cluster as a comma-separated node list
     /// (redis://a:7001,redis://b:7002), postgres://…, mysql://…, sqlite://path. Read from
@@ -252,6 +252,11 @@ pub(crate) enum Command {
         #[arg(long, value_parser = parse_duration)]
         older_than: Option<Duration>,
     },
+    /// One business key across services: the sender's record (with --namespace), its outbox
+    /// message and the receiver's record, each found by deriving its key (also after the
+    /// outbox row was purged). Exit 5 when the receiver has no record.
+    #[cfg(feature = "sql")]
+    Trace(crate::commands::trace::TraceArgs),
     /// Each given key's state, attempts and outcome status (absent: no record), in order.
     Reconcile {
         /// A raw key (repeat for several).

@@ -33,6 +33,13 @@
 //!   `OutboxTable::revive`); an unreachable target counts no failure, the relay backs off; a
 //!   target that asks to try later (HTTP 409 from a receiver still running the same key, 429,
 //!   503) defers the message until its `Retry-After`, uncounted.
+//! - **Setup order**: a message whose destination does not exist yet (no queue bound for its
+//!   routing key, no stream for its subject, an HTTP 404) is deferred uncounted while it is
+//!   younger than [`Relay::with_destination_grace`] (1 h by default), retried every few
+//!   seconds, so a relay started before its consumer loses nothing; older, it counts toward
+//!   dead. Targets can also declare their destinations
+//!   ([`rabbitmq::RabbitMqTarget::declaring_queues`], [`nats::JetStreamTarget::creating_stream`])
+//!   or require them at start ([`Relay::try_run`] fails with a [`DestinationError`]).
 //! - **Wake-up**: on PostgreSQL the relay `LISTEN`s and the enqueue notifies at commit; it polls
 //!   only for retries that come due. On MySQL and SQLite it polls (`with_poll_interval`).
 //! - **Ordering** (optional): messages with an aggregate key go out one at a time per aggregate.
@@ -61,4 +68,4 @@ pub mod nats;
 pub mod rabbitmq;
 
 pub use relay::{Relay, Round};
-pub use target::{DeliveryError, Target};
+pub use target::{DeliveryError, DestinationError, Target};

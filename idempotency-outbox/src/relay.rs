@@ -9,7 +9,7 @@ use idempotency_core::sql::outbox::{Archive, ClaimBatch, Claimed, Notifications,
 use idempotency_queue::Backoff;
 
 use crate::metrics::{DEAD, FAILURES, LEASES_LOST, SENT};
-use crate::target::{DeliveryError, Target};
+use crate::target::{DeliveryError, DestinationError, Target};
 
 /// How often a running relay purges sent messages past their retention.
 const PURGE_EVERY: Duration = Duration::from_secs(60);
@@ -23,6 +23,11 @@ const MAX_OUTAGE_PAUSE: Duration = Duration::from_secs(30);
 const MIN_DEFERRAL: Duration = Duration::from_millis(100);
 /// The longest delay before a deferred message is due again, whatever the target asked.
 const MAX_DEFERRAL: Duration = Duration::from_secs(3600);
+
+/// How long a message whose destination does not exist is deferred uncounted, by default.
+const DESTINATION_GRACE: Duration = Duration::from_secs(60 * 60);
+/// The longest delay before a message without a destination is tried again.
+const MAX_DESTINATION_RETRY: Duration = Duration::from_secs(30);
 
 /// The shortest pause between two renewals of a delivering batch's lease.
 const MIN_RENEWAL: Duration = Duration::from_millis(10);
@@ -44,7 +49,8 @@ pub struct Round {
     pub dead: usize,
     /// Given back because the target could not be reached.
     pub unreachable: usize,
-    /// Given back because the target asked to try later (not counted as a failure).
+    /// Given back uncounted: the target asked to try later, or the message's destination does
+    /// not exist yet (within the relay's destination grace).
     pub deferred: usize,
 }
 
@@ -93,6 +99,7 @@ pub struct Relay<O, T> {
     poll_interval: Duration,
     listen_bound: Duration,
     retention: Duration,
+    destination_grace: Duration,
     archive: tokio::sync::Mutex<Archive>,
     after_deliver: Option<AfterDeliver>,
 }
@@ -100,7 +107,8 @@ pub struct Relay<O, T> {
 impl<O: OutboxTable, T: Target> Relay<O, T> {
     /// A relay from `outbox` to `target`: batches of 100, a 30 s lease, dead after 10 refusals,
     /// retries 1 s doubling to 5 min, polling every 500 ms where it cannot `LISTEN`, sent
-    /// messages kept 24 h.
+    /// messages kept 24 h, messages without a destination deferred uncounted for their first
+    /// hour.
     pub fn new(outbox: O, target: T) -> Self {
         Self {
             outbox,
@@ -112,6 +120,7 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
             poll_interval: Duration::from_millis(500),
             listen_bound: Duration::from_secs(30),
             retention: Duration::from_secs(24 * 60 * 60),
+            destination_grace: DESTINATION_GRACE,
             archive: tokio::sync::Mutex::new(Archive::None),
             after_deliver: None,
         }
@@ -160,6 +169,17 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
         self
     }
 
+    /// How long after its enqueue a message whose destination does not exist
+    /// ([`DeliveryError::NoDestination`]: no queue bound, no stream for the subject, HTTP 404)
+    /// is given back uncounted (default 1 h): the receiver that declares the destination may
+    /// start after the relay. Such a message is tried again after a tenth of its age, between
+    /// the backoff's first step and 30 s, with a warning per round; past the grace each refusal
+    /// counts toward dead like any other. Zero counts them at once.
+    pub fn with_destination_grace(mut self, grace: Duration) -> Self {
+        self.destination_grace = grace;
+        self
+    }
+
     /// Copies sent messages to `archive` before purging them (default [`Archive::None`]: deleted
     /// without a copy): [`Archive::Table`] names a table in the outbox's database, created on
     /// first use, filled in the delete's transaction; [`Archive::JsonLines`] receives one
@@ -182,6 +202,15 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
     /// The outbox it relays from.
     pub fn outbox(&self) -> &O {
         &self.outbox
+    }
+
+    /// Prepares the target's destinations ([`Target::prepare`]: declares them, or checks that
+    /// they exist), then [`run`](Self::run)s: a relay told to require its destinations refuses
+    /// to start without them, with an error naming what is missing.
+    pub async fn try_run(&self) -> Result<Infallible, DestinationError> {
+        self.target.prepare().await?;
+        self.run().await;
+        unreachable!("Relay::run never returns")
     }
 
     /// Delivers due messages until it is dropped: woken by enqueues on PostgreSQL, polling
@@ -312,7 +341,30 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
         }
         let table = self.outbox.table_name().to_owned();
         let (mut sent, mut given_back) = (Vec::new(), Vec::new());
+        let mut without_destination: Option<(&str, String)> = None;
+        let mut undestined = 0usize;
         for (claimed, result) in batch.iter().zip(results) {
+            let result = match result {
+                Err(DeliveryError::NoDestination(reason))
+                    if claimed.age < self.destination_grace =>
+                {
+                    let retry_in = (claimed.age / 10)
+                        .max(self.backoff.delay(1))
+                        .min(MAX_DESTINATION_RETRY);
+                    self.outbox.release(claim, &[claimed.seq], retry_in).await?;
+                    round.deferred += 1;
+                    metrics::counter!(FAILURES, "table" => table.clone(), "reason" => "no_destination")
+                        .increment(1);
+                    undestined += 1;
+                    without_destination.get_or_insert((&claimed.message.topic, reason));
+                    continue;
+                }
+                Err(DeliveryError::NoDestination(reason)) => Err(DeliveryError::Refused(format!(
+                    "no destination for {:?} after the grace: {reason}",
+                    self.destination_grace
+                ))),
+                other => other,
+            };
             match result {
                 Ok(()) => sent.push(claimed.seq),
                 Err(DeliveryError::Unreachable(reason)) => {
@@ -332,7 +384,7 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
                     metrics::counter!(FAILURES, "table" => table.clone(), "reason" => "deferred")
                         .increment(1);
                 }
-                Err(DeliveryError::Refused(reason)) => {
+                Err(DeliveryError::Refused(reason) | DeliveryError::NoDestination(reason)) => {
                     let attempt = claimed.attempts.saturating_add(1);
                     let dead = attempt >= self.max_attempts;
                     let retry_in = self.backoff.delay(u64::from(attempt));
@@ -350,6 +402,16 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
                     }
                 }
             }
+        }
+        if let Some((topic, reason)) = without_destination {
+            tracing::warn!(
+                table = %table,
+                topic,
+                %reason,
+                messages = undestined,
+                grace = ?self.destination_grace,
+                "outbox messages have no destination yet (is the receiver declared?); deferred uncounted"
+            );
         }
         if !sent.is_empty() {
             let marked = self.outbox.mark_sent(claim, &sent).await?;

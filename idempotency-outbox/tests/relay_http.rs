@@ -201,6 +201,7 @@ async fn a_409_from_a_key_in_flight_defers_without_counting() {
                 seq: 0,
                 claim: 0,
                 attempts: 0,
+                age: Duration::ZERO,
                 message: slow,
             };
             HttpTarget::new(base).deliver(&[claimed]).await

@@ -134,10 +134,10 @@ async fn racing_relays_claim_disjoint_batches() {
     fixture.cleanup().await;
 }
 
-/// A subject no stream captures is refused (not unreachable): counted, and dead at the last
-/// attempt.
+/// Past the relay's destination grace, a subject no stream captures is refused (not
+/// unreachable): counted, and dead at the last attempt.
 #[tokio::test]
-async fn a_subject_without_a_stream_is_refused_until_dead() {
+async fn a_subject_without_a_stream_past_the_grace_is_refused_until_dead() {
     let Some(fixture) = Fixture::new().await else {
         return;
     };
@@ -146,6 +146,7 @@ async fn a_subject_without_a_stream_is_refused_until_dead() {
     let relay = fixture
         .relay()
         .with_max_attempts(2)
+        .with_destination_grace(Duration::ZERO)
         .with_backoff(Backoff::new(
             Duration::from_millis(1),
             Duration::from_millis(1),

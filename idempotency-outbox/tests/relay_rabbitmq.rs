@@ -296,8 +296,8 @@ async fn a_cut_broker_connection_gives_the_batch_back_uncounted() {
     fixture.delete_queue().await;
 }
 
-/// A message the broker cannot route (no queue for its topic) is refused, retried after a
-/// backoff, and dead at the last allowed attempt: listed for operators with the reason, not
+/// Past the relay's destination grace, a message the broker cannot route (no queue for its
+/// topic) is refused, retried after a backoff, and dead at the last allowed attempt: listed for operators with the reason, not
 /// delivered again, until an operator revives it (here after binding its queue).
 #[tokio::test]
 async fn a_refused_message_goes_dead_and_an_operator_revives_it() {
@@ -310,6 +310,7 @@ async fn a_refused_message_goes_dead_and_an_operator_revives_it() {
     let relay = fixture
         .relay()
         .with_max_attempts(3)
+        .with_destination_grace(Duration::ZERO)
         .with_backoff(Backoff::new(
             Duration::from_millis(1),
             Duration::from_millis(1),

@@ -7,6 +7,8 @@ mod lookup;
 mod outbox;
 mod purge;
 mod resolve;
+#[cfg(feature = "sql")]
+pub(crate) mod trace;
 
 use idempotency_core::DEFAULT_ABANDONED_GRACE;
 
@@ -84,6 +86,8 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
             let step = act::Step::Complete { outcome, ttl };
             act::act(&store.admin, &found, &fence, &action, step, &mut out).await
         }
+        #[cfg(feature = "sql")]
+        Command::Trace(args) => trace::trace(&global, &args, &mut out).await,
         Command::Purge {
             action,
             archive_table,

@@ -24,6 +24,7 @@ mod sizes;
 
 pub use builder::IdempotencyLayerBuilder;
 pub use layer::IdempotencyLayer;
+#[cfg(feature = "sql")]
 pub(crate) use scoping::warn_if_shared_unverified;
 pub use scoping::{ScopeChosen, ScopeIsChosen, ScopeUnchosen};
 pub use service::IdempotencyService;

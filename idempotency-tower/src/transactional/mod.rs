@@ -18,7 +18,9 @@
 //! | handler error, response the storage policy does not keep, panic, killed process | rolled back, business writes included: no record, the retry runs at once |
 //!
 //! A client that disconnects does not abandon the handler: it runs to its commit. A handler
-//! that must keep its writes without storing a record calls [`Tx::commit_without_record`].
+//! that must keep its writes without storing a record calls [`Tx::commit_without_record`];
+//! one with work that must wait for the commit (and never run without it) registers it with
+//! [`Tx::after_commit`].
 //! How a duplicate waits or is rejected on each database is in
 //! [`TxStore`](idempotency_core::sql::TxStore)'s docs (SQLite can only wait).
 //!

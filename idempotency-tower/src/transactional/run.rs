@@ -291,9 +291,14 @@ where
     };
     let key = *lease.key();
     let stored = !without_record && matches!(ending, Ending::Complete { .. });
+    let commits = stored || without_record;
     let committed = commit(&shared, tx, lease, ending, without_record).await;
     if stored && committed.is_ok() {
         shared.completed.remember(&key);
+    }
+    let hooks = slot.after_commit();
+    if commits && committed.is_ok() {
+        hooks.into_iter().for_each(|hook| hook());
     }
     // Duplicates waiting in this process go on: they will find the committed record.
     drop(flight);

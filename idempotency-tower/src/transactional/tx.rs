@@ -8,6 +8,9 @@ use idempotency_core::sql::InTransaction;
 
 use crate::refusal::{ProblemJson, Refusal, RefusalKind, RenderRefusal};
 
+/// What runs once the request's transaction committed ([`Tx::after_commit`]).
+pub(crate) type AfterCommit = Box<dyn FnOnce() + Send>;
+
 /// Where the request's transaction waits between the layer and its handler.
 pub(crate) struct Slot<DB: sqlx::Database> {
     state: Mutex<SlotState<DB>>,
@@ -20,6 +23,8 @@ struct SlotState<DB: sqlx::Database> {
     handed_out: bool,
     /// The handler's choice: commit its writes, store no record.
     without_record: bool,
+    /// What the handler asked to run after the commit.
+    after_commit: Vec<AfterCommit>,
 }
 
 impl<DB: sqlx::Database> Slot<DB> {
@@ -30,6 +35,7 @@ impl<DB: sqlx::Database> Slot<DB> {
                 tx: Some(tx),
                 handed_out: false,
                 without_record: false,
+                after_commit: Vec::new(),
             }),
         })
     }
@@ -44,6 +50,11 @@ impl<DB: sqlx::Database> Slot<DB> {
     pub(crate) fn reclaim(&self) -> (Option<sqlx::Transaction<'static, DB>>, bool) {
         let mut state = self.state();
         (state.tx.take(), state.without_record)
+    }
+
+    /// Takes what the handler asked to run after the commit.
+    pub(crate) fn after_commit(&self) -> Vec<AfterCommit> {
+        std::mem::take(&mut self.state().after_commit)
     }
 }
 
@@ -98,6 +109,19 @@ impl<DB: sqlx::Database> Tx<DB> {
     /// be replayed although some writes must stay (an audit row of a refused request, say).
     pub fn commit_without_record(self) {
         self.slot.state().without_record = true;
+    }
+
+    /// Runs `hook` once the layer committed this transaction (with the record, or without one
+    /// as [`commit_without_record`](Self::commit_without_record) asks), right after the commit
+    /// and before the response leaves; never when the transaction rolls back (an error, a
+    /// response the policy does not store, a panic, a failed commit), and never for a replay.
+    /// For what must not happen before the writes are durable and must not happen if they are
+    /// not: waking an in-process outbox relay, invalidating a cache, a metric. Keep it quick
+    /// (spawn a task for slow work); hooks run in the order they were added. A side effect for
+    /// another service belongs in the outbox, in the transaction, not here: a process that dies
+    /// between the commit and its hook never runs the hook.
+    pub fn after_commit(&mut self, hook: impl FnOnce() + Send + 'static) {
+        self.slot.state().after_commit.push(Box::new(hook));
     }
 
     fn transaction(&mut self) -> &mut sqlx::Transaction<'static, DB> {

@@ -14,6 +14,11 @@
 //!   `Idempotency-Key`). The table refuses a second message with one id (the enqueue answers
 //!   `false`), but the first line is the caller's: enqueue only when the state transition or the
 //!   claim applied, so a duplicate callback enqueues nothing.
+//! - **Business key in the clear**: a row holds its business key and payload as the message
+//!   carries them, until the relay purges it after the retention (the archive keeps what it
+//!   is given). Idempotency records never hold raw keys; the outbox is the message on its way.
+//!   Operators find a message, and the receiver's record, from the business key by deriving
+//!   the id ([`message_id`]; `idempotency trace`), so nothing depends on the row being there.
 //! - **States**: `pending` (due at `available_at`), `sent`, `dead` (refused `max_attempts`
 //!   times; listed by [`OutboxTable::dead`] for operators, re-armed by [`OutboxTable::revive`]).
 //! - **Claiming**: a relay claims a batch by setting a fresh claim token and a lease (the row's
@@ -31,6 +36,9 @@
 //! - **Ordering** (optional): messages with an aggregate key are claimed one at a time per
 //!   aggregate, oldest first; a later message waits until every earlier one of its aggregate is
 //!   sent (a dead one blocks its aggregate until revived: order is kept, not skipped).
+//! - **On a transition**: `Outbox::enqueue_if_applied` applies a
+//!   [`Transition`](super::Transition) and enqueues its message only if it applied, in one call
+//!   inside the caller's transaction (PostgreSQL, MySQL/MariaDB, SQLite).
 //! - **Wake-up**: on PostgreSQL the enqueue notifies the channel named like the table
 //!   (`pg_notify`, delivered at commit) and the relay `LISTEN`s on it
 //!   ([`OutboxTable::listen`]), so it does not poll. Times are the database's clock, except on
@@ -59,8 +67,13 @@
 //! # Ok(()) }
 //! ```
 
+mod claimed_rows;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+mod lookup;
 #[cfg(feature = "mysql")]
 mod mysql;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+mod on_transition;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod shared;
@@ -76,6 +89,8 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::operations::Archive;
 use crate::{IdempotencyKey, Scope, StoreError};
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+pub use lookup::MessageStatus;
 
 use super::common::validate_identifier;
 
@@ -92,7 +107,10 @@ pub struct OutboxMessage {
     pub id: String,
     /// Where the relay sends it: an AMQP routing key, a NATS subject, an HTTP path.
     pub topic: String,
-    /// The business key it was derived from, kept in the clear for operators and headers.
+    /// The business key it was derived from. Part of the message, like the payload: stored in
+    /// the clear in the outbox row (and its archive) until purged, and delivered in the
+    /// `business-key` header, so operators and receivers see it. Unlike idempotency records,
+    /// which keep only a digest, the outbox is a queue of messages for another service.
     pub key: String,
     /// The ordering key: messages of one aggregate are delivered one at a time, in order.
     pub aggregate: Option<String>,
@@ -155,6 +173,9 @@ pub struct Claimed {
     pub claim: i64,
     /// Failed deliveries so far.
     pub attempts: u32,
+    /// How long ago it was enqueued, by the database's clock (the host's on SQLite): how long a
+    /// relay has been trying to deliver it at most.
+    pub age: Duration,
     /// The message.
     pub message: OutboxMessage,
 }

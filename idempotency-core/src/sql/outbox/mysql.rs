@@ -88,7 +88,10 @@ fn statements(t: &str) -> OutboxSql {
              ORDER BY o.available_at, o.seq LIMIT ? FOR UPDATE"
         ),
         claim_update: format!("UPDATE {t} SET claim = ?, available_at = {later} WHERE seq IN ("),
-        claim_read: format!("SELECT {COLUMNS} FROM {t} WHERE claim = ? ORDER BY seq"),
+        claim_read: format!(
+            "SELECT {COLUMNS}, TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) \
+             FROM {t} WHERE claim = ? ORDER BY seq"
+        ),
         skip_locked: std::sync::OnceLock::new(),
         mark_sent: format!(
             "UPDATE {t} SET state = 'sent', sent_at = {later}, claim = NULL, last_error = NULL \

@@ -84,7 +84,8 @@ fn statements(t: &str) -> OutboxSql {
                      AND e.seq < o.seq AND e.state <> 'sent')) \
                ORDER BY o.available_at, o.seq LIMIT $3 \
                FOR UPDATE SKIP LOCKED) \
-             RETURNING {COLUMNS}"
+             RETURNING {COLUMNS}, \
+               (extract(epoch FROM statement_timestamp() - created_at) * 1000000)::bigint"
         ),
         claim_update: String::new(),
         claim_read: String::new(),

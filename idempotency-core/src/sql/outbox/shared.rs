@@ -22,11 +22,7 @@ use crate::StoreError;
 use crate::sql::common::{RowsAffected, map_err, micros, unix_micros, validate_identifier};
 use crate::time::unix_millis;
 
-/// The columns a claim and a dead listing read, in [`Row`]'s order.
-pub(crate) const COLUMNS: &str = "seq, id, topic, business_key, aggregate, payload, attempts";
-
-/// A message row: [`COLUMNS`].
-pub(crate) type Row = (i64, String, String, String, Option<String>, Vec<u8>, i64);
+pub(crate) use super::claimed_rows::{COLUMNS, Row, claimed};
 
 /// A dead message's row: [`COLUMNS`] and `last_error`.
 type DeadRow = (
@@ -78,27 +74,6 @@ fn archived(
 /// MySQL a claim's locking read and another relay's marks lock index entries in different
 /// orders).
 pub(crate) const DEADLOCK_ROUNDS: usize = 8;
-
-/// The messages of claimed rows, in enqueue order (`RETURNING` keeps no order).
-pub(crate) fn claimed(rows: Vec<Row>, claim: i64) -> Vec<Claimed> {
-    let mut claimed: Vec<Claimed> = rows
-        .into_iter()
-        .map(|(seq, id, topic, key, aggregate, payload, tries)| Claimed {
-            seq,
-            claim,
-            attempts: attempts(tries),
-            message: OutboxMessage {
-                id,
-                topic,
-                key,
-                aggregate,
-                payload,
-            },
-        })
-        .collect();
-    claimed.sort_by_key(|claimed| claimed.seq);
-    claimed
-}
 
 /// The bound time `offset` (signed microseconds) from now, as `DB`'s statements take it.
 fn moment<DB: sealed::OutboxSteps>(offset: i64) -> i64 {

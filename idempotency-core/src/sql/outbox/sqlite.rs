@@ -78,7 +78,7 @@ fn statements(t: &str) -> OutboxSql {
                    SELECT 1 FROM \"{t}\" e WHERE e.aggregate = o.aggregate \
                      AND e.seq < o.seq AND e.state <> 'sent')) \
                ORDER BY o.available_at, o.seq LIMIT ?4) \
-             RETURNING {COLUMNS}"
+             RETURNING {COLUMNS}, ?3 - created_at"
         ),
         claim_update: String::new(),
         claim_read: String::new(),
