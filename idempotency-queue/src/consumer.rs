@@ -16,6 +16,18 @@ pub const DELIVERIES: &str = "idempotency_queue_deliveries_total";
 
 type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
 
+tokio::task_local! {
+    /// Whether the consumer running the current handler defers to it where its own store
+    /// cannot answer ([`IdempotentConsumer::with_guarded_handler`]).
+    static DEFERS_TO_HANDLER: bool;
+}
+
+/// Whether the consumer running the current task's handler defers to it (`None` outside a
+/// consumer's handler, or in a task the handler spawned).
+pub(crate) fn defers_to_handler() -> Option<bool> {
+    DEFERS_TO_HANDLER.try_with(|defers| *defers).ok()
+}
+
 /// Runs a handler at most once per business key over at-least-once deliveries.
 ///
 /// For each delivery: extract the business key → claim it in the engine's store → run the
@@ -82,8 +94,21 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// The fingerprint is the payload (the same key with another payload is rejected); the
     /// redelivery backoff is [`Backoff::default`]; a duplicate of a delivery still running
     /// waits for it up to [`DEFAULT_IN_FLIGHT_WAIT`] (5 s).
+    ///
+    /// A handler keeping its own record of truth ([`Handler::record_ttl`]) for less time than
+    /// the engine's store keeps its records (TTL plus lease) is logged at ERROR here: build
+    /// two-tier consumers with `two_tier::TwoTier` (feature `sql`), which refuses it.
     pub fn new(engine: Idempotency<S>, scope: Scope, extractor: K, handler: H) -> Self {
         let guarded_handler = handler.guards_itself();
+        #[cfg(feature = "sql")]
+        if let Some(truth_ttl) = handler.record_ttl() {
+            let config = engine.config();
+            if let Err(error) =
+                crate::two_tier::check_fast_tier(config.ttl, config.lease, truth_ttl)
+            {
+                tracing::error!(namespace = scope.namespace(), %error, "two-tier consumer misconfigured");
+            }
+        }
         Self {
             engine,
             namespace: Namespace::new(scope.namespace()),
@@ -303,10 +328,8 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     }
 
     async fn run_handler(&self, job: Job) -> Result<Handled, String> {
-        match AssertUnwindSafe(self.handler.handle(job))
-            .catch_unwind()
-            .await
-        {
+        let handled = DEFERS_TO_HANDLER.scope(self.guarded_handler, self.handler.handle(job));
+        match AssertUnwindSafe(handled).catch_unwind().await {
             Ok(Ok(handled)) => Ok(handled),
             Ok(Err(error)) => {
                 telemetry::record_current(telemetry::ERROR_TYPE, "handler_error");
