@@ -66,7 +66,8 @@ pub(crate) fn defers_to_handler() -> Option<bool> {
 /// # }
 /// ```
 pub struct IdempotentConsumer<S: Store, K, H> {
-    engine: Idempotency<S>,
+    /// The fast tier; `None` for a consumer whose handler's own record decides alone.
+    engine: Option<Idempotency<S>>,
     scope: Scope,
     namespace: Namespace,
     in_flight: InFlightPolicy,
@@ -99,7 +100,6 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// the engine's store keeps its records (TTL plus lease) is logged at ERROR here: build
     /// two-tier consumers with `two_tier::TwoTier` (feature `sql`), which refuses it.
     pub fn new(engine: Idempotency<S>, scope: Scope, extractor: K, handler: H) -> Self {
-        let guarded_handler = handler.guards_itself();
         #[cfg(feature = "sql")]
         if let Some(truth_ttl) = handler.record_ttl() {
             let config = engine.config();
@@ -109,6 +109,18 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
                 tracing::error!(namespace = scope.namespace(), %error, "two-tier consumer misconfigured");
             }
         }
+        Self::with_engine(Some(engine), scope, extractor, handler)
+    }
+
+    /// A consumer without a store of its own: every delivery goes to `handler`, whose own
+    /// record of truth decides (`two_tier::TwoTier::sql_only`).
+    #[cfg(feature = "sql")]
+    pub(crate) fn without_fast_tier(scope: Scope, extractor: K, handler: H) -> Self {
+        Self::with_engine(None, scope, extractor, handler).with_guarded_handler(true)
+    }
+
+    fn with_engine(engine: Option<Idempotency<S>>, scope: Scope, extractor: K, handler: H) -> Self {
+        let guarded_handler = handler.guards_itself();
         Self {
             engine,
             namespace: Namespace::new(scope.namespace()),
@@ -165,9 +177,10 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         self
     }
 
-    /// The engine.
-    pub fn engine(&self) -> &Idempotency<S> {
-        &self.engine
+    /// The engine of the fast tier; `None` for a consumer without one (SQL only,
+    /// `two_tier::TwoTier::sql_only`, feature `sql`).
+    pub fn engine(&self) -> Option<&Idempotency<S>> {
+        self.engine.as_ref()
     }
 
     /// The scope keys are claimed in.
@@ -211,6 +224,12 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         }
         let delivery = delivery_number(&message);
         let fingerprint = (self.fingerprint)(&message);
+        let Some(engine) = &self.engine else {
+            // One tier: the handler's record decides everything.
+            return self
+                .run_guarded_without_claim(key, message, fingerprint, delivery)
+                .await;
+        };
         // With two tiers the truth waits, on the first one's transaction: the fast tier only
         // answers at once.
         let in_flight = if self.guarded_handler {
@@ -218,7 +237,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         } else {
             self.in_flight
         };
-        let claim = self.engine.claim(
+        let claim = engine.claim(
             &self.namespace,
             self.scope.storage_key(&key),
             &fingerprint,

@@ -105,6 +105,49 @@ where
         )
     }
 
+    /// The consumer without a fast tier: keys from `extractor`, every delivery decided by the
+    /// truth alone, in the business transaction. One SQL transaction per delivery, duplicates
+    /// included (a claim that finds the committed record, then a rollback); refused if the
+    /// truth's TTL is shorter than the [`retry_horizon`](Self::retry_horizon).
+    ///
+    /// When a fast tier pays: when duplicates are frequent (gateway retries, redelivery storms
+    /// after a consumer restart) and the database is the scarce resource; it answers a
+    /// completed key with one round trip to the fast store instead of a transaction. When
+    /// duplicates are rare, the fast tier only adds a round trip to every new message and a
+    /// second store to run.
+    ///
+    /// ```
+    /// use idempotency_core::Scope;
+    /// use idempotency_core::sql::PostgresStore;
+    /// use idempotency_queue::MessageId;
+    /// use idempotency_queue::two_tier::{Json, SqlTruth, TwoTier, Tx};
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Paid { trade_no: String }
+    ///
+    /// # fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// let grant = |tx: Tx<sqlx::Postgres>, Json(paid): Json<Paid>| async move {
+    ///     sqlx::query("INSERT INTO coupons (trade_no) VALUES ($1)")
+    ///         .bind(paid.trade_no)
+    ///         .execute(&mut *tx.conn().await)
+    ///         .await
+    ///         .map(|_| ())
+    /// };
+    /// let consumer = TwoTier::new(SqlTruth::new(PostgresStore::new(pool), Scope::new("coupon-grant"), grant))
+    ///     .sql_only(MessageId)?;
+    /// # let _ = consumer; Ok(()) }
+    /// ```
+    pub fn sql_only<K: KeyExtractor>(
+        self,
+        extractor: K,
+    ) -> Result<TwoTierConsumer<T, K, T, I, B>, TierConfigError> {
+        self.check_horizon()?;
+        let scope = self.truth.scope().clone();
+        Ok(IdempotentConsumer::without_fast_tier(
+            scope, extractor, self.truth,
+        ))
+    }
+
     fn check_horizon(&self) -> Result<(), TierConfigError> {
         match self.retry_horizon {
             Some(horizon) if horizon > self.truth.ttl() => {
