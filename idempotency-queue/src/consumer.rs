@@ -9,12 +9,13 @@ use idempotency_core::{
 };
 use tracing::Instrument;
 
-use crate::{Backoff, Handled, Handler, Job, KeyExtractor, Message, RejectReason, Stats, Verdict};
+use crate::fingerprint::{CONFLICTS, MessageFingerprint};
+use crate::{
+    Backoff, Handled, Handler, Job, KeyExtractor, Message, OnConflict, RejectReason, Stats, Verdict,
+};
 
 /// Counter of deliveries by verdict, labelled `namespace` and `verdict` ([`Verdict::label`]).
 pub const DELIVERIES: &str = "idempotency_queue_deliveries_total";
-
-type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
 
 tokio::task_local! {
     /// Whether the consumer running the current handler defers to it where its own store
@@ -73,7 +74,8 @@ pub struct IdempotentConsumer<S: Store, K, H> {
     in_flight: InFlightPolicy,
     extractor: K,
     handler: H,
-    fingerprint: Fingerprinter,
+    fingerprint: MessageFingerprint,
+    on_conflict: Option<OnConflict>,
     backoff: Backoff,
     guarded_handler: bool,
     stats: Stats,
@@ -128,7 +130,8 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             scope,
             extractor,
             handler,
-            fingerprint: Box::new(|message| Fingerprint::of_bytes(message.payload())),
+            fingerprint: MessageFingerprint::Payload,
+            on_conflict: None,
             backoff: Backoff::default(),
             guarded_handler,
             stats: Stats::default(),
@@ -140,13 +143,65 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         mut self,
         fingerprint: impl Fn(&Message) -> Fingerprint + Send + Sync + 'static,
     ) -> Self {
-        self.fingerprint = Box::new(fingerprint);
+        self.fingerprint = MessageFingerprint::Custom(Box::new(fingerprint));
+        self
+    }
+
+    /// Fingerprints messages by these fields of their JSON payload (JSON Pointers), canonical:
+    /// field order, spacing and every other field do not matter, so a copy of the same event
+    /// re-serialised, re-signed or re-timed (a new `notify_time`, `sign`) is a duplicate. The
+    /// fields are those that identify the event (the trade, its status, its amount), with the
+    /// same reading as the HTTP layer's `fingerprint_json_fields`. Numbers are fingerprinted
+    /// exactly: an integer beyond 64 bits is refused (rejected, send it as a string). A
+    /// payload that is not JSON is rejected ([`RejectReason::Payload`]).
+    ///
+    /// A copy whose fields differ (same key) is acked as a conflict unless configured
+    /// ([`on_conflict`](Self::on_conflict)).
+    ///
+    /// ```
+    /// use idempotency_core::{Idempotency, MemoryStore, Scope};
+    /// use idempotency_queue::{Action, IdempotentConsumer, Job, JsonField, Message, Verdict};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let consumer = IdempotentConsumer::new(
+    ///     Idempotency::new(MemoryStore::new()),
+    ///     Scope::new("trade-notify"),
+    ///     JsonField::new("/trade_no"),
+    ///     |job: Job| async move { Ok::<_, std::io::Error>(()) },
+    /// )
+    /// .fingerprint_json_fields(["/trade_no", "/trade_status", "/total_amount"]);
+    /// let paid = r#"{"trade_no":"T1","trade_status":"TRADE_SUCCESS","total_amount":"8.80","sign":"a"}"#;
+    /// let resent = r#"{"sign":"b","total_amount":"8.80","trade_status":"TRADE_SUCCESS","trade_no":"T1"}"#;
+    /// let conflicting = r#"{"trade_no":"T1","trade_status":"TRADE_SUCCESS","total_amount":"9.99"}"#;
+    /// assert!(matches!(consumer.process(Message::new(paid)).await, Verdict::Processed { .. }));
+    /// assert!(matches!(consumer.process(Message::new(resent)).await, Verdict::Duplicate { .. }));
+    /// let conflict = consumer.process(Message::new(conflicting)).await;
+    /// assert_eq!((conflict.clone(), conflict.action()), (Verdict::Conflict, Action::Ack));
+    /// # }
+    /// ```
+    pub fn fingerprint_json_fields<P: Into<String>>(
+        mut self,
+        pointers: impl IntoIterator<Item = P>,
+    ) -> Self {
+        let pointers: Vec<String> = pointers.into_iter().map(Into::into).collect();
+        self.fingerprint = MessageFingerprint::JsonFields(pointers.into());
+        self
+    }
+
+    /// What a delivery gets whose key was first used with another fingerprint: acked as a
+    /// conflict, logged and counted ([`OnConflict::Ack`], the default with
+    /// [`fingerprint_json_fields`](Self::fingerprint_json_fields)), or dead-lettered
+    /// ([`OnConflict::DeadLetter`], the default with the payload bytes or a function). Either
+    /// way the handler does not run.
+    pub fn on_conflict(mut self, on_conflict: OnConflict) -> Self {
+        self.on_conflict = Some(on_conflict);
         self
     }
 
     /// Treats every delivery of a key as the same, whatever its payload (no mismatch check).
     pub fn fingerprint_key_only(self) -> Self {
-        self.with_fingerprint(|_| Fingerprint::of_bytes(b""))
+        let empty = Fingerprint::of_bytes(b"");
+        self.with_fingerprint(move |_| empty)
     }
 
     /// What a duplicate of a delivery still being handled gets (default: wait up to 5 s for
@@ -223,7 +278,13 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             telemetry::record_message_id(id, key.as_str());
         }
         let delivery = delivery_number(&message);
-        let fingerprint = (self.fingerprint)(&message);
+        let fingerprint = match self.fingerprint.compute(&message) {
+            Ok(fingerprint) => fingerprint,
+            Err(reason) => {
+                tracing::warn!(namespace = self.scope.namespace(), %reason, "message that cannot be fingerprinted");
+                return Verdict::Rejected(RejectReason::Payload(reason));
+            }
+        };
         let Some(engine) = &self.engine else {
             // One tier: the handler's record decides everything.
             return self
@@ -258,7 +319,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
                     .await;
             }
             Ok(Decision::InFlight { retry_after }) => return Verdict::InFlight { retry_after },
-            Ok(Decision::Mismatch) => return Verdict::Rejected(RejectReason::Mismatch),
+            Ok(Decision::Mismatch) => return self.conflict(),
             Err(error) if self.guarded_handler => {
                 tracing::warn!(namespace = self.scope.namespace(), %error, "fast-path store failed; the guarded handler decides");
                 return self
@@ -336,13 +397,32 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             },
             Ok(Handled::Output(output)) => Verdict::Processed { recorded, output },
             Ok(Handled::AlreadyDone(output)) => Verdict::AlreadyDone { output },
-            Ok(Handled::Mismatch) => Verdict::Rejected(RejectReason::Mismatch),
+            Ok(Handled::Mismatch) => self.conflict(),
             Ok(Handled::InFlight { retry_after }) => Verdict::InFlight { retry_after },
             Ok(Handled::Invalid(reason)) => Verdict::Rejected(RejectReason::Payload(reason)),
             Err(error) => Verdict::Failed {
                 retry_after: self.backoff.delay(delivery),
                 error,
             },
+        }
+    }
+
+    /// The verdict of a copy whose key was first used with another fingerprint.
+    fn conflict(&self) -> Verdict {
+        let on_conflict = self
+            .on_conflict
+            .unwrap_or_else(|| self.fingerprint.default_on_conflict());
+        match on_conflict {
+            OnConflict::DeadLetter => Verdict::Rejected(RejectReason::Mismatch),
+            OnConflict::Ack => {
+                metrics::counter!(CONFLICTS, "namespace" => self.scope.namespace().to_owned())
+                    .increment(1);
+                tracing::warn!(
+                    namespace = self.scope.namespace(),
+                    "business key already used with other fingerprinted fields; not run, acked as a duplicate"
+                );
+                Verdict::Conflict
+            }
         }
     }
 

@@ -79,6 +79,10 @@ pub enum Verdict {
         /// What the first run produced, as that record keeps it.
         output: Bytes,
     },
+    /// The key was first used with other fingerprinted content (a conflicting copy of the
+    /// event): acked, not run, logged at WARN and counted
+    /// ([`CONFLICTS`](crate::CONFLICTS); [`OnConflict::Ack`](crate::OnConflict::Ack)).
+    Conflict,
     /// Another consumer is processing the same key, still after the in-flight wait: requeued
     /// with a delay.
     InFlight {
@@ -119,9 +123,10 @@ impl Verdict {
     /// What the broker is told.
     pub fn action(&self) -> Action {
         match self {
-            Self::Processed { .. } | Self::Duplicate { .. } | Self::AlreadyDone { .. } => {
-                Action::Ack
-            }
+            Self::Processed { .. }
+            | Self::Duplicate { .. }
+            | Self::AlreadyDone { .. }
+            | Self::Conflict => Action::Ack,
             Self::InFlight { retry_after }
             | Self::Failed { retry_after, .. }
             | Self::StoreUnavailable { retry_after, .. } => Action::Requeue {
@@ -131,13 +136,14 @@ impl Verdict {
         }
     }
 
-    /// A short label (`processed`, `duplicate`, `already_done`, `in_flight`, `failed`,
+    /// A short label (`processed`, `duplicate`, `already_done`, `conflict`, `in_flight`, `failed`,
     /// `store_unavailable`, `rejected`) for logs and metrics.
     pub fn label(&self) -> &'static str {
         match self {
             Self::Processed { .. } => "processed",
             Self::Duplicate { .. } => "duplicate",
             Self::AlreadyDone { .. } => "already_done",
+            Self::Conflict => "conflict",
             Self::InFlight { .. } => "in_flight",
             Self::Failed { .. } => "failed",
             Self::StoreUnavailable { .. } => "store_unavailable",
@@ -155,6 +161,7 @@ impl fmt::Display for Verdict {
             } => f.write_str("processed, outcome not recorded"),
             Self::Duplicate { .. } => f.write_str("duplicate, acked"),
             Self::AlreadyDone { .. } => f.write_str("already done per the record of truth, acked"),
+            Self::Conflict => f.write_str("key used before with other content, acked"),
             Self::InFlight { retry_after } => {
                 write!(f, "in flight elsewhere, requeued in {retry_after:?}")
             }
