@@ -14,6 +14,10 @@ use crate::{
     Backoff, Handled, Handler, Job, KeyExtractor, Message, OnConflict, RejectReason, Stats, Verdict,
 };
 
+/// How many times a message whose handler keeps failing is delivered before it is
+/// dead-lettered ([`IdempotentConsumer::with_max_deliveries`]).
+pub const DEFAULT_MAX_DELIVERIES: u64 = 10;
+
 /// Counter of deliveries by verdict, labelled `namespace` and `verdict` ([`Verdict::label`]).
 pub const DELIVERIES: &str = "idempotency_queue_deliveries_total";
 
@@ -40,8 +44,10 @@ pub(crate) fn defers_to_handler() -> Option<bool> {
 /// | key already completed | [`Verdict::Duplicate`], with the first run's output | ack, handler not run |
 /// | key held by a running consumer | waits for it (up to 5 s, [`with_in_flight`](Self::with_in_flight)), then as it ended: [`Verdict::Duplicate`], or runs if it failed; still running → [`Verdict::InFlight`] | ack, or requeue after a delay |
 /// | handler `Err` or panic | [`Verdict::Failed`] | key released, requeue with backoff |
+/// | handler `Err` on the last delivery allowed ([`with_max_deliveries`](Self::with_max_deliveries), 10) | [`Verdict::Rejected`] ([`RejectReason::Exhausted`]) | key released, dead-lettered |
+/// | key used before with other fingerprinted fields | [`Verdict::Conflict`] ([`OnConflict::Ack`]) or [`Verdict::Rejected`] ([`OnConflict::DeadLetter`]), see [`on_conflict`](Self::on_conflict) | ack, or reject |
 /// | store unreachable | [`Verdict::StoreUnavailable`] | requeue with backoff, handler not run |
-/// | no key, or key reused with another payload (per the store or the handler's [`Handled::Mismatch`]) | [`Verdict::Rejected`] | reject |
+/// | no key, or a payload the fingerprint or the handler cannot read | [`Verdict::Rejected`] | reject |
 ///
 /// ```
 /// use idempotency_core::{Idempotency, MemoryStore, Scope};
@@ -76,6 +82,7 @@ pub struct IdempotentConsumer<S: Store, K, H> {
     handler: H,
     fingerprint: MessageFingerprint,
     on_conflict: Option<OnConflict>,
+    max_deliveries: Option<u64>,
     backoff: Backoff,
     guarded_handler: bool,
     stats: Stats,
@@ -132,6 +139,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             handler,
             fingerprint: MessageFingerprint::Payload,
             on_conflict: None,
+            max_deliveries: Some(DEFAULT_MAX_DELIVERIES),
             backoff: Backoff::default(),
             guarded_handler,
             stats: Stats::default(),
@@ -211,6 +219,20 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// the handler's own record decides instead, waiting on the first one's transaction.
     pub fn with_in_flight(mut self, policy: InFlightPolicy) -> Self {
         self.in_flight = policy;
+        self
+    }
+
+    /// How many deliveries of a message whose handler fails are allowed (default
+    /// [`DEFAULT_MAX_DELIVERIES`], 10): a failure on the last one dead-letters the message
+    /// ([`RejectReason::Exhausted`], with the handler's last error) instead of requeueing it
+    /// forever. `None`: requeued as long as it fails. Only handler failures count towards it,
+    /// never a store outage or a key in flight elsewhere.
+    ///
+    /// The count is the broker's: JetStream's `num_delivered`, RabbitMQ's `x-delivery-count`
+    /// (quorum queues). A RabbitMQ classic queue counts nothing (it only flags a redelivery):
+    /// use a quorum queue, or a `delivery-limit` policy, to bound poison messages there.
+    pub fn with_max_deliveries(mut self, max: Option<u64>) -> Self {
+        self.max_deliveries = max;
         self
     }
 
@@ -328,7 +350,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             }
             Err(error) => {
                 return Verdict::StoreUnavailable {
-                    retry_after: self.backoff.delay(delivery),
+                    retry_after: self.backoff.delay(delivery.number),
                     error: error.to_string(),
                 };
             }
@@ -376,7 +398,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         key: IdempotencyKey,
         message: Message,
         fingerprint: Fingerprint,
-        delivery: u64,
+        delivery: Attempt,
     ) -> Verdict {
         let job = Job {
             key,
@@ -389,7 +411,12 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     }
 
     /// The verdict of the handler's answer (`recorded`: its outcome is in the engine's store).
-    fn verdict(&self, answer: Result<Handled, String>, recorded: bool, delivery: u64) -> Verdict {
+    fn verdict(
+        &self,
+        answer: Result<Handled, String>,
+        recorded: bool,
+        delivery: Attempt,
+    ) -> Verdict {
         match answer {
             Ok(Handled::Done) => Verdict::Processed {
                 recorded,
@@ -400,9 +427,15 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             Ok(Handled::Mismatch) => self.conflict(),
             Ok(Handled::InFlight { retry_after }) => Verdict::InFlight { retry_after },
             Ok(Handled::Invalid(reason)) => Verdict::Rejected(RejectReason::Payload(reason)),
-            Err(error) => Verdict::Failed {
-                retry_after: self.backoff.delay(delivery),
-                error,
+            Err(error) => match (self.max_deliveries, delivery.counted) {
+                (Some(max), Some(deliveries)) if deliveries >= max => {
+                    tracing::warn!(namespace = self.scope.namespace(), deliveries, %error, "handler failed on the last allowed delivery; dead-lettered");
+                    Verdict::Rejected(RejectReason::Exhausted { deliveries, error })
+                }
+                _ => Verdict::Failed {
+                    retry_after: self.backoff.delay(delivery.number),
+                    error,
+                },
             },
         }
     }
@@ -443,10 +476,21 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     }
 }
 
-/// The delivery number (1 for the first) as far as the broker tells.
-fn delivery_number(message: &Message) -> u64 {
-    message
-        .delivery_count()
-        .unwrap_or(if message.redelivered() { 2 } else { 1 })
-        .max(1)
+/// Which delivery of its message this is.
+#[derive(Clone, Copy, Debug)]
+struct Attempt {
+    /// The delivery number (1 for the first) as far as the broker tells (2 for a redelivery
+    /// of unknown count).
+    number: u64,
+    /// The number, when the broker counts deliveries (JetStream, RabbitMQ quorum queues).
+    counted: Option<u64>,
+}
+
+/// Which delivery of its message `message` is.
+fn delivery_number(message: &Message) -> Attempt {
+    let counted = message.delivery_count().map(|count| count.max(1));
+    Attempt {
+        number: counted.unwrap_or(if message.redelivered() { 2 } else { 1 }),
+        counted,
+    }
 }

@@ -70,7 +70,7 @@ pub mod rabbitmq;
 pub mod two_tier;
 
 pub use backoff::Backoff;
-pub use consumer::{DELIVERIES, IdempotentConsumer};
+pub use consumer::{DEFAULT_MAX_DELIVERIES, DELIVERIES, IdempotentConsumer};
 pub use dead_letter::DEAD_LETTERS;
 pub use extract::{Header, JsonField, KeyExtractor, MessageId};
 pub use fingerprint::{CONFLICTS, OnConflict};

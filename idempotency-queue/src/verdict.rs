@@ -29,15 +29,24 @@ pub enum RejectReason {
     Mismatch,
     /// The payload is not what the handler reads (malformed JSON, a missing field).
     Payload(String),
+    /// The handler failed on the last delivery allowed
+    /// ([`IdempotentConsumer::with_max_deliveries`](crate::IdempotentConsumer::with_max_deliveries)).
+    Exhausted {
+        /// How many times the broker delivered it.
+        deliveries: u64,
+        /// The handler's last error.
+        error: String,
+    },
 }
 
 impl RejectReason {
-    /// A short label (`no_key`, `mismatch`, `payload`) for metrics.
+    /// A short label (`no_key`, `mismatch`, `payload`, `exhausted`) for metrics.
     pub fn label(&self) -> &'static str {
         match self {
             Self::Key(_) => "no_key",
             Self::Mismatch => "mismatch",
             Self::Payload(_) => "payload",
+            Self::Exhausted { .. } => "exhausted",
         }
     }
 }
@@ -50,6 +59,12 @@ impl fmt::Display for RejectReason {
             Self::Key(error) => write!(f, "no business key: {error}"),
             Self::Mismatch => f.write_str("payload mismatch"),
             Self::Payload(reason) => write!(f, "unreadable payload: {reason}"),
+            Self::Exhausted { deliveries, error } => {
+                write!(
+                    f,
+                    "handler failed on delivery {deliveries}, the last allowed: {error}"
+                )
+            }
         }
     }
 }
@@ -103,7 +118,9 @@ pub enum Verdict {
         /// The store's error.
         error: String,
     },
-    /// Refused for good (no key, or key reused with another payload).
+    /// Refused for good (no key, an unreadable payload, the key reused with another payload
+    /// under [`OnConflict::DeadLetter`](crate::OnConflict::DeadLetter), or a handler failing on
+    /// the last delivery allowed).
     Rejected(RejectReason),
 }
 
