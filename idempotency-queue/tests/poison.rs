@@ -43,7 +43,21 @@ fn always_failing(
 
 #[cfg(feature = "rabbitmq")]
 #[tokio::test]
-async fn rabbitmq_a_message_that_always_fails_is_dead_lettered_after_the_allowed_deliveries() {
+async fn rabbitmq_classic_a_message_that_always_fails_is_dead_lettered_after_the_allowed_deliveries()
+ {
+    rabbitmq_poison("classic").await;
+}
+
+#[cfg(feature = "rabbitmq")]
+#[tokio::test]
+async fn rabbitmq_quorum_a_message_that_always_fails_is_dead_lettered_after_the_allowed_deliveries()
+{
+    rabbitmq_poison("quorum").await;
+}
+
+/// A message to a queue of `queue_type` whose handler always fails.
+#[cfg(feature = "rabbitmq")]
+async fn rabbitmq_poison(queue_type: &str) {
     use idempotency_queue::rabbitmq::{self, DeadLetters, dead_letter_name};
     use lapin::options::{
         BasicConsumeOptions, BasicGetOptions, BasicQosOptions, QueueDeclareOptions,
@@ -69,7 +83,7 @@ async fn rabbitmq_a_message_that_always_fails_is_dead_lettered_after_the_allowed
     let mut arguments = FieldTable::default();
     arguments.insert(
         "x-queue-type".into(),
-        AMQPValue::LongString("quorum".into()),
+        AMQPValue::LongString(queue_type.into()),
     );
     channel
         .queue_declare(
