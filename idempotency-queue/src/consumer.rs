@@ -9,12 +9,29 @@ use idempotency_core::{
 };
 use tracing::Instrument;
 
-use crate::{Backoff, Handled, Handler, Job, KeyExtractor, Message, RejectReason, Stats, Verdict};
+use crate::fingerprint::{CONFLICTS, MessageFingerprint};
+use crate::{
+    Backoff, Handled, Handler, Job, KeyExtractor, Message, OnConflict, RejectReason, Stats, Verdict,
+};
+
+/// How many times a message whose handler keeps failing is delivered before it is
+/// dead-lettered ([`IdempotentConsumer::with_max_deliveries`]).
+pub const DEFAULT_MAX_DELIVERIES: u64 = 10;
 
 /// Counter of deliveries by verdict, labelled `namespace` and `verdict` ([`Verdict::label`]).
 pub const DELIVERIES: &str = "idempotency_queue_deliveries_total";
 
-type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
+tokio::task_local! {
+    /// Whether the consumer running the current handler defers to it where its own store
+    /// cannot answer ([`IdempotentConsumer::with_guarded_handler`]).
+    static DEFERS_TO_HANDLER: bool;
+}
+
+/// Whether the consumer running the current task's handler defers to it (`None` outside a
+/// consumer's handler, or in a task the handler spawned).
+pub(crate) fn defers_to_handler() -> Option<bool> {
+    DEFERS_TO_HANDLER.try_with(|defers| *defers).ok()
+}
 
 /// Runs a handler at most once per business key over at-least-once deliveries.
 ///
@@ -27,8 +44,10 @@ type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
 /// | key already completed | [`Verdict::Duplicate`], with the first run's output | ack, handler not run |
 /// | key held by a running consumer | waits for it (up to 5 s, [`with_in_flight`](Self::with_in_flight)), then as it ended: [`Verdict::Duplicate`], or runs if it failed; still running → [`Verdict::InFlight`] | ack, or requeue after a delay |
 /// | handler `Err` or panic | [`Verdict::Failed`] | key released, requeue with backoff |
+/// | handler `Err` on the last delivery allowed ([`with_max_deliveries`](Self::with_max_deliveries), 10) | [`Verdict::Rejected`] ([`RejectReason::Exhausted`]) | key released, dead-lettered |
+/// | key used before with other fingerprinted fields | [`Verdict::Conflict`] ([`OnConflict::Ack`]) or [`Verdict::Rejected`] ([`OnConflict::DeadLetter`]), see [`on_conflict`](Self::on_conflict) | ack, or reject |
 /// | store unreachable | [`Verdict::StoreUnavailable`] | requeue with backoff, handler not run |
-/// | no key, or key reused with another payload (per the store or the handler's [`Handled::Mismatch`]) | [`Verdict::Rejected`] | reject |
+/// | no key, or a payload the fingerprint or the handler cannot read | [`Verdict::Rejected`] | reject |
 ///
 /// ```
 /// use idempotency_core::{Idempotency, MemoryStore, Scope};
@@ -54,13 +73,16 @@ type Fingerprinter = Box<dyn Fn(&Message) -> Fingerprint + Send + Sync>;
 /// # }
 /// ```
 pub struct IdempotentConsumer<S: Store, K, H> {
-    engine: Idempotency<S>,
+    /// The fast tier; `None` for a consumer whose handler's own record decides alone.
+    engine: Option<Idempotency<S>>,
     scope: Scope,
     namespace: Namespace,
     in_flight: InFlightPolicy,
     extractor: K,
     handler: H,
-    fingerprint: Fingerprinter,
+    fingerprint: MessageFingerprint,
+    on_conflict: Option<OnConflict>,
+    max_deliveries: Option<u64>,
     backoff: Backoff,
     guarded_handler: bool,
     stats: Stats,
@@ -82,7 +104,31 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// The fingerprint is the payload (the same key with another payload is rejected); the
     /// redelivery backoff is [`Backoff::default`]; a duplicate of a delivery still running
     /// waits for it up to [`DEFAULT_IN_FLIGHT_WAIT`] (5 s).
+    ///
+    /// A handler keeping its own record of truth ([`Handler::record_ttl`]) for less time than
+    /// the engine's store keeps its records (TTL plus lease) is logged at ERROR here: build
+    /// two-tier consumers with `two_tier::TwoTier` (feature `sql`), which refuses it.
     pub fn new(engine: Idempotency<S>, scope: Scope, extractor: K, handler: H) -> Self {
+        #[cfg(feature = "sql")]
+        if let Some(truth_ttl) = handler.record_ttl() {
+            let config = engine.config();
+            if let Err(error) =
+                crate::two_tier::check_fast_tier(config.ttl, config.lease, truth_ttl)
+            {
+                tracing::error!(namespace = scope.namespace(), %error, "two-tier consumer misconfigured");
+            }
+        }
+        Self::with_engine(Some(engine), scope, extractor, handler)
+    }
+
+    /// A consumer without a store of its own: every delivery goes to `handler`, whose own
+    /// record of truth decides (`two_tier::TwoTier::sql_only`).
+    #[cfg(feature = "sql")]
+    pub(crate) fn without_fast_tier(scope: Scope, extractor: K, handler: H) -> Self {
+        Self::with_engine(None, scope, extractor, handler).with_guarded_handler(true)
+    }
+
+    fn with_engine(engine: Option<Idempotency<S>>, scope: Scope, extractor: K, handler: H) -> Self {
         let guarded_handler = handler.guards_itself();
         Self {
             engine,
@@ -91,7 +137,9 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             scope,
             extractor,
             handler,
-            fingerprint: Box::new(|message| Fingerprint::of_bytes(message.payload())),
+            fingerprint: MessageFingerprint::Payload,
+            on_conflict: None,
+            max_deliveries: Some(DEFAULT_MAX_DELIVERIES),
             backoff: Backoff::default(),
             guarded_handler,
             stats: Stats::default(),
@@ -103,13 +151,65 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         mut self,
         fingerprint: impl Fn(&Message) -> Fingerprint + Send + Sync + 'static,
     ) -> Self {
-        self.fingerprint = Box::new(fingerprint);
+        self.fingerprint = MessageFingerprint::Custom(Box::new(fingerprint));
+        self
+    }
+
+    /// Fingerprints messages by these fields of their JSON payload (JSON Pointers), canonical:
+    /// field order, spacing and every other field do not matter, so a copy of the same event
+    /// re-serialised, re-signed or re-timed (a new `notify_time`, `sign`) is a duplicate. The
+    /// fields are those that identify the event (the trade, its status, its amount), with the
+    /// same reading as the HTTP layer's `fingerprint_json_fields`. Numbers are fingerprinted
+    /// exactly: an integer beyond 64 bits is refused (rejected, send it as a string). A
+    /// payload that is not JSON is rejected ([`RejectReason::Payload`]).
+    ///
+    /// A copy whose fields differ (same key) is acked as a conflict unless configured
+    /// ([`on_conflict`](Self::on_conflict)).
+    ///
+    /// ```
+    /// use idempotency_core::{Idempotency, MemoryStore, Scope};
+    /// use idempotency_queue::{Action, IdempotentConsumer, Job, JsonField, Message, Verdict};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let consumer = IdempotentConsumer::new(
+    ///     Idempotency::new(MemoryStore::new()),
+    ///     Scope::new("trade-notify"),
+    ///     JsonField::new("/trade_no"),
+    ///     |job: Job| async move { Ok::<_, std::io::Error>(()) },
+    /// )
+    /// .fingerprint_json_fields(["/trade_no", "/trade_status", "/total_amount"]);
+    /// let paid = r#"{"trade_no":"T1","trade_status":"TRADE_SUCCESS","total_amount":"8.80","sign":"a"}"#;
+    /// let resent = r#"{"sign":"b","total_amount":"8.80","trade_status":"TRADE_SUCCESS","trade_no":"T1"}"#;
+    /// let conflicting = r#"{"trade_no":"T1","trade_status":"TRADE_SUCCESS","total_amount":"9.99"}"#;
+    /// assert!(matches!(consumer.process(Message::new(paid)).await, Verdict::Processed { .. }));
+    /// assert!(matches!(consumer.process(Message::new(resent)).await, Verdict::Duplicate { .. }));
+    /// let conflict = consumer.process(Message::new(conflicting)).await;
+    /// assert_eq!((conflict.clone(), conflict.action()), (Verdict::Conflict, Action::Ack));
+    /// # }
+    /// ```
+    pub fn fingerprint_json_fields<P: Into<String>>(
+        mut self,
+        pointers: impl IntoIterator<Item = P>,
+    ) -> Self {
+        let pointers: Vec<String> = pointers.into_iter().map(Into::into).collect();
+        self.fingerprint = MessageFingerprint::JsonFields(pointers.into());
+        self
+    }
+
+    /// What a delivery gets whose key was first used with another fingerprint: acked as a
+    /// conflict, logged and counted ([`OnConflict::Ack`], the default with
+    /// [`fingerprint_json_fields`](Self::fingerprint_json_fields)), or dead-lettered
+    /// ([`OnConflict::DeadLetter`], the default with the payload bytes or a function). Either
+    /// way the handler does not run.
+    pub fn on_conflict(mut self, on_conflict: OnConflict) -> Self {
+        self.on_conflict = Some(on_conflict);
         self
     }
 
     /// Treats every delivery of a key as the same, whatever its payload (no mismatch check).
     pub fn fingerprint_key_only(self) -> Self {
-        self.with_fingerprint(|_| Fingerprint::of_bytes(b""))
+        let empty = Fingerprint::of_bytes(b"");
+        self.with_fingerprint(move |_| empty)
     }
 
     /// What a duplicate of a delivery still being handled gets (default: wait up to 5 s for
@@ -119,6 +219,20 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// the handler's own record decides instead, waiting on the first one's transaction.
     pub fn with_in_flight(mut self, policy: InFlightPolicy) -> Self {
         self.in_flight = policy;
+        self
+    }
+
+    /// How many deliveries of a message whose handler fails are allowed (default
+    /// [`DEFAULT_MAX_DELIVERIES`], 10): a failure on the last one dead-letters the message
+    /// ([`RejectReason::Exhausted`], with the handler's last error) instead of requeueing it
+    /// forever. `None`: requeued as long as it fails. Only handler failures count towards it,
+    /// never a store outage or a key in flight elsewhere.
+    ///
+    /// The count is the broker's: JetStream's `num_delivered`, RabbitMQ's `x-delivery-count`
+    /// (quorum queues). A RabbitMQ classic queue counts nothing (it only flags a redelivery):
+    /// use a quorum queue, or a `delivery-limit` policy, to bound poison messages there.
+    pub fn with_max_deliveries(mut self, max: Option<u64>) -> Self {
+        self.max_deliveries = max;
         self
     }
 
@@ -140,9 +254,10 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         self
     }
 
-    /// The engine.
-    pub fn engine(&self) -> &Idempotency<S> {
-        &self.engine
+    /// The engine of the fast tier; `None` for a consumer without one (SQL only,
+    /// `two_tier::TwoTier::sql_only`, feature `sql`).
+    pub fn engine(&self) -> Option<&Idempotency<S>> {
+        self.engine.as_ref()
     }
 
     /// The scope keys are claimed in.
@@ -185,7 +300,19 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             telemetry::record_message_id(id, key.as_str());
         }
         let delivery = delivery_number(&message);
-        let fingerprint = (self.fingerprint)(&message);
+        let fingerprint = match self.fingerprint.compute(&message) {
+            Ok(fingerprint) => fingerprint,
+            Err(reason) => {
+                tracing::warn!(namespace = self.scope.namespace(), %reason, "message that cannot be fingerprinted");
+                return Verdict::Rejected(RejectReason::Payload(reason));
+            }
+        };
+        let Some(engine) = &self.engine else {
+            // One tier: the handler's record decides everything.
+            return self
+                .run_guarded_without_claim(key, message, fingerprint, delivery)
+                .await;
+        };
         // With two tiers the truth waits, on the first one's transaction: the fast tier only
         // answers at once.
         let in_flight = if self.guarded_handler {
@@ -193,7 +320,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         } else {
             self.in_flight
         };
-        let claim = self.engine.claim(
+        let claim = engine.claim(
             &self.namespace,
             self.scope.storage_key(&key),
             &fingerprint,
@@ -214,7 +341,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
                     .await;
             }
             Ok(Decision::InFlight { retry_after }) => return Verdict::InFlight { retry_after },
-            Ok(Decision::Mismatch) => return Verdict::Rejected(RejectReason::Mismatch),
+            Ok(Decision::Mismatch) => return self.conflict(),
             Err(error) if self.guarded_handler => {
                 tracing::warn!(namespace = self.scope.namespace(), %error, "fast-path store failed; the guarded handler decides");
                 return self
@@ -223,7 +350,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             }
             Err(error) => {
                 return Verdict::StoreUnavailable {
-                    retry_after: self.backoff.delay(delivery),
+                    retry_after: self.backoff.delay(delivery.number),
                     error: error.to_string(),
                 };
             }
@@ -271,7 +398,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         key: IdempotencyKey,
         message: Message,
         fingerprint: Fingerprint,
-        delivery: u64,
+        delivery: Attempt,
     ) -> Verdict {
         let job = Job {
             key,
@@ -284,7 +411,12 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     }
 
     /// The verdict of the handler's answer (`recorded`: its outcome is in the engine's store).
-    fn verdict(&self, answer: Result<Handled, String>, recorded: bool, delivery: u64) -> Verdict {
+    fn verdict(
+        &self,
+        answer: Result<Handled, String>,
+        recorded: bool,
+        delivery: Attempt,
+    ) -> Verdict {
         match answer {
             Ok(Handled::Done) => Verdict::Processed {
                 recorded,
@@ -292,21 +424,44 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             },
             Ok(Handled::Output(output)) => Verdict::Processed { recorded, output },
             Ok(Handled::AlreadyDone(output)) => Verdict::AlreadyDone { output },
-            Ok(Handled::Mismatch) => Verdict::Rejected(RejectReason::Mismatch),
+            Ok(Handled::Mismatch) => self.conflict(),
             Ok(Handled::InFlight { retry_after }) => Verdict::InFlight { retry_after },
             Ok(Handled::Invalid(reason)) => Verdict::Rejected(RejectReason::Payload(reason)),
-            Err(error) => Verdict::Failed {
-                retry_after: self.backoff.delay(delivery),
-                error,
+            Err(error) => match (self.max_deliveries, delivery.counted) {
+                (Some(max), Some(deliveries)) if deliveries >= max => {
+                    tracing::warn!(namespace = self.scope.namespace(), deliveries, %error, "handler failed on the last allowed delivery; dead-lettered");
+                    Verdict::Rejected(RejectReason::Exhausted { deliveries, error })
+                }
+                _ => Verdict::Failed {
+                    retry_after: self.backoff.delay(delivery.number),
+                    error,
+                },
             },
         }
     }
 
+    /// The verdict of a copy whose key was first used with another fingerprint.
+    fn conflict(&self) -> Verdict {
+        let on_conflict = self
+            .on_conflict
+            .unwrap_or_else(|| self.fingerprint.default_on_conflict());
+        match on_conflict {
+            OnConflict::DeadLetter => Verdict::Rejected(RejectReason::Mismatch),
+            OnConflict::Ack => {
+                metrics::counter!(CONFLICTS, "namespace" => self.scope.namespace().to_owned())
+                    .increment(1);
+                tracing::warn!(
+                    namespace = self.scope.namespace(),
+                    "business key already used with other fingerprinted fields; not run, acked as a duplicate"
+                );
+                Verdict::Conflict
+            }
+        }
+    }
+
     async fn run_handler(&self, job: Job) -> Result<Handled, String> {
-        match AssertUnwindSafe(self.handler.handle(job))
-            .catch_unwind()
-            .await
-        {
+        let handled = DEFERS_TO_HANDLER.scope(self.guarded_handler, self.handler.handle(job));
+        match AssertUnwindSafe(handled).catch_unwind().await {
             Ok(Ok(handled)) => Ok(handled),
             Ok(Err(error)) => {
                 telemetry::record_current(telemetry::ERROR_TYPE, "handler_error");
@@ -321,10 +476,21 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     }
 }
 
-/// The delivery number (1 for the first) as far as the broker tells.
-fn delivery_number(message: &Message) -> u64 {
-    message
-        .delivery_count()
-        .unwrap_or(if message.redelivered() { 2 } else { 1 })
-        .max(1)
+/// Which delivery of its message this is.
+#[derive(Clone, Copy, Debug)]
+struct Attempt {
+    /// The delivery number (1 for the first) as far as the broker tells (2 for a redelivery
+    /// of unknown count).
+    number: u64,
+    /// The number, when the broker counts deliveries (JetStream, RabbitMQ quorum queues).
+    counted: Option<u64>,
+}
+
+/// Which delivery of its message `message` is.
+fn delivery_number(message: &Message) -> Attempt {
+    let counted = message.delivery_count().map(|count| count.max(1));
+    Attempt {
+        number: counted.unwrap_or(if message.redelivered() { 2 } else { 1 }),
+        counted,
+    }
 }

@@ -61,6 +61,13 @@ pub trait Handler: Send + Sync + 'static {
     fn guards_itself(&self) -> bool {
         false
     }
+
+    /// How long the handler's own record of truth keeps a completed key, if it keeps one
+    /// (`two_tier::SqlTruth`: its TTL). The consumer's store must not keep its records longer:
+    /// it would vouch for keys the truth forgot. Default `None`.
+    fn record_ttl(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 impl<F, Fut, T, E> Handler for F

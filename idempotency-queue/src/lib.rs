@@ -51,6 +51,7 @@ mod backoff;
 mod consumer;
 pub mod dead_letter;
 mod extract;
+mod fingerprint;
 mod handler;
 mod message;
 #[cfg(any(feature = "rabbitmq", feature = "nats"))]
@@ -69,9 +70,10 @@ pub mod rabbitmq;
 pub mod two_tier;
 
 pub use backoff::Backoff;
-pub use consumer::{DELIVERIES, IdempotentConsumer};
+pub use consumer::{DEFAULT_MAX_DELIVERIES, DELIVERIES, IdempotentConsumer};
 pub use dead_letter::DEAD_LETTERS;
 pub use extract::{Header, JsonField, KeyExtractor, MessageId};
+pub use fingerprint::{CONFLICTS, OnConflict};
 pub use handler::{Handled, Handler};
 pub use message::{Job, Message};
 pub use stats::{Stats, StatsSnapshot};

@@ -122,7 +122,9 @@ pub struct Job {
     /// says otherwise): a handler keeping its own record of truth stores and compares this one.
     pub fingerprint: Fingerprint,
     /// The claim: its fencing token, attempt number and whether it took over a crashed owner.
-    /// `None` only for a guarded handler run while the fast-path store was down (see
-    /// [`IdempotentConsumer::with_guarded_handler`](crate::IdempotentConsumer::with_guarded_handler)).
+    /// `None` only for a guarded handler run without a fast-tier claim: the fast-path store was
+    /// down or held the key for another consumer (see
+    /// [`IdempotentConsumer::with_guarded_handler`](crate::IdempotentConsumer::with_guarded_handler)),
+    /// or the consumer has no fast tier (`two_tier::TwoTier::sql_only`, feature `sql`).
     pub lease: Option<Lease>,
 }

@@ -11,6 +11,7 @@ pub struct Stats {
     unrecorded: AtomicU64,
     duplicates: AtomicU64,
     already_done: AtomicU64,
+    conflicts: AtomicU64,
     in_flight: AtomicU64,
     failed: AtomicU64,
     store_unavailable: AtomicU64,
@@ -28,6 +29,8 @@ pub struct StatsSnapshot {
     pub duplicates: u64,
     /// Acked because the handler's record of truth said the work was done.
     pub already_done: u64,
+    /// Acked as conflicting copies (the key used before with other fingerprinted content).
+    pub conflicts: u64,
     /// Requeued because another consumer held the key.
     pub in_flight: u64,
     /// Handler failures, requeued.
@@ -39,9 +42,9 @@ pub struct StatsSnapshot {
 }
 
 impl StatsSnapshot {
-    /// Deliveries that were acked (processed, duplicates, already done).
+    /// Deliveries that were acked (processed, duplicates, already done, conflicts).
     pub fn acked(&self) -> u64 {
-        self.processed + self.duplicates + self.already_done
+        self.processed + self.duplicates + self.already_done + self.conflicts
     }
 }
 
@@ -56,6 +59,7 @@ impl Stats {
             }
             Verdict::Duplicate { .. } => &self.duplicates,
             Verdict::AlreadyDone { .. } => &self.already_done,
+            Verdict::Conflict => &self.conflicts,
             Verdict::InFlight { .. } => &self.in_flight,
             Verdict::Failed { .. } => &self.failed,
             Verdict::StoreUnavailable { .. } => &self.store_unavailable,
@@ -72,6 +76,7 @@ impl Stats {
             unrecorded: load(&self.unrecorded),
             duplicates: load(&self.duplicates),
             already_done: load(&self.already_done),
+            conflicts: load(&self.conflicts),
             in_flight: load(&self.in_flight),
             failed: load(&self.failed),
             store_unavailable: load(&self.store_unavailable),

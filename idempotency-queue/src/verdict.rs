@@ -29,15 +29,24 @@ pub enum RejectReason {
     Mismatch,
     /// The payload is not what the handler reads (malformed JSON, a missing field).
     Payload(String),
+    /// The handler failed on the last delivery allowed
+    /// ([`IdempotentConsumer::with_max_deliveries`](crate::IdempotentConsumer::with_max_deliveries)).
+    Exhausted {
+        /// How many times the broker delivered it.
+        deliveries: u64,
+        /// The handler's last error.
+        error: String,
+    },
 }
 
 impl RejectReason {
-    /// A short label (`no_key`, `mismatch`, `payload`) for metrics.
+    /// A short label (`no_key`, `mismatch`, `payload`, `exhausted`) for metrics.
     pub fn label(&self) -> &'static str {
         match self {
             Self::Key(_) => "no_key",
             Self::Mismatch => "mismatch",
             Self::Payload(_) => "payload",
+            Self::Exhausted { .. } => "exhausted",
         }
     }
 }
@@ -50,6 +59,12 @@ impl fmt::Display for RejectReason {
             Self::Key(error) => write!(f, "no business key: {error}"),
             Self::Mismatch => f.write_str("payload mismatch"),
             Self::Payload(reason) => write!(f, "unreadable payload: {reason}"),
+            Self::Exhausted { deliveries, error } => {
+                write!(
+                    f,
+                    "handler failed on delivery {deliveries}, the last allowed: {error}"
+                )
+            }
         }
     }
 }
@@ -79,6 +94,10 @@ pub enum Verdict {
         /// What the first run produced, as that record keeps it.
         output: Bytes,
     },
+    /// The key was first used with other fingerprinted content (a conflicting copy of the
+    /// event): acked, not run, logged at WARN and counted
+    /// ([`CONFLICTS`](crate::CONFLICTS); [`OnConflict::Ack`](crate::OnConflict::Ack)).
+    Conflict,
     /// Another consumer is processing the same key, still after the in-flight wait: requeued
     /// with a delay.
     InFlight {
@@ -99,7 +118,9 @@ pub enum Verdict {
         /// The store's error.
         error: String,
     },
-    /// Refused for good (no key, or key reused with another payload).
+    /// Refused for good (no key, an unreadable payload, the key reused with another payload
+    /// under [`OnConflict::DeadLetter`](crate::OnConflict::DeadLetter), or a handler failing on
+    /// the last delivery allowed).
     Rejected(RejectReason),
 }
 
@@ -119,9 +140,10 @@ impl Verdict {
     /// What the broker is told.
     pub fn action(&self) -> Action {
         match self {
-            Self::Processed { .. } | Self::Duplicate { .. } | Self::AlreadyDone { .. } => {
-                Action::Ack
-            }
+            Self::Processed { .. }
+            | Self::Duplicate { .. }
+            | Self::AlreadyDone { .. }
+            | Self::Conflict => Action::Ack,
             Self::InFlight { retry_after }
             | Self::Failed { retry_after, .. }
             | Self::StoreUnavailable { retry_after, .. } => Action::Requeue {
@@ -131,13 +153,14 @@ impl Verdict {
         }
     }
 
-    /// A short label (`processed`, `duplicate`, `already_done`, `in_flight`, `failed`,
+    /// A short label (`processed`, `duplicate`, `already_done`, `conflict`, `in_flight`, `failed`,
     /// `store_unavailable`, `rejected`) for logs and metrics.
     pub fn label(&self) -> &'static str {
         match self {
             Self::Processed { .. } => "processed",
             Self::Duplicate { .. } => "duplicate",
             Self::AlreadyDone { .. } => "already_done",
+            Self::Conflict => "conflict",
             Self::InFlight { .. } => "in_flight",
             Self::Failed { .. } => "failed",
             Self::StoreUnavailable { .. } => "store_unavailable",
@@ -155,6 +178,7 @@ impl fmt::Display for Verdict {
             } => f.write_str("processed, outcome not recorded"),
             Self::Duplicate { .. } => f.write_str("duplicate, acked"),
             Self::AlreadyDone { .. } => f.write_str("already done per the record of truth, acked"),
+            Self::Conflict => f.write_str("key used before with other content, acked"),
             Self::InFlight { retry_after } => {
                 write!(f, "in flight elsewhere, requeued in {retry_after:?}")
             }

@@ -298,6 +298,7 @@ async fn the_business_output_is_stored_on_both_tiers() {
     let key = IdempotencyKey::parse("T7").unwrap();
     let fast = consumer
         .engine()
+        .unwrap()
         .store()
         .get(&scope.storage_key(&key))
         .await;
@@ -374,6 +375,7 @@ async fn a_typed_handler_wrapped_in_the_users_own_runs_and_unreadable_payloads_a
     assert!(
         consumer
             .engine()
+            .unwrap()
             .store()
             .get(&scope.storage_key(&key))
             .await

@@ -8,6 +8,7 @@ use idempotency_core::Store;
 use lapin::message::Delivery;
 
 use super::DeadLetters;
+use super::redeliver::redeliver_counted;
 use crate::reconnect::{Stop, until, with_shutdown};
 use crate::{Handler, IdempotentConsumer, KeyExtractor, Verdict};
 
@@ -211,12 +212,26 @@ where
     let message = super::message(&mut delivery);
     // Kept (a reference count, not a copy) for the dead letter.
     let payload = message.payload().clone();
+    // Unknown only for a broker redelivery of an uncounted message: at least the second.
+    let deliveries = message.delivery_count().unwrap_or(2);
     let verdict = consumer.process(message).await;
     if let Verdict::Rejected(reason) = &verdict {
         let namespace = consumer.scope().namespace();
         return dead_letters
             .settle(&delivery, queue, &payload, reason, namespace)
             .await;
+    }
+    if let Verdict::Failed { retry_after, .. } = &verdict {
+        // Counted, so that `with_max_deliveries` ends a poison message on any queue type.
+        redeliver_counted(
+            dead_letters,
+            delivery,
+            queue,
+            payload,
+            deliveries,
+            *retry_after,
+        );
+        return Ok(());
     }
     if let Err(error) = super::settle(&delivery.acker, verdict.action()).await {
         tracing::warn!(%error, %verdict, "could not settle a delivery; the broker will redeliver it");

@@ -9,6 +9,11 @@ use crate::Message;
 /// before (absent on the first delivery).
 pub const DELIVERY_COUNT_HEADER: &str = "x-delivery-count";
 
+/// The header a failed delivery of a classic queue (which counts nothing) is republished with:
+/// how many times the message was delivered before. See
+/// [`DeadLetters`](super::DeadLetters)' redeliveries.
+pub const REDELIVERIES_HEADER: &str = "x-idempotency-deliveries";
+
 /// The broker-neutral view of `delivery`. The payload is moved out (the delivery keeps its
 /// acker and properties); text and integer headers are kept, other header types skipped.
 pub fn message(delivery: &mut Delivery) -> Message {
@@ -17,17 +22,26 @@ pub fn message(delivery: &mut Delivery) -> Message {
     if let Some(id) = delivery.properties.message_id() {
         message = message.with_message_id(id.as_str());
     }
-    let mut previous_deliveries = None;
+    let (mut by_broker, mut by_consumer) = (None, None);
     if let Some(headers) = delivery.properties.headers() {
         for (name, value) in headers {
             let Some(text) = text(value) else { continue };
             if name.as_str().eq_ignore_ascii_case(DELIVERY_COUNT_HEADER) {
-                previous_deliveries = text.parse::<u64>().ok();
+                by_broker = text.parse::<u64>().ok();
+            } else if name.as_str().eq_ignore_ascii_case(REDELIVERIES_HEADER) {
+                by_consumer = text.parse::<u64>().ok();
             }
             message = message.with_header(name.as_str(), text);
         }
     }
-    let count = previous_deliveries.map(|previous| previous + 1);
+    // A quorum queue counts; a classic queue does not, but a copy this consumer republished
+    // carries its count (a broker redelivery of that copy, after a crash, is not counted).
+    let count = match (by_broker, by_consumer) {
+        (Some(broker), Some(consumer)) => Some(broker.max(consumer) + 1),
+        (Some(previous), None) | (None, Some(previous)) => Some(previous + 1),
+        (None, None) if !delivery.redelivered => Some(1),
+        (None, None) => None,
+    };
     message.with_delivery(delivery.redelivered, count)
 }
 

@@ -168,6 +168,16 @@ impl DeadLetters {
         self
     }
 
+    /// The channel in confirm mode the dead letters are published on (none for
+    /// [`drop_and_log`](Self::drop_and_log)); failed deliveries of a classic queue are
+    /// republished on it with their count.
+    pub(super) fn confirm_channel(&self) -> Option<&Channel> {
+        match &self.target {
+            Target::Exchange { channel, .. } => Some(channel),
+            Target::DropAndLog => None,
+        }
+    }
+
     /// Settles a delivery the consumer rejected (its payload was moved out into `payload`):
     /// dead-letters it and acks it, or requeues it. `Err` when the dead-letter channel is
     /// closed (the delivery is requeued first): the consume loop ends with it.
@@ -226,8 +236,8 @@ pub fn dead_letter_name(queue: &str) -> String {
     format!("{queue}.dead")
 }
 
-/// Why a dead letter was not stored.
-enum Failure {
+/// Why a dead letter (or a counted redelivery) was not stored.
+pub(super) enum Failure {
     /// The publish or its confirm failed (the channel closed, perhaps for a missing exchange).
     Channel(lapin::Error),
     /// The broker confirmed the copy but routed it to no queue (returned as `mandatory`).
@@ -246,7 +256,7 @@ impl fmt::Display for Failure {
     }
 }
 
-async fn publish(
+pub(super) async fn publish(
     channel: &Channel,
     exchange: &ShortString,
     routing_key: ShortString,

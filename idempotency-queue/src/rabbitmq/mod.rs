@@ -10,6 +10,14 @@
 //! not be stored. It is never silently dropped: the only way to consume without a dead-letter
 //! destination is to say so, [`DeadLetters::drop_and_log`].
 //!
+//! A delivery whose handler failed is redelivered *counted*, so that
+//! [`IdempotentConsumer::with_max_deliveries`](crate::IdempotentConsumer::with_max_deliveries)
+//! (10 by default) dead-letters a poison message on any queue type: after the verdict's delay a
+//! copy is published to the queue under publisher confirms (on the [`DeadLetters`] channel) with
+//! [`REDELIVERIES_HEADER`], and the original acked once the copy is confirmed (requeued with
+//! `basic.nack` if it is not, or with [`DeadLetters::drop_and_log`]). Classic queues count
+//! nothing themselves; quorum queues' [`DELIVERY_COUNT_HEADER`] is read too.
+//!
 //! [`consume_reconnecting`] does the same across broker outages: it connects again whenever the
 //! connection fails. [`consume_reconnecting_until`] also stops gracefully when told to (SIGTERM):
 //! no new delivery starts, the ones in hand finish and are acked, then the connection closes.
@@ -50,9 +58,10 @@
 mod consume;
 mod convert;
 mod dead_letters;
+mod redeliver;
 mod settle;
 
 pub use consume::{Session, consume, consume_reconnecting, consume_reconnecting_until};
-pub use convert::{DELIVERY_COUNT_HEADER, message};
+pub use convert::{DELIVERY_COUNT_HEADER, REDELIVERIES_HEADER, message};
 pub use dead_letters::{DEFAULT_RETRY_AFTER, DeadLetters, dead_letter_name};
 pub use settle::settle;

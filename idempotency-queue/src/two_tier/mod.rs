@@ -6,20 +6,35 @@
 //!
 //! - **Tier 1** (any [`Store`](idempotency_core::Store), typically Redis) is the
 //!   [`IdempotentConsumer`](crate::IdempotentConsumer)'s engine: a completed key is acked with
-//!   one round trip, a key in flight elsewhere is handed to the truth. Keep its TTL longer than the
-//!   broker's redelivery window.
+//!   one round trip, a key in flight elsewhere is handed to the truth.
 //! - **Tier 2** ([`SqlTruth`], the handler) claims the key with
-//!   [`TxStore::claim_in_tx`](idempotency_core::sql::TxStore::claim_in_tx) **in the same
-//!   transaction as the business writes** and commits both together. It alone decides whether
-//!   the business code runs.
+//!   [`TxStore::claim_in_tx`](idempotency_core::sql::TxStore::claim_in_tx)'s claim **in the
+//!   same transaction as the business writes** and commits both together. It alone decides
+//!   whether the business code runs.
 //!
 //! A tier-1 miss (flushed, failed over, expired) therefore costs one SQL claim that finds the
 //! committed record ([`Verdict::AlreadyDone`](crate::Verdict::AlreadyDone)), never a second
 //! execution; a crash anywhere leaves either nothing (rolled back) or the business writes
-//! *with* their record. With
-//! Whenever tier 1 cannot answer, the truth does: a key in flight there (perhaps a consumer
-//! killed after its commit, whose claim holds until its lease ends) or tier 1 down costs a SQL
-//! claim, never a requeue or a second execution ([`Handler::guards_itself`](crate::Handler::guards_itself)).
+//! *with* their record. Whenever tier 1 cannot answer, the truth does: a key in flight there
+//! (perhaps a consumer killed after its commit, whose claim holds until its lease ends) or
+//! tier 1 down costs a SQL claim, never a requeue or a second execution.
+//!
+//! **Lifetimes.** The truth must remember a key for as long as anyone may deliver it again,
+//! and longer than tier 1 vouches for it:
+//!
+//! | what | default | |
+//! |---|---|---|
+//! | truth (SQL) TTL | 7 days ([`DEFAULT_TRUTH_TTL`], [`SqlTruth::with_ttl`]) | covers Alipay's ~25 h of notifications, Stripe's 3 days of webhook retries |
+//! | fast tier TTL | the engine's (24 h by default, `Idempotency::with_ttl`) | must end, with its lease, before the truth's |
+//! | retry horizon | none ([`TwoTier::retry_horizon`]) | the truth must outlive it |
+//!
+//! [`TwoTier`] builds the consumer and refuses a configuration where the truth would be
+//! forgotten first ([`TierConfigError`]); it also makes the consumer defer to the truth always
+//! (no wrapper of yours stands between them to forget
+//! [`Handler::guards_itself`](crate::Handler::guards_itself); a `SqlTruth` run by a consumer
+//! that does not defer to it logs an ERROR and counts [`UNDEFERRED_TRUTH`]). A purge of the
+//! truth's table (`purge_expired`, `spawn_sweeper`) deletes a record only once its own TTL
+//! has passed.
 //!
 //! The business code is a plain `async` closure over the transaction ([`Tx`], owned) and what it
 //! reads from the message ([`Json`] decodes the payload once; [`Job`](crate::Job) gives it all);
@@ -30,17 +45,16 @@
 //! # async fn demo(pool: sqlx::PgPool, redis: idempotency_core::redis::RedisStore) -> Result<(), Box<dyn std::error::Error>> {
 //! use idempotency_core::sql::PostgresStore;
 //! use idempotency_core::{Idempotency, Scope};
-//! use idempotency_queue::two_tier::{Json, SqlTruth, Tx};
-//! use idempotency_queue::{IdempotentConsumer, JsonField};
+//! use idempotency_queue::two_tier::{Json, SqlTruth, TwoTier, Tx};
+//! use idempotency_queue::JsonField;
 //! use std::time::Duration;
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Paid { trade_no: String, user_id: i64 }
 //!
-//! let scope = Scope::new("coupon-grant");
 //! let truth = PostgresStore::new(pool).with_table_name("coupon_grant_dedup")?;
 //! truth.migrate().await?;
-//! let grant = SqlTruth::new(truth, scope.clone(), |tx: Tx<sqlx::Postgres>, Json(paid): Json<Paid>| async move {
+//! let grant = SqlTruth::new(truth, Scope::new("coupon-grant"), |tx: Tx<sqlx::Postgres>, Json(paid): Json<Paid>| async move {
 //!     sqlx::query_scalar::<_, i64>(
 //!         "INSERT INTO coupon_grants (trade_no, user_id) VALUES ($1, $2) RETURNING id",
 //!     )
@@ -49,21 +63,24 @@
 //!     .fetch_one(&mut *tx.conn().await)
 //!     .await
 //! });
-//! let consumer = IdempotentConsumer::new(
-//!     Idempotency::new(redis).with_ttl(Duration::from_secs(48 * 3600)),
-//!     scope,
-//!     JsonField::new("/trade_no"),
-//!     grant,
-//! );
+//! let consumer = TwoTier::new(grant)
+//!     .retry_horizon(Duration::from_secs(3 * 24 * 3600))
+//!     .consumer(
+//!         Idempotency::new(redis).with_ttl(Duration::from_secs(48 * 3600)),
+//!         JsonField::new("/trade_no"),
+//!     )?;
 //! # let _ = consumer; Ok(()) }
 //! ```
 
+mod builder;
 mod error;
 mod input;
 mod truth;
 mod tx;
 
+pub(crate) use builder::check_fast_tier;
+pub use builder::{TierConfigError, TwoTier, TwoTierConsumer};
 pub use error::TruthError;
 pub use input::{FromJob, Json};
-pub use truth::{Business, SqlTruth};
+pub use truth::{Business, DEFAULT_TRUTH_TTL, SqlTruth, UNDEFERRED_TRUTH};
 pub use tx::{Tx, TxConn};

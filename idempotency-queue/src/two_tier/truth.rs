@@ -3,14 +3,26 @@
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
-use idempotency_core::sql::{TxClaim, TxStore};
-use idempotency_core::{Outcome, Scope};
+use idempotency_core::sql::{TxClaim, TxClaimRequest, TxStore};
+use idempotency_core::{Mechanism, Outcome, Scope};
 use serde::Serialize;
 
 use super::{FromJob, TruthError, Tx};
-use crate::{Handled, Handler, Job};
+use crate::{Handled, Handler, Job, consumer};
+
+/// How long the truth keeps a completed record by default: 7 days. Longer than the common
+/// senders' retry schedules (Alipay's notifications span about 25 h, Stripe retries webhooks
+/// for 3 days) and than a fast tier's usual TTL (24 to 48 h), so a fast-tier miss after a flush
+/// always finds the record and never runs the work again.
+pub const DEFAULT_TRUTH_TTL: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// Counter of jobs a [`SqlTruth`] ran for a consumer that does not defer to it (a wrapper
+/// around it that forgot [`Handler::guards_itself`]), labelled `namespace`.
+pub const UNDEFERRED_TRUTH: &str = "idempotency_queue_undeferred_truth_total";
 
 /// The business code of a [`SqlTruth`]: an `async` closure over the transaction and what it
 /// reads from the job ([`FromJob`]: the [`Job`], or its payload decoded, [`Json`](super::Json)),
@@ -116,14 +128,18 @@ where
 pub struct SqlTruth<T: TxStore, I, B> {
     store: T,
     scope: Scope,
+    ttl: Duration,
     business: B,
     input: PhantomData<fn() -> I>,
+    /// Whether the wrapper warning was logged (once per truth).
+    warned_undeferred: AtomicBool,
 }
 
 impl<T: TxStore, I, B> fmt::Debug for SqlTruth<T, I, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqlTruth")
             .field("scope", &self.scope)
+            .field("ttl", &self.ttl)
             .finish_non_exhaustive()
     }
 }
@@ -136,14 +152,38 @@ where
 {
     /// Guards `business` with dedup records of `store` in `scope`, claimed in the transactions
     /// `store` begins ([`TxStore::begin`]) on its pool: the record and the business writes
-    /// share the transaction, in the same database.
+    /// share the transaction, in the same database. Completed records are kept for
+    /// [`DEFAULT_TRUTH_TTL`] (7 days), see [`with_ttl`](Self::with_ttl).
     pub fn new(store: T, scope: Scope, business: B) -> Self {
         Self {
             store,
             scope,
+            ttl: DEFAULT_TRUTH_TTL,
             business,
             input: PhantomData,
+            warned_undeferred: AtomicBool::new(false),
         }
+    }
+
+    /// How long a completed record is kept (default [`DEFAULT_TRUTH_TTL`], 7 days; this
+    /// replaces the store's `with_tx_ttl` for the truth's records). Keep it longer than every
+    /// retry horizon: the senders' (a gateway's retry schedule), the broker's (its retention and
+    /// redelivery) and the fast tier's TTL, which [`TwoTier`](super::TwoTier) checks.
+    #[must_use]
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long a completed record is kept.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The scope keys are claimed in (the consumer built by [`TwoTier`](super::TwoTier) uses
+    /// the same).
+    pub fn scope(&self) -> &Scope {
+        &self.scope
     }
 
     /// The dedup store.
@@ -157,10 +197,26 @@ where
             Ok(input) => input,
             Err(reason) => return Ok(Handled::Invalid(reason)),
         };
+        self.check_deferred_to();
         let mut tx = self.store.begin().await.map_err(TruthError::Store)?;
+        // `TxStore::claim_in_tx`, with the truth's TTL instead of the store's.
+        let storage_key = self
+            .scope
+            .storage_key_for(Mechanism::Transaction, job.key.as_str());
+        let key_of_0_1 = self
+            .store
+            .keys_of_0_1()
+            .then(|| self.scope.storage_key(&job.key));
+        let request = TxClaimRequest {
+            ttl: self.ttl,
+            key_of_0_1: key_of_0_1.as_ref(),
+            ..self
+                .store
+                .tx_request(self.scope.namespace(), &storage_key, &job.fingerprint)
+        };
         let claim = self
             .store
-            .claim_in_tx(&mut tx, &self.scope, &job.key, &job.fingerprint)
+            .claim_storage_key_in_tx(&mut tx, request)
             .await
             .map_err(TruthError::Store)?;
         let lease = match claim {
@@ -195,6 +251,28 @@ where
     }
 }
 
+impl<T: TxStore, I, B> SqlTruth<T, I, B> {
+    /// Logs (ERROR, once) and counts a run for a consumer that does not let this truth decide
+    /// when its fast tier cannot: a handler of the user's own wrapping this one without passing
+    /// on [`Handler::guards_itself`]. Such a consumer requeues where it should ask the truth.
+    fn check_deferred_to(&self) {
+        if consumer::defers_to_handler() != Some(false) {
+            return;
+        }
+        metrics::counter!(UNDEFERRED_TRUTH, "namespace" => self.scope.namespace().to_owned())
+            .increment(1);
+        if !self.warned_undeferred.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                namespace = self.scope.namespace(),
+                "a SqlTruth runs under a consumer that does not defer to it: a handler wrapping it \
+                 does not pass on `guards_itself`, so a fast-tier outage or a dead consumer's claim \
+                 requeues instead of asking the truth; build the consumer with `two_tier::TwoTier` \
+                 (or pass `guards_itself` on)"
+            );
+        }
+    }
+}
+
 impl<T, I, B> Handler for SqlTruth<T, I, B>
 where
     T: TxStore,
@@ -209,5 +287,9 @@ where
 
     fn guards_itself(&self) -> bool {
         true
+    }
+
+    fn record_ttl(&self) -> Option<Duration> {
+        Some(self.ttl)
     }
 }

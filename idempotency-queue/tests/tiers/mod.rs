@@ -186,6 +186,12 @@ impl Tiers {
         &self.pool
     }
 
+    /// The truth's dedup table.
+    #[allow(dead_code)] // Used by the lifetime tests only.
+    pub(crate) fn dedup_table(&self) -> &str {
+        &self.dedup_table
+    }
+
     /// The business table.
     #[allow(dead_code)] // Used by the RabbitMQ tests only.
     pub(crate) fn coupons_table(&self) -> &str {
