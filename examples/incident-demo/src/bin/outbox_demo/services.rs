@@ -131,6 +131,10 @@ where
     fn guards_itself(&self) -> bool {
         self.truth.guards_itself()
     }
+
+    fn record_ttl(&self) -> Option<Duration> {
+        self.truth.record_ttl()
+    }
 }
 
 /// The coupon service's consumer: tier 1 in memory (lost with the process), the SQL truth in
