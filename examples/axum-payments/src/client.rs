@@ -4,13 +4,15 @@
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HOST};
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use tokio::net::TcpStream;
+
+use super::callers::DEMO_TOKEN;
 
 /// The header a replayed response carries.
 pub const REPLAYED: &str = "idempotent-replayed";
@@ -136,14 +138,18 @@ pub async fn send_once(
     Connection::open(addr).await?.send(request).await
 }
 
-/// A request with an optional `Idempotency-Key` and an optional JSON body.
+/// A request with an optional `Idempotency-Key` and an optional JSON body, from the demo's
+/// caller (`Authorization: Bearer` [`DEMO_TOKEN`]; replace the header to call as another).
 pub fn request(
     method: Method,
     path: &str,
     idempotency_key: Option<&str>,
     json_body: Option<Bytes>,
 ) -> Result<Request<Full<Bytes>>, http::Error> {
-    let mut builder = Request::builder().method(method).uri(path);
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(AUTHORIZATION, format!("Bearer {DEMO_TOKEN}"));
     if json_body.is_some() {
         builder = builder.header(CONTENT_TYPE, "application/json");
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use idempotency_core::{BoxStore, MemoryStore};
 
+use super::callers::{API_TOKENS, Callers};
 use super::memory::MemoryRepo;
 use super::repo::PaymentsRepo;
 use super::signature;
@@ -153,8 +154,9 @@ impl Backend {
 
 /// The handlers' state over `repo`, from the environment: `HANDLER_DELAY_MS` (milliseconds the
 /// two POST handlers pause after their writes, before they commit or answer: a crash drill's
-/// window; default 0) and `CALLBACK_SECRET` (the gateway's signature secret; callbacks are not
-/// checked without it, and the service says so at start).
+/// window; default 0), `CALLBACK_SECRET` (the gateway's signature secret; callbacks are not
+/// checked without it, and the service says so at start) and `API_TOKENS` (`token=caller,…`:
+/// who may order; without it every bearer token is a caller of its own).
 pub fn state_from_env(repo: Arc<dyn PaymentsRepo>) -> Result<AppState, ConfigError> {
     let mut state = AppState::new(repo);
     if let Ok(value) = std::env::var("HANDLER_DELAY_MS") {
@@ -167,6 +169,14 @@ pub fn state_from_env(repo: Arc<dyn PaymentsRepo>) -> Result<AppState, ConfigErr
                 expected: "a whole number of milliseconds",
             })?;
         state = state.with_handler_delay(Duration::from_millis(millis));
+    }
+    if let Ok(spec) = std::env::var(API_TOKENS) {
+        let callers = Callers::parse(&spec).map_err(|_| ConfigError::Invalid {
+            name: API_TOKENS,
+            value: "(hidden)".to_owned(),
+            expected: "token=caller pairs, separated by commas",
+        })?;
+        state = state.with_callers(callers);
     }
     match std::env::var(signature::CALLBACK_SECRET) {
         Ok(secret) if !secret.is_empty() => {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use idempotency_core::Store;
 use idempotency_tower::{Callback, IdempotencyLayer, IdempotencyLayerBuilder, ScopeChosen};
 
+use super::callers::Callers;
 use super::signature;
 
 /// Namespace of `POST /orders` keys.
@@ -16,12 +17,17 @@ pub const ORDERS_NAMESPACE: &str = "payments.orders";
 pub const CALLBACK_NAMESPACE: &str = "payments.callback";
 
 /// `POST /orders` (and nothing else: it may wrap the whole router), the API preset: the
-/// `Idempotency-Key` header is required (400 without it); the fingerprint is the default one
-/// (method, path and body bytes), so the same key with another body is 422. A duplicate while
-/// the first is in flight gets 409 + `Retry-After`.
-pub fn orders_layer_builder<S: Store>(store: S) -> IdempotencyLayerBuilder<S, ScopeChosen> {
+/// `Idempotency-Key` header is required (400 without it); keys are scoped per caller (the
+/// [`Callers`] its bearer token names: one caller never gets another's stored order, and an
+/// order without a caller is refused 401); the fingerprint is the default one (method, path and
+/// body bytes), so the same key with another body is 422. A duplicate while the first is in
+/// flight gets 409 + `Retry-After`.
+pub fn orders_layer_builder<S: Store>(
+    store: S,
+    callers: Callers,
+) -> IdempotencyLayerBuilder<S, ScopeChosen> {
     IdempotencyLayer::builder(store)
-        .shared_scope()
+        .principal(move |parts| callers.caller(&parts.headers))
         .namespace(ORDERS_NAMESPACE)
         .methods([http::Method::POST])
         .only_paths(["/orders"])
@@ -54,8 +60,8 @@ pub fn callback_layer_builder<S: Store>(
 }
 
 /// [`orders_layer_builder`], built.
-pub fn orders_layer<S: Store>(store: S) -> IdempotencyLayer<S> {
-    orders_layer_builder(store).build()
+pub fn orders_layer<S: Store>(store: S, callers: Callers) -> IdempotencyLayer<S> {
+    orders_layer_builder(store, callers).build()
 }
 
 /// [`callback_layer_builder`] without a signature check, built.

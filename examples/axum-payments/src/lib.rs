@@ -31,6 +31,7 @@
 //! `crash_target` (a tiny guarded service the crash tests kill and pause).
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod callers;
 pub mod client;
 pub mod config;
 pub mod gateway;

@@ -94,7 +94,7 @@ pub(crate) fn unguarded_routes(state: AppState) -> Router {
 /// ```
 pub fn app<S: Store + Clone>(state: AppState, store: S) -> App<S> {
     let callback = callback_layer_builder(store.clone(), state.callback_secret.clone()).build();
-    let guarded = orders_layer(store).layer(callback.layer(bare(state)));
+    let guarded = orders_layer(store, state.callers.clone()).layer(callback.layer(bare(state)));
     MapResponse::new(guarded, into_response as fn(GuardedResponse) -> Response)
 }
 
@@ -109,7 +109,7 @@ pub fn app_per_route<S: Store + Clone>(state: AppState, store: S) -> Router {
     let callback = callback_layer_builder(store.clone(), state.callback_secret.clone()).build();
     routes(
         state,
-        post(create_order).layer(orders_layer(store)),
+        post(create_order).layer(orders_layer(store, state.callers.clone())),
         post(payment_callback).layer(callback),
     )
 }

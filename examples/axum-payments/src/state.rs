@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::callers::Callers;
 use super::memory::MemoryRepo;
 use super::repo::PaymentsRepo;
 
@@ -21,6 +22,8 @@ pub struct AppState {
     /// The gateway's shared secret (`CALLBACK_SECRET`): with it, callbacks must carry its
     /// signature ([`signature`](super::signature)); without it they are not checked.
     pub callback_secret: Option<Arc<[u8]>>,
+    /// Who may order (`API_TOKENS`): the caller each order's idempotency key is scoped by.
+    pub callers: Callers,
 }
 
 impl AppState {
@@ -30,6 +33,7 @@ impl AppState {
             repo,
             handler_delay: Duration::ZERO,
             callback_secret: None,
+            callers: Callers::any_token(),
         }
     }
 
@@ -41,6 +45,12 @@ impl AppState {
     /// The same state, with the handlers pausing `delay` after their writes.
     pub fn with_handler_delay(mut self, delay: Duration) -> Self {
         self.handler_delay = delay;
+        self
+    }
+
+    /// The same state, with these callers.
+    pub fn with_callers(mut self, callers: Callers) -> Self {
+        self.callers = callers;
         self
     }
 

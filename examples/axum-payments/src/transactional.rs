@@ -67,7 +67,7 @@ where
             app: state.clone(),
         })
         .merge(unguarded_routes(state));
-    let orders = orders_layer_builder(store.clone()).build_transactional();
+    let orders = orders_layer_builder(store.clone(), state.callers.clone()).build_transactional();
     let callback = callback_layer_builder(store, secret).build_transactional();
     MapResponse::new(
         orders.layer(callback.layer(router)),

@@ -79,12 +79,26 @@ in_both_compositions!(
     creating_an_order_twice_with_one_key_replays_the_same_order,
     creating_an_order_without_a_key_is_400_problem_json,
     the_same_key_with_another_body_is_422,
+    callers_never_share_an_order_key,
     a_callback_with_malformed_json_is_400,
     order_bodies_are_validated_as_problem_json,
 );
 
 fn post(path: &str, key: Option<&str>, body: impl Into<Body>) -> Request<Body> {
+    post_as(Some("demo-client"), path, key, body)
+}
+
+/// `POST path` as the caller of bearer `token` (none: no `Authorization`).
+fn post_as(
+    token: Option<&str>,
+    path: &str,
+    key: Option<&str>,
+    body: impl Into<Body>,
+) -> Request<Body> {
     let mut builder = Request::post(path).header(header::CONTENT_TYPE, "application/json");
+    if let Some(token) = token {
+        builder = builder.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
     if let Some(key) = key {
         builder = builder.header("idempotency-key", key);
     }
@@ -217,6 +231,38 @@ async fn creating_an_order_without_a_key_is_400_problem_json<S: HttpService>(rou
     assert!(answer.is_problem());
     // Nothing was created: the first order made afterwards is order 1.
     assert_eq!(create(&router, "k-after", 7).await.order_id, 1);
+}
+
+async fn callers_never_share_an_order_key<S: HttpService>(router: S) {
+    let body = json!({"user_id": 7, "amount_cents": 1299}).to_string();
+    let alice = call(
+        &router,
+        post_as(Some("alice"), "/orders", Some("k-tenant"), body.clone()),
+    )
+    .await;
+    assert_eq!(alice.status, StatusCode::CREATED);
+    // Mallory sends Alice's key and body: an order of her own, not Alice's replayed.
+    let mallory = call(
+        &router,
+        post_as(Some("mallory"), "/orders", Some("k-tenant"), body),
+    )
+    .await;
+    assert_eq!(mallory.status, StatusCode::CREATED);
+    assert!(!mallory.replayed());
+    assert_ne!(mallory.body["order_id"], alice.body["order_id"]);
+    // Nor does another body tell her the key exists (no 422).
+    let other = json!({"user_id": 7, "amount_cents": 1}).to_string();
+    let probe = call(
+        &router,
+        post_as(Some("eve"), "/orders", Some("k-tenant"), other),
+    )
+    .await;
+    assert_eq!(probe.status, StatusCode::CREATED);
+    // An order without a caller is refused, nothing claimed.
+    let anonymous = json!({"user_id": 7, "amount_cents": 5}).to_string();
+    let refused = call(&router, post_as(None, "/orders", Some("k-anon"), anonymous)).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert!(refused.is_problem());
 }
 
 async fn the_same_key_with_another_body_is_422<S: HttpService>(router: S) {

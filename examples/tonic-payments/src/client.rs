@@ -18,13 +18,19 @@ pub struct Attempt {
     pub replayed: bool,
 }
 
-/// `message` with metadata `idempotency-key: key`.
+/// `message` with metadata `idempotency-key: key`, from the example's caller (`authorization:
+/// Bearer demo-client`).
 pub fn with_key<T>(message: T, key: &str) -> Result<Request<T>, Status> {
     let mut request = Request::new(message);
     let value: MetadataValue<_> = key
         .parse()
         .map_err(|_| Status::invalid_argument("idempotency key is not valid metadata"))?;
     request.metadata_mut().insert("idempotency-key", value);
+    // The example's caller (see `server::principal`).
+    request.metadata_mut().insert(
+        "authorization",
+        MetadataValue::from_static("Bearer demo-client"),
+    );
     Ok(request)
 }
 

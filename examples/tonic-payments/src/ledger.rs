@@ -149,10 +149,11 @@ impl Payments for LedgerService {
     }
 }
 
-/// The transactional layer in gRPC mode, guarding the two unary methods.
+/// The transactional layer in gRPC mode, guarding the two unary methods, keys scoped by
+/// [`principal`](super::server::principal).
 pub fn transactional_layer(store: PostgresStore) -> TransactionalLayer<PostgresStore> {
     IdempotencyLayer::builder(store)
-        .shared_scope()
+        .principal(super::server::principal)
         .grpc()
         .namespace("payments.v1")
         .only_paths([CREATE_ORDER, PAYMENT_CALLBACK])
