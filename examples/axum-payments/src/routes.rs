@@ -106,10 +106,11 @@ pub(crate) fn into_response(response: GuardedResponse) -> Response {
 /// The same service as [`app`], with each layer on its route (`post(handler).layer(…)`), the
 /// usual axum composition: a [`Router`] that more routes can be merged into.
 pub fn app_per_route<S: Store + Clone>(state: AppState, store: S) -> Router {
+    let callers = state.callers.clone();
     let callback = callback_layer_builder(store.clone(), state.callback_secret.clone()).build();
     routes(
         state,
-        post(create_order).layer(orders_layer(store, state.callers.clone())),
+        post(create_order).layer(orders_layer(store, callers)),
         post(payment_callback).layer(callback),
     )
 }

@@ -59,6 +59,7 @@ where
     DB: sqlx::Database,
 {
     let secret = state.callback_secret.clone();
+    let callers = state.callers.clone();
     let router = Router::new()
         .route("/orders", post(create_order::<DB>))
         .route("/payments/callback", post(payment_callback::<DB>))
@@ -67,7 +68,7 @@ where
             app: state.clone(),
         })
         .merge(unguarded_routes(state));
-    let orders = orders_layer_builder(store.clone(), state.callers.clone()).build_transactional();
+    let orders = orders_layer_builder(store.clone(), callers).build_transactional();
     let callback = callback_layer_builder(store, secret).build_transactional();
     MapResponse::new(
         orders.layer(callback.layer(router)),

@@ -164,6 +164,7 @@ async fn raw_call(
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .header("idempotency-key", key)
+        .header("authorization", "Bearer demo-client")
         .body(Full::new(framed.freeze()))
         .unwrap();
     let response = sender.send_request(request).await.unwrap();
