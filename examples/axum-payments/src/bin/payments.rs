@@ -6,7 +6,10 @@
 //! same handlers without the layer: the baseline that `bench/http-wrk.sh` measures the layer
 //! against; `IDEMPOTENCY_LAYER=reference` serves them behind the benchmark reference.
 //! `HANDLER_DELAY_MS` pauses the POST handlers after their writes (crash drills);
-//! `CALLBACK_SECRET` makes the callback check the gateway's signature. Once it accepts
+//! Orders are scoped per caller: `Authorization: Bearer <token>` names it (`API_TOKENS`,
+//! `token=caller,…`, lists the accepted tokens; without it each token is a caller of its own),
+//! and an order without one is refused 401. `CALLBACK_SECRET` makes the callback check the
+//! gateway's signature. Once it accepts
 //! connections it prints `listening <addr>` on stdout.
 //!
 //! On SIGTERM or Ctrl-C it shuts down gracefully: it stops accepting, lets open requests
