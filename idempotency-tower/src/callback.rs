@@ -48,6 +48,7 @@ pub const PER_ATTEMPT_FIELDS: &[&str] = &[
 ///             .status("/trade_status")
 ///             .fields(["/total_amount"]),
 ///     )
+///     .shared_scope()
 ///     .build();
 /// # let _ = layer;
 /// ```

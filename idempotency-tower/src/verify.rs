@@ -41,6 +41,7 @@ pub const STANDARD_WEBHOOKS_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 ///         HeaderName::from_static("x-signature"),
 ///         b"gateway-secret".to_vec(),
 ///     ))
+///     .shared_scope()
 ///     .build();
 /// # let _ = layer;
 ///
@@ -93,6 +94,7 @@ pub fn hmac_sha256(
 ///     .namespace("webhooks")
 ///     .key_header(HeaderName::from_static("webhook-id"))
 ///     .verify(verify::standard_webhooks("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap())
+///     .shared_scope()
 ///     .build();
 /// # let _ = layer;
 /// ```

@@ -159,6 +159,7 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     /// // "orders" has no leading '/': it could never match, so building panics.
     /// let layer = IdempotencyLayer::builder(MemoryStore::new())
     ///     .only_paths(["orders"])
+    ///     .shared_scope()
     ///     .build();
     /// # let _ = layer;
     /// ```
@@ -197,6 +198,7 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     ///     .grpc()
     ///     .grpc_descriptor(payments_descriptor)
     ///     .only_paths(["/payments.v1.Payments/Pay"]) // checked; without it, every unary method
+    ///     .shared_scope()
     ///     .build();
     /// # let _ = layer;
     /// ```
