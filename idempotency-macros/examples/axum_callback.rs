@@ -60,7 +60,7 @@ impl IntoResponse for CallbackError {
 }
 
 /// Runs once per `trade_no`; a retry gets the stored "success" without granting again.
-#[idempotent(key = callback.trade_no, store = app.idempotency, scope = "pay.callback",
+#[idempotent(key = callback.trade_no, store = app.idempotency, namespace = "pay.callback",
              fingerprint = [callback.order_id, callback.amount_cents], ttl = "7d")]
 async fn paid(
     State(app): State<App>,

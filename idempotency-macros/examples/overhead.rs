@@ -22,7 +22,7 @@ async fn bare(order: u64) -> Result<Receipt, Error> {
     })
 }
 
-#[idempotent(key = order, store = engine, scope = "overhead", fingerprint = [order])]
+#[idempotent(key = order, store = engine, namespace = "overhead", fingerprint = [order])]
 async fn guarded(engine: &Idempotency<MemoryStore>, order: u64) -> Result<Receipt, Error> {
     bare(order).await
 }

@@ -54,7 +54,7 @@ struct CouponConsumer {
 
 impl CouponConsumer {
     /// Grants one coupon per trade number, however often the message arrives.
-    #[idempotent(key = message.trade_no, store = self.idempotency, scope = "coupon.grant",
+    #[idempotent(key = message.trade_no, store = self.idempotency, namespace = "coupon.grant",
                  fingerprint = [message.user_id], lease = "30s", wait = "5s")]
     async fn handle(&self, message: OrderPaid) -> Result<u64, HandleError> {
         Ok(self.granted.fetch_add(1, Ordering::SeqCst) + 1)

@@ -11,6 +11,7 @@ mod kw {
     syn::custom_keyword!(key);
     syn::custom_keyword!(store);
     syn::custom_keyword!(engine);
+    syn::custom_keyword!(namespace);
     syn::custom_keyword!(scope);
     syn::custom_keyword!(principal);
     syn::custom_keyword!(ttl);
@@ -32,7 +33,7 @@ mod kw {
 }
 
 /// Every argument names, for the "unknown argument" message.
-const ARGUMENTS: &str = "key, store, scope, principal, ttl, lease, wait, fingerprint, on_error, \
+const ARGUMENTS: &str = "key, store, namespace, principal, ttl, lease, wait, fingerprint, on_error, \
                          map_err, tx, transition(..), executor, already";
 
 /// A duration argument, in milliseconds, with the literal's span.
@@ -66,7 +67,7 @@ pub(crate) struct Transition {
 pub(crate) struct Args {
     pub(crate) key: Option<Expr>,
     pub(crate) store: Option<Expr>,
-    pub(crate) scope: Option<LitStr>,
+    pub(crate) namespace: Option<LitStr>,
     pub(crate) principal: Option<Expr>,
     pub(crate) ttl: Option<DurationArg>,
     pub(crate) lease: Option<DurationArg>,
@@ -130,8 +131,19 @@ impl Parse for Args {
                 keyword_value!(input, store, &mut args.store, Expr::parse)?;
             } else if look.peek(kw::engine) {
                 keyword_value!(input, engine, &mut args.store, Expr::parse)?;
-            } else if look.peek(kw::scope) {
-                keyword_value!(input, scope, &mut args.scope, <LitStr as Parse>::parse)?;
+            } else if look.peek(kw::namespace) {
+                keyword_value!(
+                    input,
+                    namespace,
+                    &mut args.namespace,
+                    <LitStr as Parse>::parse
+                )?;
+            } else if input.peek(kw::scope) {
+                let keyword: kw::scope = input.parse()?;
+                return Err(syn::Error::new(
+                    keyword.span,
+                    "`scope = \"..\"` is now `namespace = \"..\"`: it names the records' namespace",
+                ));
             } else if look.peek(kw::principal) {
                 keyword_value!(input, principal, &mut args.principal, Expr::parse)?;
             } else if look.peek(kw::ttl) {

@@ -1,5 +1,5 @@
 //! The expansion: the function keeps its signature; its body becomes one call into
-//! `::idempotency_core::function`, with the original body as an `async move` block.
+//! the runtime's `function` module ([`crate::krate::runtime`]), with the original body as an `async move` block.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
@@ -23,6 +23,7 @@ pub(crate) fn expand(args: Args, item: ItemFn) -> syn::Result<TokenStream> {
 
 /// Dedup mode: claim the key in the store, run the body once, store `Ok(T)`.
 fn dedup(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<TokenStream> {
+    let runtime = crate::krate::runtime();
     reject_state_args(&args)?;
     let key = required(args.key.as_ref(), "key", KEY_HINT)?;
     let store = required(args.store.as_ref(), "store", STORE_HINT)?;
@@ -50,10 +51,10 @@ fn dedup(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<TokenStream> {
         #vis #sig {
             let #call_var = #call;
             let #engine_var = {
-                use ::idempotency_core::function::AsEngine as _;
+                use #runtime::function::AsEngine as _;
                 #engine
             };
-            ::idempotency_core::function::#runner::<#output, _, _, _>(
+            #runtime::function::#runner::<#output, _, _, _>(
                 #engine_var,
                 #call_var,
                 #map_err,
@@ -98,8 +99,9 @@ fn reject_state_args(args: &Args) -> syn::Result<()> {
 
 /// `Call::new(namespace, &(key)).principal(..).ttl(..).lease(..).wait(..).fingerprint(..)…`
 pub(crate) fn call_builder(args: &Args, info: &FnInfo, key: &Expr) -> syn::Result<TokenStream> {
+    let runtime = crate::krate::runtime();
     let namespace = namespace(args, info);
-    let mut call = quote!(::idempotency_core::function::Call::new(#namespace, &(#key)));
+    let mut call = quote!(#runtime::function::Call::new(#namespace, &(#key)));
     if let Some(principal) = &args.principal {
         info.check_root(principal, "principal")?;
         call.extend(quote!(.principal(&(#principal))));
@@ -122,10 +124,10 @@ pub(crate) fn call_builder(args: &Args, info: &FnInfo, key: &Expr) -> syn::Resul
     Ok(call)
 }
 
-/// The `scope = "…"` namespace, or `module_path!()::fn_name`.
+/// The `namespace = "…"`, or `module_path!()::fn_name`.
 pub(crate) fn namespace(args: &Args, info: &FnInfo) -> TokenStream {
-    match &args.scope {
-        Some(scope) => scope.to_token_stream(),
+    match &args.namespace {
+        Some(namespace) => namespace.to_token_stream(),
         None => {
             let name = info.name.to_string();
             quote!(::core::concat!(::core::module_path!(), "::", #name))

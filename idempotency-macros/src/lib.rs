@@ -1,14 +1,16 @@
 //! The `#[idempotent]` attribute: run an `async fn` once per key (dedup), in the caller's SQL
 //! transaction (transactional), or once per state transition (state machine).
 //!
-//! Use it through `idempotency_core::idempotent` (feature `macros`); the generated code calls
-//! `idempotency_core::function`. See [`idempotent`] for the arguments, the modes and examples.
+//! Use it through `idempotency::idempotent` (feature `macros`; `idempotency_core::idempotent`
+//! works too); the generated code calls the runtime's `function` module through whichever of the
+//! two crates the caller depends on. See [`idempotent`] for the arguments, the modes and examples.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod attr;
 mod check;
 mod duration;
 mod expand;
+mod krate;
 mod state;
 mod tx;
 
@@ -16,7 +18,7 @@ use proc_macro::TokenStream;
 
 /// Runs an `async fn … -> Result<T, E>` once per key.
 ///
-/// Use it through `idempotency_core::idempotent` (feature `macros`). The smallest use:
+/// Use it through `idempotency::idempotent` (feature `macros`). The smallest use:
 ///
 /// ```
 /// use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
@@ -54,7 +56,7 @@ use proc_macro::TokenStream;
 /// |---|---|
 /// | `key = expr` | required: the key, an expression over the arguments of any `Display` type (`event.trade_no`, `format!("{a}:{b}")`) |
 /// | `store = expr` (or `engine = expr`) | required: an `Idempotency<S>` engine or an `Arc` of a store: an argument, `self.field`, a static, a call |
-/// | `scope = "payments"` | the namespace; default `module_path!()::fn_name` (set it on methods whose names repeat in one module) |
+/// | `namespace = "payments"` | the namespace of the records; default `module_path!()::fn_name` (set it on methods whose names repeat in one module) |
 /// | `principal = expr` | restricts the scope to a tenant or user: two principals never share a record |
 /// | `fingerprint = [a, b.amount]` | arguments hashed as canonical JSON (`Serialize`); the same key with other values is a `Mismatch`. Default: none, only the key counts |
 /// | `ttl = "24h"`, `lease = "30s"` | override the engine's settings (units `ms s m h d`, combinable: `"1h30m"`) |
@@ -76,7 +78,7 @@ use proc_macro::TokenStream;
 /// use idempotency_core::sql::SqliteStore;
 /// use idempotency_core::{Error, idempotent};
 ///
-/// #[idempotent(tx = tx, key = trade_no, store = store, scope = "pay.callback")]
+/// #[idempotent(tx = tx, key = trade_no, store = store, namespace = "pay.callback")]
 /// async fn grant(store: &SqliteStore, tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, trade_no: &str)
 ///     -> Result<u64, Error> {
 ///     sqlx::query("INSERT INTO coupons (trade_no) VALUES (?)").bind(trade_no).execute(&mut **tx).await

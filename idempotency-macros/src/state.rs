@@ -15,6 +15,7 @@ const TRANSITION_HINT: &str = "write transition(table = \"orders\", id = order_i
 
 /// Expands the state-machine mode.
 pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<TokenStream> {
+    let runtime = crate::krate::runtime();
     reject(&args)?;
     let Some(transition) = &args.transition else {
         return Err(syn::Error::new(Span::call_site(), TRANSITION_HINT));
@@ -101,9 +102,9 @@ pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<Toke
         #(#attrs)*
         #vis #sig {
             if let ::core::option::Option::Some(#answer) =
-                ::idempotency_core::function::sql::apply::<#output, _, _, _, _>(
+                #runtime::function::sql::apply::<#output, _, _, _, _>(
                     #executor,
-                    ::idempotency_core::function::sql::transition(
+                    #runtime::function::sql::transition(
                         #table, #id_column, #column, &[#(#from),*], #to,
                     ),
                     &(#id),
@@ -121,12 +122,13 @@ pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<Toke
 
 /// A state literal as a `StateValue` expression: `"PAID"` → text, `20` → an `i64` code.
 fn state_value(state: &Lit) -> syn::Result<TokenStream> {
+    let runtime = crate::krate::runtime();
     match state {
         Lit::Int(code) => {
             let code: i64 = code.base10_parse()?;
-            Ok(quote!(::idempotency_core::sql::StateValue::Code(#code)))
+            Ok(quote!(#runtime::sql::StateValue::Code(#code)))
         }
-        other => Ok(quote!(::idempotency_core::sql::StateValue::from(#other))),
+        other => Ok(quote!(#runtime::sql::StateValue::from(#other))),
     }
 }
 
@@ -158,7 +160,7 @@ fn reject(args: &Args) -> syn::Result<()> {
         ("key", args.key.as_ref().map(Spanned::span)),
         ("store", args.store.as_ref().map(Spanned::span)),
         ("principal", args.principal.as_ref().map(Spanned::span)),
-        ("scope", args.scope.as_ref().map(LitStr::span)),
+        ("namespace", args.namespace.as_ref().map(LitStr::span)),
         ("ttl", args.ttl.as_ref().map(|d| d.span)),
         ("lease", args.lease.as_ref().map(|d| d.span)),
         ("wait", args.wait.as_ref().map(|d| d.span)),

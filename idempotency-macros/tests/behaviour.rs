@@ -52,7 +52,7 @@ impl Payments {
         }
     }
 
-    #[idempotent(key = event.trade_no, store = self.engine, scope = "payments.callback", fingerprint = [event.amount], ttl = "1h", lease = "30s")]
+    #[idempotent(key = event.trade_no, store = self.engine, namespace = "payments.callback", fingerprint = [event.amount], ttl = "1h", lease = "30s")]
     async fn on_paid(&self, event: PaymentEvent) -> Result<Coupon, AppError> {
         if event.amount == 0 {
             return Err(AppError::Declined("zero amount".into()));
@@ -64,7 +64,7 @@ impl Payments {
         })
     }
 
-    #[idempotent(key = trade_no, store = self.engine, scope = "payments.refund", on_error = "keep")]
+    #[idempotent(key = trade_no, store = self.engine, namespace = "payments.refund", on_error = "keep")]
     async fn refund(&self, trade_no: &str, allowed: bool) -> Result<usize, AppError> {
         let n = self.granted.fetch_add(1, Ordering::SeqCst) + 1;
         if allowed {
@@ -192,7 +192,7 @@ async fn two_hundred_concurrent_duplicates_run_the_body_once() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-#[idempotent(key = format!("{tenant}:{order}"), store = engine, principal = tenant, scope = "orders")]
+#[idempotent(key = format!("{tenant}:{order}"), store = engine, principal = tenant, namespace = "orders")]
 async fn create_order<S>(
     engine: Arc<Idempotency<S>>,
     tenant: &str,
@@ -279,7 +279,7 @@ async fn an_empty_key_is_refused_without_running() {
     ));
 }
 
-#[idempotent(key = job, store = engine, scope = "D")]
+#[idempotent(key = job, store = engine, namespace = "D")]
 async fn slow_job(
     engine: &Idempotency<MemoryStore>,
     job: &str,
@@ -315,7 +315,7 @@ async fn a_dropped_call_releases_its_key() {
 }
 
 /// `quick_job` in the namespace of `slow_job`.
-#[idempotent(key = job, store = engine, scope = "D")]
+#[idempotent(key = job, store = engine, namespace = "D")]
 async fn quick_job_in(
     engine: &Idempotency<MemoryStore>,
     job: &str,

@@ -68,7 +68,7 @@ macro_rules! scenarios {
 
         impl Shop {
             /// Transactional mode: the coupon row and the dedup record commit together.
-            #[idempotent(tx = tx, key = trade_no, store = self.store, scope = "macro.paid", fingerprint = [amount])]
+            #[idempotent(tx = tx, key = trade_no, store = self.store, namespace = "macro.paid", fingerprint = [amount])]
             async fn on_paid(
                 &self,
                 tx: &mut sqlx::Transaction<'_, $db>,
@@ -87,7 +87,7 @@ macro_rules! scenarios {
             }
 
             /// Transactional mode, telling its caller whether it ran or replayed.
-            #[idempotent(tx = tx, key = trade_no, store = self.store, scope = "macro.recorded")]
+            #[idempotent(tx = tx, key = trade_no, store = self.store, namespace = "macro.recorded")]
             async fn on_refund(
                 &self,
                 tx: &mut sqlx::Transaction<'_, $db>,
@@ -136,7 +136,7 @@ macro_rules! scenarios {
         }
 
         /// Dedup mode over the SQL store as an ordinary engine.
-        #[idempotent(key = job, store = engine, scope = "macro.dedup", wait = "60s")]
+        #[idempotent(key = job, store = engine, namespace = "macro.dedup", wait = "60s")]
         async fn dedup_job(
             engine: &Idempotency<Arc<$store>>,
             job: &str,

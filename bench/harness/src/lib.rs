@@ -7,8 +7,3 @@
 
 pub mod faults;
 pub mod load;
-
-/// The README's code blocks, compiled and run as doctests so the README stays true.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;

@@ -2,7 +2,7 @@
 //!
 //! glibc serves blocks of up to 1 024 bytes (on 64-bit) from a per-thread cache; a larger box
 //! takes the shared arena's slow path on every request, which the load benchmark showed as a
-//! few percent of throughput (`git show 2eb50a5:BENCHMARKS.md`). These are the futures of the
+//! few percent of throughput. These are the futures of the
 //! `payments` example's layers (an axum `Router`, a `BoxStore`, one layer around the other),
 //! measured in the profile the test runs in (the release build's sizes were the same, by
 //! `-Zprint-type-sizes`, with rustc 1.95 on 2026-12-01).

@@ -46,7 +46,7 @@ pub enum Backend {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
     /// The server process stopped (`SIGSTOP`), then continued: what it received meanwhile it
-    /// executes when it resumes (the incident of issue 27).
+    /// executes when it resumes.
     Pause,
     /// The server killed (`SIGKILL`) and started again on its data (Redis with `appendfsync
     /// always`).

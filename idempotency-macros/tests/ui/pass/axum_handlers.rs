@@ -37,7 +37,7 @@ impl IntoResponse for AppError {
 }
 
 #[axum::debug_handler]
-#[idempotent(key = callback.trade_no, store = app.idempotency, scope = "pay.callback", fingerprint = [callback])]
+#[idempotent(key = callback.trade_no, store = app.idempotency, namespace = "pay.callback", fingerprint = [callback])]
 async fn outer_debug_handler(
     State(app): State<App>,
     Json(callback): Json<Callback>,
@@ -45,7 +45,7 @@ async fn outer_debug_handler(
     Ok(format!("success {}", callback.amount))
 }
 
-#[idempotent(key = callback.trade_no, store = app.idempotency, scope = "pay.callback2")]
+#[idempotent(key = callback.trade_no, store = app.idempotency, namespace = "pay.callback2")]
 #[axum::debug_handler]
 async fn inner_debug_handler(
     State(app): State<App>,

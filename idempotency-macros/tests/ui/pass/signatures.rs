@@ -36,7 +36,7 @@ pub struct Service<S> {
 
 impl<S: Store> Service<S> {
     /// Docs and attributes stay.
-    #[idempotent(key = event.id, store = self.engine, scope = "svc.handle", fingerprint = [event.amount, event])]
+    #[idempotent(key = event.id, store = self.engine, namespace = "svc.handle", fingerprint = [event.amount, event])]
     #[allow(clippy::needless_return)]
     pub async fn handle(&self, event: Event) -> Result<u64, AppError> {
         if event.amount == 0 {
@@ -46,14 +46,14 @@ impl<S: Store> Service<S> {
         Ok(event.amount + parsed)
     }
 
-    #[idempotent(key = id, store = self.engine, scope = "svc.add", ttl = "1h30m", lease = "500ms")]
+    #[idempotent(key = id, store = self.engine, namespace = "svc.add", ttl = "1h30m", lease = "500ms")]
     pub(crate) async fn add(&mut self, id: u32, mut amount: u64) -> AppResult<u64> {
         amount += 1;
         self.total += amount;
         Ok(self.total)
     }
 
-    #[idempotent(key = id, store = self.engine, scope = "svc.consume", on_error = "keep", wait = "2s")]
+    #[idempotent(key = id, store = self.engine, namespace = "svc.consume", on_error = "keep", wait = "2s")]
     async fn consume(self, id: u32) -> Result<u64, AppError> {
         Ok(self.total + u64::from(id))
     }
@@ -83,7 +83,7 @@ pub struct Consumer {
 }
 
 impl Handler for Consumer {
-    #[idempotent(key = id, store = self.engine, scope = "consumer.handle")]
+    #[idempotent(key = id, store = self.engine, namespace = "consumer.handle")]
     async fn handle(&self, id: u64) -> Result<u64, AppError> {
         Ok(id)
     }

@@ -2,13 +2,13 @@
 use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
 
 #[tracing::instrument(skip(engine), err)]
-#[idempotent(key = order_id, store = engine, scope = "orders.pay")]
+#[idempotent(key = order_id, store = engine, namespace = "orders.pay")]
 async fn instrument_outside(engine: &Idempotency<MemoryStore>, order_id: u64) -> Result<u64, Error> {
     tracing::info!("paying");
     Ok(order_id)
 }
 
-#[idempotent(key = order_id, store = engine, scope = "orders.ship")]
+#[idempotent(key = order_id, store = engine, namespace = "orders.ship")]
 #[tracing::instrument(skip(engine), ret)]
 async fn instrument_inside(engine: &Idempotency<MemoryStore>, order_id: u64) -> Result<u64, Error> {
     Ok(order_id)

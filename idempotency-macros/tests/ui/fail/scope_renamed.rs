@@ -1,0 +1,9 @@
+#![allow(unused)]
+use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
+
+#[idempotent(key = id, store = engine, scope = "orders")]
+async fn renamed(engine: &Idempotency<MemoryStore>, id: u64) -> Result<u64, Error> {
+    Ok(id)
+}
+
+fn main() {}
