@@ -1,9 +1,75 @@
 //! The one error type of the toolkit: what a store, a claim or a guarded call can answer
 //! instead of a result.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::KeyError;
+
+/// What a backend reported, kept whole: the driver's own error (`sqlx::Error`,
+/// `redis::RedisError`, an I/O error), reachable through [`std::error::Error::source`] of the
+/// [`Error`] that carries it and by `downcast_ref`, or a message where there is no error value.
+/// Cheap to clone: one failure answers every waiter of a key.
+///
+/// ```
+/// use idempotency_core::{Cause, Error};
+/// use std::error::Error as _;
+///
+/// let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+/// let error = Error::Unavailable(Cause::new(refused));
+/// let io = error.source().and_then(|source| source.downcast_ref::<std::io::Error>());
+/// assert_eq!(io.map(std::io::Error::kind), Some(std::io::ErrorKind::ConnectionRefused));
+/// ```
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl Cause {
+    /// The cause `error`, kept as it is.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+
+    /// The error itself, to inspect or downcast.
+    pub fn get(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::fmt::Debug for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// A cause that is only a message.
+#[derive(Debug)]
+struct Message(String);
+
+impl std::fmt::Display for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Message {}
+
+impl From<String> for Cause {
+    fn from(message: String) -> Self {
+        Self::new(Message(message))
+    }
+}
+
+impl From<&str> for Cause {
+    fn from(message: &str) -> Self {
+        Self::new(Message(message.to_owned()))
+    }
+}
 
 /// Everything that can keep a guarded call from producing its own result.
 ///
@@ -21,52 +87,89 @@ use crate::KeyError;
 ///
 /// With the `axum` feature it is an `IntoResponse` (RFC 9457 problem+json with the statuses of
 /// [`Error::http_status`]); with the `tonic` feature it converts into a `tonic::Status`.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum Error {
     /// Another call with the same key is running; retry later.
-    #[error("a call with the same idempotency key is in flight; retry in {retry_after:?}")]
     InFlight {
         /// A hint for when to retry.
         retry_after: Duration,
     },
     /// The key was first used with another payload (fingerprint).
-    #[error("the idempotency key was already used with another payload")]
     Mismatch,
     /// The key is unusable (missing, empty, too long, not visible ASCII).
-    #[error("invalid idempotency key: {0}")]
-    Key(#[from] KeyError),
+    Key(KeyError),
     /// State machines: the row is in a state the transition does not start from.
-    #[error("illegal state transition: the row is {current:?}")]
     IllegalTransition {
         /// The state the row is in.
         current: String,
     },
     /// State machines: no row has the given id.
-    #[error("no row to transition has this id")]
     NotFound,
     /// The backend could not be reached or failed to answer (connection refused, reset, I/O).
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(Cause),
     /// The backend did not answer within the configured time.
-    #[error("store timed out after {0:?}")]
     Timeout(Duration),
     /// The caller's fencing token is no longer current: the lease expired and another owner took
     /// the key over, or the record is gone. The write was not applied.
-    #[error("lease lost: the fencing token is stale")]
     LeaseLost,
     /// The store is full and holds no expired record to evict.
-    #[error("store capacity of {0} records reached")]
     CapacityExceeded(usize),
     /// A stored record could not be decoded, or a value could not be encoded.
-    #[error("idempotency codec error: {0}")]
-    Codec(String),
+    Codec(Cause),
     /// The store was configured wrongly (for example a table name that is not an identifier).
-    #[error("store misconfigured: {0}")]
     Config(String),
     /// Any other backend error.
-    #[error("store backend error: {0}")]
-    Backend(String),
+    Backend(Cause),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InFlight { retry_after } => write!(
+                f,
+                "a call with the same idempotency key is in flight; retry in {retry_after:?}"
+            ),
+            Self::Mismatch => {
+                f.write_str("the idempotency key was already used with another payload")
+            }
+            Self::Key(error) => write!(f, "invalid idempotency key: {error}"),
+            Self::IllegalTransition { current } => {
+                write!(f, "illegal state transition: the row is {current:?}")
+            }
+            Self::NotFound => f.write_str("no row to transition has this id"),
+            Self::Unavailable(cause) => write!(f, "store unavailable: {cause}"),
+            Self::Timeout(limit) => write!(f, "store timed out after {limit:?}"),
+            Self::LeaseLost => f.write_str("lease lost: the fencing token is stale"),
+            Self::CapacityExceeded(records) => {
+                write!(f, "store capacity of {records} records reached")
+            }
+            Self::Codec(cause) => write!(f, "idempotency codec error: {cause}"),
+            Self::Config(message) => write!(f, "store misconfigured: {message}"),
+            Self::Backend(cause) => write!(f, "store backend error: {cause}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    /// The driver's error behind [`Unavailable`](Self::Unavailable), [`Codec`](Self::Codec) and
+    /// [`Backend`](Self::Backend) (downcast it to `sqlx::Error`, `redis::RedisError`, …), or the
+    /// [`KeyError`].
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Unavailable(cause) | Self::Codec(cause) | Self::Backend(cause) => {
+                Some(cause.get())
+            }
+            Self::Key(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<KeyError> for Error {
+    fn from(error: KeyError) -> Self {
+        Self::Key(error)
+    }
 }
 
 /// The name backends use for [`Error`]: a [`Store`](crate::Store) answers with it.

@@ -153,9 +153,9 @@ impl Call {
                 self.fingerprint.field(name.as_bytes(), text.as_bytes());
             }
             Err(error) => {
-                self.error.get_or_insert(Error::Codec(format!(
-                    "fingerprint argument `{name}`: {error}"
-                )));
+                self.error.get_or_insert(Error::Codec(
+                    format!("fingerprint argument `{name}`: {error}").into(),
+                ));
             }
         }
         self
@@ -332,10 +332,10 @@ fn decode<T: DeserializeOwned>(outcome: &Outcome, expected: u16) -> Result<T, Er
         return Err(Error::Codec(format!(
             "stored status {} is not {expected}: the record was written by another kind of caller",
             outcome.status
-        )));
+        ).into()));
     }
     serde_json::from_slice(&outcome.body)
-        .map_err(|error| Error::Codec(format!("stored value: {error}")))
+        .map_err(|error| Error::Codec(format!("stored value: {error}").into()))
 }
 
 async fn store<S: Store, T: Serialize>(execution: Execution<S>, status: u16, value: &T) {

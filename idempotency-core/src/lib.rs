@@ -138,7 +138,7 @@ pub use engine::{
     Config, DEFAULT_IN_FLIGHT_POLL, DEFAULT_MAX_WAITERS_PER_KEY, Decision, Execution, Idempotency,
     Namespace,
 };
-pub use error::{Error, StoreError};
+pub use error::{Cause, Error, StoreError};
 pub use fingerprint::{Fingerprint, FingerprintBuilder, canonical_json};
 pub use in_flight::{DEFAULT_IN_FLIGHT_WAIT, InFlightPolicy};
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};

@@ -29,7 +29,7 @@ impl OneTimeToken {
     pub fn generate(ttl: Duration) -> Result<Self, StoreError> {
         let mut bytes = [0u8; 32];
         getrandom::fill(&mut bytes)
-            .map_err(|error| StoreError::Backend(format!("no randomness: {error}")))?;
+            .map_err(|error| StoreError::Backend(format!("no randomness: {error}").into()))?;
         Ok(Self {
             value: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
             expires_at: SystemTime::now() + ttl,

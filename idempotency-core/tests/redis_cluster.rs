@@ -50,10 +50,10 @@ async fn connection() -> Result<idempotency_core::redis::ClusterConnection, Stor
         Err(first) => {
             let started = tokio::task::spawn_blocking(start_cluster_once)
                 .await
-                .map_err(|error| StoreError::Backend(error.to_string()))?;
+                .map_err(|error| StoreError::Backend(error.to_string().into()))?;
             match started {
                 Ok(()) => connect_cluster(nodes()).await,
-                Err(reason) => Err(StoreError::Unavailable(format!("{first}; {reason}"))),
+                Err(reason) => Err(StoreError::Unavailable(format!("{first}; {reason}").into())),
             }
         }
     }

@@ -82,7 +82,7 @@ use proc_macro::TokenStream;
 /// async fn grant(store: &SqliteStore, tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, trade_no: &str)
 ///     -> Result<u64, Error> {
 ///     sqlx::query("INSERT INTO coupons (trade_no) VALUES (?)").bind(trade_no).execute(&mut **tx).await
-///         .map_err(|e| idempotency_core::StoreError::Backend(e.to_string()))?;
+///         .map_err(|e| idempotency_core::StoreError::Backend(e.to_string().into()))?;
 ///     Ok(1)
 /// }
 /// # async fn call(store: SqliteStore, pool: sqlx::SqlitePool) -> Result<(), Box<dyn std::error::Error>> {

@@ -476,6 +476,6 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
 /// A claim token no other batch uses (random, 63 bits).
 fn fresh_claim_token() -> Result<i64, StoreError> {
     let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).map_err(|error| StoreError::Backend(error.to_string()))?;
+    getrandom::fill(&mut bytes).map_err(|error| StoreError::Backend(error.to_string().into()))?;
     Ok(i64::from_le_bytes(bytes) & i64::MAX)
 }

@@ -363,6 +363,6 @@ fn copy_of(error: &StoreError) -> StoreError {
         StoreError::Timeout(after) => StoreError::Timeout(*after),
         StoreError::CapacityExceeded(capacity) => StoreError::CapacityExceeded(*capacity),
         StoreError::Codec(text) => StoreError::Codec(text.clone()),
-        other => StoreError::Backend(other.to_string()),
+        other => StoreError::Backend(other.to_string().into()),
     }
 }

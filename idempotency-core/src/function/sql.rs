@@ -131,7 +131,7 @@ where
                             .complete_in_tx(tx, lease, &Outcome::new(STATUS_OK, body))
                             .await
                     }
-                    Err(error) => Err(Error::Codec(format!("result: {error}"))),
+                    Err(error) => Err(Error::Codec(format!("result: {error}").into())),
                 };
                 match stored {
                     Ok(()) => R::from_result(Ok(value)),

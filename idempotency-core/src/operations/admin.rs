@@ -353,11 +353,14 @@ impl Admin {
     /// Writes `entry`; a failure says whether the action applied.
     async fn audited(&self, entry: &AuditEntry) -> Result<(), StoreError> {
         self.audit.write(entry).await.map_err(|error| {
-            StoreError::Backend(format!(
-                "{} {} but its audit entry could not be written: {error}",
-                entry.action.as_str(),
-                if entry.applied { "applied" } else { "refused" },
-            ))
+            StoreError::Backend(
+                format!(
+                    "{} {} but its audit entry could not be written: {error}",
+                    entry.action.as_str(),
+                    if entry.applied { "applied" } else { "refused" },
+                )
+                .into(),
+            )
         })
     }
 

@@ -55,10 +55,10 @@ impl Archive {
         let Self::JsonLines(out) = self else {
             return Ok(());
         };
-        let io = |error: std::io::Error| StoreError::Backend(format!("archive: {error}"));
+        let io = |error: std::io::Error| StoreError::Backend(format!("archive: {error}").into());
         for item in items {
             let line = serde_json::to_string(item)
-                .map_err(|error| StoreError::Codec(error.to_string()))?;
+                .map_err(|error| StoreError::Codec(error.to_string().into()))?;
             out.write_all(line.as_bytes()).map_err(io)?;
             out.write_all(b"\n").map_err(io)?;
         }

@@ -150,8 +150,8 @@ pub struct TracingAudit;
 
 impl AuditLog for TracingAudit {
     fn write<'a>(&'a self, entry: &'a AuditEntry) -> BoxFuture<'a, Result<(), StoreError>> {
-        let json =
-            serde_json::to_string(entry).map_err(|error| StoreError::Codec(error.to_string()));
+        let json = serde_json::to_string(entry)
+            .map_err(|error| StoreError::Codec(error.to_string().into()));
         Box::pin(async move {
             let json = json?;
             tracing::info!(

@@ -38,7 +38,7 @@ pub(super) const HEADER: usize = 81;
 const UPDATED: usize = 53;
 
 fn codec(what: &str) -> StoreError {
-    StoreError::Codec(format!("redis: unexpected {what}"))
+    StoreError::Codec(format!("redis: unexpected {what}").into())
 }
 
 fn int(value: &Value) -> Result<i64, StoreError> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ::redis::{ErrorKind, RedisError, ServerErrorKind};
 
-use crate::StoreError;
+use crate::{Cause, StoreError};
 
 /// Maps a Redis error: unreachable, dropped or failing-over servers are
 /// [`StoreError::Unavailable`], I/O time-outs [`StoreError::Timeout`], the rest
@@ -30,9 +30,9 @@ pub(super) fn map_error(error: RedisError, limit: Duration) -> StoreError {
                 )
         );
     if unavailable {
-        StoreError::Unavailable(format!("redis: {error}"))
+        StoreError::Unavailable(Cause::new(error))
     } else {
-        StoreError::Backend(format!("redis: {error}"))
+        StoreError::Backend(Cause::new(error))
     }
 }
 

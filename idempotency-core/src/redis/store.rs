@@ -314,9 +314,9 @@ where
                 self.held.supported(true);
                 return None;
             }
-            Ok(other) => Err(StoreError::Codec(format!(
-                "redis: SET IFEQ answered {other:?}"
-            ))),
+            Ok(other) => Err(StoreError::Codec(
+                format!("redis: SET IFEQ answered {other:?}").into(),
+            )),
             Err(error)
                 if error.code() == Some("ERR")
                     && error
@@ -426,7 +426,7 @@ where
     async fn claim_op(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         if request.namespace.len() > usize::from(u16::MAX) {
             return Err(StoreError::Codec(
-                "redis: namespaces are limited to 65535 bytes".to_owned(),
+                "redis: namespaces are limited to 65535 bytes".into(),
             ));
         }
         let record_key = self.record_key(request.key);

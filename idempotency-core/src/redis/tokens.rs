@@ -142,7 +142,7 @@ where
         match stored {
             Some(_) => Ok(token),
             None => Err(StoreError::Backend(
-                "a freshly drawn random token already existed".to_owned(),
+                "a freshly drawn random token already existed".into(),
             )),
         }
     }

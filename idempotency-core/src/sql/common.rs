@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use crate::time::from_unix_micros;
 use crate::{
-    Claim, FencingToken, Fingerprint, InFlightPolicy, Lease, Outcome, Record, RecordState,
+    Cause, Claim, FencingToken, Fingerprint, InFlightPolicy, Lease, Outcome, Record, RecordState,
     StorageKey, StoreError,
 };
 
@@ -153,28 +153,31 @@ fn from_micros(micros: i64) -> SystemTime {
 }
 
 fn to_u32(value: i64, what: &str) -> Result<u32, StoreError> {
-    u32::try_from(value).map_err(|_| StoreError::Codec(format!("{what} out of range: {value}")))
+    u32::try_from(value)
+        .map_err(|_| StoreError::Codec(format!("{what} out of range: {value}").into()))
 }
 
 fn to_u64(value: i64, what: &str) -> Result<u64, StoreError> {
-    u64::try_from(value).map_err(|_| StoreError::Codec(format!("{what} out of range: {value}")))
+    u64::try_from(value)
+        .map_err(|_| StoreError::Codec(format!("{what} out of range: {value}").into()))
 }
 
 fn digest(bytes: &[u8], what: &str) -> Result<[u8; 32], StoreError> {
     bytes
         .try_into()
-        .map_err(|_| StoreError::Codec(format!("{what} is {} bytes, not 32", bytes.len())))
+        .map_err(|_| StoreError::Codec(format!("{what} is {} bytes, not 32", bytes.len()).into()))
 }
 
 fn state(text: &str) -> Result<RecordState, StoreError> {
-    RecordState::parse(text).ok_or_else(|| StoreError::Codec(format!("unknown state {text:?}")))
+    RecordState::parse(text)
+        .ok_or_else(|| StoreError::Codec(format!("unknown state {text:?}").into()))
 }
 
 fn outcome(status: Option<i64>, body: Option<Vec<u8>>) -> Result<Option<Outcome>, StoreError> {
     match (status, body) {
         (Some(status), Some(body)) => Ok(Some(Outcome {
             status: u16::try_from(status)
-                .map_err(|_| StoreError::Codec(format!("status out of range: {status}")))?,
+                .map_err(|_| StoreError::Codec(format!("status out of range: {status}").into()))?,
             body: Bytes::from(body),
         })),
         _ => Ok(None),
@@ -266,26 +269,26 @@ pub(crate) fn map_err(error: sqlx::Error) -> StoreError {
     use sqlx::Error as E;
     match error {
         E::Io(_) | E::Tls(_) | E::PoolTimedOut | E::PoolClosed | E::WorkerCrashed => {
-            StoreError::Unavailable(error.to_string())
+            StoreError::Unavailable(Cause::new(error))
         }
-        E::Protocol(_) => StoreError::Unavailable(error.to_string()),
+        E::Protocol(_) => StoreError::Unavailable(Cause::new(error)),
         E::Configuration(_) => StoreError::Config(error.to_string()),
         E::ColumnDecode { .. }
         | E::Decode(_)
         | E::Encode(_)
         | E::ColumnNotFound(_)
-        | E::ColumnIndexOutOfBounds { .. } => StoreError::Codec(error.to_string()),
+        | E::ColumnIndexOutOfBounds { .. } => StoreError::Codec(Cause::new(error)),
         E::Database(ref db) => {
             let code = db.code().map(|code| code.into_owned()).unwrap_or_default();
             // SQLSTATE class 08: connection exceptions; 57P01-57P03: the server shut the
             // session down (pg_terminate_backend, restart); MySQL reports lost servers as 08S01.
             if code.starts_with("08") || matches!(code.as_str(), "57P01" | "57P02" | "57P03") {
-                StoreError::Unavailable(error.to_string())
+                StoreError::Unavailable(Cause::new(error))
             } else {
-                StoreError::Backend(error.to_string())
+                StoreError::Backend(Cause::new(error))
             }
         }
-        other => StoreError::Backend(other.to_string()),
+        other => StoreError::Backend(Cause::new(other)),
     }
 }
 

@@ -684,9 +684,9 @@ pub(crate) mod sealed {
     {
         sql.push_str(before);
         args.add(value)
-            .map_err(|error| StoreError::Codec(error.to_string()))?;
+            .map_err(|error| StoreError::Codec(error.to_string().into()))?;
         args.format_placeholder(sql)
-            .map_err(|error| StoreError::Codec(error.to_string()))?;
+            .map_err(|error| StoreError::Codec(error.to_string().into()))?;
         sql.push_str(after);
         Ok(())
     }

@@ -43,9 +43,9 @@ pub(crate) async fn migrate_table(
         .await
         .map_err(map_err)?;
     if locked != Some(1) {
-        return Err(StoreError::Backend(format!(
-            "could not take the migration lock {lock:?} within 60 s"
-        )));
+        return Err(StoreError::Backend(
+            format!("could not take the migration lock {lock:?} within 60 s").into(),
+        ));
     }
     let migrated = schema::migrate::<MySql>(&mut conn, &VERSIONS, table, steps).await;
     let released = sqlx::query("SELECT RELEASE_LOCK(?)")
@@ -330,7 +330,7 @@ impl Steps for MySql {
         sql.claim_with(conn, request, false, &sql.upsert)
             .await
             .map_err(|waited| match waited {
-                Waited::Out => StoreError::Backend("lock wait timeout exceeded".to_owned()),
+                Waited::Out => StoreError::Backend("lock wait timeout exceeded".to_owned().into()),
                 Waited::Failed(error) => error,
             })
     }
@@ -489,8 +489,8 @@ impl Sql {
                 },
             }
         }
-        Err(Waited::Failed(StoreError::Backend(format!(
-            "claim lost {CLAIM_ROUNDS} races in a row on one key"
-        ))))
+        Err(Waited::Failed(StoreError::Backend(
+            format!("claim lost {CLAIM_ROUNDS} races in a row on one key").into(),
+        )))
     }
 }

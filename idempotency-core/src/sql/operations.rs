@@ -130,10 +130,13 @@ impl<D: Dialect> SqlStore<D> {
         D::write_audit(&mut tx, &format!("{open}{table}{close}"), &entry)
             .await
             .map_err(|error| {
-                StoreError::Backend(format!(
-                    "{} not applied: its audit entry could not be written: {error}",
-                    entry.action.as_str()
-                ))
+                StoreError::Backend(
+                    format!(
+                        "{} not applied: its audit entry could not be written: {error}",
+                        entry.action.as_str()
+                    )
+                    .into(),
+                )
             })?;
         tx.commit().await.map_err(super::map_err)?;
         Ok(applied)

@@ -323,14 +323,13 @@ impl Steps for Postgres {
             .await;
         match fresh {
             Ok((Some(token), _)) => {
-                let lease =
-                    Lease {
-                        token: FencingToken::new(u64::try_from(token).map_err(|_| {
-                            StoreError::Codec(format!("token out of range: {token}"))
-                        })?),
-                        attempt: 1,
-                        took_over: false,
-                    };
+                let lease = Lease {
+                    token: FencingToken::new(u64::try_from(token).map_err(|_| {
+                        StoreError::Codec(format!("token out of range: {token}").into())
+                    })?),
+                    attempt: 1,
+                    took_over: false,
+                };
                 return Ok(tx_claim(Claim::Acquired(lease), &request));
             }
             Ok((None, _)) => {}
@@ -353,7 +352,7 @@ impl Steps for Postgres {
         match row {
             Ok(Some(row)) => Ok(tx_claim(row.into_claim(request.fingerprint)?, &request)),
             Ok(None) => Err(StoreError::Backend(
-                "claim statement returned no row".to_owned(),
+                "claim statement returned no row".into(),
             )),
             Err(sqlx::Error::Database(error))
                 if error.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
@@ -382,7 +381,7 @@ impl Steps for Postgres {
         match row {
             Some(row) => row.into_claim(request.fingerprint),
             None => Err(StoreError::Backend(
-                "claim statement returned no row".to_owned(),
+                "claim statement returned no row".into(),
             )),
         }
     }

@@ -314,12 +314,12 @@ impl Sql {
             .map_err(map_err)?;
         row.map(|(token, attempts)| {
             Ok(Claim::Acquired(Lease {
-                token: FencingToken::new(
-                    u64::try_from(token)
-                        .map_err(|_| StoreError::Codec(format!("token out of range: {token}")))?,
-                ),
-                attempt: u32::try_from(attempts)
-                    .map_err(|_| StoreError::Codec(format!("attempts out of range: {attempts}")))?,
+                token: FencingToken::new(u64::try_from(token).map_err(|_| {
+                    StoreError::Codec(format!("token out of range: {token}").into())
+                })?),
+                attempt: u32::try_from(attempts).map_err(|_| {
+                    StoreError::Codec(format!("attempts out of range: {attempts}").into())
+                })?,
                 took_over: attempts > 1,
             }))
         })
@@ -346,8 +346,8 @@ impl Sql {
                 return Ok(claim);
             }
         }
-        Err(StoreError::Backend(format!(
-            "claim lost {CLAIM_ROUNDS} races in a row on one key"
-        )))
+        Err(StoreError::Backend(
+            format!("claim lost {CLAIM_ROUNDS} races in a row on one key").into(),
+        ))
     }
 }

@@ -417,7 +417,7 @@ use sealed::{Failure, PurgePlace};
 
 /// The statement text's own error as a codec error.
 fn codec(error: sqlx::error::BoxDynError) -> StoreError {
-    StoreError::Codec(error.to_string())
+    StoreError::Codec(error.to_string().into())
 }
 
 /// Creates the archive table `name` (the outbox table's columns and `archived_at`) once per
@@ -480,7 +480,7 @@ where
         }
         args.add(*seq).map_err(codec)?;
         args.format_placeholder(sql)
-            .map_err(|error| StoreError::Codec(error.to_string()))?;
+            .map_err(|error| StoreError::Codec(error.to_string().into()))?;
     }
     sql.push(')');
     Ok(())
