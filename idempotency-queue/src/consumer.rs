@@ -23,7 +23,7 @@ pub const DELIVERIES: &str = "idempotency_queue_deliveries_total";
 
 tokio::task_local! {
     /// Whether the consumer running the current handler defers to it where its own store
-    /// cannot answer ([`IdempotentConsumer::with_guarded_handler`]).
+    /// cannot answer ([`Handler::guards_itself`]).
     static DEFERS_TO_HANDLER: bool;
 }
 
@@ -85,8 +85,12 @@ pub struct IdempotentConsumer<S: Store, K, H> {
     max_deliveries: Option<u64>,
     backoff: Backoff,
     guarded_handler: bool,
+    on_verdict: Option<OnVerdict>,
     stats: Stats,
 }
+
+/// What [`IdempotentConsumer::on_verdict`] calls.
+type OnVerdict = Box<dyn Fn(&IdempotencyKey, &Verdict) + Send + Sync>;
 
 impl<S: Store, K, H> std::fmt::Debug for IdempotentConsumer<S, K, H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -125,9 +129,15 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// record of truth decides (`two_tier::TwoTier::sql_only`).
     #[cfg(feature = "sql")]
     pub(crate) fn without_fast_tier(scope: Scope, extractor: K, handler: H) -> Self {
-        Self::with_engine(None, scope, extractor, handler).with_guarded_handler(true)
+        let mut consumer = Self::with_engine(None, scope, extractor, handler);
+        consumer.guarded_handler = true;
+        consumer
     }
 
+    /// Whether the consumer defers to its handler is the handler's own say
+    /// ([`Handler::guards_itself`]), never a setting of the consumer: a setting would let a
+    /// wrapper that hides a guarding handler, or a handler that guards nothing, be declared
+    /// guarded, and run unguarded whenever the fast tier cannot answer.
     fn with_engine(engine: Option<Idempotency<S>>, scope: Scope, extractor: K, handler: H) -> Self {
         let guarded_handler = handler.guards_itself();
         Self {
@@ -142,6 +152,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             max_deliveries: Some(DEFAULT_MAX_DELIVERIES),
             backoff: Backoff::default(),
             guarded_handler,
+            on_verdict: None,
             stats: Stats::default(),
         }
     }
@@ -242,15 +253,36 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         self
     }
 
-    /// Declares that the handler guards itself (it claims the key in its own record of truth,
-    /// such as a SQL dedup row written in the business transaction). The engine's store is then
-    /// only a fast path: when it fails, or holds the key for another consumer (perhaps a dead
-    /// one, until its lease ends), the handler runs anyway (with `Job::lease` = `None`) and its
-    /// record decides, instead of the message being requeued. Off by default (never run
-    /// unguarded), on for handlers that say they guard themselves ([`Handler::guards_itself`],
-    /// `two_tier::SqlTruth`, feature `sql`).
-    pub fn with_guarded_handler(mut self, guarded: bool) -> Self {
-        self.guarded_handler = guarded;
+    /// Calls `observe` with each delivery's business key and verdict, once decided and before
+    /// the broker is told: a log line or a metric of your own that names the key, which the
+    /// library never logs (its spans and events carry the key's hash). Deliveries without a
+    /// usable key are not observed (they are logged, counted and rejected). Keep it quick: it
+    /// runs on the delivery's task.
+    ///
+    /// ```
+    /// use idempotency_core::{Idempotency, MemoryStore, Scope};
+    /// use idempotency_queue::{IdempotentConsumer, Job, Message, MessageId, Verdict};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let consumer = IdempotentConsumer::new(
+    ///     Idempotency::new(MemoryStore::new()),
+    ///     Scope::new("coupon-grant"),
+    ///     MessageId,
+    ///     |_job: Job| async { Ok::<_, std::io::Error>(()) },
+    /// )
+    /// .on_verdict(|key, verdict| {
+    ///     if let Verdict::Duplicate { .. } = verdict {
+    ///         println!("{key}: duplicate, acked");
+    ///     }
+    /// });
+    /// consumer.process(Message::new("paid").with_message_id("T1")).await;
+    /// # }
+    /// ```
+    pub fn on_verdict(
+        mut self,
+        observe: impl Fn(&IdempotencyKey, &Verdict) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_verdict = Some(Box::new(observe));
         self
     }
 
@@ -279,7 +311,11 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// broker adapter) acts on [`Verdict::action`].
     pub async fn process(&self, message: Message) -> Verdict {
         let span = telemetry::message_span(self.scope.namespace(), message.subject());
-        let verdict = self.decide(message).instrument(span).await;
+        let mut observed = None;
+        let verdict = self.decide(message, &mut observed).instrument(span).await;
+        if let (Some(observe), Some(key)) = (&self.on_verdict, &observed) {
+            observe(key, &verdict);
+        }
         self.stats.record(&verdict);
         metrics::counter!(DELIVERIES, "namespace" => self.scope.namespace().to_owned(), "verdict" => verdict.label())
             .increment(1);
@@ -287,7 +323,9 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         verdict
     }
 
-    async fn decide(&self, message: Message) -> Verdict {
+    /// The verdict of one delivery; its key goes to `observed` when [`on_verdict`](Self::on_verdict)
+    /// asks for it.
+    async fn decide(&self, message: Message, observed: &mut Option<IdempotencyKey>) -> Verdict {
         let key = match self.extractor.extract(&message) {
             Ok(key) => key,
             Err(error) => {
@@ -298,6 +336,9 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         };
         if let Some(id) = message.message_id() {
             telemetry::record_message_id(id, key.as_str());
+        }
+        if self.on_verdict.is_some() {
+            *observed = Some(key.clone());
         }
         let delivery = delivery_number(&message);
         let fingerprint = match self.fingerprint.compute(&message) {

@@ -56,8 +56,16 @@ pub trait Handler: Send + Sync + 'static {
     /// Whether the handler guards itself with its own record of truth (a SQL dedup record in
     /// the business transaction, as `two_tier::SqlTruth` (feature `sql`) does), so that the
     /// consumer lets it decide whenever its own store cannot: a key in flight (perhaps a dead
-    /// consumer's claim, left until its lease ends) or a store outage. Default `false`; see
-    /// [`IdempotentConsumer::with_guarded_handler`](crate::IdempotentConsumer::with_guarded_handler).
+    /// consumer's claim, left until its lease ends) or a store outage. The handler then runs
+    /// without a fast-tier claim ([`Job::lease`] `None`) and its record decides, instead of the
+    /// message being requeued. Default `false`: never run unguarded.
+    ///
+    /// The consumer reads it when it is built, and nothing else makes it defer: a handler of
+    /// your own that wraps a guarding one passes it on (and [`record_ttl`](Self::record_ttl)),
+    /// and one that keeps no record of its own must not claim it, or a fast-tier outage runs
+    /// the work a second time. For `two_tier::SqlTruth`, build the consumer with
+    /// `two_tier::TwoTier`: no wrapper stands between the consumer and the truth, and code of
+    /// your own after the commit goes to `two_tier::Tx::after_commit`.
     fn guards_itself(&self) -> bool {
         false
     }

@@ -124,7 +124,7 @@ pub struct Job {
     /// The claim: its fencing token, attempt number and whether it took over a crashed owner.
     /// `None` only for a guarded handler run without a fast-tier claim: the fast-path store was
     /// down or held the key for another consumer (see
-    /// [`IdempotentConsumer::with_guarded_handler`](crate::IdempotentConsumer::with_guarded_handler)),
+    /// [`Handler::guards_itself`](crate::Handler::guards_itself)),
     /// or the consumer has no fast tier (`two_tier::TwoTier::sql_only`, feature `sql`).
     pub lease: Option<Lease>,
 }

@@ -11,13 +11,33 @@ use idempotency_core::{
     Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, KeyError, MemoryStore, Scope,
 };
 use idempotency_queue::{
-    Action, Backoff, Handled, Header, IdempotentConsumer, Job, JsonField, Message, MessageId,
-    RejectReason, Verdict,
+    Action, Backoff, Handled, Handler, Header, IdempotentConsumer, Job, JsonField, Message,
+    MessageId, RejectReason, Verdict,
 };
 use tokio::sync::Notify;
 
 fn engine() -> Idempotency<MemoryStore> {
     Idempotency::new(MemoryStore::new())
+}
+
+/// A handler that keeps a record of truth of its own (as `two_tier::SqlTruth` does) and says
+/// so ([`Handler::guards_itself`]); `answer` is what that record answers for a job.
+struct OwnRecord<F>(F);
+
+impl<F, Fut> Handler for OwnRecord<F>
+where
+    F: Fn(Job) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Handled, String>> + Send,
+{
+    type Error = String;
+
+    async fn handle(&self, job: Job) -> Result<Handled, String> {
+        (self.0)(job).await
+    }
+
+    fn guards_itself(&self) -> bool {
+        true
+    }
 }
 
 fn counting() -> (
@@ -414,12 +434,11 @@ async fn a_guarded_handler_still_runs_when_the_fast_path_store_fails() {
         engine,
         Scope::new("coupons"),
         MessageId,
-        |job: Job| async move {
+        OwnRecord(|job: Job| async move {
             assert!(job.lease.is_none());
-            Ok::<_, String>(Handled::AlreadyDone(Bytes::new()))
-        },
-    )
-    .with_guarded_handler(true);
+            Ok(Handled::AlreadyDone(Bytes::new()))
+        }),
+    );
     let verdict = consumer
         .process(Message::new("grant").with_message_id("T1"))
         .await;
@@ -560,12 +579,12 @@ async fn a_guarded_handler_reporting_a_mismatch_rejects_while_the_fast_path_is_d
         )
         .await
         .unwrap();
-    let consumer = IdempotentConsumer::new(engine, Scope::new("coupons"), MessageId, |job: Job| {
+    let handler = OwnRecord(|job: Job| {
         assert!(job.lease.is_none());
         assert_eq!(job.fingerprint, Fingerprint::of_bytes(b"grant"));
-        std::future::ready(Ok::<_, String>(Handled::Mismatch))
-    })
-    .with_guarded_handler(true);
+        std::future::ready(Ok(Handled::Mismatch))
+    });
+    let consumer = IdempotentConsumer::new(engine, Scope::new("coupons"), MessageId, handler);
     let verdict = consumer
         .process(Message::new("grant").with_message_id("T1"))
         .await;
@@ -597,5 +616,38 @@ async fn scopes_keep_consumers_apart() {
     assert_eq!(
         (runs_a.load(Ordering::SeqCst), runs_b.load(Ordering::SeqCst)),
         (1, 1)
+    );
+}
+
+#[tokio::test]
+async fn each_verdict_is_observed_with_its_key_before_it_is_returned() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let observed = Arc::clone(&seen);
+    let (_, handler) = counting();
+    let consumer = IdempotentConsumer::new(engine(), Scope::new("coupons"), MessageId, handler)
+        .on_verdict(move |key, verdict| {
+            observed
+                .lock()
+                .unwrap()
+                .push((key.to_string(), verdict.label()));
+        });
+    let paid = Message::new("grant").with_message_id("T1");
+    for _ in 0..2 {
+        let verdict = consumer.process(paid.clone()).await;
+        // Observed by the time the verdict is returned, so before the broker is told.
+        let last = seen.lock().unwrap().last().cloned();
+        assert_eq!(last, Some(("T1".to_owned(), verdict.label())));
+    }
+    let without_key = consumer.process(Message::new("grant")).await;
+    assert!(matches!(
+        without_key,
+        Verdict::Rejected(RejectReason::Key(_))
+    ));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            ("T1".to_owned(), "processed"),
+            ("T1".to_owned(), "duplicate")
+        ]
     );
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use idempotency_core::{Fingerprint, IdempotencyKey, Mechanism, Scope, Store};
-use idempotency_queue::two_tier::{Json, SqlTruth, Tx};
+use idempotency_queue::two_tier::{Json, SqlTruth, TwoTier, Tx};
 use idempotency_queue::{
     Action, Backoff, Handled, Header, IdempotentConsumer, Job, JsonField, Message, RejectReason,
     Verdict, rabbitmq,
@@ -137,17 +137,13 @@ async fn a_redis_flush_mid_run_costs_queries_never_a_second_execution() {
         return;
     };
     let consumer = Arc::new(
-        IdempotentConsumer::new(
-            fixture.tiers.fast_path().await,
-            Scope::new("coupon-grant"),
-            Header::new("business-key"),
-            fixture.tiers.truth(),
-        )
-        .with_guarded_handler(true)
-        .with_backoff(Backoff::new(
-            Duration::from_millis(50),
-            Duration::from_millis(500),
-        )),
+        TwoTier::new(fixture.tiers.truth())
+            .consumer(fixture.tiers.fast_path().await, Header::new("business-key"))
+            .unwrap()
+            .with_backoff(Backoff::new(
+                Duration::from_millis(50),
+                Duration::from_millis(500),
+            )),
     );
     let keys: Vec<String> = (0..20).map(|n| format!("T{n}")).collect();
     let connection = Connection::connect(&amqp_url(), ConnectionProperties::default())

@@ -16,6 +16,7 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, consumer::pull, stream};
 use idempotency_core::Scope;
+use idempotency_queue::two_tier::TwoTier;
 use idempotency_queue::{Backoff, Header, IdempotentConsumer, nats};
 use support::{unique, wait_until};
 use tiers::Tiers;
@@ -131,17 +132,13 @@ async fn a_redis_flush_mid_run_costs_queries_never_a_second_execution() {
         return;
     };
     let consumer = Arc::new(
-        IdempotentConsumer::new(
-            fixture.tiers.fast_path().await,
-            Scope::new("coupon-grant"),
-            Header::new("business-key"),
-            fixture.tiers.truth(),
-        )
-        .with_guarded_handler(true)
-        .with_backoff(Backoff::new(
-            Duration::from_millis(50),
-            Duration::from_millis(500),
-        )),
+        TwoTier::new(fixture.tiers.truth())
+            .consumer(fixture.tiers.fast_path().await, Header::new("business-key"))
+            .unwrap()
+            .with_backoff(Backoff::new(
+                Duration::from_millis(50),
+                Duration::from_millis(500),
+            )),
     );
     let keys: Vec<String> = (0..20).map(|n| format!("T{n}")).collect();
     let messages = fixture.messages().await;

@@ -1,15 +1,14 @@
 //! The consumer: the trade's key, the fast tier, and the grant in the coupon's transaction.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency_core::redis::RedisStore;
 use idempotency_core::sql::PostgresStore;
 use idempotency_core::{BoxStore, Idempotency, MemoryStore, Scope};
-use idempotency_queue::two_tier::{Json, SqlTruth, Tx};
-use idempotency_queue::{Handled, Handler, IdempotentConsumer, Job, JsonField};
+use idempotency_queue::two_tier::{Business, Json, SqlTruth, TwoTier, TwoTierConsumer, Tx};
+use idempotency_queue::{JsonField, Verdict};
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres};
 
 use crate::Settings;
 
@@ -35,12 +34,23 @@ const FAST_TIER_TTL: Duration = Duration::from_secs(48 * 60 * 60);
 /// The consumer, whatever the broker: it reads the key from the payload's `trade_no`; with
 /// `settings.redis_url`, Redis is its fast tier (memory otherwise); the grant runs in a
 /// transaction of `pool` that first claims the trade in `coupon_grant_dedup` (created with
-/// `coupon_grants` if missing).
+/// `coupon_grants` if missing). Built by `two_tier::TwoTier`: the consumer defers to the SQL
+/// record whenever its fast tier cannot answer.
+///
+/// It prints `granted T1: {"coupon_id":17}` once a grant committed (then, with
+/// `settings.ack_delay`, holds the ack), and `already granted T1: {"coupon_id":17}` when the
+/// SQL record answers a redelivery of a trade granted before.
 pub async fn coupon_consumer(
     settings: &Settings,
     pool: PgPool,
 ) -> Result<
-    IdempotentConsumer<BoxStore, JsonField, impl Handler>,
+    TwoTierConsumer<
+        BoxStore,
+        JsonField,
+        PostgresStore,
+        Json<Paid>,
+        impl Business<Postgres, Json<Paid>>,
+    >,
     Box<dyn std::error::Error + Send + Sync>,
 > {
     crate::migrate(&pool).await?;
@@ -50,12 +60,12 @@ pub async fn coupon_consumer(
         Some(url) => BoxStore::new(RedisStore::connect(url).await?),
         None => BoxStore::new(MemoryStore::new()),
     };
-    let scope = Scope::new("coupon-grant");
     let hold_before_commit = settings.handler_delay;
+    let hold_before_ack = settings.ack_delay;
     let grant = SqlTruth::new(
         truth,
-        scope.clone(),
-        move |tx: Tx<sqlx::Postgres>, Json(paid): Json<Paid>| async move {
+        Scope::new("coupon-grant"),
+        move |tx: Tx<Postgres>, Json(paid): Json<Paid>| async move {
             let coupon_id = sqlx::query_scalar(
                 "INSERT INTO coupon_grants (trade_no, user_id) VALUES ($1, $2) RETURNING id",
             )
@@ -67,42 +77,33 @@ pub async fn coupon_consumer(
                 println!("holding {} before its commit", paid.trade_no);
                 tokio::time::sleep(hold_before_commit).await;
             }
-            Ok::<_, sqlx::Error>(Granted { coupon_id })
+            let granted = Granted { coupon_id };
+            // Once the coupon and its record are committed, before the ack: report it and (in
+            // the fault drill) hold the ack. A process killed here has granted the coupon; the
+            // redelivery finds the record and grants nothing more.
+            let output = serde_json::to_string(&granted).unwrap_or_default();
+            tx.after_commit(async move {
+                println!("granted {}: {output}", paid.trade_no);
+                if !hold_before_ack.is_zero() {
+                    println!("holding {} after its commit, before its ack", paid.trade_no);
+                    tokio::time::sleep(hold_before_ack).await;
+                }
+            });
+            Ok::<_, sqlx::Error>(granted)
         },
     );
-    // A step after the grant's commit, in a handler of our own: it reports what happened and
-    // (in the fault drill) holds the ack. Wrapping hides that `SqlTruth` guards itself, so the
-    // consumer is told (`with_guarded_handler`): its fast tier then hands a trade it cannot
-    // answer (a dead consumer's claim, Redis down) to the SQL record at once.
-    let grant = Arc::new(grant);
-    let hold_before_ack = settings.ack_delay;
-    let report = move |job: Job| {
-        let grant = Arc::clone(&grant);
-        async move {
-            let handled = grant.run(&job).await?;
-            match &handled {
-                Handled::Output(output) => {
-                    println!("granted {}: {}", job.key, String::from_utf8_lossy(output));
-                    if !hold_before_ack.is_zero() {
-                        println!("holding {} after its commit, before its ack", job.key);
-                        tokio::time::sleep(hold_before_ack).await;
-                    }
-                }
-                Handled::AlreadyDone(output) => println!(
-                    "already granted {}: {}",
-                    job.key,
+    let consumer = TwoTier::new(grant)
+        .consumer(
+            Idempotency::new(fast_tier).with_ttl(FAST_TIER_TTL),
+            JsonField::new("/trade_no"),
+        )?
+        .on_verdict(|trade, verdict| {
+            if let Verdict::AlreadyDone { output } = verdict {
+                println!(
+                    "already granted {trade}: {}",
                     String::from_utf8_lossy(output)
-                ),
-                _ => {}
+                );
             }
-            Ok::<_, idempotency_queue::two_tier::TruthError<sqlx::Error>>(handled)
-        }
-    };
-    Ok(IdempotentConsumer::new(
-        Idempotency::new(fast_tier).with_ttl(FAST_TIER_TTL),
-        scope,
-        JsonField::new("/trade_no"),
-        report,
-    )
-    .with_guarded_handler(true))
+        });
+    Ok(consumer)
 }

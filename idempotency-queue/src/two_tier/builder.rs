@@ -22,7 +22,8 @@ pub type TwoTierConsumer<S, K, T, I, B> = IdempotentConsumer<S, K, SqlTruth<T, I
 /// - the consumer always defers to the truth where its fast tier cannot answer (a key in
 ///   flight, perhaps a dead consumer's claim; the fast tier down): the handler *is* the truth,
 ///   so no wrapper can forget [`Handler::guards_itself`](crate::Handler::guards_itself); code
-///   of your own goes into the business closure, which a closure of yours can wrap;
+///   of your own goes into the business closure, which a closure of yours can wrap, and what
+///   must follow the commit into [`Tx::after_commit`](super::Tx::after_commit);
 /// - the truth outlives the fast tier and every retry horizon you name
 ///   ([`retry_horizon`](Self::retry_horizon)), else building fails with a [`TierConfigError`]
 ///   naming both durations. A fast tier that outlived its truth would vouch for keys whose
@@ -99,10 +100,10 @@ where
             self.truth.ttl(),
         )?;
         let scope = self.truth.scope().clone();
-        Ok(
-            IdempotentConsumer::new(fast_tier, scope, extractor, self.truth)
-                .with_guarded_handler(true),
-        )
+        // The truth guards itself (`Handler::guards_itself`): the consumer defers to it.
+        Ok(IdempotentConsumer::new(
+            fast_tier, scope, extractor, self.truth,
+        ))
     }
 
     /// The consumer without a fast tier: keys from `extractor`, every delivery decided by the

@@ -102,7 +102,10 @@ where
 /// consumer lets it decide whenever its fast tier cannot.
 ///
 /// A business error, a panic, or a crash before commit rolls everything back. The business code
-/// must write through its [`Tx`] only: writes elsewhere are outside the guarantee.
+/// must write through its [`Tx`] only: writes elsewhere are outside the guarantee. What must
+/// follow the commit (a log line of the grant, waking a relay) goes to
+/// [`Tx::after_commit`]: it runs once the commit succeeded, before the answer, never after a
+/// rollback or for a replay.
 ///
 /// ```
 /// use idempotency_core::Scope;
@@ -191,7 +194,8 @@ where
         &self.store
     }
 
-    /// Runs the job: claim, business, outcome, commit.
+    /// Runs the job: claim, business, outcome, commit, then the business code's
+    /// [`Tx::after_commit`] hooks.
     pub async fn run(&self, job: &Job) -> Result<Handled, TruthError<B::Error>> {
         let input = match I::from_job(job) {
             Ok(input) => input,
@@ -240,13 +244,16 @@ where
                 .map_err(TruthError::Business)?;
             serde_json::to_vec(&output).map_err(TruthError::Output)?
         };
-        let mut tx = kept.into_transaction().ok_or(TruthError::Escaped)?;
+        let (mut tx, after_commit) = kept.into_parts().ok_or(TruthError::Escaped)?;
         let outcome = Outcome::new(0, Bytes::from(body));
         self.store
             .complete_in_tx(&mut tx, lease, &outcome)
             .await
             .map_err(TruthError::Store)?;
         tx.commit().await.map_err(TruthError::Database)?;
+        for hook in after_commit {
+            hook.await;
+        }
         Ok(Handled::Output(outcome.body))
     }
 }

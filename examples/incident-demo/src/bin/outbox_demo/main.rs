@@ -45,6 +45,8 @@ enum Error {
     Json(#[from] serde_json::Error),
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Tiers(#[from] idempotency_queue::two_tier::TierConfigError),
     #[error("{0}")]
     Usage(String),
     #[error("stuck: {0}")]
@@ -151,7 +153,7 @@ async fn child_relay() -> Result<bool, Error> {
 async fn child_coupons() -> Result<bool, Error> {
     let run = Run::from_env()?;
     let coupons = setup::CouponsDb::open(&run).await?;
-    let consumer = std::sync::Arc::new(services::coupon_consumer(&coupons, true));
+    let consumer = std::sync::Arc::new(services::coupon_consumer(&coupons, true)?);
     let session = services::consume(consumer, &run, &setup::amqp_url()).await?;
     let _ = session.task.await;
     Err(Error::Stuck(

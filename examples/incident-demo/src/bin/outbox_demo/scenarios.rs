@@ -139,7 +139,7 @@ pub(crate) async fn row(ctx: &Ctx, crash: Crash, trade: &str) -> Result<Outcome,
             settle_url = amqp_url().replacen(&broker_addr()?, &proxy.addr().to_string(), 1);
             let relay = services::relay(&ctx.orders, settle_url.clone(), false);
             let relaying = tokio::spawn(async move { relay.run().await });
-            let consumer = Arc::new(services::coupon_consumer(&ctx.coupons, false));
+            let consumer = Arc::new(services::coupon_consumer(&ctx.coupons, false)?);
             let session = services::consume(consumer, &ctx.run, &settle_url).await?;
             let enqueued = gateway(ctx, trade).await?;
             proxy.set(LinkFault::Refuse);
@@ -232,7 +232,7 @@ async fn killed_at_crash_point(run: &Run, role: &[&str]) -> Result<(), Error> {
 /// round runs.
 async fn settle(ctx: &Ctx, trade: &str, amqp_url: &str) -> Result<u64, Error> {
     let deadline = Instant::now() + LIMIT;
-    let consumer = Arc::new(services::coupon_consumer(&ctx.coupons, false));
+    let consumer = Arc::new(services::coupon_consumer(&ctx.coupons, false)?);
     loop {
         while ctx.queue().await?.1 > 0 {
             wait_until(deadline).await?;

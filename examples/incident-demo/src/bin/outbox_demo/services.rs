@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::sql::{OutboxMessage, PostgresStore, Transition};
+use idempotency_core::sql::{OutboxMessage, Transition};
 use idempotency_core::{Idempotency, IdempotencyKey, MemoryStore, Scope};
 use idempotency_outbox::Relay;
 use idempotency_outbox::rabbitmq::RabbitMqTarget;
-use idempotency_queue::two_tier::{Json, SqlTruth, Tx};
-use idempotency_queue::{Backoff, Handled, Handler, IdempotentConsumer, Job, MessageId, rabbitmq};
+use idempotency_queue::two_tier::{Json, SqlTruth, TwoTier, Tx};
+use idempotency_queue::{Backoff, Handler, IdempotentConsumer, MessageId, rabbitmq};
 use lapin::options::{BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
@@ -105,44 +105,14 @@ pub(crate) fn relay(
     }
 }
 
-/// The coupon service's handler: the grant's dedup record (the message id, claimed in the
-/// coupon database) and the coupon commit together. Wrapped to die after that commit, before
-/// the ack, when asked.
-pub(crate) struct Grant<B> {
-    truth: SqlTruth<PostgresStore, Json<Paid>, B>,
-    die_after_commit: bool,
-}
-
-impl<B> Handler for Grant<B>
-where
-    SqlTruth<PostgresStore, Json<Paid>, B>: Handler,
-    B: Send + Sync + 'static,
-{
-    type Error = <SqlTruth<PostgresStore, Json<Paid>, B> as Handler>::Error;
-
-    async fn handle(&self, job: Job) -> Result<Handled, Self::Error> {
-        let handled = self.truth.handle(job).await;
-        if self.die_after_commit && handled.is_ok() {
-            die_here();
-        }
-        handled
-    }
-
-    fn guards_itself(&self) -> bool {
-        self.truth.guards_itself()
-    }
-
-    fn record_ttl(&self) -> Option<Duration> {
-        self.truth.record_ttl()
-    }
-}
-
 /// The coupon service's consumer: tier 1 in memory (lost with the process), the SQL truth in
-/// the coupon database, keyed by the message id the outbox derived.
+/// the coupon database, keyed by the message id the outbox derived. The grant's dedup record
+/// and the coupon commit together; with `die_after_commit` the process dies right after that
+/// commit, before the ack.
 pub(crate) fn coupon_consumer(
     db: &CouponsDb,
     die_after_commit: bool,
-) -> IdempotentConsumer<MemoryStore, MessageId, impl Handler> {
+) -> Result<IdempotentConsumer<MemoryStore, MessageId, impl Handler>, Error> {
     let insert = format!(
         "INSERT INTO {} (trade_no, user_id) VALUES ($1, $2) RETURNING id",
         db.coupons
@@ -153,27 +123,25 @@ pub(crate) fn coupon_consumer(
         move |tx: Tx<Postgres>, Json(paid): Json<Paid>| {
             let insert = insert.clone();
             async move {
-                sqlx::query_scalar::<_, i64>(&insert)
+                let coupon = sqlx::query_scalar::<_, i64>(&insert)
                     .bind(paid.trade_no)
                     .bind(paid.user_id)
                     .fetch_one(&mut *tx.conn().await)
-                    .await
+                    .await?;
+                if die_after_commit {
+                    tx.after_commit(async { die_here() });
+                }
+                Ok::<_, sqlx::Error>(coupon)
             }
         },
     );
-    IdempotentConsumer::new(
-        Idempotency::new(MemoryStore::new()),
-        Scope::new(GRANTS),
-        MessageId,
-        Grant {
-            truth,
-            die_after_commit,
-        },
-    )
-    .with_backoff(Backoff::new(
-        Duration::from_millis(100),
-        Duration::from_secs(1),
-    ))
+    let consumer = TwoTier::new(truth)
+        .consumer(Idempotency::new(MemoryStore::new()), MessageId)?
+        .with_backoff(Backoff::new(
+            Duration::from_millis(100),
+            Duration::from_secs(1),
+        ));
+    Ok(consumer)
 }
 
 /// A consumer session on its own connection: consumes until the connection closes.
