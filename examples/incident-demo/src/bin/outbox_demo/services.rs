@@ -132,6 +132,10 @@ where
         self.truth.guards_itself()
     }
 
+    async fn mark_conflict(&self, key: &idempotency_core::IdempotencyKey) {
+        self.truth.mark_conflict(key).await;
+    }
+
     fn record_ttl(&self) -> Option<Duration> {
         self.truth.record_ttl()
     }
