@@ -196,7 +196,10 @@ pub trait DynStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Option<Record>, StoreError>>;
     fn purge_expired_dyn(&self, limit: usize) -> BoxFuture<'_, Result<u64, StoreError>>;
     fn call_bound_dyn(&self) -> Option<Duration>;
-    fn mark_conflict_dyn<'a>(&'a self, key: &'a StorageKey) -> BoxFuture<'a, Result<bool, StoreError>>;
+    fn mark_conflict_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 }
 
 impl<S: Store> DynStore for S {
@@ -252,7 +255,10 @@ impl<S: Store> DynStore for S {
     fn call_bound_dyn(&self) -> Option<Duration> {
         self.call_bound()
     }
-    fn mark_conflict_dyn<'a>(&'a self, key: &'a StorageKey) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn mark_conflict_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(self.mark_conflict(key))
     }
 }

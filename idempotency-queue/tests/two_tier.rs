@@ -611,7 +611,8 @@ async fn a_conflicting_copy_marks_the_record_on_both_tiers() {
                 .unwrap();
         }
     };
-    const PAID: &str = r#"{"trade_no":"T1","trade_status":"TRADE_SUCCESS","total_amount":"8.80","sign":"a"}"#;
+    const PAID: &str =
+        r#"{"trade_no":"T1","trade_status":"TRADE_SUCCESS","total_amount":"8.80","sign":"a"}"#;
     const CONFLICTING: &str =
         r#"{"trade_no":"T1","trade_status":"TRADE_SUCCESS","total_amount":"9.99","sign":"b"}"#;
 

@@ -109,7 +109,11 @@ async fn conflicting_notifications_are_marked<S: Store + Operations + Clone>(sto
         assert_eq!(runs.load(Ordering::SeqCst), 1, "the conflict ran nothing");
 
         let listed = conflicted(&store, &namespace).await;
-        assert_eq!(listed.len(), 1, "{answer:?}: the conflicted record is listed");
+        assert_eq!(
+            listed.len(),
+            1,
+            "{answer:?}: the conflicted record is listed"
+        );
         let record = &listed[0];
         assert_eq!(record.conflicts, 1);
         assert!(record.last_conflict_at.is_some_and(|at| at >= before));

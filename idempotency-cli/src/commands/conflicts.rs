@@ -61,7 +61,9 @@ pub(crate) async fn list(
 fn table(views: &[RecordView], now: SystemTime, out: &mut Output) -> Result<(), Failure> {
     let now_ms = now
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX));
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        });
     let width = views
         .iter()
         .map(|view| view.namespace.len())

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use super::micros::Micros;
 use super::MemoryStore;
+use super::micros::Micros;
 use crate::{FencingToken, Record, StorageKey};
 
 /// The mark of one record: it applies while the record under its key is still the one marked

@@ -140,7 +140,8 @@ impl<V> Shard<V> {
             let (map, hashing) = (&self.map, self.hashing);
             self.marks.retain(|key| {
                 let word = word_of(key);
-                map.find(hashing.hash_one(word), matches(word, key)).is_some()
+                map.find(hashing.hash_one(word), matches(word, key))
+                    .is_some()
             });
         }
     }

@@ -46,7 +46,9 @@ pub(crate) mod sealed {
 
     /// The steps each database writes its own way: the claims, complete, touch, purge, the
     /// migration and how a transaction begins.
-    pub trait Steps: Shared + super::super::conflicts::sealed::Mark + Sized + Send + Sync + 'static {
+    pub trait Steps:
+        Shared + super::super::conflicts::sealed::Mark + Sized + Send + Sync + 'static
+    {
         /// The dialect's own statements, in [`TableSql::own`].
         type Own: Send + Sync + 'static;
 

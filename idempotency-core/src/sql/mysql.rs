@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use sqlx::{MySql, MySqlConnection};
 
-use super::conflicts::MarkSql;
 use super::common::{ClaimRow, map_err, micros, owned, token_param};
+use super::conflicts::MarkSql;
 use super::dialect::{TableSql, sealed::Steps};
 use super::schema::{self, VersionSql};
 use super::store::SqlStore;

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use sqlx::{PgConnection, Postgres};
 
-use super::conflicts::MarkSql;
 use super::common::{ClaimRow, map_err, micros, owned, token_param};
+use super::conflicts::MarkSql;
 use super::dialect::{TableSql, sealed::Steps};
 use super::schema::{self, VersionSql};
 use super::store::SqlStore;

@@ -45,7 +45,10 @@ pub async fn conflict_marks<S: Store>(store: &S) {
         .unwrap();
     let completed = store.get(&key).await.unwrap().unwrap();
     assert_eq!(completed.state, RecordState::Completed);
-    assert_eq!((completed.conflicts, completed.last_conflict_at), (1, Some(first_at)));
+    assert_eq!(
+        (completed.conflicts, completed.last_conflict_at),
+        (1, Some(first_at))
+    );
 
     assert!(store.mark_conflict(&key).await.unwrap());
     assert!(store.mark_conflict(&key).await.unwrap());

@@ -1141,7 +1141,10 @@ pub async fn migrations_are_versioned<S, M>(
     let record = store.get(&key).await.unwrap().expect("the record survives");
     assert_eq!(record.outcome, Some(outcome));
     assert_eq!((record.conflicts, record.last_conflict_at), (0, None));
-    assert!(store.mark_conflict(&key).await.unwrap(), "the upgraded table keeps marks");
+    assert!(
+        store.mark_conflict(&key).await.unwrap(),
+        "the upgraded table keeps marks"
+    );
     assert_eq!(store.get(&key).await.unwrap().map(|r| r.conflicts), Some(1));
 
     // Up to date: the version row is not written again (its stamp stays as set here).
