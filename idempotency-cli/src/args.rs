@@ -177,6 +177,16 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 1000)]
         limit: usize,
     },
+    /// Records that met a conflicting duplicate (the key again with another payload: another
+    /// amount for the same trade), with how many and when the last came: what to reconcile.
+    Conflicts {
+        /// Only records whose last conflict came within this long.
+        #[arg(long, value_parser = parse_duration)]
+        since: Option<Duration>,
+        /// At most this many records.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
     /// One record, by its namespace (and principal) and raw key.
     Inspect {
         #[command(flatten)]

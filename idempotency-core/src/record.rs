@@ -160,6 +160,12 @@ pub struct Record {
     pub expires_at: SystemTime,
     /// The stored outcome, once completed.
     pub outcome: Option<Outcome>,
+    /// How many conflicting duplicates (the key again with another fingerprint) met this
+    /// record ([`Store::mark_conflict`](crate::Store::mark_conflict)): a record worth
+    /// reconciling when not 0.
+    pub conflicts: u32,
+    /// When the last conflicting duplicate came, if one did.
+    pub last_conflict_at: Option<SystemTime>,
 }
 
 #[cfg(test)]

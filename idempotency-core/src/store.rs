@@ -131,6 +131,24 @@ pub trait Store: Send + Sync + 'static {
         key: &StorageKey,
     ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
 
+    /// Marks the record of `key` as having met a conflicting duplicate (the key again with
+    /// another fingerprint, answered with the stored outcome or refused): one more in
+    /// [`Record::conflicts`], [`Record::last_conflict_at`] now, by the store's clock. Nothing
+    /// else changes (state, fingerprint, outcome, fencing token, expiry, last write), so an
+    /// operator's fence still holds. One round trip. Returns whether a record was there to
+    /// mark. A claim that starts the record anew (an absent or expired key, a takeover) starts
+    /// it unmarked.
+    ///
+    /// The default marks nothing and returns `Ok(false)`: a store that keeps no mark still
+    /// answers conflicts, and reconciliation lists none of its records as conflicting.
+    fn mark_conflict(
+        &self,
+        key: &StorageKey,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let _ = key;
+        std::future::ready(Ok(false))
+    }
+
     /// Deletes up to `limit` expired records (completed past their TTL, or abandoned leases
     /// whose end is more than the store's abandoned grace ago, [`DEFAULT_ABANDONED_GRACE`] by
     /// default) and returns how many went. Stores with native expiry may return 0.
@@ -178,6 +196,10 @@ pub trait DynStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Option<Record>, StoreError>>;
     fn purge_expired_dyn(&self, limit: usize) -> BoxFuture<'_, Result<u64, StoreError>>;
     fn call_bound_dyn(&self) -> Option<Duration>;
+    fn mark_conflict_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 }
 
 impl<S: Store> DynStore for S {
@@ -232,6 +254,12 @@ impl<S: Store> DynStore for S {
     }
     fn call_bound_dyn(&self) -> Option<Duration> {
         self.call_bound()
+    }
+    fn mark_conflict_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(self.mark_conflict(key))
     }
 }
 
@@ -297,6 +325,9 @@ impl Store for BoxStore {
     fn call_bound(&self) -> Option<Duration> {
         self.0.call_bound_dyn()
     }
+    async fn mark_conflict(&self, key: &StorageKey) -> Result<bool, StoreError> {
+        self.0.mark_conflict_dyn(key).await
+    }
 }
 
 impl<S: Store> Store for Arc<S> {
@@ -351,5 +382,11 @@ impl<S: Store> Store for Arc<S> {
     }
     fn call_bound(&self) -> Option<Duration> {
         (**self).call_bound()
+    }
+    fn mark_conflict(
+        &self,
+        key: &StorageKey,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).mark_conflict(key)
     }
 }

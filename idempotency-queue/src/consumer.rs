@@ -382,7 +382,10 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
                     .await;
             }
             Ok(Decision::InFlight { retry_after }) => return Verdict::InFlight { retry_after },
-            Ok(Decision::Mismatch) => return self.conflict(),
+            Ok(Decision::Mismatch) => {
+                self.mark_conflict(engine, &key).await;
+                return self.conflict();
+            }
             Err(error) if self.guarded_handler => {
                 tracing::warn!(namespace = self.scope.namespace(), %error, "fast-path store failed; the guarded handler decides");
                 return self
@@ -479,6 +482,25 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
                 },
             },
         }
+    }
+
+    /// Marks the records a conflicting copy met, whatever its verdict: the fast tier's and,
+    /// through the handler, its own record of truth (two tiers). Failures are logged and
+    /// change no verdict.
+    async fn mark_conflict(&self, engine: &Idempotency<S>, key: &IdempotencyKey) {
+        let storage_key = self.scope.storage_key(key);
+        let timeout = engine.config().store_timeout;
+        let fast = async {
+            let marked =
+                tokio::time::timeout(timeout, engine.store().mark_conflict(&storage_key)).await;
+            let error = match marked {
+                Ok(Ok(_)) => return,
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => format!("no answer within {timeout:?}"),
+            };
+            tracing::warn!(namespace = self.scope.namespace(), record = %storage_key.to_hex(), %error, "the conflict could not be marked on its record");
+        };
+        tokio::join!(fast, self.handler.mark_conflict(key));
     }
 
     /// The verdict of a copy whose key was first used with another fingerprint.

@@ -76,6 +76,19 @@ pub trait Handler: Send + Sync + 'static {
     fn record_ttl(&self) -> Option<std::time::Duration> {
         None
     }
+
+    /// Marks the handler's own record of `key` as having met a conflicting copy (the key again
+    /// with other fingerprinted fields), when the consumer's store found the conflict and the
+    /// handler did not run: `two_tier::SqlTruth` marks its record of truth, which
+    /// reconciliation lists. A failure is the handler's to log; it changes no verdict.
+    /// Default: nothing to mark.
+    fn mark_conflict(
+        &self,
+        key: &idempotency_core::IdempotencyKey,
+    ) -> impl Future<Output = ()> + Send {
+        let _ = key;
+        std::future::ready(())
+    }
 }
 
 impl<F, Fut, T, E> Handler for F

@@ -552,3 +552,106 @@ async fn a_consumer_killed_with_sigkill_mid_message_processes_it_once_after_rest
         fixture.cleanup().await;
     }
 }
+
+/// A conflicting copy (the same trade, another amount) delivered by RabbitMQ is acked as a
+/// conflict, never run, and marks the record on both tiers: the fast tier's, and the truth's,
+/// which reconciliation lists. When the fast tier no longer holds the key, the truth finds the
+/// conflict and marks its own record.
+#[tokio::test]
+async fn a_conflicting_copy_marks_the_record_on_both_tiers() {
+    use idempotency_core::operations::{Admin, Operations, Query, TracingAudit};
+
+    let Some(fixture) = Fixture::new(0).await else {
+        return;
+    };
+    let scope = Scope::new("coupon-grant");
+    let consumer = Arc::new(
+        IdempotentConsumer::new(
+            fixture.tiers.fast_path().await,
+            scope.clone(),
+            JsonField::new("/trade_no"),
+            fixture.tiers.truth(),
+        )
+        .fingerprint_json_fields(["/trade_no", "/trade_status", "/total_amount"])
+        .with_guarded_handler(true),
+    );
+    let connection = Connection::connect(&amqp_url(), ConnectionProperties::default())
+        .await
+        .unwrap();
+    let deliveries = fixture.deliveries(&connection).await;
+    let running = Arc::clone(&consumer);
+    let task = tokio::spawn(async move {
+        let _ = rabbitmq::consume(
+            &running,
+            deliveries,
+            &rabbitmq::DeadLetters::drop_and_log(),
+            1,
+        )
+        .await;
+    });
+    let send = |body: &'static str| {
+        let channel = fixture.channel.clone();
+        let queue = fixture.queue.clone();
+        async move {
+            channel
+                .basic_publish(
+                    "".into(),
+                    queue.as_str().into(),
+                    BasicPublishOptions::default(),
+                    body.as_bytes(),
+                    BasicProperties::default(),
+                )
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    };
+    const PAID: &str =
+        r#"{"trade_no":"T1","trade_status":"TRADE_SUCCESS","total_amount":"8.80","sign":"a"}"#;
+    const CONFLICTING: &str =
+        r#"{"trade_no":"T1","trade_status":"TRADE_SUCCESS","total_amount":"9.99","sign":"b"}"#;
+
+    send(PAID).await;
+    send(CONFLICTING).await;
+    wait_until("the paid notice and its conflict acked", LIMIT, || {
+        consumer.stats().snapshot().acked() == 2
+    })
+    .await;
+    let key = IdempotencyKey::parse("T1").unwrap();
+    let fast_store = consumer.engine().unwrap().store();
+    let fast = fast_store.get(&scope.storage_key(&key)).await.unwrap();
+    let fast = fast.expect("the fast tier's record");
+    assert_eq!(fast.conflicts, 1, "the fast tier's record is marked");
+    let truth_key = scope.storage_key_for(Mechanism::Transaction, "T1");
+    let truth_store = consumer.handler().store();
+    let truth = truth_store.get(&truth_key).await.unwrap().unwrap();
+    assert_eq!(truth.conflicts, 1, "the truth's record is marked");
+    assert!(truth.last_conflict_at.is_some());
+
+    // The fast tier forgets the key (an expiry, a flush): the truth meets the next conflict.
+    assert!(
+        fast_store
+            .delete_fenced(&scope.storage_key(&key), fast.token)
+            .await
+            .unwrap()
+    );
+    send(CONFLICTING).await;
+    wait_until("the second conflict acked", LIMIT, || {
+        consumer.stats().snapshot().acked() == 3
+    })
+    .await;
+    task.abort();
+    let stats = consumer.stats().snapshot();
+    assert_eq!((stats.processed, stats.conflicts), (1, 2), "{stats:?}");
+    assert_eq!(fixture.tiers.rows(Some("T1")).await, 1);
+    let admin = Admin::new(fixture.tiers.truth_store(), TracingAudit);
+    let listed = admin
+        .list(&Query::all().min_conflicts(1), 100, &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1, "reconciliation lists the truth's record");
+    assert_eq!(listed[0].key, truth_key);
+    assert_eq!(listed[0].conflicts, 2);
+    fixture.cleanup().await;
+}

@@ -65,6 +65,31 @@ pub(crate) fn report_conflict(settings: &Settings, key: &idempotency_core::Stora
     settings.counters.conflicted();
 }
 
+/// Marks the record a request with another payload met ([`Store::mark_conflict`]), so that
+/// reconciliation lists it (`idempotency conflicts`), within `timeout`. A failure is
+/// logged (WARN) and changes nothing of the answer.
+///
+/// [`Store::mark_conflict`]: idempotency_core::Store::mark_conflict
+pub(crate) async fn mark_conflict<S: idempotency_core::Store>(
+    store: &S,
+    timeout: std::time::Duration,
+    namespace: &str,
+    key: &idempotency_core::StorageKey,
+) {
+    let error = match tokio::time::timeout(timeout, store.mark_conflict(key)).await {
+        Ok(Ok(_)) => return,
+        Ok(Err(error)) => error,
+        Err(_) => idempotency_core::StoreError::Timeout(timeout),
+    };
+    tracing::warn!(
+        target: "idempotency",
+        namespace,
+        record = %key.to_hex(),
+        %error,
+        "the conflict could not be marked on its record; the answer stands"
+    );
+}
+
 /// The refusal of a request whose store failed (fail-closed).
 pub(crate) fn unavailable(settings: &Settings) -> Refusal {
     Refusal::new(

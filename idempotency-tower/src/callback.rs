@@ -99,11 +99,20 @@ impl From<String> for Callback {
 }
 
 /// What a request gets whose key was already used with another fingerprint (a *conflict*).
+///
+/// Either way the record it met is marked ([`Store::mark_conflict`]: a count of conflicts and
+/// the last one's time; a failure to mark is logged and changes no answer), so that
+/// reconciliation lists it: `idempotency conflicts`, the admin router's
+/// `GET /records?min_conflicts=1`, `idempotency inspect` and the JSON views print the count and
+/// the time. A conflict refused is marked too: it is the same doubt about the record (a
+/// gateway answered 422 sends it again for a day).
+///
+/// [`Store::mark_conflict`]: idempotency_core::Store::mark_conflict
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConflictAnswer {
-    /// 422 (gRPC `FAILED_PRECONDITION`), the handler not run, the record untouched. The
-    /// default of the API and gRPC presets (the IETF draft's answer).
+    /// 422 (gRPC `FAILED_PRECONDITION`), the handler not run, the record's outcome untouched
+    /// (only marked). The default of the API and gRPC presets (the IETF draft's answer).
     #[default]
     Reject,
     /// The stored response, replayed as for a duplicate, and never silently: a WARN log (target

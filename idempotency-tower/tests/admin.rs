@@ -121,7 +121,7 @@ async fn endpoints<S: Store + Operations + Clone>(store: S) {
     let scope = Scope::new(namespace.clone());
     let long = Duration::from_secs(60);
     let crashed = claimed(&store, &scope, "T1", Duration::from_millis(100)).await;
-    completed(
+    let paid = completed(
         &store,
         &scope,
         "T2",
@@ -132,6 +132,16 @@ async fn endpoints<S: Store + Operations + Clone>(store: S) {
     let by_hand = claimed(&store, &scope, "T4", long).await;
     let audit = KeptAudit::default();
     let served = Served::start(Admin::new(store.clone(), audit.clone()), Some("ops")).await;
+
+    // The records that met a conflicting duplicate: with their count and the last one's time.
+    let filter = format!("namespace={namespace}&min_conflicts=1");
+    assert!(served.all_records(&filter).await.is_empty());
+    assert!(store.mark_conflict(&paid).await.unwrap());
+    let conflicted = served.all_records(&filter).await;
+    assert_eq!(conflicted.len(), 1, "{conflicted:?}");
+    assert_eq!(conflicted[0]["key_hash"], paid.to_hex());
+    assert_eq!(conflicted[0]["conflicts"], 1);
+    assert!(conflicted[0]["last_conflict_at_ms"].is_u64());
     let secret = "c2VjcmV0LWJvZHk="; // base64 of the stored body
 
     // Listings: storage keys, never raw keys nor bodies. Waits for the event: the store

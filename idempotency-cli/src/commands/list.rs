@@ -51,7 +51,7 @@ pub(crate) async fn stuck(
 }
 
 /// The namespace scanned, in words.
-fn namespace_of(global: &Global) -> String {
+pub(super) fn namespace_of(global: &Global) -> String {
     global.namespace.as_deref().map_or_else(
         || "every namespace".to_owned(),
         |namespace| format!("namespace {namespace}"),
@@ -59,7 +59,7 @@ fn namespace_of(global: &Global) -> String {
 }
 
 /// The failure of a scan that examined nothing where that means the records are elsewhere.
-fn nothing_to_scan(store: &Connected, examined: u64) -> Result<(), Failure> {
+pub(super) fn nothing_to_scan(store: &Connected, examined: u64) -> Result<(), Failure> {
     if store.nothing_is_missing && examined == 0 {
         return Err(Failure::NotFound(format!(
             "nothing to scan: no record in {} (the service's prefix: --prefix or \

@@ -1,6 +1,7 @@
 //! One function per subcommand.
 
 mod act;
+mod conflicts;
 mod list;
 mod lookup;
 #[cfg(feature = "sql")]
@@ -33,6 +34,10 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Stuck { older_than, limit } => {
             let store = connect(&global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;
             list::stuck(&store, &global, older_than, limit, &mut out).await
+        }
+        Command::Conflicts { since, limit } => {
+            let store = connect(&global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;
+            conflicts::list(&store, &global, since, limit, &mut out).await
         }
         Command::Stats { since, older_than } => {
             let store = connect(&global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;

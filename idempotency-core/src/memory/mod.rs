@@ -1,6 +1,7 @@
 //! The in-process store: sharded maps with expiry, the embedded default.
 
 mod capacity;
+mod conflicts;
 mod digest_hashing;
 mod micros;
 mod operations;
@@ -16,6 +17,7 @@ use hashbrown::{HashTable, hash_table};
 pub use self::capacity::{DEFAULT_MEMORY_MAX_BYTES, DEFAULT_MEMORY_MAX_RECORDS};
 
 use self::capacity::Capacity;
+use self::conflicts::Marks;
 use self::digest_hashing::DigestHashing;
 use self::micros::Micros;
 use crate::time::unix_micros_now;
@@ -71,6 +73,9 @@ struct Shard<V> {
     map: HashTable<Slot<V>>,
     hashing: DigestHashing,
     namespace: Option<SharedName>,
+    /// The conflict marks of this shard's records, beside them: few records have one, and a
+    /// field in every record would take it past its allocation size class.
+    marks: Marks,
 }
 
 impl<V> Shard<V> {
@@ -117,6 +122,7 @@ impl<V> Shard<V> {
     }
 
     fn remove(&mut self, key: &StorageKey) -> Option<V> {
+        self.marks.forget(key);
         let word = word_of(key);
         self.map
             .find_entry(self.hashing.hash_one(word), matches(word, key))
@@ -130,6 +136,14 @@ impl<V> Shard<V> {
 
     fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
         self.map.retain(|slot| keep(&slot.keyed.value));
+        if !self.marks.is_empty() {
+            let (map, hashing) = (&self.map, self.hashing);
+            self.marks.retain(|key| {
+                let word = word_of(key);
+                map.find(hashing.hash_one(word), matches(word, key))
+                    .is_some()
+            });
+        }
     }
 }
 
@@ -154,6 +168,7 @@ impl<V> Shards<V> {
                         map: HashTable::new(),
                         hashing,
                         namespace: None,
+                        marks: Marks::default(),
                     })
                 })
                 .collect(),
@@ -233,6 +248,8 @@ impl Entry {
             completed_at: self.completed_at.to_optional_system_time(),
             expires_at: self.expires_at.to_system_time(),
             outcome: self.outcome(),
+            conflicts: 0,
+            last_conflict_at: None,
         }
     }
 }
@@ -572,11 +589,14 @@ impl Store for MemoryStore {
     }
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
-        Ok(self
-            .records
-            .lock(key)
+        let shard = self.records.lock(key);
+        Ok(shard
             .get(key)
-            .map(|entry| entry.to_record(*key)))
+            .map(|entry| shard.marks.apply(entry.to_record(*key))))
+    }
+
+    async fn mark_conflict(&self, key: &StorageKey) -> Result<bool, StoreError> {
+        Ok(self.mark_conflict_now(key))
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {

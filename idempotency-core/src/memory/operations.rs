@@ -41,7 +41,11 @@ impl Operations for MemoryStore {
             };
             let records = taken
                 .iter()
-                .map(|slot| slot.keyed.value.to_record(slot.keyed.key))
+                .map(|slot| {
+                    shard
+                        .marks
+                        .apply(slot.keyed.value.to_record(slot.keyed.key))
+                })
                 .filter(|record| query.matches(record, now))
                 .collect();
             Page {

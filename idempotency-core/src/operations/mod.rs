@@ -10,7 +10,8 @@
 //!   storage key): a scan in bounded batches, a delete fenced by the fencing token, and a
 //!   purge of one batch with its [`Archive`].
 //! - [`Admin`]: the operations themselves over any such store: list and count by [`Query`]
-//!   (namespace, [`Status`], last update, attempts), inspect one record, reconcile a list of
+//!   (namespace, [`Status`], last update, attempts, conflicts: the records a conflicting
+//!   duplicate met, [`Store::mark_conflict`](crate::Store::mark_conflict)), inspect one record, reconcile a list of
 //!   keys, and the operator's actions, each **fenced** ([`Fence`]: applied only to the record
 //!   as it was listed, refused when it moved on) and **audited** ([`AuditLog`]: who, why,
 //!   when, the record as it was): release, complete by hand, delete, purge.

@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime};
 use super::Status;
 use crate::{Record, RecordState};
 
-/// Which records to list, count or purge: by namespace, status, last update and attempts.
-/// Every condition set must hold.
+/// Which records to list, count or purge: by namespace, status, last update, attempts and
+/// conflicts. Every condition set must hold.
 ///
 /// ```
 /// use idempotency_core::operations::{Query, Status};
@@ -15,7 +15,9 @@ use crate::{Record, RecordState};
 /// // What `idempotency stuck --older-than 10m` looks for in one namespace.
 /// let stuck = Query::stuck(Some(Duration::from_secs(600))).namespace("payments.callback");
 /// let completed = Query::all().status(Status::Completed).min_attempts(2);
-/// # let _ = (stuck, completed);
+/// // What `idempotency conflicts` lists: records that met a conflicting duplicate.
+/// let conflicted = Query::all().min_conflicts(1);
+/// # let _ = (stuck, completed, conflicted);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Query {
@@ -32,6 +34,9 @@ pub struct Query {
     pub updated_before: Option<SystemTime>,
     /// Only records claimed at least this many times.
     pub min_attempts: Option<u32>,
+    /// Only records that met at least this many conflicting duplicates
+    /// ([`Record::conflicts`]).
+    pub min_conflicts: Option<u32>,
 }
 
 impl Query {
@@ -81,6 +86,13 @@ impl Query {
         self
     }
 
+    /// Only records that met at least `conflicts` conflicting duplicates (1: every record
+    /// marked by [`Store::mark_conflict`](crate::Store::mark_conflict)).
+    pub fn min_conflicts(mut self, conflicts: u32) -> Self {
+        self.min_conflicts = Some(conflicts);
+        self
+    }
+
     /// Whether `record` is one of these at `now`.
     pub fn matches(&self, record: &Record, now: SystemTime) -> bool {
         let status = Status::of(record, now);
@@ -104,6 +116,9 @@ impl Query {
             && self
                 .min_attempts
                 .is_none_or(|attempts| record.attempts >= attempts)
+            && self
+                .min_conflicts
+                .is_none_or(|conflicts| record.conflicts >= conflicts)
     }
 
     /// The one stored state every matching record is in, if there is one: what a store can

@@ -39,6 +39,13 @@ pub struct RecordView {
     /// The stored outcome's status, once completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome_status: Option<u16>,
+    /// How many conflicting duplicates (the key again with another payload) met the record:
+    /// not 0, a record to reconcile.
+    #[serde(default)]
+    pub conflicts: u32,
+    /// When the last conflicting duplicate came, if one did (Unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_conflict_at_ms: Option<u64>,
     /// The stored outcome's body, base64 (only when asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_base64: Option<String>,
@@ -65,6 +72,8 @@ impl RecordView {
             expires_at_ms: unix_millis(record.expires_at),
             completed_at_ms: record.completed_at.map(unix_millis),
             outcome_status: record.outcome.as_ref().map(|outcome| outcome.status),
+            conflicts: record.conflicts,
+            last_conflict_at_ms: record.last_conflict_at.map(unix_millis),
             body_base64: None,
             fingerprint: None,
         }

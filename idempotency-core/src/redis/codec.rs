@@ -13,9 +13,14 @@
 //! | 61..69 | in progress: lease end; completed: expiry (Unix ms) |
 //! | 69..77 | in progress: abandoned grace (ms); completed: completed at (Unix ms) |
 //! | 77..79 | outcome status (0 while in progress) |
-//! | 79..81 | namespace length `n` |
+//! | 79..81 | namespace length `n`; its top bit set: a conflict mark follows the namespace |
 //! | 81..81+n | namespace (UTF-8) |
-//! | 81+n.. | outcome body, raw bytes (completed records only) |
+//! | 81+n..93+n | conflict mark, when flagged: conflicts (4 bytes), last one at (Unix ms) |
+//! | 81+n(+12).. | outcome body, raw bytes (completed records only) |
+//!
+//! Records without a conflict mark are written as before it existed, so they decode alike;
+//! the mark is added by the mark script ([`super::scripts::MARK_CONFLICT`]), kept by complete
+//! and touch, and dropped by a claim that writes the record anew.
 //!
 //! Times are written by the client that made the step (its clock), for reconciliation and as a
 //! hint. Nothing is decided by them on the server: a completed record lives while its key
@@ -66,16 +71,35 @@ fn u16_at(record: &[u8], at: usize) -> u16 {
     u16::from_be_bytes(be(record, at))
 }
 
-/// The namespace's end (= the body's start), after checking the record is long enough.
-fn body_start(record: &[u8]) -> Result<usize, StoreError> {
+/// The flag of a conflict mark in the namespace length field.
+pub(super) const MARKED: u16 = 0x8000;
+/// The length of a conflict mark: conflicts (u32), last one at (Unix ms, u64).
+const MARK_LEN: usize = 12;
+/// The longest namespace a record holds (the length field's top bit is the mark's flag).
+pub(super) const MAX_NAMESPACE: usize = (MARKED - 1) as usize;
+
+/// The namespace's end and the body's start (after the conflict mark, if any), after checking
+/// the record is long enough.
+fn namespace_end(record: &[u8]) -> Result<(usize, usize), StoreError> {
     if record.len() < HEADER {
         return Err(codec("record length"));
     }
-    let end = HEADER + usize::from(u16_at(record, 79));
-    if record.len() < end {
+    let length = u16_at(record, 79);
+    let end = HEADER + usize::from(length & !MARKED);
+    let body = if length & MARKED == 0 {
+        end
+    } else {
+        end + MARK_LEN
+    };
+    if record.len() < body {
         return Err(codec("record length"));
     }
-    Ok(end)
+    Ok((end, body))
+}
+
+/// The body's start, after checking the record is long enough.
+fn body_start(record: &[u8]) -> Result<usize, StoreError> {
+    namespace_end(record).map(|(_, body)| body)
 }
 
 /// The outcome of a completed record, without copying the body.
@@ -256,13 +280,13 @@ pub(super) fn record(
     let Some(stored) = stored else {
         return Ok(None);
     };
-    let start = body_start(&stored)?;
+    let (end, start) = namespace_end(&stored)?;
     let state = match stored[0] {
         b'p' => RecordState::InProgress,
         b'c' => RecordState::Completed,
         _ => return Err(codec("record state")),
     };
-    let namespace = std::str::from_utf8(&stored[HEADER..start])
+    let namespace = std::str::from_utf8(&stored[HEADER..end])
         .map_err(|_| codec("namespace"))?
         .to_owned();
     let completed_at = match state {
@@ -281,7 +305,13 @@ pub(super) fn record(
         completed_at,
         expires_at: from_unix_millis(u64_at(&stored, 61)),
         outcome: None,
+        conflicts: 0,
+        last_conflict_at: None,
     };
+    if start > end {
+        record.conflicts = u32::from_be_bytes(be(&stored, end));
+        record.last_conflict_at = Some(from_unix_millis(u64_at(&stored, end + 4)));
+    }
     if state == RecordState::Completed {
         record.outcome = Some(outcome(stored)?);
     }
@@ -306,6 +336,34 @@ mod tests {
         record.extend_from_slice(namespace.as_bytes());
         record.extend_from_slice(body);
         record
+    }
+
+    #[test]
+    fn decodes_a_conflict_mark_and_records_without_one_as_before() {
+        let key = StorageKey([1; 32]);
+        let plain = packed(b'c', "ns", b"body");
+        let mut marked = plain[..79].to_vec();
+        marked.extend_from_slice(&(2u16 | MARKED).to_be_bytes());
+        marked.extend_from_slice(b"ns");
+        marked.extend_from_slice(&3u32.to_be_bytes());
+        marked.extend_from_slice(&5_000u64.to_be_bytes());
+        marked.extend_from_slice(b"body");
+        let plain = record(&key, Some(plain)).unwrap().unwrap();
+        assert_eq!((plain.conflicts, plain.last_conflict_at), (0, None));
+        let with_mark = record(&key, Some(marked.clone())).unwrap().unwrap();
+        assert_eq!(with_mark.conflicts, 3);
+        assert_eq!(with_mark.last_conflict_at, Some(from_unix_millis(5_000)));
+        let unmarked = Record {
+            conflicts: 0,
+            last_conflict_at: None,
+            ..with_mark
+        };
+        assert_eq!(unmarked, plain);
+        let replay = Value::Array(vec![Value::Int(3), Value::BulkString(marked)]);
+        assert_eq!(
+            claim_reply(replay).unwrap(),
+            Claim::Completed(Outcome::new(201, "body"))
+        );
     }
 
     #[test]

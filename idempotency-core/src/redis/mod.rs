@@ -23,6 +23,7 @@
 //! ```
 
 mod codec;
+mod conflicts;
 mod connect;
 mod error;
 mod fencing;

@@ -100,3 +100,24 @@ pub(super) const DELETE: &str = "local v = redis.call('GET', KEYS[1])\n\
      end\n\
      redis.call('DEL', KEYS[1])\n\
      return 1\n";
+
+/// `KEYS[1]` record. `ARGV`: now (Unix ms, 8 bytes). Counts one more conflict on the record
+/// (its conflict mark after the namespace, added with its flag in the namespace length if
+/// absent), the last one now; every other byte and the key's TTL stay (`KEEPTTL`). Returns 1,
+/// or 0 if there is no record.
+pub(super) const MARK_CONFLICT: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local length = struct.unpack('>I2', v, 80)
+local n = length % 32768
+local rest, count = 82 + n, 0
+if length >= 32768 then
+  count = struct.unpack('>I4', v, 82 + n)
+  rest = rest + 12
+end
+if count < 4294967295 then count = count + 1 end
+redis.call('SET', KEYS[1], string.sub(v, 1, 79) .. struct.pack('>I2', n + 32768) ..
+  string.sub(v, 82, 81 + n) .. struct.pack('>I4', count) .. ARGV[1] .. string.sub(v, rest),
+  'KEEPTTL')
+return 1
+"#;

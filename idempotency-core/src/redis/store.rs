@@ -27,12 +27,13 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// [`RedisStore::with_clock_margin`]).
 pub const DEFAULT_CLOCK_MARGIN: Duration = Duration::from_secs(1);
 
-struct Scripts {
+pub(super) struct Scripts {
     claim: Script,
     complete: Script,
     release: Script,
     touch: Script,
     delete: Script,
+    pub(super) mark_conflict: Script,
 }
 
 /// A [`Store`] on Redis (7.0 or later) or Redis Cluster. Every step is one round trip, except
@@ -48,7 +49,8 @@ struct Scripts {
 /// | complete or touch of a lease this process claimed, on Valkey 8.1 or Redis 8.4 | `SET k v IFEQ <its in-progress record> PX ms`; if the record changed meanwhile (taken over, or renewed by a call whose answer was lost), the step's script decides | 1 (2) |
 /// | complete and touch otherwise, release | one Lua script each (`EVALSHA`, loaded once, reloaded on `NOSCRIPT`) | 1 |
 ///
-/// - **Records** are one packed string each (an 81-byte binary header, the namespace, the
+/// - **Records** are one packed string each (an 81-byte binary header, the namespace of at most
+///   32 767 bytes, a conflict mark once [`Store::mark_conflict`] set one (one script), the
 ///   outcome body as raw bytes) under `<prefix>{<key hex>}`. Every command and script touches
 ///   that one key, so the store runs unchanged on Redis Cluster.
 /// - **Duplicates read**: the store remembers (in a fixed table of 16 384 slots, 128 KiB) the
@@ -113,8 +115,8 @@ pub struct RedisStore<C = ConnectionManager> {
     call_timeout: Duration,
     grace: Duration,
     clock_margin: Duration,
-    scripts: Arc<Scripts>,
-    held: Arc<Held>,
+    pub(super) scripts: Arc<Scripts>,
+    pub(super) held: Arc<Held>,
     completed: Arc<crate::CompletedKeys>,
     unanswered: Arc<Unanswered>,
 }
@@ -191,6 +193,7 @@ where
                 release: Script::new(scripts::RELEASE),
                 touch: Script::new(scripts::TOUCH),
                 delete: Script::new(scripts::DELETE),
+                mark_conflict: Script::new(scripts::MARK_CONFLICT),
             }),
             held: Arc::new(Held::new()),
             completed: Arc::new(crate::CompletedKeys::new()),
@@ -395,7 +398,7 @@ where
     }
 
     /// Runs one script; a failure as a store error.
-    async fn invoke<T: FromRedisValue>(
+    pub(super) async fn invoke<T: FromRedisValue>(
         &self,
         invocation: &::redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
@@ -424,9 +427,13 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     async fn claim_op(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        if request.namespace.len() > usize::from(u16::MAX) {
+        if request.namespace.len() > codec::MAX_NAMESPACE {
             return Err(StoreError::Codec(
-                "redis: namespaces are limited to 65535 bytes".into(),
+                format!(
+                    "redis: namespaces are limited to {} bytes",
+                    codec::MAX_NAMESPACE
+                )
+                .into(),
             ));
         }
         let record_key = self.record_key(request.key);
@@ -631,6 +638,10 @@ where
     /// Each call (all its round trips) ends within the call timeout.
     fn call_bound(&self) -> Option<Duration> {
         Some(self.call_timeout)
+    }
+
+    async fn mark_conflict(&self, key: &StorageKey) -> Result<bool, StoreError> {
+        bounded(self.call_timeout, self.mark_conflict_op(key)).await
     }
 
     /// Redis expires records natively; nothing to purge.

@@ -199,6 +199,8 @@ pub(crate) struct RecordRow {
     expires_us: i64,
     response_status: Option<i64>,
     response_body: Option<Vec<u8>>,
+    conflicts: i64,
+    last_conflict_us: Option<i64>,
 }
 
 impl RecordRow {
@@ -215,6 +217,8 @@ impl RecordRow {
             completed_at: self.completed_us.map(from_micros),
             expires_at: from_micros(self.expires_us),
             outcome: outcome(self.response_status, self.response_body)?,
+            conflicts: to_u32(self.conflicts, "conflicts")?,
+            last_conflict_at: self.last_conflict_us.map(from_micros),
         })
     }
 }

@@ -35,6 +35,8 @@ pub struct TableSql<Own> {
     pub(crate) get: String,
     /// Every record ([`RecordRow`]), ending in a condition that `AND …` may follow.
     pub(crate) select_records: String,
+    /// Counts one more conflict on a record ([`super::conflicts`]): key.
+    pub(crate) mark_conflict: String,
     /// The statements the dialect runs its own way (claims, complete, touch, purge).
     pub(crate) own: Own,
 }
@@ -44,7 +46,9 @@ pub(crate) mod sealed {
 
     /// The steps each database writes its own way: the claims, complete, touch, purge, the
     /// migration and how a transaction begins.
-    pub trait Steps: Shared + Sized + Send + Sync + 'static {
+    pub trait Steps:
+        Shared + super::super::conflicts::sealed::Mark + Sized + Send + Sync + 'static
+    {
         /// The dialect's own statements, in [`TableSql::own`].
         type Own: Send + Sync + 'static;
 

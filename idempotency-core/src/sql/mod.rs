@@ -24,7 +24,7 @@
 //! | `claim`: replay, in flight, mismatch | 1 statement | 1 (a read, no lock) | 1 (a read) |
 //! | `claim`: new key | 1 | 2 | 2 |
 //! | `claim`: takeover of an expired lease | 1 | 3 | 2 |
-//! | `complete`, `touch`, `release`, `get`, `purge_expired` | 1 | 1 | 1 |
+//! | `complete`, `touch`, `release`, `get`, `purge_expired`, `mark_conflict` | 1 | 1 | 1 |
 //! | transactional claim | 1 | 1 (new key) / 2 | 1 (new key) / 2 |
 //! | `Transition` (with optional extra text columns) | 1 round trip | 1 (applied) / 2 | 1 (applied) / 2 |
 //!
@@ -36,6 +36,7 @@
 
 mod audit;
 mod common;
+mod conflicts;
 mod dialect;
 mod operations;
 pub mod outbox;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use sqlx::{MySql, MySqlConnection};
 
 use super::common::{ClaimRow, map_err, micros, owned, token_param};
+use super::conflicts::MarkSql;
 use super::dialect::{TableSql, sealed::Steps};
 use super::schema::{self, VersionSql};
 use super::store::SqlStore;
@@ -121,11 +122,12 @@ fn statements(table: &str) -> TableSql<Sql> {
         };
         let record_columns = format!(
             "key_hash, namespace, fingerprint, state, token, attempts, {}, {}, {}, {}, \
-             response_status, response_body",
+             response_status, response_body, conflicts, {}",
             us("created_at").replace("AS created_at", "AS created_us"),
             us("updated_at").replace("AS updated_at", "AS updated_us"),
             us("completed_at").replace("AS completed_at", "AS completed_us"),
             us("expires_at").replace("AS expires_at", "AS expires_us"),
+            us("last_conflict_at").replace("AS last_conflict_at", "AS last_conflict_us"),
         );
         let read = format!(
             "SELECT state, fingerprint, token, attempts, \
@@ -133,6 +135,7 @@ fn statements(table: &str) -> TableSql<Sql> {
              response_body FROM {t} WHERE key_hash = ?"
         );
         let owned = "key_hash = ? AND token = ? AND state = 'in_progress'";
+        let marks = MarkSql::new(&t, "ADD COLUMN", "DATETIME(6)", NOW, "?");
         TableSql {
             own: Sql {
                 mariadb: OnceLock::new(),
@@ -159,6 +162,8 @@ fn statements(table: &str) -> TableSql<Sql> {
                    completed_at = IF({expired}, NULL, completed_at), \
                    response_status = IF({expired}, NULL, response_status), \
                    response_body = IF({expired}, NULL, response_body), \
+                   conflicts = IF({expired}, 0, conflicts), \
+                   last_conflict_at = IF({expired}, NULL, last_conflict_at), \
                    expires_at = IF({expired}, {NOW} + INTERVAL ? MICROSECOND, expires_at)"
                 ),
                 read_locked: format!("{read} FOR UPDATE"),
@@ -201,7 +206,10 @@ fn statements(table: &str) -> TableSql<Sql> {
                     // 2: the claimer's id of an in-progress claim (`undo_claim`).
                     format!("ALTER TABLE {t} ADD COLUMN claim_id BINARY(16) NULL"),
                 ],
+                // 3: the conflict mark (`mark_conflict`).
+                marks.step,
             ],
+            mark_conflict: marks.mark,
             undo: format!(
                 "DELETE FROM {t} WHERE key_hash = ? AND claim_id = ? AND state = 'in_progress'"
             ),

@@ -244,6 +244,7 @@ impl<D: Dialect> Operations for SqlStore<D> {
             if !query.statuses.is_empty()
                 || query.in_progress_before.is_some()
                 || query.min_attempts.is_some()
+                || query.min_conflicts.is_some()
             {
                 return Ok(None);
             }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use sqlx::{PgConnection, Postgres};
 
 use super::common::{ClaimRow, map_err, micros, owned, token_param};
+use super::conflicts::MarkSql;
 use super::dialect::{TableSql, sealed::Steps};
 use super::schema::{self, VersionSql};
 use super::store::SqlStore;
@@ -99,11 +100,13 @@ fn record_columns() -> String {
     format!(
         "key_hash, namespace, fingerprint, state, token, attempts::bigint AS attempts, \
          {} AS created_us, {} AS updated_us, {} AS completed_us, {} AS expires_us, \
-         response_status::bigint AS response_status, response_body",
+         response_status::bigint AS response_status, response_body, \
+         conflicts::bigint AS conflicts, {} AS last_conflict_us",
         us("created_at"),
         us("updated_at"),
         us("completed_at"),
-        us("expires_at")
+        us("expires_at"),
+        us("last_conflict_at")
     )
 }
 
@@ -140,6 +143,8 @@ fn statements(table: &str) -> TableSql<Sql> {
             ("expires_at", "excluded.expires_at"),
             ("response_status", "NULL"),
             ("response_body", "NULL"),
+            ("conflicts", "0"),
+            ("last_conflict_at", "NULL"),
         ]
         .iter()
         .map(|(column, value)| {
@@ -207,6 +212,7 @@ fn statements(table: &str) -> TableSql<Sql> {
                set_config('lock_timeout', lt.old, true) AS restored FROM lt"
         );
         let owned = "key_hash = $1 AND token = $2 AND state = 'in_progress'";
+        let marks = MarkSql::new(&t, "ADD COLUMN IF NOT EXISTS", "TIMESTAMPTZ", NOW, "$1");
         TableSql {
             own: Sql {
                 insert_fresh,
@@ -258,7 +264,10 @@ fn statements(table: &str) -> TableSql<Sql> {
                     // 2: the claimer's id of an in-progress claim (`undo_claim`).
                     format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS claim_id BYTEA"),
                 ],
+                // 3: the conflict mark (`mark_conflict`).
+                marks.step,
             ],
+            mark_conflict: marks.mark,
             undo: format!(
                 "DELETE FROM {t} WHERE key_hash = $1 AND claim_id = $2 AND state = 'in_progress'"
             ),

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::common::{ClaimRow, map_err, micros, owned, token_param, unix_micros};
+use super::conflicts::MarkSql;
 use super::dialect::{TableSql, sealed::Steps};
 use super::schema::{self, VersionSql};
 use super::store::SqlStore;
@@ -77,7 +78,10 @@ fn statements(table: &str) -> TableSql<Sql> {
         let owned = "key_hash = ?1 AND token = ?2 AND state = 'in_progress'";
         let record_columns = "key_hash, namespace, fingerprint, state, token, attempts, \
              created_at AS created_us, updated_at AS updated_us, completed_at AS completed_us, \
-             expires_at AS expires_us, response_status, response_body";
+             expires_at AS expires_us, response_status, response_body, conflicts, \
+             last_conflict_at AS last_conflict_us";
+        let now = <Sqlite as Steps>::NOW;
+        let marks = MarkSql::new(&t, "ADD COLUMN", "INTEGER", now, "?1");
         TableSql {
             own: Sql {
                 read: format!(
@@ -98,7 +102,7 @@ fn statements(table: &str) -> TableSql<Sql> {
                      ELSE excluded.created_at END, \
                    updated_at = excluded.updated_at, completed_at = NULL, \
                    expires_at = excluded.expires_at, response_status = NULL, \
-                   response_body = NULL \
+                   response_body = NULL, conflicts = 0, last_conflict_at = NULL \
                  WHERE expires_at <= excluded.updated_at \
                  RETURNING token, attempts"
                 ),
@@ -145,7 +149,10 @@ fn statements(table: &str) -> TableSql<Sql> {
                     // 2: the claimer's id of an in-progress claim (`undo_claim`).
                     format!("ALTER TABLE {t} ADD COLUMN claim_id BLOB"),
                 ],
+                // 3: the conflict mark (`mark_conflict`).
+                marks.step,
             ],
+            mark_conflict: marks.mark,
             undo: format!(
                 "DELETE FROM {t} WHERE key_hash = ?1 AND claim_id = ?2 AND state = 'in_progress'"
             ),

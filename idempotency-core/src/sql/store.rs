@@ -195,6 +195,10 @@ impl<D: Dialect> Store for SqlStore<D> {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         D::purge(self, limit).await
     }
+
+    async fn mark_conflict(&self, key: &StorageKey) -> Result<bool, StoreError> {
+        D::mark(&self.pool, &self.sql.mark_conflict, key).await
+    }
 }
 
 impl<D: Dialect> TxStore for SqlStore<D> {

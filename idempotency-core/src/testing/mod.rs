@@ -16,10 +16,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod conflicts;
 mod fault_proxy;
 mod operations;
 mod spans;
 
+pub use conflicts::conflict_marks;
 pub use fault_proxy::{FaultProxy, LinkFault};
 pub use operations::{
     KeptAudit, SharedBuffer, claimed, completed, operations_suite, unique_namespace,
@@ -810,7 +812,8 @@ macro_rules! store_conformance_tests {
             lifecycle, mismatch, takeover_and_fencing, takeover_with_other_payload,
             touch_extends_lease, release_and_reclaim, unknown_key_is_refused,
             completed_expiry_and_purge, abandoned_lease_outlives_purge,
-            ready_claims_answer_as_claim, model_walk, undo_spares_other_claims);
+            ready_claims_answer_as_claim, model_walk, undo_spares_other_claims,
+            conflict_marks);
         $crate::store_conformance_tests!(@shared $make; keys_are_independent, claim_storm);
     };
     (@tests $make:expr; $($check:ident),*) => {$(

@@ -1125,9 +1125,11 @@ pub async fn migrations_are_versioned<S, M>(
         .await
         .unwrap();
 
-    // As 0.1 left it: the table without the claim id, no version row.
+    // As 0.1 left it: the table without the claim id and the conflict mark, no version row.
     let forget_version = format!("DELETE FROM {SCHEMA_TABLE} WHERE table_name = '{table}'");
-    S::Database::run(&pool, &format!("ALTER TABLE {table} DROP COLUMN claim_id")).await;
+    for column in ["claim_id", "conflicts", "last_conflict_at"] {
+        S::Database::run(&pool, &format!("ALTER TABLE {table} DROP COLUMN {column}")).await;
+    }
     S::Database::run(&pool, &forget_version).await;
     migrate(&store).await.unwrap();
     assert_eq!(S::Database::scalar(&pool, &version).await, LATEST_VERSION);
@@ -1138,6 +1140,12 @@ pub async fn migrations_are_versioned<S, M>(
     assert_eq!(S::Database::scalar(&pool, &version).await, LATEST_VERSION);
     let record = store.get(&key).await.unwrap().expect("the record survives");
     assert_eq!(record.outcome, Some(outcome));
+    assert_eq!((record.conflicts, record.last_conflict_at), (0, None));
+    assert!(
+        store.mark_conflict(&key).await.unwrap(),
+        "the upgraded table keeps marks"
+    );
+    assert_eq!(store.get(&key).await.unwrap().map(|r| r.conflicts), Some(1));
 
     // Up to date: the version row is not written again (its stamp stays as set here).
     let marked = "migrated_at = '2001-01-01 00:00:00'";

@@ -231,6 +231,10 @@ where
                     namespace = self.scope.namespace(),
                     "business key reused with another payload; not run, rejected"
                 );
+                // The claim wrote nothing: end its transaction (SQLite's write lock with it)
+                // before the mark's own statement.
+                let _ = tx.rollback().await;
+                self.mark_record(&job.key).await;
                 return Ok(Handled::Mismatch);
             }
             TxClaim::InFlight { retry_after } => return Ok(Handled::InFlight { retry_after }),
@@ -259,6 +263,22 @@ where
 }
 
 impl<T: TxStore, I, B> SqlTruth<T, I, B> {
+    /// Marks the record of truth of `key` as having met a conflicting copy
+    /// ([`Store::mark_conflict`](idempotency_core::Store::mark_conflict)), under the key 0.1
+    /// gave it if that is where it is; a failure is logged.
+    async fn mark_record(&self, key: &idempotency_core::IdempotencyKey) {
+        let storage_key = self
+            .scope
+            .storage_key_for(Mechanism::Transaction, key.as_str());
+        let mut marked = self.store.mark_conflict(&storage_key).await;
+        if matches!(marked, Ok(false)) && self.store.keys_of_0_1() {
+            marked = self.store.mark_conflict(&self.scope.storage_key(key)).await;
+        }
+        if let Err(error) = marked {
+            tracing::warn!(namespace = self.scope.namespace(), record = %storage_key.to_hex(), %error, "the conflict could not be marked on the record of truth");
+        }
+    }
+
     /// Logs (ERROR, once) and counts a run for a consumer that does not let this truth decide
     /// when its fast tier cannot: a handler of the user's own wrapping this one without passing
     /// on [`Handler::guards_itself`]. Such a consumer requeues where it should ask the truth.
@@ -298,5 +318,10 @@ where
 
     fn record_ttl(&self) -> Option<Duration> {
         Some(self.ttl)
+    }
+
+    /// Marks the record of truth: the fast tier found the conflict before this ran.
+    async fn mark_conflict(&self, key: &idempotency_core::IdempotencyKey) {
+        self.mark_record(key).await;
     }
 }

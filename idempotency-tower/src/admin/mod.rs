@@ -10,7 +10,7 @@
 //! | method and path | body or query | answer |
 //! |---|---|---|
 //! | `GET /stuck` | `namespace`, `older_than_ms`, `limit` (≤ 1000) | `{"records": [view…]}` |
-//! | `GET /records` | `namespace`, `state`, `since_ms`, `older_than_ms`, `min_attempts`, `cursor` | one batch: `{"records", "examined", "next_cursor"}` |
+//! | `GET /records` | `namespace`, `state`, `since_ms`, `older_than_ms`, `min_attempts`, `min_conflicts` (1: the records that met a conflicting duplicate), `cursor` | one batch: `{"records", "examined", "next_cursor"}` |
 //! | `GET /stats` | `namespace`, `since_ms`, `older_than_ms` | counts per state, oldest abandoned age |
 //! | `POST /inspect` | a target, `"body": true` for the stored body | `{"record": view}` or `{"record": null}` |
 //! | `POST /release`, `POST /delete` | a target, its `fence`, `reason` | `{"applied": true}`, or 409 problem+json with `"applied": false, "refusal"` |

@@ -104,6 +104,7 @@ pub(super) struct Filter {
     pub(super) since_ms: Option<u64>,
     pub(super) older_than_ms: Option<u64>,
     pub(super) min_attempts: Option<u32>,
+    pub(super) min_conflicts: Option<u32>,
     pub(super) limit: Option<usize>,
     pub(super) cursor: Option<String>,
 }
@@ -125,6 +126,7 @@ impl Filter {
         query.updated_from = self.since_ms.map(|ms| now - Duration::from_millis(ms));
         query.updated_before = self.older_than_ms.map(|ms| now - Duration::from_millis(ms));
         query.min_attempts = self.min_attempts;
+        query.min_conflicts = self.min_conflicts;
         Ok(query)
     }
 }

@@ -9,8 +9,9 @@ use super::layer::Shared;
 
 /// What a conflicting request gets: the stored response of the record it collided with (one
 /// store read, on this rare path only), or, while that record is still in progress, the answer
-/// to a duplicate in flight. Logged at WARN (target `idempotency`, with the record's id) and
-/// counted ([`idempotency_core::metrics::CONFLICTS`]) either way.
+/// to a duplicate in flight. Logged at WARN (target `idempotency`, with the record's id),
+/// counted ([`idempotency_core::metrics::CONFLICTS`]) and marked on the record (in the same
+/// time as the read; [`mark`]) either way.
 pub(super) async fn stored_answer<S: Store>(
     shared: &Shared<S>,
     key: StorageKey,
@@ -19,7 +20,9 @@ pub(super) async fn stored_answer<S: Store>(
 
     let engine = &shared.engine;
     let timeout = engine.config().store_timeout;
-    let record = match tokio::time::timeout(timeout, engine.store().get(&key)).await {
+    let read = tokio::time::timeout(timeout, engine.store().get(&key));
+    let (record, ()) = tokio::join!(read, mark(shared, key));
+    let record = match record {
         Ok(record) => record?,
         Err(_) => return Err(StoreError::Timeout(timeout)),
     };
@@ -45,4 +48,13 @@ pub(super) async fn stored_answer<S: Store>(
             retry_after: Duration::from_secs(1),
         },
     })
+}
+
+/// Marks the record a request with another payload met, whatever the layer answers it
+/// ([`Store::mark_conflict`]): a failure is logged and changes nothing of the answer.
+pub(super) async fn mark<S: Store>(shared: &Shared<S>, key: StorageKey) {
+    let engine = &shared.engine;
+    let timeout = engine.config().store_timeout;
+    let namespace = shared.settings.scope.namespace();
+    crate::answer::mark_conflict(engine.store(), timeout, namespace, &key).await;
 }

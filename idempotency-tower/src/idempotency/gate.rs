@@ -172,7 +172,11 @@ where
             Ok(Decision::InFlight { retry_after }) => {
                 return Ok(refuse(settings, in_flight(retry_after)));
             }
-            Ok(Decision::Mismatch) => return Ok(refuse(settings, mismatch())),
+            Ok(Decision::Mismatch) => {
+                // Refused, and marked all the same: reconciliation lists the record.
+                conflict::mark(&layer.shared, key).await;
+                return Ok(refuse(settings, mismatch()));
+            }
             Err(error) => error,
         };
 

@@ -108,6 +108,7 @@ where
         Ok(Claimed::Mismatch) => {
             telemetry::record_decision("mismatch", &key, None);
             if settings.on_conflict != ConflictAnswer::ReplayStored {
+                mark_conflict(&shared, &key).await;
                 return Ok(refuse(settings, mismatch()));
             }
             // The committed record it conflicts with answers (or, gone meanwhile, the retry).
@@ -141,7 +142,7 @@ where
 
 /// The answer to a duplicate of a completed key, read outside any transaction: its stored
 /// response, or for another payload 422 or, with [`ConflictAnswer::ReplayStored`], the stored
-/// response (logged and counted). `None` when the record is no longer completed and live
+/// response (logged and counted); another payload is marked on the record either way. `None` when the record is no longer completed and live
 /// (purged, expired) or cannot be read: the key then takes the claim's path.
 async fn completed_answer<S: TxStore, B: Body>(
     shared: &Shared<S>,
@@ -165,11 +166,19 @@ async fn completed_answer<S: TxStore, B: Body>(
     } else if settings.on_conflict == ConflictAnswer::ReplayStored {
         telemetry::record_decision("mismatch", key, None);
         crate::answer::report_conflict(settings, key);
+        mark_conflict(shared, key).await;
         replay_or_refuse(settings, &outcome)
     } else {
         telemetry::record_decision("mismatch", key, None);
+        mark_conflict(shared, key).await;
         refuse(settings, mismatch())
     })
+}
+
+/// Marks the record a request with another payload met (outside any transaction).
+async fn mark_conflict<S: TxStore>(shared: &Shared<S>, key: &StorageKey) {
+    let namespace = shared.settings.scope.namespace();
+    crate::answer::mark_conflict(&shared.store, shared.store_timeout, namespace, key).await;
 }
 
 /// `policy` with `elapsed` of its wait spent.

@@ -290,9 +290,17 @@ pub async fn refusals_claim_nothing<H: Harness>(harness: &H) {
     let (status, headers, _) = send(&app, grant(&trade_no, "ok", 0)).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert!(!replayed(&headers));
-    // Same key, other payload.
+    // Same key, other payload: refused, and the record is marked for reconciliation.
+    assert_eq!(
+        record(&store, &trade_no).await.map(|r| r.conflicts),
+        Some(0)
+    );
     let (status, _, body) = send(&app, signed(grant(&trade_no, "other", 0)).await).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body:?}");
+    assert_eq!(
+        record(&store, &trade_no).await.map(|r| r.conflicts),
+        Some(1)
+    );
     // No key, and a body over the limit.
     let no_key = http::Request::post("/grant")
         .header("content-type", "application/json")
@@ -308,18 +316,32 @@ pub async fn refusals_claim_nothing<H: Harness>(harness: &H) {
 }
 
 /// The callback preset answers a conflicting callback (same trade, another payload) with the
-/// stored success, read from the committed record, and runs nothing.
+/// stored success, read from the committed record, runs nothing, and marks the record: found
+/// by this process's completed keys, or by another process's claim.
 pub async fn a_conflicting_callback_gets_the_stored_success<H: Harness>(harness: &H) {
     let counters = Arc::new(Counters::default());
-    let app = app(harness, harness.store(), &counters, callback);
+    let store = harness.store();
+    let this = app(harness, store.clone(), &counters, callback);
     let trade_no = trade();
-    let (status, headers, first) = send(&app, grant(&trade_no, "ok", 0)).await;
+    let (status, headers, first) = send(&this, grant(&trade_no, "ok", 0)).await;
     assert_eq!(status, StatusCode::OK);
     assert!(!replayed(&headers));
-    let (status, headers, again) = send(&app, grant(&trade_no, "other", 0)).await;
+    let (status, headers, again) = send(&this, grant(&trade_no, "other", 0)).await;
     assert_eq!(status, StatusCode::OK, "{again:?}");
     assert!(replayed(&headers));
     assert_eq!(again, first);
+    let marked = record(&store, &trade_no).await.unwrap();
+    assert_eq!(marked.conflicts, 1);
+    assert!(marked.last_conflict_at.is_some());
+    let other = app(harness, harness.other_process(4).await, &counters, callback);
+    let (status, headers, again) = send(&other, grant(&trade_no, "other", 0)).await;
+    assert_eq!(status, StatusCode::OK, "{again:?}");
+    assert!(replayed(&headers));
+    assert_eq!(again, first);
+    assert_eq!(
+        record(&store, &trade_no).await.map(|r| r.conflicts),
+        Some(2)
+    );
     assert_eq!(counters.runs.load(Ordering::SeqCst), 1);
     assert_eq!(harness.grants(&trade_no).await, 1);
 }
