@@ -123,6 +123,9 @@ async fn drill<S: Store + Operations>(store: &S, store_args: &[&str], expires_na
     assert!(inspected[0].get("body_base64").is_none());
     let with_body = run(0, &["inspect", "--key", "T2", "--body", "--json"]).lines();
     assert_eq!(with_body[0]["body_base64"], "cGFpZA==");
+    // By its id as listed, shortened to a unique prefix: the store finds it by the prefix.
+    let by_prefix = run(0, &["show", "--key-hash", &hex("T2")[..12], "--json"]).lines();
+    assert_eq!(by_prefix[0]["key_hash"], hex("T2").as_str());
 
     // Release: refused without --yes (no terminal to ask on), then done; again: absent (3).
     run(2, &["release", "--key", "T1"]);
