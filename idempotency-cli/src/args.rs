@@ -13,11 +13,16 @@ use crate::duration::parse_duration;
 /// Exit codes: 0 done, 2 usage (or a destructive action not confirmed), 3 refused by the
 /// fence (the record moved on or is not in progress), 4 store unreachable, 5 not found (no
 /// record for the key, no such message, no record table to scan, or no key under the Redis
-/// prefix), 1 any other failure.
+/// prefix), 6 ambiguous (a shortened id, or a raw key, that fits several records: each one's
+/// id is printed, pass one with --key-hash), 1 any other failure.
+///
+/// Every listing prints each record's id (KEY_HASH, `key_hash` in JSON): --key-hash takes it
+/// whole or any unique prefix of at least 8 characters.
 ///
 /// Where the records are comes from the environment as well as the flags:
-/// IDEMPOTENCY_STORE_URL, IDEMPOTENCY_TABLE, IDEMPOTENCY_PREFIX, IDEMPOTENCY_AUDIT_TABLE and
-/// IDEMPOTENCY_OUTBOX_TABLE; who acts from IDEMPOTENCY_ACTOR (else $USER).
+/// IDEMPOTENCY_STORE_URL, IDEMPOTENCY_TABLE, IDEMPOTENCY_PREFIX, IDEMPOTENCY_AUDIT_TABLE,
+/// IDEMPOTENCY_OUTBOX_TABLE, IDEMPOTENCY_TRUTH_URL and IDEMPOTENCY_TRUTH_TABLE; who acts from
+/// IDEMPOTENCY_ACTOR (else $USER).
 #[derive(Debug, Parser)]
 #[command(name = "idempotency", version)]
 pub(crate) struct Cli {
@@ -80,16 +85,17 @@ pub(crate) struct KeyArgs {
     /// The raw key, as the client sent it (an Idempotency-Key, a trade number).
     #[arg(long, required_unless_present = "key_hash")]
     pub(crate) key: Option<String>,
-    /// The storage key (64 hex characters, as listed), instead of the raw key.
+    /// The record's id as listed (KEY_HASH: 64 hex characters, or a unique prefix of at least
+    /// 8), instead of the raw key.
     #[arg(long, conflicts_with = "key")]
     pub(crate) key_hash: Option<String>,
     /// The principal (tenant, user) the service scoped the key with, if it extracts one.
     #[arg(long)]
     pub(crate) principal: Option<String>,
-    /// Which front end wrote the record, when a key has records of several: http (or grpc,
-    /// request: the HTTP and gRPC layers), function (`#[idempotent]`), transaction (claims
-    /// by hand in a transaction), consumer (or message). Without it, every front end's
-    /// record of the key is looked for.
+    /// Only the record of this front end: http (or grpc, request: the HTTP and gRPC layers),
+    /// function (`#[idempotent]`), transaction (claims by hand in a transaction), consumer
+    /// (or message). Without it, every front end's record of the key is looked for; a key
+    /// with records of several lists their ids (exit 6) for --key-hash.
     #[arg(long)]
     pub(crate) mechanism: Option<String>,
 }
@@ -167,8 +173,12 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: OutboxCommand,
     },
-    /// Records in progress whose lease ended (abandoned), or, with --older-than, in progress
-    /// and last written longer ago than that.
+    /// Records in progress whose lease ended (abandoned: no live owner), listed as soon as it
+    /// ended; with --older-than, also in progress and last written longer ago than that.
+    /// With --truth, one view of a two-tier consumer: --store is its fast tier, --truth its
+    /// SQL truth; a fast-tier record whose key the truth holds completed is left out (the
+    /// truth settled it; the claim only waits to expire), and the TIER column says where
+    /// each record is.
     Stuck {
         /// Also in-progress records last written longer ago than this (0s: every one).
         #[arg(long, value_parser = parse_duration)]
@@ -176,6 +186,13 @@ pub(crate) enum Command {
         /// At most this many records.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
+        /// The SQL truth of a two-tier consumer whose fast tier --store is (postgres://,
+        /// mysql://, sqlite://).
+        #[arg(long, env = "IDEMPOTENCY_TRUTH_URL", hide_env_values = true)]
+        truth: Option<String>,
+        /// The truth's record table (default: --table, else idempotency_records).
+        #[arg(long, env = "IDEMPOTENCY_TRUTH_TABLE", requires = "truth")]
+        truth_table: Option<String>,
     },
     /// Records that met a conflicting duplicate (the key again with another payload: another
     /// amount for the same trade), with how many and when the last came: what to reconcile.
@@ -187,7 +204,8 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 1000)]
         limit: usize,
     },
-    /// One record, by its namespace (and principal) and raw key.
+    /// One record, by its id (--key-hash) or its namespace (and principal) and raw key.
+    #[command(visible_alias = "show")]
     Inspect {
         #[command(flatten)]
         key: KeyArgs,
@@ -237,6 +255,9 @@ pub(crate) enum Command {
     },
     /// Deletes expired records (completed past their TTL, abandoned past the grace) in
     /// batches, copying them first to an archive if asked (bodies may be personal data).
+    /// A SQL table configured with a TTL (`SqlStore::with_table_ttl`) keeps every record
+    /// last written less than that long ago, whatever --grace says: the purge prints that
+    /// floor and keeps to it.
     Purge {
         #[command(flatten)]
         action: ActionArgs,
@@ -272,6 +293,10 @@ pub(crate) enum Command {
         /// A raw key (repeat for several).
         #[arg(long = "key")]
         keys: Vec<String>,
+        /// A record's id as listed, whole or a unique prefix of at least 8 (repeat for
+        /// several), instead of raw keys.
+        #[arg(long = "key-hash", conflicts_with_all = ["keys", "keys_file"])]
+        ids: Vec<String>,
         /// A file of raw keys, one per line (- for stdin).
         #[arg(long)]
         keys_file: Option<PathBuf>,

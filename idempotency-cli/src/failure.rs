@@ -16,6 +16,9 @@ pub(crate) enum Failure {
     /// What was named is not there (no record for the key, no such message, no record table
     /// or no key under the prefix to scan): exit 5.
     NotFound(String),
+    /// What was named fits several records (a shortened id, a raw key written by several
+    /// front ends): exit 6, with each one's id to choose from.
+    Ambiguous(String),
     /// Anything else: exit 1.
     Other(String),
 }
@@ -29,6 +32,7 @@ impl Failure {
             Self::Refused(_) => 3,
             Self::Unreachable(_) => 4,
             Self::NotFound(_) => 5,
+            Self::Ambiguous(_) => 6,
         })
     }
 
@@ -39,6 +43,7 @@ impl Failure {
             | Self::Refused(text)
             | Self::Unreachable(text)
             | Self::NotFound(text)
+            | Self::Ambiguous(text)
             | Self::Other(text) => text,
         }
     }

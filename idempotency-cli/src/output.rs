@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use idempotency_core::operations::RecordView;
+use idempotency_core::operations::{RecordView, Tier};
 use serde::Serialize;
 
 use crate::failure::Failure;
@@ -54,27 +54,46 @@ impl Output {
         }
     }
 
-    /// Records: JSON lines, or a table of their storage keys (in full: what `--key-hash`
-    /// takes), namespaces, states, attempts, ages and tokens.
-    pub(crate) fn records(&mut self, views: &[RecordView]) -> Result<(), Failure> {
+    /// Records: JSON lines, or a table of their ids (storage keys in full: what `--key-hash`
+    /// takes), tiers (a two-tier view only), namespaces, mechanisms (`-`: not known),
+    /// states, attempts, ages and tokens.
+    pub(crate) fn records(&mut self, listed: &[Listed]) -> Result<(), Failure> {
         if self.json {
-            return views.iter().try_for_each(|view| self.line(view));
+            return listed.iter().try_for_each(|record| self.line(record));
         }
-        let namespace_width = views
+        let tiers = listed.iter().any(|record| record.tier.is_some());
+        let namespace_width = listed
             .iter()
-            .map(|view| view.namespace.len())
+            .map(|record| record.view.namespace.len())
             .max()
             .unwrap_or(0)
             .max("NAMESPACE".len());
+        let tier = |text: &str| {
+            if tiers {
+                format!("{text:<5}  ")
+            } else {
+                String::new()
+            }
+        };
         self.text(&format!(
-            "{:<64}  {:<namespace_width$}  {:<11}  {:>8}  {:>10}  {:>20}",
-            "KEY_HASH", "NAMESPACE", "STATE", "ATTEMPTS", "AGE", "TOKEN"
+            "{:<64}  {}{:<namespace_width$}  {:<11}  {:<11}  {:>8}  {:>10}  {:>20}",
+            "KEY_HASH",
+            tier("TIER"),
+            "NAMESPACE",
+            "MECHANISM",
+            "STATE",
+            "ATTEMPTS",
+            "AGE",
+            "TOKEN"
         ))?;
-        for view in views {
+        for record in listed {
+            let view = &record.view;
             self.text(&format!(
-                "{:<64}  {:<namespace_width$}  {:<11}  {:>8}  {:>10}  {:>20}",
+                "{:<64}  {}{:<namespace_width$}  {:<11}  {:<11}  {:>8}  {:>10}  {:>20}",
                 view.key_hash,
+                tier(record.tier.map_or("", Tier::as_str)),
                 view.namespace,
+                record.mechanism.unwrap_or("-"),
                 view.state.as_str(),
                 view.attempts,
                 age(view.age_ms),
@@ -83,6 +102,21 @@ impl Output {
         }
         Ok(())
     }
+}
+
+/// A record as a listing prints it: its view, the front end that wrote it where known, and
+/// its tier in a two-tier view.
+#[derive(Serialize)]
+pub(crate) struct Listed {
+    /// The record.
+    #[serde(flatten)]
+    pub(crate) view: RecordView,
+    /// The front end that wrote it (`http/grpc`, `function`, `transaction`, `consumer`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) mechanism: Option<&'static str>,
+    /// Where it is, in a two-tier view.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tier: Option<Tier>,
 }
 
 /// An age for people: `850ms`, `42s`, `17m`, `5h`, `3d`.

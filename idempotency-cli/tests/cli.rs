@@ -110,7 +110,7 @@ async fn drill<S: Store + Operations>(store: &S, store_args: &[&str], expires_na
     assert_eq!(states, ["abandoned", "completed", "absent"]);
     assert_eq!(reconciled[1]["outcome_status"], 200);
     assert_eq!(reconciled[0]["key"], "T1");
-    assert_eq!(reconciled[0]["written_by"], "http/grpc");
+    assert_eq!(reconciled[0]["mechanism"], "http/grpc");
     // An unknown key is not found (exit 5), in JSON and for people alike.
     let unknown = run(5, &["inspect", "--key", "T3", "--json"]);
     assert!(unknown.stderr.contains("no record"), "{}", unknown.stderr);
@@ -119,10 +119,13 @@ async fn drill<S: Store + Operations>(store: &S, store_args: &[&str], expires_na
     // Inspect: no body unless asked for; which front end wrote it, found without being told.
     let inspected = run(0, &["inspect", "--key", "T2", "--json"]).lines();
     assert_eq!(inspected[0]["state"], "completed");
-    assert_eq!(inspected[0]["written_by"], "http/grpc");
+    assert_eq!(inspected[0]["mechanism"], "http/grpc");
     assert!(inspected[0].get("body_base64").is_none());
     let with_body = run(0, &["inspect", "--key", "T2", "--body", "--json"]).lines();
     assert_eq!(with_body[0]["body_base64"], "cGFpZA==");
+    // By its id as listed, shortened to a unique prefix: the store finds it by the prefix.
+    let by_prefix = run(0, &["show", "--key-hash", &hex("T2")[..12], "--json"]).lines();
+    assert_eq!(by_prefix[0]["key_hash"], hex("T2").as_str());
 
     // Release: refused without --yes (no terminal to ask on), then done; again: absent (3).
     run(2, &["release", "--key", "T1"]);
@@ -334,10 +337,10 @@ async fn finds_every_front_end<S: Store + Operations>(store: &S, store_args: &[&
     };
     let inspected = run(0, &["inspect", "--key", "F1", "--json"]).lines();
     assert_eq!(inspected[0]["key_hash"], key.to_hex().as_str());
-    assert_eq!(inspected[0]["written_by"], "function");
+    assert_eq!(inspected[0]["mechanism"], "function");
     let reconciled = run(0, &["reconcile", "--key", "F1", "--json"]).lines();
     assert_eq!(reconciled.len(), 1);
-    assert_eq!(reconciled[0]["written_by"], "function");
+    assert_eq!(reconciled[0]["mechanism"], "function");
     assert_eq!(reconciled[0]["state"], "in_progress");
     // Told the wrong front end: not found.
     run(5, &["inspect", "--key", "F1", "--mechanism", "http"]);

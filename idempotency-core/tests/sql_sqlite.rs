@@ -139,3 +139,4 @@ async fn purge_beside_live_traffic() {
 // The audit table in the store's database: an action and its audit row commit together, so a
 // failing audit write leaves the action un-applied.
 on_a_fresh_table!(audit_is_atomic_with_the_action, sql_support::drop_tables);
+on_a_fresh_table!(purges_keep_the_table_ttl, sql_support::drop_tables);

@@ -16,7 +16,9 @@ use hyper_util::rt::TokioExecutor;
 use idempotency_core::operations::{Admin, Operations, RecordView};
 use idempotency_core::redis::RedisStore;
 use idempotency_core::testing::{KeptAudit, claimed, completed, unavailable, unique_namespace};
-use idempotency_core::{MemoryStore, Outcome, RecordState, Scope, Store};
+use idempotency_core::{
+    ClaimId, ClaimRequest, Fingerprint, Mechanism, MemoryStore, Outcome, RecordState, Scope, Store,
+};
 use idempotency_tower::StoredResponse;
 use idempotency_tower::admin::{Operator, admin_router, admin_router_verified};
 use serde_json::{Value, json};
@@ -317,6 +319,115 @@ async fn every_endpoint_on_redis() {
         Ok(store) => {
             let prefix = format!("{}:", unique_namespace("test:admin"));
             endpoints(store.with_key_prefix(prefix)).await;
+        }
+        Err(error) => unavailable::<()>("Redis", error).unwrap_or_default(),
+    }
+}
+
+/// A raw key is found under whichever front end wrote its record, no mechanism named: a
+/// consumer's record is inspected, reconciled and released by its raw key alone; a key with
+/// records of two front ends is refused (400) naming both `key_hash`es, and is released by
+/// one of them.
+async fn no_front_end_needs_naming<S: Store + Operations + Clone>(store: S) {
+    let namespace = unique_namespace("coupon-grant");
+    let scope = Scope::new(namespace.clone());
+    let claim = |mechanism: Mechanism, raw: &'static str| {
+        let store = store.clone();
+        let scope = scope.clone();
+        async move {
+            let key = scope.storage_key_for(mechanism, raw);
+            store
+                .claim(ClaimRequest {
+                    key: &key,
+                    namespace: scope.namespace(),
+                    fingerprint: &Fingerprint::of_bytes(raw.as_bytes()),
+                    lease: Duration::from_secs(60),
+                    claim_id: ClaimId::random(),
+                })
+                .await
+                .unwrap();
+            let record = store.get(&key).await.unwrap().unwrap();
+            let view = RecordView::of(&record, SystemTime::now());
+            (
+                key,
+                json!({"token": view.token, "updated_at_ms": view.updated_at_ms}),
+            )
+        }
+    };
+    let (message, message_fence) = claim(Mechanism::Message, "M1").await;
+    let (request, request_fence) = claim(Mechanism::Request, "B1").await;
+    let (function, _) = claim(Mechanism::Function, "B1").await;
+    let served = Served::start(Admin::new(store.clone(), KeptAudit::default()), Some("ops")).await;
+
+    let (_, inspected) = served
+        .post("/inspect", json!({"namespace": namespace, "key": "M1"}))
+        .await;
+    assert_eq!(inspected["record"]["key_hash"], message.to_hex().as_str());
+    let (_, reconciled) = served
+        .post(
+            "/reconcile",
+            json!({"namespace": namespace, "keys": ["M1", "B1", "none"]}),
+        )
+        .await;
+    let results: Vec<(u64, String, String)> = reconciled["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["index"].as_u64().unwrap(),
+                r["state"].as_str().unwrap().to_owned(),
+                r["mechanism"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let expected = [
+        (0, "in_progress", "message"),
+        (1, "in_progress", "request"),
+        (1, "in_progress", "function"),
+        (2, "absent", ""),
+    ]
+    .map(|(index, state, mechanism)| (index, state.to_owned(), mechanism.to_owned()));
+    assert_eq!(results, expected);
+
+    let (status, released) = served
+        .post(
+            "/release",
+            json!({"namespace": namespace, "key": "M1", "fence": message_fence}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{released}");
+    assert!(store.get(&message).await.unwrap().is_none());
+
+    let (status, text) = served
+        .send(
+            Method::POST,
+            "/release",
+            Some(json!({"namespace": namespace, "key": "B1", "fence": request_fence})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    for key in [request, function] {
+        assert!(text.contains(&key.to_hex()), "{text}");
+    }
+    let by_hash = json!({"key_hash": request.to_hex(), "fence": request_fence});
+    assert_eq!(served.post("/release", by_hash).await.0, StatusCode::OK);
+    assert!(store.get(&request).await.unwrap().is_none());
+    assert!(store.get(&function).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn no_front_end_needs_naming_on_the_memory_store() {
+    no_front_end_needs_naming(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn no_front_end_needs_naming_on_redis() {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    match RedisStore::connect(&url).await {
+        Ok(store) => {
+            let prefix = format!("{}:", unique_namespace("test:admin:mechanisms"));
+            no_front_end_needs_naming(store.with_key_prefix(prefix)).await;
         }
         Err(error) => unavailable::<()>("Redis", error).unwrap_or_default(),
     }

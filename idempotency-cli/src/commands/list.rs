@@ -2,14 +2,25 @@
 
 use std::time::{Duration, SystemTime};
 
-use idempotency_core::operations::{Query, RecordView};
+use idempotency_core::Record;
+use idempotency_core::operations::{Query, RecordView, Tier};
 use serde::Serialize;
 
 use crate::args::Global;
 use crate::connect::Connected;
 use crate::failure::Failure;
-use crate::output::{Output, age};
+use crate::output::{Listed, Output, age};
 use crate::terminal::ProgressLine;
+
+/// `record` as a listing prints it at `now`, in `tier` (a two-tier view).
+pub(crate) fn listed(record: &Record, now: SystemTime, tier: Option<Tier>) -> Listed {
+    Listed {
+        view: RecordView::of(record, now),
+        // TODO(lead): `record.mechanism.map(super::resolve::mechanism_name)` once `Record` carries it.
+        mechanism: None,
+        tier,
+    }
+}
 
 /// Lists stuck records. A scan that examined nothing where that means the records are
 /// elsewhere (no key under a Redis prefix) is a not-found failure; an empty list names what was
@@ -34,19 +45,57 @@ pub(crate) async fn stuck(
         .await;
     progress.finish();
     let now = SystemTime::now();
-    let views: Vec<RecordView> = records?
+    let listed: Vec<Listed> = records?
         .iter()
-        .map(|record| RecordView::of(record, now))
+        .map(|record| listed(record, now, None))
         .collect();
-    if views.is_empty() {
+    if listed.is_empty() {
         nothing_to_scan(store, examined)?;
     }
-    out.records(&views)?;
+    out.records(&listed)?;
     out.note(&format!(
         "{} stuck record(s) in {}, {} ({examined} examined)",
-        views.len(),
+        listed.len(),
         store.scanned,
         namespace_of(global)
+    ))
+}
+
+/// Lists what is stuck across a two-tier consumer: its fast tier (`fast`) and its `truth`,
+/// leaving out fast-tier records the truth holds completed (said in the summary line).
+pub(crate) async fn stuck_in_tiers(
+    fast: &Connected,
+    truth: &Connected,
+    global: &Global,
+    older_than: Option<Duration>,
+    limit: usize,
+    out: &mut Output,
+) -> Result<(), Failure> {
+    let mut query = Query::stuck(older_than);
+    query.namespace = global.namespace.clone();
+    let mut progress = ProgressLine::new("found");
+    let stuck = fast
+        .admin
+        .stuck_in_tiers(&truth.admin, &query, limit, &mut |step| progress.show(step))
+        .await;
+    progress.finish();
+    let stuck = stuck?;
+    let now = SystemTime::now();
+    let listed: Vec<Listed> = stuck
+        .records
+        .iter()
+        .map(|(tier, record)| listed(record, now, Some(*tier)))
+        .collect();
+    out.records(&listed)?;
+    out.note(&format!(
+        "{} stuck record(s) in {} (fast tier) and {} (truth), {}; {} fast-tier claim(s) left \
+         out, completed in the truth ({} examined)",
+        listed.len(),
+        fast.scanned,
+        truth.scanned,
+        namespace_of(global),
+        stuck.settled,
+        stuck.examined
     ))
 }
 

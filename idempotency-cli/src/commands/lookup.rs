@@ -8,7 +8,7 @@ use idempotency_core::operations::{Admin, RecordView};
 use idempotency_core::{Mechanism, Scope, StorageKey};
 use serde::Serialize;
 
-use super::resolve::{Found, candidates, written_by};
+use super::resolve::{Found, by_id, candidates, mechanism_name};
 use crate::failure::Failure;
 use crate::output::Output;
 
@@ -19,7 +19,7 @@ struct Inspected {
     #[serde(flatten)]
     view: RecordView,
     #[serde(skip_serializing_if = "Option::is_none")]
-    written_by: Option<&'static str>,
+    mechanism: Option<&'static str>,
 }
 
 /// Shows the record `found` (its body too with `body`).
@@ -32,7 +32,8 @@ pub(crate) fn inspect(found: &Found, body: bool, out: &mut Output) -> Result<(),
     };
     let inspected = Inspected {
         view,
-        written_by: found.written_by.map(written_by),
+        // TODO(lead): `.or(found.record.mechanism.map(mechanism_name))` once `Record` carries it.
+        mechanism: found.mechanism.map(mechanism_name),
     };
     if out.json() {
         return out.line(&inspected);
@@ -73,11 +74,12 @@ pub(crate) fn raw_keys(mut keys: Vec<String>, file: Option<&Path>) -> Result<Vec
 /// One key's reconciliation.
 #[derive(Serialize)]
 struct Reconciled<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
     key: &'a str,
     key_hash: String,
     state: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    written_by: Option<&'static str>,
+    mechanism: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     attempts: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -105,7 +107,7 @@ pub(crate) async fn reconcile(
     if !out.json() {
         out.text(&format!(
             "{:<width$}  {:<11}  {:<11}  {:>8}  {:<7}  KEY_HASH",
-            "KEY", "STATE", "WRITTEN_BY", "ATTEMPTS", "OUTCOME"
+            "KEY", "STATE", "MECHANISM", "ATTEMPTS", "OUTCOME"
         ))?;
     }
     for (key, candidates) in keys.iter().zip(&candidates) {
@@ -117,7 +119,7 @@ pub(crate) async fn reconcile(
                     key,
                     key_hash: storage_key.to_hex(),
                     state: view.state.as_str(),
-                    written_by: Some(written_by(*mechanism)),
+                    mechanism: Some(mechanism_name(*mechanism)),
                     attempts: Some(view.attempts),
                     outcome_status: view.outcome_status,
                 });
@@ -131,28 +133,70 @@ pub(crate) async fn reconcile(
                     .map(|(_, storage_key)| storage_key.to_hex())
                     .unwrap_or_default(),
                 state: "absent",
-                written_by: None,
+                mechanism: None,
                 attempts: None,
                 outcome_status: None,
             });
         }
         for line in &lines {
-            if out.json() {
-                out.line(line)?;
-            } else {
-                out.text(&format!(
-                    "{:<width$}  {:<11}  {:<11}  {:>8}  {:<7}  {}",
-                    line.key,
-                    line.state,
-                    line.written_by.unwrap_or(""),
-                    line.attempts.map(|a| a.to_string()).unwrap_or_default(),
-                    line.outcome_status
-                        .map(|s| s.to_string())
-                        .unwrap_or_default(),
-                    line.key_hash
-                ))?;
-            }
+            print_line(line, Some(width), out)?;
         }
+    }
+    Ok(())
+}
+
+/// One reconciliation line: JSON, or a row of the table for people (its KEY column `width`
+/// wide, none without a width).
+fn print_line(
+    line: &Reconciled<'_>,
+    width: Option<usize>,
+    out: &mut Output,
+) -> Result<(), Failure> {
+    if out.json() {
+        return out.line(line);
+    }
+    let key = width.map_or_else(String::new, |width| format!("{:<width$}  ", line.key));
+    out.text(&format!(
+        "{key}{:<11}  {:<11}  {:>8}  {:<7}  {}",
+        line.state,
+        line.mechanism.unwrap_or("-"),
+        line.attempts.map(|a| a.to_string()).unwrap_or_default(),
+        line.outcome_status
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+        line.key_hash
+    ))
+}
+
+/// Each id's (whole, or a unique prefix) state, attempts and outcome status, in order
+/// (`absent`: no record); a prefix that fits several records is an ambiguous failure.
+pub(crate) async fn reconcile_ids(
+    admin: &Admin,
+    ids: &[String],
+    out: &mut Output,
+) -> Result<(), Failure> {
+    if !out.json() {
+        out.text(&format!(
+            "{:<11}  {:<11}  {:>8}  {:<7}  KEY_HASH",
+            "STATE", "MECHANISM", "ATTEMPTS", "OUTCOME"
+        ))?;
+    }
+    let now = SystemTime::now();
+    for id in ids {
+        let record = by_id(admin, id).await?;
+        let view = record.as_ref().map(|record| RecordView::of(record, now));
+        let line = Reconciled {
+            key: "",
+            key_hash: view
+                .as_ref()
+                .map_or_else(|| id.clone(), |view| view.key_hash.clone()),
+            state: view.as_ref().map_or("absent", |view| view.state.as_str()),
+            // TODO(lead): `record.mechanism.map(mechanism_name)` once `Record` carries it.
+            mechanism: None,
+            attempts: view.as_ref().map(|view| view.attempts),
+            outcome_status: view.as_ref().and_then(|view| view.outcome_status),
+        };
+        print_line(&line, None, out)?;
     }
     Ok(())
 }

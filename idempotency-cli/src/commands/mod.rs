@@ -13,7 +13,7 @@ pub(crate) mod trace;
 
 use idempotency_core::DEFAULT_ABANDONED_GRACE;
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, Global};
 use crate::connect::{Audited, connect};
 use crate::failure::Failure;
 use crate::output::Output;
@@ -31,9 +31,25 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
              (install it with --features postgres, mysql or sqlite)"
                 .to_owned(),
         )),
-        Command::Stuck { older_than, limit } => {
+        Command::Stuck {
+            older_than,
+            limit,
+            truth: None,
+            ..
+        } => {
             let store = connect(&global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;
             list::stuck(&store, &global, older_than, limit, &mut out).await
+        }
+        Command::Stuck {
+            older_than,
+            limit,
+            truth: Some(truth),
+            truth_table,
+        } => {
+            let truth_global = truth_of(&global, truth, truth_table)?;
+            let fast = connect(&global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;
+            let truth = connect(&truth_global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;
+            list::stuck_in_tiers(&fast, &truth, &global, older_than, limit, &mut out).await
         }
         Command::Conflicts { since, limit } => {
             let store = connect(&global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;
@@ -49,11 +65,20 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
             let found = resolve::find(&store.admin, &named).await?;
             lookup::inspect(&found, body, &mut out)
         }
+        Command::Reconcile { ids, .. } if !ids.is_empty() => {
+            let ids = ids
+                .iter()
+                .map(|id| resolve::id(id))
+                .collect::<Result<Vec<_>, _>>()?;
+            let store = connect(&global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;
+            lookup::reconcile_ids(&store.admin, &ids, &mut out).await
+        }
         Command::Reconcile {
             keys,
             keys_file,
             principal,
             mechanism,
+            ..
         } => {
             let keys = lookup::raw_keys(keys, keys_file.as_deref())?;
             let scope = resolve::scope(&global, principal.as_deref())?;
@@ -102,7 +127,39 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
         } => {
             let archive = purge::archive(archive_table, archive_file.as_deref())?;
             let store = connect(&global, Audited::Yes, grace).await?;
-            purge::purge(&store.admin, &global, &action, archive, resume, &mut out).await
+            purge::purge(
+                &store.admin,
+                &global,
+                &action,
+                archive,
+                resume,
+                grace,
+                &mut out,
+            )
+            .await
         }
     }
+}
+
+/// The options of the truth of a two-tier view: `--truth` as the store, its table
+/// `--truth-table` (else `--table`); a SQL store, else a usage failure.
+fn truth_of(
+    global: &Global,
+    truth: String,
+    truth_table: Option<String>,
+) -> Result<Global, Failure> {
+    if matches!(
+        crate::connect::kind_of(&truth)?,
+        crate::connect::Kind::Redis | crate::connect::Kind::RedisCluster
+    ) {
+        return Err(Failure::Usage(
+            "--truth: the SQL truth of a two-tier consumer (postgres://, mysql://, sqlite://); \
+             its fast tier is --store"
+                .to_owned(),
+        ));
+    }
+    let mut truth_global = global.clone();
+    truth_global.store = Some(truth);
+    truth_global.table = truth_table.or_else(|| global.table.clone());
+    Ok(truth_global)
 }

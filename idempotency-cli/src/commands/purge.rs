@@ -1,13 +1,14 @@
 //! `purge`: expired records in bounded batches, archived first if asked, resumable.
 
 use std::path::Path;
+use std::time::Duration;
 
 use idempotency_core::operations::{Admin, Archive, Cursor};
 use serde::Serialize;
 
 use crate::args::{ActionArgs, Global};
 use crate::failure::Failure;
-use crate::output::Output;
+use crate::output::{Output, age};
 use crate::terminal::{ProgressLine, confirm};
 
 /// The archive `--archive-table` or `--archive-file` asks for (appended to), none otherwise.
@@ -34,16 +35,32 @@ struct Report {
     batches: u64,
 }
 
-/// Purges expired records.
+/// Purges expired records. A table configured with a TTL keeps every record last written
+/// less than that long ago (the store holds to it whatever `grace` says): the floor is
+/// printed first, so that an operator who asked for less knows what stays.
 pub(crate) async fn purge(
     admin: &Admin,
     global: &Global,
     action: &ActionArgs,
     mut archive: Archive,
     resume: Option<String>,
+    grace: Duration,
     out: &mut Output,
 ) -> Result<(), Failure> {
     let namespace = global.namespace.as_deref();
+    if let Some(floor) = admin.store().ttl_floor().await? {
+        let clamped = if grace < floor {
+            format!(" (longer than --grace {})", age(millis(grace)))
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "idempotency: {} is configured with a record TTL of {}: records last written less \
+             than that ago are kept{clamped}",
+            admin.store().source(),
+            age(millis(floor)),
+        );
+    }
     confirm(
         &format!(
             "purge the expired records of {} ({})?",
@@ -91,4 +108,9 @@ pub(crate) async fn purge(
             report.purged, report.examined, report.batches
         ))
     }
+}
+
+/// `duration` in milliseconds, for [`age`].
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

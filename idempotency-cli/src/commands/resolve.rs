@@ -7,6 +7,9 @@ use idempotency_core::{Mechanism, Record, Scope, StorageKey};
 use crate::args::{Global, KeyArgs};
 use crate::failure::Failure;
 
+/// The fewest hex characters of an id that name a record.
+pub(crate) const MIN_ID_PREFIX: usize = 8;
+
 /// A record found by what the operator named.
 pub(crate) struct Found {
     /// Its storage key.
@@ -14,14 +17,14 @@ pub(crate) struct Found {
     /// The record as read.
     pub(crate) record: Record,
     /// The front end that wrote it, when it was found by its raw key.
-    pub(crate) written_by: Option<Mechanism>,
+    pub(crate) mechanism: Option<Mechanism>,
 }
 
 /// The front end a record's key derivation names, in an operator's words: `http/grpc` (the
 /// HTTP and gRPC layers, and a queue consumer's fast tier), `function` (`#[idempotent]`),
 /// `transaction` (a claim in a SQL transaction, and a queue consumer's SQL record),
 /// `consumer`.
-pub(crate) fn written_by(mechanism: Mechanism) -> &'static str {
+pub(crate) fn mechanism_name(mechanism: Mechanism) -> &'static str {
     match mechanism {
         Mechanism::Request => "http/grpc",
         Mechanism::Function => "function",
@@ -76,11 +79,11 @@ pub(crate) fn candidates(
         .collect()
 }
 
-/// What the operator named, checked before connecting: a storage key, or a raw key in a
+/// What the operator named, checked before connecting: a record's id, or a raw key in a
 /// scope under the front ends to look in.
 pub(crate) enum Named {
-    /// `--key-hash`.
-    Hash(StorageKey),
+    /// `--key-hash`: an id, whole or a prefix (lowercase hex).
+    Id(String),
     /// `--key` with its scope and `--mechanism`.
     Raw {
         /// The raw key.
@@ -95,9 +98,7 @@ pub(crate) enum Named {
 /// What `key` names: a usage failure (exit 2) when it names nothing.
 pub(crate) fn named(global: &Global, key: &KeyArgs) -> Result<Named, Failure> {
     if let Some(hex) = &key.key_hash {
-        return StorageKey::from_hex(hex)
-            .map(Named::Hash)
-            .ok_or_else(|| Failure::Usage(format!("--key-hash {hex:?} is not 64 hex characters")));
+        return id(hex).map(Named::Id);
     }
     let raw = key
         .key
@@ -115,17 +116,16 @@ pub(crate) fn named(global: &Global, key: &KeyArgs) -> Result<Named, Failure> {
 /// for `--mechanism` (exit 2).
 pub(crate) async fn find(admin: &Admin, named: &Named) -> Result<Found, Failure> {
     let (raw, scope, mechanisms) = match named {
-        Named::Hash(storage_key) => {
-            let record = admin.inspect(storage_key).await?.ok_or_else(|| {
+        Named::Id(hex) => {
+            let record = by_id(admin, hex).await?.ok_or_else(|| {
                 Failure::NotFound(format!(
-                    "no record {storage_key} (released, expired, deleted, or in another store \
-                     or table)"
+                    "no record {hex} (released, expired, deleted, or in another store or table)"
                 ))
             })?;
             return Ok(Found {
-                key: *storage_key,
+                key: record.key,
                 record,
-                written_by: None,
+                mechanism: None,
             });
         }
         Named::Raw {
@@ -144,7 +144,7 @@ pub(crate) async fn find(admin: &Admin, named: &Named) -> Result<Found, Failure>
             record.map(|record| Found {
                 key,
                 record,
-                written_by: Some(mechanism),
+                mechanism: Some(mechanism),
             })
         })
         .collect();
@@ -159,13 +159,54 @@ pub(crate) async fn find(admin: &Admin, named: &Named) -> Result<Found, Failure>
                 .unwrap_or_default()
         ))),
         1 => Ok(found.remove(0)),
-        _ => Err(Failure::Usage(format!(
-            "key {raw:?} has records of several front ends ({}): choose one with --mechanism",
+        _ => Err(Failure::Ambiguous(format!(
+            "key {raw:?} has records of several front ends: {}; name one with --key-hash ID",
             found
                 .iter()
-                .filter_map(|found| found.written_by.map(written_by))
+                .map(|found| format!(
+                    "{} (id {})",
+                    found.mechanism.map_or("?", mechanism_name),
+                    found.key
+                ))
                 .collect::<Vec<_>>()
                 .join(", ")
+        ))),
+    }
+}
+
+/// An id as `--key-hash` takes it: 8 to 64 hex characters (a whole storage key, or a prefix
+/// of one), in lowercase; a usage failure (exit 2) otherwise.
+pub(crate) fn id(text: &str) -> Result<String, Failure> {
+    let hex = text.trim().to_ascii_lowercase();
+    if (MIN_ID_PREFIX..=64).contains(&hex.len()) && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(hex)
+    } else {
+        Err(Failure::Usage(format!(
+            "--key-hash {text:?}: a record's id as listed, 64 hex characters or a prefix of at \
+             least {MIN_ID_PREFIX}"
+        )))
+    }
+}
+
+/// The record of id `hex` (whole, or a prefix): `None` if there is none; a prefix that fits
+/// several records is an ambiguous failure (exit 6) naming their ids.
+pub(crate) async fn by_id(admin: &Admin, hex: &str) -> Result<Option<Record>, Failure> {
+    if let Some(key) = StorageKey::from_hex(hex) {
+        return Ok(admin.inspect(&key).await?);
+    }
+    let mut found = admin.store().by_key_prefix(hex, 3).await?;
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        _ => Err(Failure::Ambiguous(format!(
+            "id {hex} fits several records: {}{}; give more of the id",
+            found
+                .iter()
+                .take(2)
+                .map(|record| record.key.to_hex())
+                .collect::<Vec<_>>()
+                .join(", "),
+            if found.len() > 2 { ", …" } else { "" }
         ))),
     }
 }

@@ -48,8 +48,10 @@ mod archive;
 mod audit;
 mod cursor;
 mod fence;
+pub(crate) mod prefix;
 mod query;
 mod status;
+mod tiers;
 mod view;
 
 pub use admin::{Admin, DEFAULT_BATCH, Progress, PurgeReport};
@@ -59,6 +61,7 @@ pub use cursor::{Cursor, Page};
 pub use fence::{Acted, Fence, Refusal};
 pub use query::Query;
 pub use status::Status;
+pub use tiers::{Tier, TieredStuck};
 pub use view::{Counts, RecordView};
 
 pub(crate) use archive::purge_by_scan;
@@ -93,6 +96,18 @@ pub trait Operations: DynStore {
     /// How long after its lease ended an abandoned record is kept ([`purgeable`]).
     fn abandoned_grace(&self) -> Duration;
 
+    /// The records whose storage key, in lowercase hex, starts with `hex` (at most `limit`):
+    /// how a shortened id as an operator copies it from a listing is resolved. The default
+    /// scans every record; the SQL stores read a range of their primary key, Redis matches
+    /// its keys by pattern.
+    fn by_key_prefix<'a>(
+        &'a self,
+        hex: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<crate::Record>, StoreError>> {
+        Box::pin(prefix::by_scan(self, hex, limit))
+    }
+
     /// Where the records are, in an operator's words (`table idempotency_records`, `keys
     /// under idempotency:`): what a scan that found nothing says it scanned.
     fn source(&self) -> String {
@@ -115,6 +130,13 @@ pub trait Operations: DynStore {
         query: &'a Query,
     ) -> BoxFuture<'a, Result<Option<Counts>, StoreError>> {
         let _ = query;
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// The TTL the records' table is configured with, if any: no purge deletes a record last
+    /// written less than this long ago (SQL stores, [`SqlStore::with_table_ttl`](crate::sql::SqlStore::with_table_ttl)).
+    /// `None`, the default: records go when their own expiry says.
+    fn ttl_floor(&self) -> BoxFuture<'_, Result<Option<Duration>, StoreError>> {
         Box::pin(std::future::ready(Ok(None)))
     }
 
@@ -200,6 +222,14 @@ impl<O: Operations + crate::Store> Operations for Arc<O> {
         (**self).abandoned_grace()
     }
 
+    fn by_key_prefix<'a>(
+        &'a self,
+        hex: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<crate::Record>, StoreError>> {
+        (**self).by_key_prefix(hex, limit)
+    }
+
     fn source(&self) -> String {
         (**self).source()
     }
@@ -213,6 +243,10 @@ impl<O: Operations + crate::Store> Operations for Arc<O> {
         query: &'a Query,
     ) -> BoxFuture<'a, Result<Option<Counts>, StoreError>> {
         (**self).count_fast(query)
+    }
+
+    fn ttl_floor(&self) -> BoxFuture<'_, Result<Option<Duration>, StoreError>> {
+        (**self).ttl_floor()
     }
 
     fn purge_page<'a>(

@@ -284,14 +284,17 @@ impl<C: ScanConnection> RedisStore<C> {
         StorageKey::from_hex(hex)
     }
 
+    /// One page of the records whose storage key's hex starts with `hex` (every record: an
+    /// empty `hex`) matching `query`.
     async fn page_op(
         &self,
         query: &Query,
         cursor: &Cursor,
         batch: usize,
+        hex: &str,
     ) -> Result<Page, StoreError> {
         let timeout = self.call_timeout();
-        let pattern = format!("{}{{*}}", glob_escaped(self.prefix()));
+        let pattern = format!("{}{{{}*}}", glob_escaped(self.prefix()), glob_escaped(hex));
         let connection = self.connection();
         let ScanStep { keys, node, next } = connection
             .scan_step(&pattern, cursor, batch)
@@ -338,7 +341,33 @@ impl<C: ScanConnection> Operations for RedisStore<C> {
         // when a Cluster's slots moved meanwhile: bounded by a call timeout per round trip it
         // may take.
         let limit = self.call_timeout().saturating_mul(2 + batch as u32);
-        Box::pin(bounded(limit, self.page_op(query, cursor, batch)))
+        Box::pin(bounded(limit, self.page_op(query, cursor, batch, "")))
+    }
+
+    /// A scan of the keys `<prefix>{<hex>*}` only: each step reads the values of the keys
+    /// that match, not of every record.
+    fn by_key_prefix<'a>(
+        &'a self,
+        hex: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<crate::Record>, StoreError>> {
+        Box::pin(async move {
+            let query = Query::all();
+            let batch = crate::operations::DEFAULT_BATCH;
+            let bound = self.call_timeout().saturating_mul(2 + batch as u32);
+            let mut cursor = Cursor::start();
+            let mut found = Vec::new();
+            loop {
+                let page = bounded(bound, self.page_op(&query, &cursor, batch, hex)).await?;
+                found.extend(page.records);
+                match page.next {
+                    Some(next) if found.len() < limit => cursor = next,
+                    _ => break,
+                }
+            }
+            found.truncate(limit);
+            Ok(found)
+        })
     }
 
     fn delete_fenced<'a>(

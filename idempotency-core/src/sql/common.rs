@@ -44,6 +44,8 @@ pub(crate) struct Settings {
     pub(crate) tx_in_flight: InFlightPolicy,
     pub(crate) keys_of_0_1: bool,
     pub(crate) abandoned_grace: Duration,
+    /// The TTL the table is configured with ([`SqlStore::with_table_ttl`](super::SqlStore::with_table_ttl)).
+    pub(crate) table_ttl: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -55,6 +57,7 @@ impl Default for Settings {
             tx_in_flight: InFlightPolicy::wait(crate::DEFAULT_IN_FLIGHT_WAIT),
             keys_of_0_1: false,
             abandoned_grace: crate::DEFAULT_ABANDONED_GRACE,
+            table_ttl: None,
         }
     }
 }

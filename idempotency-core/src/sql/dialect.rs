@@ -128,6 +128,12 @@ pub(crate) mod sealed {
         /// Brings the table to this release's schema, serialized against concurrent migrations.
         fn migrate(store: &SqlStore<Self>) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+        /// The record TTL the table was configured with, as a store's `migrate` recorded it
+        /// (zero where none is).
+        fn recorded_ttl(
+            store: &SqlStore<Self>,
+        ) -> impl Future<Output = Result<Duration, StoreError>> + Send;
+
         /// The SQL text of one statement by name, for benchmarks that run it through raw sqlx.
         #[cfg(feature = "testing")]
         fn statement<'a>(sql: &'a TableSql<Self::Own>, name: &str) -> Option<&'a str>;
@@ -308,6 +314,8 @@ pub(crate) mod sealed {
         pub now: std::time::SystemTime,
         /// The store's abandoned grace.
         pub grace: Duration,
+        /// The TTL the table is configured with: younger records (by their last write) stay.
+        pub floor: Duration,
     }
 
     impl<DB> Shared for DB
@@ -654,8 +662,9 @@ pub(crate) mod sealed {
         Ok(())
     }
 
-    /// Appends ` (… expired …)`: completed past the TTL, or an abandoned lease past its end
-    /// plus the grace, by `clock` (the stores' own `purge_expired` condition).
+    /// Appends ` (… expired …) AND …`: completed past the TTL, or an abandoned lease past its
+    /// end plus the grace, and last written at least the table's configured TTL ago, by
+    /// `clock` (the stores' own `purge_expired` condition).
     fn expired<DB: Database>(
         sql: &mut String,
         args: &mut DB::Arguments<'_>,
@@ -666,11 +675,13 @@ pub(crate) mod sealed {
         i64: for<'q> Encode<'q, DB> + Type<DB>,
     {
         let grace = i64::try_from(batch.grace.as_micros()).unwrap_or(i64::MAX);
+        let floor = i64::try_from(batch.floor.as_micros()).unwrap_or(i64::MAX);
         sql.push_str(" ((state = 'completed' AND expires_at <= ");
         clock.push_minus::<DB>(sql, args, 0)?;
         sql.push_str(") OR expires_at <= ");
         clock.push_minus::<DB>(sql, args, grace)?;
-        sql.push(')');
+        sql.push_str(") AND updated_at <= ");
+        clock.push_minus::<DB>(sql, args, floor)?;
         Ok(())
     }
 

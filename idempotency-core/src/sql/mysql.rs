@@ -27,6 +27,9 @@ const VERSIONS: VersionSql = VersionSql {
              WHERE table_schema = DATABASE() AND table_name = ?",
     write: "REPLACE INTO idempotency_schema (table_name, version, migrated_at) \
             VALUES (?, ?, UTC_TIMESTAMP(6))",
+    add_ttl: "ALTER TABLE idempotency_schema ADD COLUMN record_ttl_us BIGINT NULL",
+    write_ttl: "UPDATE idempotency_schema SET record_ttl_us = ? WHERE table_name = ?",
+    read_ttl: "SELECT record_ttl_us FROM idempotency_schema WHERE table_name = ?",
 };
 
 /// Brings `table` to the latest version of `steps` under a named lock (MySQL's DDL is not
@@ -35,6 +38,7 @@ pub(crate) async fn migrate_table(
     pool: &sqlx::MySqlPool,
     table: &str,
     steps: &schema::Steps,
+    ttl: Option<Duration>,
 ) -> Result<sqlx::pool::PoolConnection<MySql>, StoreError> {
     let lock = format!("idempotency-migrate:{table}");
     let mut conn = pool.acquire().await.map_err(map_err)?;
@@ -48,7 +52,10 @@ pub(crate) async fn migrate_table(
             format!("could not take the migration lock {lock:?} within 60 s").into(),
         ));
     }
-    let migrated = schema::migrate::<MySql>(&mut conn, &VERSIONS, table, steps).await;
+    let mut migrated = schema::migrate::<MySql>(&mut conn, &VERSIONS, table, steps).await;
+    if let (Ok(()), Some(ttl)) = (&migrated, ttl) {
+        migrated = schema::write_ttl::<MySql>(&mut conn, &VERSIONS, table, ttl).await;
+    }
     let released = sqlx::query("SELECT RELEASE_LOCK(?)")
         .bind(&lock)
         .execute(&mut *conn)
@@ -177,10 +184,12 @@ fn statements(table: &str) -> TableSql<Sql> {
                     "UPDATE {t} SET expires_at = {NOW} + INTERVAL ? MICROSECOND, updated_at = {NOW} \
                  WHERE {owned}"
                 ),
-                // Completed past the TTL, or an abandoned lease past its end plus the grace.
+                // Completed past the TTL, or an abandoned lease past its end plus the grace;
+                // last written at least the table's configured TTL ago.
                 purge: format!(
                     "DELETE FROM {t} WHERE expires_at <= {NOW} AND (state = 'completed' OR \
-                 expires_at <= {NOW} - INTERVAL ? MICROSECOND) ORDER BY expires_at LIMIT ?"
+                 expires_at <= {NOW} - INTERVAL ? MICROSECOND) \
+                 AND updated_at <= {NOW} - INTERVAL ? MICROSECOND ORDER BY expires_at LIMIT ?"
                 ),
             },
             steps: vec![
@@ -289,8 +298,15 @@ impl Steps for MySql {
         }
     }
 
+    async fn recorded_ttl(store: &MySqlStore) -> Result<Duration, StoreError> {
+        let mut conn = store.pool.acquire().await.map_err(map_err)?;
+        schema::read_ttl::<MySql>(&mut conn, &VERSIONS, store.table_name()).await
+    }
+
     async fn migrate(store: &MySqlStore) -> Result<(), StoreError> {
-        let mut conn = migrate_table(&store.pool, store.table_name(), &store.sql.steps).await?;
+        let ttl = store.settings.table_ttl;
+        let mut conn =
+            migrate_table(&store.pool, store.table_name(), &store.sql.steps, ttl).await?;
         store.sql.own.is_mariadb(&mut conn).await?;
         Ok(())
     }
@@ -380,8 +396,10 @@ impl Steps for MySql {
     }
 
     async fn purge(store: &MySqlStore, limit: usize) -> Result<u64, StoreError> {
+        let floor = store.floor().await?;
         let done = sqlx::query(&store.sql.own.purge)
             .bind(micros(store.settings.abandoned_grace))
+            .bind(micros(floor))
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .execute(&store.pool)
             .await

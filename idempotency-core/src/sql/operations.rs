@@ -186,6 +186,7 @@ impl<D: Dialect> SqlStore<D> {
             limit: batch,
             now: SystemTime::now(),
             grace: self.settings.abandoned_grace,
+            floor: self.floor().await?,
         };
         let (records, purged) = D::purge_batch(&self.pool, sql, batch_of, archive).await?;
         Ok(Purged {
@@ -222,6 +223,37 @@ impl<D: Dialect> Operations for SqlStore<D> {
 
     fn abandoned_grace(&self) -> Duration {
         self.settings.abandoned_grace
+    }
+
+    /// The rows after the key just below the prefix, in key order: the first `limit` of
+    /// them that have it.
+    fn by_key_prefix<'a>(
+        &'a self,
+        hex: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {
+        Box::pin(async move {
+            let filter = ListFilter {
+                namespace: None,
+                state: None,
+                updated_from: None,
+                updated_before: None,
+                limit,
+            };
+            let below = crate::operations::prefix::below(hex);
+            let records = D::records_after(
+                &self.pool,
+                &self.sql.select_records,
+                &filter,
+                below.as_ref(),
+                D::LIST_TIME,
+            )
+            .await?;
+            Ok(records
+                .into_iter()
+                .filter(|record| record.key.to_hex().starts_with(hex))
+                .collect())
+        })
     }
 
     fn source(&self) -> String {
@@ -261,6 +293,13 @@ impl<D: Dialect> Operations for SqlStore<D> {
                 D::count_records(&self.pool, &table, &filter, Clock::of::<D>(), D::LIST_TIME)
                     .await?;
             Ok(Some(counts))
+        })
+    }
+
+    fn ttl_floor(&self) -> BoxFuture<'_, Result<Option<Duration>, StoreError>> {
+        Box::pin(async move {
+            let floor = SqlStore::floor(self).await?;
+            Ok((!floor.is_zero()).then_some(floor))
         })
     }
 

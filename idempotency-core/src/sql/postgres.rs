@@ -23,6 +23,9 @@ const VERSIONS: VersionSql = VersionSql {
     exists: "SELECT 1::bigint FROM pg_class WHERE oid = to_regclass(quote_ident($1))",
     write: "INSERT INTO idempotency_schema (table_name, version) VALUES ($1, $2) \
             ON CONFLICT (table_name) DO UPDATE SET version = excluded.version, migrated_at = now()",
+    add_ttl: "ALTER TABLE idempotency_schema ADD COLUMN IF NOT EXISTS record_ttl_us BIGINT",
+    write_ttl: "UPDATE idempotency_schema SET record_ttl_us = $1 WHERE table_name = $2",
+    read_ttl: "SELECT record_ttl_us FROM idempotency_schema WHERE table_name = $1",
 };
 
 /// Brings `table` to the latest version of `steps` in one transaction, serialized by an
@@ -33,6 +36,7 @@ pub(crate) async fn migrate_table(
     pool: &sqlx::PgPool,
     table: &str,
     steps: &schema::Steps,
+    ttl: Option<Duration>,
 ) -> Result<(), StoreError> {
     let mut tx = pool.begin().await.map_err(map_err)?;
     // No argument for a statement that takes none: the application may have prepared this
@@ -46,6 +50,9 @@ pub(crate) async fn migrate_table(
         .await
         .map_err(map_err)?;
     schema::migrate::<Postgres>(&mut tx, &VERSIONS, table, steps).await?;
+    if let Some(ttl) = ttl {
+        schema::write_ttl::<Postgres>(&mut tx, &VERSIONS, table, ttl).await?;
+    }
     tx.commit().await.map_err(map_err)
 }
 
@@ -116,10 +123,12 @@ fn statements(table: &str) -> TableSql<Sql> {
         let t = format!("\"{table}\"");
         let seq = format!("\"{table}_token_seq\"");
         let expired = format!("r.expires_at <= {NOW}");
-        // Completed past the TTL, or an abandoned lease past its end plus the grace ($2 µs).
+        // Completed past the TTL, or an abandoned lease past its end plus the grace ($2 µs);
+        // last written at least the table's configured TTL ($3 µs) ago.
         let purgeable = format!(
             "expires_at <= {NOW} AND (state = 'completed' OR \
-             expires_at <= {NOW} - $2 * interval '1 microsecond')"
+             expires_at <= {NOW} - $2 * interval '1 microsecond') \
+             AND updated_at <= {NOW} - $3 * interval '1 microsecond'"
         );
         // On conflict: take an expired row over, keep a live one unchanged (the no-op update only
         // happens for a row this statement's snapshot could not see, to return its latest
@@ -306,8 +315,14 @@ impl Steps for Postgres {
         }
     }
 
+    async fn recorded_ttl(store: &PostgresStore) -> Result<Duration, StoreError> {
+        let mut conn = store.pool.acquire().await.map_err(map_err)?;
+        schema::read_ttl::<Postgres>(&mut conn, &VERSIONS, store.table_name()).await
+    }
+
     async fn migrate(store: &PostgresStore) -> Result<(), StoreError> {
-        migrate_table(&store.pool, store.table_name(), &store.sql.steps).await
+        let ttl = store.settings.table_ttl;
+        migrate_table(&store.pool, store.table_name(), &store.sql.steps, ttl).await
     }
 
     /// A fresh key is inserted by one plain statement; a key that exists is decided by the
@@ -432,9 +447,11 @@ impl Steps for Postgres {
     }
 
     async fn purge(store: &PostgresStore, limit: usize) -> Result<u64, StoreError> {
+        let floor = store.floor().await?;
         let done = sqlx::query(&store.sql.own.purge)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .bind(micros(store.settings.abandoned_grace))
+            .bind(micros(floor))
             .execute(&store.pool)
             .await
             .map_err(map_err)?;

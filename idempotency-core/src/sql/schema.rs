@@ -7,6 +7,8 @@
 //! of release 0.1. An up-to-date table costs two reads and no DDL, so starting a service logs
 //! nothing.
 
+use std::time::Duration;
+
 use sqlx::{Database, Decode, Encode, Executor, IntoArguments, Type};
 
 use super::common::map_err;
@@ -30,6 +32,13 @@ pub(crate) struct VersionSql {
     pub(crate) exists: &'static str,
     /// Records the table's version.
     pub(crate) write: &'static str,
+    /// Adds the column of each table's configured record TTL (`record_ttl_us`) to
+    /// [`SCHEMA_TABLE`] where missing (it came after the versions table).
+    pub(crate) add_ttl: &'static str,
+    /// Records a table's configured record TTL in µs: the TTL first, the table second.
+    pub(crate) write_ttl: &'static str,
+    /// A table's configured record TTL in µs, if recorded (the table as its one parameter).
+    pub(crate) read_ttl: &'static str,
 }
 
 /// The schema of one table: `steps[i]` brings it from version `i` to `i + 1`; its latest
@@ -121,4 +130,78 @@ fn already_applied(error: &sqlx::Error) -> bool {
             .message()
             .to_ascii_lowercase()
             .starts_with("duplicate column name")
+}
+
+/// Records `ttl` as the record TTL `table` is configured with (the column added first where
+/// missing), on `conn`, locked against concurrent migrations as [`migrate`] is.
+pub(crate) async fn write_ttl<DB>(
+    conn: &mut DB::Connection,
+    sql: &VersionSql,
+    table: &str,
+    ttl: Duration,
+) -> Result<(), Error>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    i64: Type<DB> + for<'q> Encode<'q, DB>,
+{
+    match sqlx::query(sql.add_ttl).execute(&mut *conn).await {
+        Ok(_) => {}
+        Err(error) if already_applied(&error) => {}
+        Err(error) => return Err(map_err(error)),
+    }
+    sqlx::query(sql.write_ttl)
+        .bind(i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX))
+        .bind(table)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    Ok(())
+}
+
+/// The record TTL `table` was configured with, as recorded by a store's `migrate`; zero where
+/// none is (no versions table, a versions table from before the column, a table migrated by
+/// stores that set none).
+pub(crate) async fn read_ttl<DB>(
+    conn: &mut DB::Connection,
+    sql: &VersionSql,
+    table: &str,
+) -> Result<Duration, Error>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    (Option<i64>,): for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    let read: Result<Option<(Option<i64>,)>, sqlx::Error> = sqlx::query_as(sql.read_ttl)
+        .bind(table)
+        .fetch_optional(&mut *conn)
+        .await;
+    match read {
+        Ok(row) => {
+            let micros = row.and_then(|(micros,)| micros).unwrap_or(0);
+            Ok(Duration::from_micros(u64::try_from(micros).unwrap_or(0)))
+        }
+        Err(error) if not_there(&error) => Ok(Duration::ZERO),
+        Err(error) => Err(map_err(error)),
+    }
+}
+
+/// Whether a read failed because the versions table, or its TTL column, does not exist.
+fn not_there(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(error) = error else {
+        return false;
+    };
+    // PostgreSQL: undefined column, undefined table; MySQL and MariaDB: ER_BAD_FIELD_ERROR,
+    // ER_NO_SUCH_TABLE; SQLite: a generic error with these messages.
+    matches!(
+        error.code().as_deref(),
+        Some("42703" | "42P01" | "42S22" | "42S02" | "1054" | "1146")
+    ) || {
+        let message = error.message().to_ascii_lowercase();
+        message.starts_with("no such column") || message.starts_with("no such table")
+    }
 }

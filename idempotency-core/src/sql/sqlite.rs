@@ -19,6 +19,9 @@ const VERSIONS: VersionSql = VersionSql {
     read: "SELECT version FROM idempotency_schema WHERE table_name = ?1",
     exists: "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
     write: "INSERT OR REPLACE INTO idempotency_schema (table_name, version) VALUES (?1, ?2)",
+    add_ttl: "ALTER TABLE idempotency_schema ADD COLUMN record_ttl_us INTEGER",
+    write_ttl: "UPDATE idempotency_schema SET record_ttl_us = ?1 WHERE table_name = ?2",
+    read_ttl: "SELECT record_ttl_us FROM idempotency_schema WHERE table_name = ?1",
 };
 
 /// How often a claim re-reads after losing a race (a row that changed between two statements).
@@ -30,9 +33,13 @@ pub(crate) async fn migrate_table(
     pool: &sqlx::SqlitePool,
     table: &str,
     steps: &schema::Steps,
+    ttl: Option<Duration>,
 ) -> Result<(), StoreError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
     schema::migrate::<Sqlite>(&mut tx, &VERSIONS, table, steps).await?;
+    if let Some(ttl) = ttl {
+        schema::write_ttl::<Sqlite>(&mut tx, &VERSIONS, table, ttl).await?;
+    }
     tx.commit().await.map_err(map_err)
 }
 
@@ -116,7 +123,7 @@ fn statements(table: &str) -> TableSql<Sql> {
                 purge: format!(
                     "DELETE FROM {t} WHERE key_hash IN (\
                    SELECT key_hash FROM {t} WHERE expires_at <= ?1 \
-                   AND (state = 'completed' OR expires_at <= ?1 - ?3) \
+                   AND (state = 'completed' OR expires_at <= ?1 - ?3) AND updated_at <= ?1 - ?4 \
                    ORDER BY expires_at LIMIT ?2)"
                 ),
             },
@@ -201,8 +208,14 @@ impl Steps for Sqlite {
     }
 
     /// Runs the schema steps in one `BEGIN IMMEDIATE` transaction, which serializes them.
+    async fn recorded_ttl(store: &SqliteStore) -> Result<Duration, StoreError> {
+        let mut conn = store.pool.acquire().await.map_err(map_err)?;
+        schema::read_ttl::<Sqlite>(&mut conn, &VERSIONS, store.table_name()).await
+    }
+
     async fn migrate(store: &SqliteStore) -> Result<(), StoreError> {
-        migrate_table(&store.pool, store.table_name(), &store.sql.steps).await
+        let ttl = store.settings.table_ttl;
+        migrate_table(&store.pool, store.table_name(), &store.sql.steps, ttl).await
     }
 
     /// SQLite only waits (for the write lock, at `BEGIN IMMEDIATE` or at the claim's write, up
@@ -273,10 +286,12 @@ impl Steps for Sqlite {
     }
 
     async fn purge(store: &SqliteStore, limit: usize) -> Result<u64, StoreError> {
+        let floor = store.floor().await?;
         let done = sqlx::query(&store.sql.own.purge)
             .bind(now_us())
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .bind(micros(store.settings.abandoned_grace))
+            .bind(micros(floor))
             .execute(&store.pool)
             .await
             .map_err(map_err)?;

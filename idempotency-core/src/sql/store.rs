@@ -106,6 +106,26 @@ impl<D: Dialect> SqlStore<D> {
         self
     }
 
+    /// The TTL this table is configured with: [`migrate`](Self::migrate) records it in
+    /// [`SCHEMA_TABLE`](super::SCHEMA_TABLE), and no purge of the table ([`purge_expired`](Store::purge_expired),
+    /// [`spawn_sweeper`](crate::spawn_sweeper), the operations' purge, `idempotency purge`)
+    /// deletes a record last written less than this long ago, whatever TTL it was completed
+    /// with (an outcome completed by hand with a shorter one, say) or grace it was abandoned
+    /// under; stores on the table that set none, in other processes too, keep to it. Not set
+    /// (the default): a record goes when its own expiry says. Set it on the SQL truth of a
+    /// two-tier consumer to the truth's TTL.
+    pub fn with_table_ttl(mut self, ttl: Duration) -> Self {
+        self.settings.table_ttl = Some(ttl);
+        self
+    }
+
+    /// The least age (since its last write) of a record a purge deletes: the TTL this store,
+    /// or any store that migrated the table, configured the table with.
+    pub(super) async fn floor(&self) -> Result<Duration, StoreError> {
+        let recorded = D::recorded_ttl(self).await?;
+        Ok(recorded.max(self.settings.table_ttl.unwrap_or(Duration::ZERO)))
+    }
+
     /// The table name.
     pub fn table_name(&self) -> &str {
         &self.settings.table

@@ -294,3 +294,75 @@ where
     assert_eq!(DB::scalar(&pool, &rows).await, 1);
     vec![audit_table]
 }
+
+/// A table configured with a TTL (`with_table_ttl`, recorded by `migrate`) keeps every record
+/// last written less than that long ago: a record completed with a shorter TTL, and an
+/// abandoned claim past its grace, stay through `purge_expired` (the sweeper's) and the
+/// operations' purge, also of a store on the table that set no TTL itself (another process,
+/// the command line). A control table without one, written after them, is purged. Returns the
+/// control table, to drop.
+pub async fn purges_keep_the_table_ttl<DB>(store: SqlStore<DB>, _pool: Pool<DB>) -> Vec<String>
+where
+    DB: Dialect + idempotency_core::sql::Dialect,
+    SqlStore<DB>: Operations,
+{
+    let hour = Duration::from_secs(3600);
+    let configured = store.clone().with_table_ttl(hour);
+    configured.migrate().await.unwrap();
+    // Another process's store on the same table, configured with nothing: it reads the TTL.
+    let unaware = store.with_abandoned_grace(Duration::ZERO);
+    let control_table = unique_table("ttl_control");
+    let control = unaware
+        .clone()
+        .with_table_name(&control_table)
+        .unwrap()
+        .with_abandoned_grace(Duration::ZERO);
+    control.migrate().await.unwrap();
+    assert_eq!(unaware.ttl_floor().await.unwrap(), Some(hour));
+    assert_eq!(control.ttl_floor().await.unwrap(), None);
+
+    let scope = Scope::new(unique_namespace("floor"));
+    let mut kept = Vec::new();
+    for table in [&unaware, &control] {
+        let done = completed(
+            table,
+            &scope,
+            "by-hand",
+            &Outcome::new(200, "short"),
+            Duration::from_millis(1),
+        )
+        .await;
+        let crashed = claimed(table, &scope, "crashed", Duration::from_millis(1)).await;
+        kept.push([done, crashed]);
+    }
+    // Waits for the event: the control table's records (written last) are purged, so every
+    // record of the configured table is past its own expiry and grace too.
+    let (mut rounds, mut purged) = (0, 0);
+    while purged < 2 {
+        purged += Store::purge_expired(&control, 100).await.unwrap();
+        rounds += 1;
+        assert!(rounds < 10_000, "the control table's records expire");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(Store::purge_expired(&unaware, 100).await.unwrap(), 0);
+    assert_eq!(Store::purge_expired(&configured, 100).await.unwrap(), 0);
+    let admin = Admin::new(unaware.clone(), TracingAudit);
+    let report = admin
+        .purge(
+            Some(scope.namespace()),
+            &mut Archive::None,
+            Cursor::start(),
+            &Actor::new("test", "floor"),
+            &mut |_| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.purged, 0, "{report:?}");
+    for key in &kept[0] {
+        assert!(
+            unaware.get(key).await.unwrap().is_some(),
+            "younger than the table's TTL"
+        );
+    }
+    vec![control_table]
+}

@@ -31,9 +31,14 @@ pub(super) struct OnRecord {
 impl OnRecord {
     /// Who acts (the authenticated [`Operator`]), on which record, fenced by what: how every
     /// action on one record starts.
-    fn resolve(&self, operator: &Operator) -> Result<(Actor, StorageKey, Fence), ApiError> {
+    async fn resolve(
+        &self,
+        operator: &Operator,
+        admin: &Admin,
+    ) -> Result<(Actor, StorageKey, Fence), ApiError> {
         let who = actor(operator, self.actor.as_deref(), &self.reason)?;
-        Ok((who, self.target.storage_key()?, self.fence.fence()))
+        let key = self.target.storage_key(admin).await?;
+        Ok((who, key, self.fence.fence()))
     }
 }
 
@@ -57,7 +62,7 @@ pub(super) async fn release(
     Extension(operator): Extension<Operator>,
     Json(request): Json<OnRecord>,
 ) -> Result<Response, ApiError> {
-    let (who, key, fence) = request.resolve(&operator)?;
+    let (who, key, fence) = request.resolve(&operator, &admin).await?;
     Ok(answer(admin.release(&key, fence, &who).await?))
 }
 
@@ -67,7 +72,7 @@ pub(super) async fn delete(
     Extension(operator): Extension<Operator>,
     Json(request): Json<OnRecord>,
 ) -> Result<Response, ApiError> {
-    let (who, key, fence) = request.resolve(&operator)?;
+    let (who, key, fence) = request.resolve(&operator, &admin).await?;
     Ok(answer(admin.delete(&key, fence, &who).await?))
 }
 
@@ -115,7 +120,7 @@ pub(super) async fn complete(
     Extension(operator): Extension<Operator>,
     Json(request): Json<Complete>,
 ) -> Result<Response, ApiError> {
-    let (who, key, fence) = request.on.resolve(&operator)?;
+    let (who, key, fence) = request.on.resolve(&operator, &admin).await?;
     let outcome = outcome(request.status, request.body, request.encoding.as_deref())?;
     let ttl = Duration::from_millis(request.ttl_ms.unwrap_or(24 * 60 * 60 * 1000));
     Ok(answer(

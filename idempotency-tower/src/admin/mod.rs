@@ -15,11 +15,13 @@
 //! | `POST /inspect` | a target, `"body": true` for the stored body | `{"record": view}` or `{"record": null}` |
 //! | `POST /release`, `POST /delete` | a target, its `fence`, `reason` | `{"applied": true}`, or 409 problem+json with `"applied": false, "refusal"` |
 //! | `POST /complete` | the same, and `status`, `body`, `encoding` (`http` or `raw`), `ttl_ms` | the same |
-//! | `POST /reconcile` | `namespace`, `principal`, `mechanism`, `keys` | `{"results": [{"index", "key_hash", "state", …}]}` |
+//! | `POST /reconcile` | `namespace`, `principal`, `mechanism`?, `keys` | `{"results": [{"index", "key_hash", "state", "mechanism", …}]}`: one per record a key has (a key with records of several front ends has several), `absent` when none |
 //! | `POST /purge` | `namespace`, `cursor`, `max_batches` (default 10), `archive_table` | `{"purged", "examined", "batches", "next_cursor"}` |
 //!
-//! A **target** is `{"namespace", "principal"?, "mechanism"? (default request), "key"}` (the
-//! raw key, hashed as the layers hash it) or `{"key_hash"}`; a **fence** is the
+//! A **target** is `{"namespace", "principal"?, "mechanism"?, "key"}` (the raw key, looked
+//! for under every front end's key derivation unless `mechanism` names one: `request`,
+//! `function`, `transaction`, `message`; a key with records of several is refused, 400,
+//! naming each one's `key_hash`) or `{"key_hash"}`; a **fence** is the
 //! `{"token", "updated_at_ms"}` of the record as listed. Views are
 //! [`RecordView`](idempotency_core::operations::RecordView)s: storage keys, never raw keys (a
 //! reconciliation answers by index), and a stored body only for one record asked for by its

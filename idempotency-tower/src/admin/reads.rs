@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
-use super::requests::{Filter, Target, mechanism, scope};
+use super::requests::{Filter, Target, candidates, mechanisms, scope};
 
 /// The most records one listing answers.
 const MAX_LIMIT: usize = 1000;
@@ -77,7 +77,7 @@ pub(super) async fn inspect(
     State(admin): State<Admin>,
     Json(request): Json<Inspect>,
 ) -> Result<Json<Value>, ApiError> {
-    let key = request.target.storage_key()?;
+    let key = request.target.storage_key(&admin).await?;
     let record = admin.inspect(&key).await?;
     let view = record.map(|record| {
         let view = RecordView::of(&record, SystemTime::now());
@@ -99,12 +99,15 @@ pub(super) struct Reconcile {
     keys: Vec<String>,
 }
 
-/// One key's reconciliation: no raw key, its index in the request.
+/// One key's reconciliation: no raw key, its index in the request, and the front end whose
+/// record it is.
 #[derive(Serialize)]
 struct Reconciled {
     index: usize,
     key_hash: String,
     state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mechanism: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     attempts: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -116,28 +119,38 @@ pub(super) async fn reconcile(
     Json(request): Json<Reconcile>,
 ) -> Result<Json<Value>, ApiError> {
     let scope = scope(request.namespace.as_deref(), request.principal.as_deref())?;
-    let mechanism = mechanism(request.mechanism.as_deref())?;
-    let keys: Vec<_> = request
-        .keys
-        .iter()
-        .map(|key| Admin::storage_key(&scope, mechanism, key))
-        .collect();
-    let records = admin.reconcile(&keys).await?;
+    let mechanisms = mechanisms(request.mechanism.as_deref())?;
     let now = SystemTime::now();
-    let results: Vec<Reconciled> = keys
-        .iter()
-        .zip(&records)
-        .enumerate()
-        .map(|(index, (key, record))| {
-            let view = record.as_ref().map(|record| RecordView::of(record, now));
-            Reconciled {
-                index,
-                key_hash: key.to_hex(),
-                state: view.as_ref().map_or("absent", |view| view.state.as_str()),
-                attempts: view.as_ref().map(|view| view.attempts),
-                outcome_status: view.as_ref().and_then(|view| view.outcome_status),
+    let mut results = Vec::with_capacity(request.keys.len());
+    for (index, key) in request.keys.iter().enumerate() {
+        let found = candidates(&admin, &scope, &mechanisms, key).await?;
+        let before = results.len();
+        for (mechanism, key, record) in &found {
+            if let Some(record) = record {
+                let view = RecordView::of(record, now);
+                results.push(Reconciled {
+                    index,
+                    key_hash: key.to_hex(),
+                    state: view.state.as_str(),
+                    mechanism: Some(mechanism.as_str()),
+                    attempts: Some(view.attempts),
+                    outcome_status: view.outcome_status,
+                });
             }
-        })
-        .collect();
+        }
+        if results.len() == before {
+            results.push(Reconciled {
+                index,
+                key_hash: found
+                    .first()
+                    .map(|(_, key, _)| key.to_hex())
+                    .unwrap_or_default(),
+                state: "absent",
+                mechanism: None,
+                attempts: None,
+                outcome_status: None,
+            });
+        }
+    }
     Ok(Json(json!({ "results": results })))
 }

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use idempotency_core::operations::{Actor, Admin, Fence, Query, Status};
-use idempotency_core::{FencingToken, Mechanism, Scope, StorageKey};
+use idempotency_core::{FencingToken, Mechanism, Record, Scope, StorageKey};
 use serde::Deserialize;
 
 use super::error::ApiError;
@@ -35,19 +35,47 @@ pub(super) fn scope(namespace: Option<&str>, principal: Option<&str>) -> Result<
     })
 }
 
-/// The mechanism named (default: request).
-pub(super) fn mechanism(name: Option<&str>) -> Result<Mechanism, ApiError> {
-    let name = name.unwrap_or("request");
-    Mechanism::parse(name).ok_or_else(|| {
+/// The mechanisms named: the one given, or every one (a raw key is then looked for under
+/// every front end's key derivation).
+pub(super) fn mechanisms(name: Option<&str>) -> Result<Vec<Mechanism>, ApiError> {
+    let Some(name) = name else {
+        return Ok(Mechanism::ALL.to_vec());
+    };
+    Mechanism::parse(name).map(|one| vec![one]).ok_or_else(|| {
         ApiError::bad(format!(
-            "mechanism {name:?}: one of request, function, transaction, message"
+            "mechanism {name:?}: one of request, function, transaction, message (or none: \
+             every one)"
         ))
     })
 }
 
+/// The records of the raw `key` in `scope` under each of `mechanisms`, with their storage
+/// keys; every candidate read.
+pub(super) async fn candidates(
+    admin: &Admin,
+    scope: &Scope,
+    mechanisms: &[Mechanism],
+    key: &str,
+) -> Result<Vec<(Mechanism, StorageKey, Option<Record>)>, ApiError> {
+    let keys: Vec<StorageKey> = mechanisms
+        .iter()
+        .map(|mechanism| Admin::storage_key(scope, *mechanism, key))
+        .collect();
+    let records = admin.reconcile(&keys).await?;
+    Ok(mechanisms
+        .iter()
+        .zip(keys)
+        .zip(records)
+        .map(|((mechanism, key), record)| (*mechanism, key, record))
+        .collect())
+}
+
 impl Target {
-    /// The storage key named.
-    pub(super) fn storage_key(&self) -> Result<StorageKey, ApiError> {
+    /// The storage key named: `key_hash`, or the raw key under `mechanism`; without one,
+    /// under whichever front end holds a record of it (the first candidate's key when none
+    /// does). A key with records of several front ends is refused (400) with each one's
+    /// `key_hash`, to name one by.
+    pub(super) async fn storage_key(&self, admin: &Admin) -> Result<StorageKey, ApiError> {
         if let Some(hex) = &self.key_hash {
             return StorageKey::from_hex(hex)
                 .ok_or_else(|| ApiError::bad("key_hash is not 64 hex characters"));
@@ -57,11 +85,27 @@ impl Target {
             .as_deref()
             .ok_or_else(|| ApiError::bad("key or key_hash is required"))?;
         let scope = scope(self.namespace.as_deref(), self.principal.as_deref())?;
-        Ok(Admin::storage_key(
-            &scope,
-            mechanism(self.mechanism.as_deref())?,
-            key,
-        ))
+        let mechanisms = mechanisms(self.mechanism.as_deref())?;
+        let found = candidates(admin, &scope, &mechanisms, key).await?;
+        let held: Vec<_> = found
+            .iter()
+            .filter(|(.., record)| record.is_some())
+            .collect();
+        match held.as_slice() {
+            [] => Ok(found
+                .first()
+                .map(|(_, key, _)| *key)
+                .unwrap_or_else(|| Admin::storage_key(&scope, Mechanism::Request, key))),
+            [(_, key, _)] => Ok(*key),
+            several => Err(ApiError::bad(format!(
+                "key has records of several front ends: {}; name one by key_hash",
+                several
+                    .iter()
+                    .map(|(mechanism, key, _)| format!("{} (key_hash {key})", mechanism.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
     }
 }
 

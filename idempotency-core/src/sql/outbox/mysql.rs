@@ -206,7 +206,8 @@ impl Outbox<MySql> {
     /// Creates the table or brings it to this release's schema (versioned like record tables,
     /// serialized by a named lock, quiet when up to date).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        crate::sql::mysql::migrate_table(&self.pool, &self.sql.table, &self.sql.steps).await?;
+        crate::sql::mysql::migrate_table(&self.pool, &self.sql.table, &self.sql.steps, None)
+            .await?;
         Ok(())
     }
 

@@ -170,7 +170,8 @@ impl Outbox<Postgres> {
     /// Creates the table or brings it to this release's schema (versioned like record tables,
     /// serialized by a lock, quiet when up to date).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        crate::sql::postgres::migrate_table(&self.pool, &self.sql.table, &self.sql.steps).await
+        crate::sql::postgres::migrate_table(&self.pool, &self.sql.table, &self.sql.steps, None)
+            .await
     }
 
     /// Enqueues `message` inside `tx`: it is delivered only if `tx` commits, and the relays

@@ -149,7 +149,7 @@ impl Outbox<Sqlite> {
     /// Creates the table or brings it to this release's schema (versioned like record tables,
     /// in one `BEGIN IMMEDIATE` transaction, quiet when up to date).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        crate::sql::sqlite::migrate_table(&self.pool, &self.sql.table, &self.sql.steps).await
+        crate::sql::sqlite::migrate_table(&self.pool, &self.sql.table, &self.sql.steps, None).await
     }
 
     /// Enqueues `message` inside `tx` (begun with `BEGIN IMMEDIATE`, as
