@@ -368,7 +368,7 @@ where
                         now_ms,
                         lease_ms,
                         grace_ms,
-                        request.namespace,
+                        codec::Written::of(&request),
                     ))
                     .arg(lease_ms.saturating_add(grace_ms));
                 let sent = Sent::new(&self.unanswered, request.claim_id, *request.key, token);
@@ -424,9 +424,9 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     async fn claim_op(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        if request.namespace.len() > usize::from(u16::MAX) {
+        if codec::Written::of(&request).len() > usize::from(u16::MAX) {
             return Err(StoreError::Codec(
-                "redis: namespaces are limited to 65535 bytes".to_owned(),
+                "redis: namespaces are limited to 65532 bytes".to_owned(),
             ));
         }
         let record_key = self.record_key(request.key);
@@ -449,7 +449,7 @@ where
             now_us / 1000,
             lease_ms,
             grace_ms,
-            request.namespace,
+            codec::Written::of(&request),
         );
         let mut command = ::redis::Cmd::with_capacity(7, 32 + record_key.len() + record.len());
         command

@@ -42,7 +42,7 @@ pub(crate) struct Settings {
     pub(crate) tx_lease: Duration,
     pub(crate) tx_ttl: Duration,
     pub(crate) tx_in_flight: InFlightPolicy,
-    pub(crate) keys_of_0_1: bool,
+    pub(crate) previous_keys: bool,
     pub(crate) abandoned_grace: Duration,
 }
 
@@ -53,7 +53,7 @@ impl Default for Settings {
             tx_lease: Duration::from_secs(60),
             tx_ttl: Duration::from_secs(24 * 60 * 60),
             tx_in_flight: InFlightPolicy::wait(crate::DEFAULT_IN_FLIGHT_WAIT),
-            keys_of_0_1: false,
+            previous_keys: false,
             abandoned_grace: crate::DEFAULT_ABANDONED_GRACE,
         }
     }
@@ -196,6 +196,8 @@ pub(crate) struct RecordRow {
     expires_us: i64,
     response_status: Option<i64>,
     response_body: Option<Vec<u8>>,
+    mechanism: Option<String>,
+    key_derivation: Option<i64>,
 }
 
 impl RecordRow {
@@ -212,6 +214,11 @@ impl RecordRow {
             completed_at: self.completed_us.map(from_micros),
             expires_at: from_micros(self.expires_us),
             outcome: outcome(self.response_status, self.response_body)?,
+            // A name or version this release does not know reads as unknown.
+            mechanism: self.mechanism.as_deref().and_then(crate::Mechanism::parse),
+            key_derivation: self
+                .key_derivation
+                .and_then(|version| u8::try_from(version).ok()),
         })
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use idempotency_core::sql::{TxClaim, TxClaimRequest, TxStore};
+use idempotency_core::sql::{TxClaim, TxStore};
 use idempotency_core::{Mechanism, Outcome, Scope};
 use serde::Serialize;
 
@@ -200,23 +200,16 @@ where
         self.check_deferred_to();
         let mut tx = self.store.begin().await.map_err(TruthError::Store)?;
         // `TxStore::claim_in_tx`, with the truth's TTL instead of the store's.
-        let storage_key = self
-            .scope
-            .storage_key_for(Mechanism::Transaction, job.key.as_str());
-        let key_of_0_1 = self
-            .store
-            .keys_of_0_1()
-            .then(|| self.scope.storage_key(&job.key));
-        let request = TxClaimRequest {
-            ttl: self.ttl,
-            key_of_0_1: key_of_0_1.as_ref(),
-            ..self
-                .store
-                .tx_request(self.scope.namespace(), &storage_key, &job.fingerprint)
-        };
         let claim = self
             .store
-            .claim_storage_key_in_tx(&mut tx, request)
+            .claim_key_in_tx(
+                &mut tx,
+                &self.scope,
+                Mechanism::Transaction,
+                job.key.as_str(),
+                &job.fingerprint,
+                Some(self.ttl),
+            )
             .await
             .map_err(TruthError::Store)?;
         let lease = match claim {
