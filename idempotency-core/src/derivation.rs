@@ -17,7 +17,7 @@
 use crate::Mechanism;
 
 /// The derivation this release writes.
-pub(crate) const CURRENT: u8 = 2;
+pub(crate) const CURRENT: u8 = 3;
 
 /// Where a key is claimed: through the engine, or inside a SQL transaction. A consumer's fast
 /// tier claims through the engine and its SQL truth in a transaction, and the two were keyed
@@ -83,12 +83,14 @@ mod tests {
     fn each_mechanism_names_its_previous_key() {
         use Mechanism::*;
         for tier in [Tier::Engine, Tier::Transaction] {
-            for mechanism in [Request, Function, Transaction] {
+            for mechanism in Mechanism::ALL {
                 assert_eq!(current(mechanism, tier), mechanism);
             }
             assert_eq!(previous(Request, tier), None);
             assert_eq!(previous(Function, tier), Some((1, Request)));
             assert_eq!(previous(Transaction, tier), Some((1, Request)));
         }
+        assert_eq!(previous(Message, Tier::Engine), Some((2, Request)));
+        assert_eq!(previous(Message, Tier::Transaction), Some((2, Transaction)));
     }
 }

@@ -164,8 +164,8 @@ pub struct Record {
     /// (or by a caller that did not).
     pub mechanism: Option<Mechanism>,
     /// The version of the key derivation that derived its key (1: every mechanism keyed as a
-    /// request, as release 0.1 did; 2: keyed by mechanism; see [`Mechanism`]); `None` for
-    /// records written before records said it.
+    /// request, as release 0.1 did; 2: keyed by mechanism; 3: consumers keyed as messages in
+    /// both tiers; see [`Mechanism`]); `None` for records written before records said it.
     pub key_derivation: Option<u8>,
 }
 

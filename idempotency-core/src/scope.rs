@@ -19,6 +19,7 @@ use crate::framing::FramedHasher;
 /// |---|---|
 /// | 1 | every mechanism keyed as a request, as release 0.1 did |
 /// | 2 | functions and transactions keyed by their mechanism; consumers as requests in their fast tier, as transactions in their SQL truth |
+/// | 3 | consumers keyed as messages in both tiers |
 ///
 /// After an upgrade that changed a derivation, nodes with previous keys read
 /// ([`Idempotency::with_previous_keys`](crate::Idempotency::with_previous_keys), the SQL
@@ -37,8 +38,14 @@ pub enum Mechanism {
     Function,
     /// Claims taken by hand in a transaction ([`TxStore::claim_in_tx`](crate::sql::TxStore::claim_in_tx)).
     Transaction,
-    /// Queue consumers' own records. Not used yet: consumers key their fast (Redis) tier as
-    /// requests, as 0.1 did, and their SQL tier as transactions.
+    /// Queue consumers' records, in both tiers (the fast tier's, through
+    /// [`Idempotency::claim_key`](crate::Idempotency::claim_key), and the SQL truth's, through
+    /// [`TxStore::claim_key_in_tx`](crate::sql::TxStore)): one message has one storage key in
+    /// both, so the two records of a message are found, and joined, by it. Key derivation 2
+    /// keyed consumers as requests in their fast tier and as transactions in their truth:
+    /// read with previous keys on ([`Idempotency::with_previous_keys`](crate::Idempotency::with_previous_keys)
+    /// on the fast tier's engine, `with_previous_keys` on the truth's SQL store) for one TTL
+    /// after the upgrade, so that a redelivery during the rolling deploy is still a duplicate.
     Message,
 }
 

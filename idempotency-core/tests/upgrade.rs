@@ -1,7 +1,7 @@
 //! Upgrades that change a key derivation, for idempotent functions (`#[idempotent]`, `Call`),
 //! on the memory store and on Redis (REDIS_URL, default redis://127.0.0.1:6379). Key
-//! derivation 1 (release 0.1) keyed a function's record as a request's; derivation 2 keys it
-//! by its mechanism. With `with_previous_keys(true)` a node claims the previous derivation's
+//! derivation 1 (release 0.1) keyed a function's record as a request's; derivations 2 and 3
+//! key it by its mechanism. With `with_previous_keys(true)` a node claims the previous derivation's
 //! key first: records the previous release wrote are replayed, and a fleet of nodes of both
 //! releases runs each key once. The SQL twin (transactions) is `tx_upgrade` in `sql_support`.
 #![cfg(all(feature = "memory", feature = "redis", feature = "testing"))]
@@ -168,7 +168,7 @@ async fn bridged_records_are_seen_by_every_node_and_failures_free_both_keys() {
         );
         // Each record says which derivation wrote its key.
         let scope = Scope::new(NAMESPACE);
-        for (mechanism, derivation) in [(Mechanism::Request, 1), (Mechanism::Function, 2)] {
+        for (mechanism, derivation) in [(Mechanism::Request, 1), (Mechanism::Function, 3)] {
             let record = bridged
                 .store()
                 .get(&scope.storage_key_for(mechanism, &done))

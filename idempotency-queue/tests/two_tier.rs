@@ -300,11 +300,11 @@ async fn the_business_output_is_stored_on_both_tiers() {
         .engine()
         .unwrap()
         .store()
-        .get(&scope.storage_key(&key))
+        .get(&scope.storage_key_for(Mechanism::Message, key.as_str()))
         .await;
     let fast = fast.unwrap().expect("the fast tier's record");
     assert_eq!(fast.outcome.unwrap().body, produced);
-    let truth_key = scope.storage_key_for(Mechanism::Transaction, "T7");
+    let truth_key = scope.storage_key_for(Mechanism::Message, "T7");
     let sql = consumer.handler().store().get(&truth_key).await;
     let sql = sql.unwrap().expect("the SQL record");
     assert_eq!(sql.outcome.unwrap().body, produced);
@@ -377,12 +377,12 @@ async fn a_typed_handler_wrapped_in_the_users_own_runs_and_unreadable_payloads_a
             .engine()
             .unwrap()
             .store()
-            .get(&scope.storage_key(&key))
+            .get(&scope.storage_key_for(Mechanism::Message, key.as_str()))
             .await
             .unwrap()
             .is_none()
     );
-    let truth_key = scope.storage_key_for(Mechanism::Transaction, "T8");
+    let truth_key = scope.storage_key_for(Mechanism::Message, "T8");
     assert!(
         consumer
             .handler()

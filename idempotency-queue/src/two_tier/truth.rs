@@ -199,13 +199,14 @@ where
         };
         self.check_deferred_to();
         let mut tx = self.store.begin().await.map_err(TruthError::Store)?;
-        // `TxStore::claim_in_tx`, with the truth's TTL instead of the store's.
+        // Keyed as a message, as the fast tier keys it (one storage key in both tiers), with
+        // the truth's TTL instead of the store's.
         let claim = self
             .store
             .claim_key_in_tx(
                 &mut tx,
                 &self.scope,
-                Mechanism::Transaction,
+                Mechanism::Message,
                 job.key.as_str(),
                 &job.fingerprint,
                 Some(self.ttl),
