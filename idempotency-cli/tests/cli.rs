@@ -322,6 +322,8 @@ async fn finds_every_front_end<S: Store + Operations>(store: &S, store_args: &[&
             fingerprint: &Fingerprint::of_bytes(b"F1"),
             lease: Duration::from_secs(60),
             claim_id: ClaimId::random(),
+            mechanism: None,
+            key_derivation: None,
         })
         .await
         .unwrap();

@@ -47,6 +47,8 @@ async fn claim_as<S: Store>(store: &S, scope: &Scope, mechanism: Mechanism, raw:
             fingerprint: &Fingerprint::of_bytes(raw.as_bytes()),
             lease: Duration::from_secs(60),
             claim_id: ClaimId::random(),
+            mechanism: Some(mechanism),
+            key_derivation: None,
         })
         .await
         .unwrap();
@@ -115,6 +117,11 @@ async fn ids_are_taken_back_and_no_front_end_needs_naming() {
         .map(|line| line["key_hash"].as_str().unwrap())
         .collect();
     assert_eq!(ids, BTreeSet::from([request.as_str(), function.as_str()]));
+    let mechanisms: BTreeSet<&str> = listed
+        .iter()
+        .map(|line| line["mechanism"].as_str().unwrap())
+        .collect();
+    assert_eq!(mechanisms, BTreeSet::from(["http/grpc", "function"]));
 
     // A unique prefix of 8 is taken by show (inspect), reconcile and release.
     let shown = run(0, &["show", "--key-hash", &function[..8], "--json"]).lines();

@@ -208,6 +208,8 @@ fn request<'a>(key: &'a StorageKey, fingerprint: &'a Fingerprint) -> ClaimReques
         fingerprint,
         lease: LEASE,
         claim_id: idempotency_core::ClaimId::random(),
+        mechanism: None,
+        key_derivation: None,
     }
 }
 

@@ -155,6 +155,8 @@ fn request<'a>(key: &'a StorageKey, fp: &'a Fingerprint) -> ClaimRequest<'a> {
         fingerprint: fp,
         lease: LEASE,
         claim_id: idempotency_core::ClaimId::random(),
+        mechanism: None,
+        key_derivation: None,
     }
 }
 

@@ -217,18 +217,15 @@ impl Call {
             return Err(KeyError::Empty.into());
         }
         let engine = self.engine(engine);
-        let key = self.storage_key();
         let fingerprint = self.fingerprint.finish();
-        let namespace = self.scope.namespace();
-        if engine.config().keys_of_0_1 {
-            // 0.1 keyed functions as requests ([`Config::keys_of_0_1`]).
-            let key_of_0_1 = self.scope.storage_key_for(Mechanism::Request, &self.key);
-            return engine
-                .claim_bridged(namespace, key, key_of_0_1, &fingerprint, self.in_flight)
-                .await;
-        }
         engine
-            .claim_named(namespace, key, &fingerprint, self.in_flight)
+            .claim_named(
+                &self.scope,
+                Mechanism::Function,
+                &self.key,
+                &fingerprint,
+                self.in_flight,
+            )
             .await
     }
 }

@@ -98,6 +98,7 @@
 
 pub mod background;
 mod completed_keys;
+mod derivation;
 mod engine;
 mod error;
 mod fingerprint;

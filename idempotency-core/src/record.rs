@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use std::time::SystemTime;
 
-use crate::{Fingerprint, StorageKey};
+use crate::{Fingerprint, Mechanism, StorageKey};
 
 /// A fencing token: strictly greater for every new owner of a key, so a stale owner (one whose
 /// lease expired and was taken over) can be told apart and refused.
@@ -166,6 +166,13 @@ pub struct Record {
     pub conflicts: u32,
     /// When the last conflicting duplicate came, if one did.
     pub last_conflict_at: Option<SystemTime>,
+    /// The front end that wrote the record; `None` for records written before records said it
+    /// (or by a caller that did not).
+    pub mechanism: Option<Mechanism>,
+    /// The version of the key derivation that derived its key (1: every mechanism keyed as a
+    /// request, as release 0.1 did; 2: keyed by mechanism; 3: consumers keyed as messages in
+    /// both tiers; see [`Mechanism`]); `None` for records written before records said it.
+    pub key_derivation: Option<u8>,
 }
 
 #[cfg(test)]

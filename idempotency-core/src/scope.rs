@@ -10,7 +10,23 @@ use crate::framing::FramedHasher;
 /// The mechanism is part of the stored key, so records written by different mechanisms never
 /// answer for each other, even in one namespace of one table: an HTTP response is never replayed
 /// to a function, nor a function's value to a consumer, nor a layer's claim mistaken for a
-/// transaction's.
+/// transaction's. Each record says which mechanism wrote it ([`Record::mechanism`](crate::Record::mechanism)).
+///
+/// How a key becomes a storage key is versioned (the key derivation, which each record names:
+/// [`Record::key_derivation`](crate::Record::key_derivation)):
+///
+/// | version | keys |
+/// |---|---|
+/// | 1 | every mechanism keyed as a request, as release 0.1 did |
+/// | 2 | functions and transactions keyed by their mechanism; consumers as requests in their fast tier, as transactions in their SQL truth |
+/// | 3 | consumers keyed as messages in both tiers |
+///
+/// After an upgrade that changed a derivation, nodes with previous keys read
+/// ([`Idempotency::with_previous_keys`](crate::Idempotency::with_previous_keys), the SQL
+/// stores' `with_previous_keys`) claim the previous derivation's key first and then their own,
+/// for one TTL: a retry in flight during the rolling deploy, or a record the previous release
+/// completed, is then never run a second time. Only the previous derivation is read: upgrade
+/// one release at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Mechanism {
@@ -22,9 +38,14 @@ pub enum Mechanism {
     Function,
     /// Claims taken by hand in a transaction ([`TxStore::claim_in_tx`](crate::sql::TxStore::claim_in_tx)).
     Transaction,
-    /// Queue consumers' own records. Not used yet: consumers key their fast (Redis) tier as
-    /// requests, as 0.1 did, and their SQL tier as transactions; moving them here needs the
-    /// upgrade path functions and transactions have ([`Config::keys_of_0_1`](crate::Config::keys_of_0_1)).
+    /// Queue consumers' records, in both tiers (the fast tier's, through
+    /// [`Idempotency::claim_key`](crate::Idempotency::claim_key), and the SQL truth's, through
+    /// [`TxStore::claim_key_in_tx`](crate::sql::TxStore)): one message has one storage key in
+    /// both, so the two records of a message are found, and joined, by it. Key derivation 2
+    /// keyed consumers as requests in their fast tier and as transactions in their truth:
+    /// read with previous keys on ([`Idempotency::with_previous_keys`](crate::Idempotency::with_previous_keys)
+    /// on the fast tier's engine, `with_previous_keys` on the truth's SQL store) for one TTL
+    /// after the upgrade, so that a redelivery during the rolling deploy is still a duplicate.
     Message,
 }
 

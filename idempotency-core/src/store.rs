@@ -5,7 +5,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{ClaimId, FencingToken, Fingerprint, Outcome, Record, StorageKey, StoreError};
+use crate::{
+    ClaimId, FencingToken, Fingerprint, Mechanism, Outcome, Record, StorageKey, StoreError,
+};
 
 /// How long every store keeps an abandoned in-progress record after its lease ended (default of
 /// each store's `with_abandoned_grace`): long enough that the next claim reports the takeover of
@@ -25,6 +27,11 @@ pub struct ClaimRequest<'a> {
     pub lease: Duration,
     /// The claimer's name for this claim, kept with it ([`Store::undo_claim`]).
     pub claim_id: ClaimId,
+    /// The front end claiming, kept with the record it writes ([`Record::mechanism`]).
+    pub mechanism: Option<Mechanism>,
+    /// The version of the key derivation that derived `key`, kept with the record it writes
+    /// ([`Record::key_derivation`]).
+    pub key_derivation: Option<u8>,
 }
 
 /// A lease on a key: the right to execute and then complete or release it.

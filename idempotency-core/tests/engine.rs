@@ -336,6 +336,8 @@ async fn bounded_memory_store_refuses_rather_than_evicting_live_records() {
             fingerprint: &fp,
             lease: Duration::from_secs(30),
             claim_id: idempotency_core::ClaimId::random(),
+            mechanism: None,
+            key_derivation: None,
         };
         match store.claim(request).await {
             Ok(Claim::Acquired(_)) => {}
@@ -356,6 +358,8 @@ async fn bounded_memory_store_refuses_rather_than_evicting_live_records() {
             fingerprint: &fp,
             lease: Duration::from_millis(20),
             claim_id: idempotency_core::ClaimId::random(),
+            mechanism: None,
+            key_derivation: None,
         };
         let _ = short.claim(request).await.unwrap();
     }
@@ -369,6 +373,8 @@ async fn bounded_memory_store_refuses_rather_than_evicting_live_records() {
             fingerprint: &fp,
             lease: Duration::from_secs(30),
             claim_id: idempotency_core::ClaimId::random(),
+            mechanism: None,
+            key_derivation: None,
         };
         let _ = short.claim(request).await;
     }

@@ -21,6 +21,8 @@ fn request<'a>(key: &'a StorageKey, fingerprint: &'a Fingerprint) -> ClaimReques
         fingerprint,
         lease: Duration::from_secs(60),
         claim_id: ClaimId::random(),
+        mechanism: None,
+        key_derivation: None,
     }
 }
 

@@ -22,6 +22,8 @@ async fn abandoned_lease_is_purged_after_its_grace() {
         fingerprint: &fingerprint,
         lease,
         claim_id: idempotency_core::ClaimId::random(),
+        mechanism: None,
+        key_derivation: None,
     };
     let Claim::Acquired(first) = store
         .claim(request(Duration::from_millis(50)))

@@ -98,6 +98,8 @@ fn request<'a>(key: &'a idempotency_core::StorageKey, fp: &'a Fingerprint) -> Cl
         fingerprint: fp,
         lease: Duration::from_secs(30),
         claim_id: idempotency_core::ClaimId::random(),
+        mechanism: None,
+        key_derivation: None,
     }
 }
 

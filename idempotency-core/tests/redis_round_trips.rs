@@ -134,6 +134,8 @@ fn leased<'a>(
         fingerprint,
         lease,
         claim_id: idempotency_core::ClaimId::random(),
+        mechanism: None,
+        key_derivation: None,
     }
 }
 

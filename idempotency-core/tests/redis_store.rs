@@ -32,6 +32,8 @@ fn request<'a>(key: &'a StorageKey, fp: &'a Fingerprint, lease: Duration) -> Cla
         fingerprint: fp,
         lease,
         claim_id: idempotency_core::ClaimId::random(),
+        mechanism: None,
+        key_derivation: None,
     }
 }
 

@@ -114,6 +114,8 @@ async fn killed_connections_are_unavailable_then_recover() {
                 fingerprint: &fp,
                 lease: Duration::from_secs(30),
                 claim_id: idempotency_core::ClaimId::random(),
+                mechanism: None,
+                key_derivation: None,
             })
             .await
     };

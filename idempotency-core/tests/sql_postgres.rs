@@ -202,6 +202,8 @@ async fn terminated_connections_are_unavailable_then_recover() {
                 fingerprint: &fp,
                 lease: Duration::from_secs(30),
                 claim_id: idempotency_core::ClaimId::random(),
+                mechanism: None,
+                key_derivation: None,
             })
             .await
     };

@@ -32,6 +32,8 @@ async fn a_lease_renewed_unbeknown_to_the_store_still_completes() {
         fingerprint: &fingerprint,
         lease: Duration::from_secs(30),
         claim_id: idempotency_core::ClaimId::random(),
+        mechanism: None,
+        key_derivation: None,
     };
     let Claim::Acquired(lease) = owner.claim(request).await.unwrap() else {
         panic!("a new key is acquired");

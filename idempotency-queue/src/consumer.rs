@@ -5,7 +5,7 @@ use std::panic::AssertUnwindSafe;
 use futures_util::FutureExt;
 use idempotency_core::{
     DEFAULT_IN_FLIGHT_WAIT, Decision, Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy,
-    Namespace, Outcome, Scope, Store, telemetry,
+    Mechanism, Namespace, Outcome, Scope, Store, telemetry,
 };
 use tracing::Instrument;
 
@@ -142,7 +142,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         let guarded_handler = handler.guards_itself();
         Self {
             engine,
-            namespace: Namespace::new(scope.namespace()),
+            namespace: Namespace::for_mechanism(Mechanism::Message, scope.namespace()),
             in_flight: InFlightPolicy::wait(DEFAULT_IN_FLIGHT_WAIT),
             scope,
             extractor,
@@ -361,9 +361,11 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         } else {
             self.in_flight
         };
-        let claim = engine.claim(
+        // Keyed as a message, as the truth keys it: one storage key in both tiers.
+        let claim = engine.claim_key(
             &self.namespace,
-            self.scope.storage_key(&key),
+            &self.scope,
+            key.as_str(),
             &fingerprint,
             in_flight,
         );

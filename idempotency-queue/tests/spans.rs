@@ -54,7 +54,7 @@ fn a_delivery_runs_in_one_span_with_the_messaging_attributes() {
     let spans = capture.named(telemetry::GUARD_SPAN);
     assert_eq!(spans.len(), 3, "{spans:?}");
     let key_hash = Scope::new("coupon-grant")
-        .storage_key(&idempotency_core::IdempotencyKey::parse(RAW).unwrap())
+        .storage_key_for(idempotency_core::Mechanism::Message, RAW)
         .to_hex();
     let seen: Vec<_> = spans
         .iter()

@@ -296,11 +296,11 @@ async fn the_business_output_is_stored_on_both_tiers() {
         .engine()
         .unwrap()
         .store()
-        .get(&scope.storage_key(&key))
+        .get(&scope.storage_key_for(Mechanism::Message, key.as_str()))
         .await;
     let fast = fast.unwrap().expect("the fast tier's record");
     assert_eq!(fast.outcome.unwrap().body, produced);
-    let truth_key = scope.storage_key_for(Mechanism::Transaction, "T7");
+    let truth_key = scope.storage_key_for(Mechanism::Message, "T7");
     let sql = consumer.handler().store().get(&truth_key).await;
     let sql = sql.unwrap().expect("the SQL record");
     assert_eq!(sql.outcome.unwrap().body, produced);
@@ -373,12 +373,12 @@ async fn a_typed_handler_wrapped_in_the_users_own_runs_and_unreadable_payloads_a
             .engine()
             .unwrap()
             .store()
-            .get(&scope.storage_key(&key))
+            .get(&scope.storage_key_for(Mechanism::Message, key.as_str()))
             .await
             .unwrap()
             .is_none()
     );
-    let truth_key = scope.storage_key_for(Mechanism::Transaction, "T8");
+    let truth_key = scope.storage_key_for(Mechanism::Message, "T8");
     assert!(
         consumer
             .handler()
@@ -566,14 +566,10 @@ async fn a_conflicting_copy_marks_the_record_on_both_tiers() {
     };
     let scope = Scope::new("coupon-grant");
     let consumer = Arc::new(
-        IdempotentConsumer::new(
-            fixture.tiers.fast_path().await,
-            scope.clone(),
-            JsonField::new("/trade_no"),
-            fixture.tiers.truth(),
-        )
-        .fingerprint_json_fields(["/trade_no", "/trade_status", "/total_amount"])
-        .with_guarded_handler(true),
+        TwoTier::new(fixture.tiers.truth())
+            .consumer(fixture.tiers.fast_path().await, JsonField::new("/trade_no"))
+            .unwrap()
+            .fingerprint_json_fields(["/trade_no", "/trade_status", "/total_amount"]),
     );
     let connection = Connection::connect(&amqp_url(), ConnectionProperties::default())
         .await
@@ -618,12 +614,13 @@ async fn a_conflicting_copy_marks_the_record_on_both_tiers() {
         consumer.stats().snapshot().acked() == 2
     })
     .await;
-    let key = IdempotencyKey::parse("T1").unwrap();
+    // One message, one storage key in both tiers.
+    let storage_key = scope.storage_key_for(Mechanism::Message, "T1");
     let fast_store = consumer.engine().unwrap().store();
-    let fast = fast_store.get(&scope.storage_key(&key)).await.unwrap();
+    let fast = fast_store.get(&storage_key).await.unwrap();
     let fast = fast.expect("the fast tier's record");
     assert_eq!(fast.conflicts, 1, "the fast tier's record is marked");
-    let truth_key = scope.storage_key_for(Mechanism::Transaction, "T1");
+    let truth_key = storage_key;
     let truth_store = consumer.handler().store();
     let truth = truth_store.get(&truth_key).await.unwrap().unwrap();
     assert_eq!(truth.conflicts, 1, "the truth's record is marked");
@@ -632,7 +629,7 @@ async fn a_conflicting_copy_marks_the_record_on_both_tiers() {
     // The fast tier forgets the key (an expiry, a flush): the truth meets the next conflict.
     assert!(
         fast_store
-            .delete_fenced(&scope.storage_key(&key), fast.token)
+            .delete_fenced(&storage_key, fast.token)
             .await
             .unwrap()
     );

@@ -343,6 +343,8 @@ async fn no_front_end_needs_naming<S: Store + Operations + Clone>(store: S) {
                     fingerprint: &Fingerprint::of_bytes(raw.as_bytes()),
                     lease: Duration::from_secs(60),
                     claim_id: ClaimId::random(),
+                    mechanism: Some(mechanism),
+                    key_derivation: None,
                 })
                 .await
                 .unwrap();

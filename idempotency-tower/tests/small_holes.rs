@@ -118,6 +118,8 @@ async fn an_undecodable_stored_response_is_never_run_again_even_failing_open() {
             fingerprint: &fingerprint,
             lease: std::time::Duration::from_secs(60),
             claim_id: ClaimId::random(),
+            mechanism: None,
+            key_derivation: None,
         })
         .await
         .unwrap();

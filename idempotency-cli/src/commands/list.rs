@@ -16,8 +16,7 @@ use crate::terminal::ProgressLine;
 pub(crate) fn listed(record: &Record, now: SystemTime, tier: Option<Tier>) -> Listed {
     Listed {
         view: RecordView::of(record, now),
-        // TODO(lead): `record.mechanism.map(super::resolve::mechanism_name)` once `Record` carries it.
-        mechanism: None,
+        mechanism: record.mechanism.map(super::resolve::mechanism_name),
         tier,
     }
 }

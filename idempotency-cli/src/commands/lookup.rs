@@ -32,8 +32,11 @@ pub(crate) fn inspect(found: &Found, body: bool, out: &mut Output) -> Result<(),
     };
     let inspected = Inspected {
         view,
-        // TODO(lead): `.or(found.record.mechanism.map(mechanism_name))` once `Record` carries it.
-        mechanism: found.mechanism.map(mechanism_name),
+        mechanism: found
+            .record
+            .mechanism
+            .or(found.mechanism)
+            .map(mechanism_name),
     };
     if out.json() {
         return out.line(&inspected);
@@ -191,8 +194,10 @@ pub(crate) async fn reconcile_ids(
                 .as_ref()
                 .map_or_else(|| id.clone(), |view| view.key_hash.clone()),
             state: view.as_ref().map_or("absent", |view| view.state.as_str()),
-            // TODO(lead): `record.mechanism.map(mechanism_name)` once `Record` carries it.
-            mechanism: None,
+            mechanism: record
+                .as_ref()
+                .and_then(|record| record.mechanism)
+                .map(mechanism_name),
             attempts: view.as_ref().map(|view| view.attempts),
             outcome_status: view.as_ref().and_then(|view| view.outcome_status),
         };

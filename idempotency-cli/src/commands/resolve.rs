@@ -21,9 +21,8 @@ pub(crate) struct Found {
 }
 
 /// The front end a record's key derivation names, in an operator's words: `http/grpc` (the
-/// HTTP and gRPC layers, and a queue consumer's fast tier), `function` (`#[idempotent]`),
-/// `transaction` (a claim in a SQL transaction, and a queue consumer's SQL record),
-/// `consumer`.
+/// HTTP and gRPC layers), `function` (`#[idempotent]`), `transaction` (a claim in a SQL
+/// transaction), `consumer` (a queue consumer, in both its tiers).
 pub(crate) fn mechanism_name(mechanism: Mechanism) -> &'static str {
     match mechanism {
         Mechanism::Request => "http/grpc",

@@ -1,9 +1,9 @@
 //! The engine: claim a key, keep its lease alive while work runs, store or release the outcome.
 //! What it does when a store call fails at the wire is in [`recovery`]; how it claims the keys
-//! of 0.1 beside its own during an upgrade, in [`upgrade`].
+//! of the previous key derivation beside its own after an upgrade, in [`previous_keys`].
 
+mod previous_keys;
 mod recovery;
-mod upgrade;
 mod waits;
 
 pub use waits::{DEFAULT_IN_FLIGHT_POLL, DEFAULT_MAX_WAITERS_PER_KEY};
@@ -16,11 +16,12 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
+use crate::derivation::Origin;
 use crate::metrics::{DecisionLabel, NamespaceCounters, StoreOp, adhoc};
 use crate::telemetry;
 use crate::{
     Claim, ClaimId, ClaimRequest, FencingToken, Fingerprint, IdempotencyKey, InFlightPolicy, Lease,
-    Outcome, Scope, StorageKey, Store, StoreError,
+    Mechanism, Outcome, Scope, StorageKey, Store, StoreError,
 };
 
 /// Engine settings. Every default can be changed with the `with_*` methods of [`Idempotency`].
@@ -36,11 +37,14 @@ pub struct Config {
     pub keep_alive_ceiling: Duration,
     /// The longest any single store call may take before it counts as failed. Default 2 s.
     pub store_timeout: Duration,
-    /// Whether functions ([`Call`](crate::function::Call), `#[idempotent]`) also claim, first,
-    /// the key 0.1 gave them, so that a fleet running 0.1 and 0.2 side by side never runs one
-    /// twice and records 0.1 wrote are replayed. For the upgrade from 0.1 only (CHANGELOG).
-    /// Default off.
-    pub keys_of_0_1: bool,
+    /// Whether claims whose key derivation changed in this release (functions, [`Call`],
+    /// `#[idempotent]`; consumers, [`Idempotency::claim_key`]) also claim, first, the key the
+    /// previous derivation gave them, so that a fleet running the previous release and this
+    /// one side by side never runs one twice, and records the previous release wrote are
+    /// replayed. On for one TTL after such an upgrade (see [`Mechanism`]). Default off.
+    ///
+    /// [`Call`]: crate::function::Call
+    pub previous_keys: bool,
     /// How many duplicates of one in-flight key may wait for it at once in this engine
     /// ([`InFlightPolicy::Wait`]); more are answered in flight at once. They share one wait:
     /// one read of the record per tick, however many they are. Default
@@ -60,7 +64,7 @@ impl Default for Config {
             keep_alive: true,
             keep_alive_ceiling: Duration::from_secs(600),
             store_timeout: Duration::from_secs(2),
-            keys_of_0_1: false,
+            previous_keys: false,
             max_waiters_per_key: DEFAULT_MAX_WAITERS_PER_KEY,
             in_flight_poll: DEFAULT_IN_FLIGHT_POLL,
         }
@@ -102,15 +106,33 @@ enum NamespaceRepr {
 struct PreparedNamespace {
     name: Box<str>,
     counters: NamespaceCounters,
+    /// The front end claiming in it, kept with the records it writes.
+    mechanism: Mechanism,
 }
 
 impl Namespace {
-    /// Prepares `name`.
+    /// Prepares `name` for requests (HTTP, gRPC, direct engine calls:
+    /// [`Mechanism::Request`], whose keys [`Scope::storage_key`] derives).
     pub fn new(name: &str) -> Self {
+        Self::for_mechanism(Mechanism::Request, name)
+    }
+
+    /// Prepares `name` for the front end of `mechanism`: the records it writes say so
+    /// ([`Record::mechanism`](crate::Record::mechanism)).
+    pub fn for_mechanism(mechanism: Mechanism, name: &str) -> Self {
         Self(NamespaceRepr::Prepared(Arc::new(PreparedNamespace {
             name: name.into(),
             counters: NamespaceCounters::new(name),
+            mechanism,
         })))
+    }
+
+    /// The front end it was prepared for ([`Namespace::for_mechanism`]).
+    pub fn mechanism(&self) -> Mechanism {
+        match &self.0 {
+            NamespaceRepr::Prepared(prepared) => prepared.mechanism,
+            NamespaceRepr::Adhoc(_) => Mechanism::Request,
+        }
     }
 
     /// The namespace's name.
@@ -123,8 +145,10 @@ impl Namespace {
 
     fn by_ref(&self) -> NamespaceRef<'_> {
         match &self.0 {
-            NamespaceRepr::Prepared(prepared) => NamespaceRef::Prepared(self, prepared),
-            NamespaceRepr::Adhoc(name) => NamespaceRef::Name(name),
+            NamespaceRepr::Prepared(prepared) => {
+                NamespaceRef::Prepared(self, prepared, Origin::current(Some(prepared.mechanism)))
+            }
+            NamespaceRepr::Adhoc(name) => NamespaceRef::Name(name, Origin::current(None)),
         }
     }
 }
@@ -141,53 +165,68 @@ impl std::fmt::Display for Namespace {
     }
 }
 
-/// A namespace as one call sees it: prepared, or a name only.
+/// A namespace as one call sees it: prepared, or a name only; with the origin of the keys
+/// it claims (kept with the records they write).
 #[derive(Clone, Copy)]
 enum NamespaceRef<'a> {
-    Prepared(&'a Namespace, &'a PreparedNamespace),
-    Name(&'a str),
+    Prepared(&'a Namespace, &'a PreparedNamespace, Origin),
+    Name(&'a str, Origin),
 }
 
 impl<'a> NamespaceRef<'a> {
     fn as_str(self) -> &'a str {
         match self {
-            Self::Prepared(_, prepared) => &prepared.name,
-            Self::Name(name) => name,
+            Self::Prepared(_, prepared, _) => &prepared.name,
+            Self::Name(name, _) => name,
+        }
+    }
+
+    fn origin(self) -> Origin {
+        match self {
+            Self::Prepared(_, _, origin) | Self::Name(_, origin) => origin,
+        }
+    }
+
+    /// The same namespace, claiming keys of `origin`.
+    fn with_origin(self, origin: Origin) -> Self {
+        match self {
+            Self::Prepared(namespace, prepared, _) => Self::Prepared(namespace, prepared, origin),
+            Self::Name(name, _) => Self::Name(name, origin),
         }
     }
 
     fn to_owned(self) -> Namespace {
         match self {
-            Self::Prepared(namespace, _) => namespace.clone(),
-            Self::Name(name) => Namespace(NamespaceRepr::Adhoc(Arc::from(name))),
+            Self::Prepared(namespace, _, _) => namespace.clone(),
+            Self::Name(name, _) => Namespace(NamespaceRepr::Adhoc(Arc::from(name))),
         }
     }
 
     fn count_decision(self, decision: DecisionLabel) {
         match self {
-            Self::Prepared(_, prepared) => prepared.counters.decision(decision),
-            Self::Name(name) => adhoc::decision(name, decision),
+            Self::Prepared(_, prepared, _) => prepared.counters.decision(decision),
+            Self::Name(name, _) => adhoc::decision(name, decision),
         }
     }
 
     fn count_released(self) {
         match self {
-            Self::Prepared(_, prepared) => prepared.counters.released(),
-            Self::Name(name) => adhoc::released(name),
+            Self::Prepared(_, prepared, _) => prepared.counters.released(),
+            Self::Name(name, _) => adhoc::released(name),
         }
     }
 
     fn count_store_error(self, op: StoreOp) {
         match self {
-            Self::Prepared(_, prepared) => prepared.counters.store_error(op),
-            Self::Name(name) => adhoc::store_error(name, op),
+            Self::Prepared(_, prepared, _) => prepared.counters.store_error(op),
+            Self::Name(name, _) => adhoc::store_error(name, op),
         }
     }
 
     fn count_stale_owner(self, op: StoreOp) {
         match self {
-            Self::Prepared(_, prepared) => prepared.counters.stale_owner(op),
-            Self::Name(name) => adhoc::stale_owner(name, op),
+            Self::Prepared(_, prepared, _) => prepared.counters.stale_owner(op),
+            Self::Name(name, _) => adhoc::stale_owner(name, op),
         }
     }
 }
@@ -279,10 +318,11 @@ impl<S: Store> Idempotency<S> {
         })
     }
 
-    /// Also claims, first, the key 0.1 gave each function call ([`Config::keys_of_0_1`]): on
-    /// while a fleet upgrades from 0.1, and until records 0.1 wrote have expired.
-    pub fn with_keys_of_0_1(self, enabled: bool) -> Self {
-        self.map_config(|c| c.keys_of_0_1 = enabled)
+    /// Also claims, first, the key the previous key derivation gave each claim whose
+    /// derivation changed ([`Config::previous_keys`]): on while a fleet upgrades, and until
+    /// the records the previous release wrote have expired (one TTL).
+    pub fn with_previous_keys(self, enabled: bool) -> Self {
+        self.map_config(|c| c.previous_keys = enabled)
     }
 
     /// Sets how many duplicates of one in-flight key may wait for it at once
@@ -321,7 +361,8 @@ impl<S: Store> Idempotency<S> {
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
     ) -> Result<Decision<S>, StoreError> {
-        let namespace = NamespaceRef::Name(scope.namespace());
+        let origin = Origin::current(Some(Mechanism::Request));
+        let namespace = NamespaceRef::Name(scope.namespace(), origin);
         self.claim_once(namespace, scope.storage_key(key), fingerprint)
             .await
     }
@@ -376,16 +417,19 @@ impl<S: Store> Idempotency<S> {
         Some(claim.map(|claim| self.decide(namespace, key, claim)))
     }
 
-    /// [`claim`](Self::claim) in a namespace given by name (counters built per event): for
-    /// front ends that claim in a namespace once per call, as [`Call`](crate::function::Call).
+    /// [`claim_key`](Self::claim_key) of `mechanism` in the namespace of `scope`, given by
+    /// name (counters built per event): for front ends that claim in a namespace once per
+    /// call, as [`Call`](crate::function::Call).
     pub(crate) async fn claim_named(
         &self,
-        namespace: &str,
-        key: StorageKey,
+        scope: &Scope,
+        mechanism: Mechanism,
+        key: &str,
         fingerprint: &Fingerprint,
         in_flight: InFlightPolicy,
     ) -> Result<Decision<S>, StoreError> {
-        self.claim_in(NamespaceRef::Name(namespace), key, fingerprint, in_flight)
+        let namespace = NamespaceRef::Name(scope.namespace(), Origin::current(Some(mechanism)));
+        self.claim_derived(namespace, mechanism, scope, key, fingerprint, in_flight)
             .await
     }
 
@@ -437,12 +481,15 @@ impl<S: Store> Idempotency<S> {
         fingerprint: &'a Fingerprint,
         claim_id: ClaimId,
     ) -> ClaimRequest<'a> {
+        let origin = namespace.origin();
         ClaimRequest {
             key,
             namespace: namespace.as_str(),
             fingerprint,
             lease: self.inner.config.lease,
             claim_id,
+            mechanism: origin.mechanism,
+            key_derivation: Some(origin.derivation),
         }
     }
 
@@ -581,9 +628,10 @@ pub struct Execution<S: Store> {
     lease: Lease,
     keep_alive: Option<JoinHandle<()>>,
     finished: bool,
-    /// The same call's claim of the key 0.1 gave it ([`Config::keys_of_0_1`]): completed
-    /// first (0.1 nodes look only there) and released with this one.
-    key_of_0_1: Option<Box<Execution<S>>>,
+    /// The same call's claim of the key the previous derivation gave it
+    /// ([`Config::previous_keys`]): completed first (nodes of the previous release look only
+    /// there) and released with this one.
+    previous: Option<Box<Execution<S>>>,
 }
 
 impl<S: Store> std::fmt::Debug for Execution<S> {
@@ -610,7 +658,7 @@ impl<S: Store> Execution<S> {
             lease,
             keep_alive,
             finished: false,
-            key_of_0_1: None,
+            previous: None,
         }
     }
 
@@ -644,7 +692,7 @@ impl<S: Store> Execution<S> {
     #[allow(clippy::manual_async_fn)] // an `async fn` would keep `self` and `outcome` twice
     pub fn complete(mut self, outcome: Outcome) -> impl Future<Output = Result<(), StoreError>> {
         async move {
-            if let Some(twin) = self.key_of_0_1.take() {
+            if let Some(twin) = self.previous.take() {
                 // Logged and retried by the twin itself; this key is completed whatever it says.
                 let _ = Box::pin(twin.complete(outcome.clone())).await;
             }
@@ -676,7 +724,7 @@ impl<S: Store> Execution<S> {
     #[allow(clippy::manual_async_fn)] // an `async fn` would keep `self` twice
     pub fn release(mut self) -> impl Future<Output = Result<(), StoreError>> {
         async move {
-            if let Some(twin) = self.key_of_0_1.take() {
+            if let Some(twin) = self.previous.take() {
                 let _ = Box::pin(twin.release()).await;
             }
             self.stop_keep_alive();

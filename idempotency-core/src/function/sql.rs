@@ -8,9 +8,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Call, FnResult, STATUS_OK, decode};
-use crate::sql::{
-    InTransaction, Transition, TransitionOutcome, TxClaim, TxClaimRequest, TxLease, TxStore,
-};
+use crate::sql::tx::KeyedClaim;
+use crate::sql::{InTransaction, Transition, TransitionOutcome, TxClaim, TxLease, TxStore};
 use crate::{BoxFuture, Error, Mechanism, Outcome, StoreError};
 
 /// What a transactional `#[idempotent]`'s `store = …` may evaluate to: a [`TxStore`]
@@ -83,18 +82,8 @@ where
             return Err(self.fail(crate::KeyError::Empty.into()));
         }
         let fingerprint = call.fingerprint.finish();
-        let key = call.storage_key();
-        // 0.1 keyed functions as requests ([`TxStore::keys_of_0_1`]).
-        let key_of_0_1 = self
-            .store
-            .keys_of_0_1()
-            .then(|| call.scope.storage_key_for(Mechanism::Request, &call.key));
-        let request = TxClaimRequest {
-            key_of_0_1: key_of_0_1.as_ref(),
-            ..self
-                .store
-                .tx_request(call.scope.namespace(), &key, &fingerprint)
-        };
+        let keyed = KeyedClaim::new(self.store, &call.scope, Mechanism::Function, &call.key);
+        let request = keyed.request(self.store, &fingerprint);
         let claim = self.store.claim_storage_key_in_tx(tx, request).await;
         match claim {
             Ok(TxClaim::Execute(lease)) => Ok(lease),

@@ -220,6 +220,8 @@ struct Entry {
     status: u16,
     /// The outcome's encoded response, once completed.
     body: Option<Bytes>,
+    /// [`Record::mechanism`] and [`Record::key_derivation`], packed in one byte ([`origin`]).
+    origin: u8,
 }
 
 impl Entry {
@@ -250,6 +252,8 @@ impl Entry {
             outcome: self.outcome(),
             conflicts: 0,
             last_conflict_at: None,
+            mechanism: origin::mechanism(self.origin),
+            key_derivation: origin::derivation(self.origin),
         }
     }
 }
@@ -528,6 +532,32 @@ fn new_entry(
         expires_at: now.plus(request.lease),
         status: 0,
         body: None,
+        origin: origin::pack(request.mechanism, request.key_derivation),
+    }
+}
+
+/// What wrote a record, in one byte (the entry stays within its allocation size): the
+/// mechanism's place in [`Mechanism::ALL`] plus one in the high half (0: unknown), the key
+/// derivation in the low half (0: unknown, or beyond 15).
+mod origin {
+    use crate::Mechanism;
+
+    pub(super) fn pack(mechanism: Option<Mechanism>, derivation: Option<u8>) -> u8 {
+        let mechanism = mechanism
+            .and_then(|known| Mechanism::ALL.iter().position(|each| *each == known))
+            .map_or(0, |place| place as u8 + 1);
+        let derivation = derivation.filter(|version| *version <= 0x0f).unwrap_or(0);
+        (mechanism << 4) | derivation
+    }
+
+    pub(super) fn mechanism(packed: u8) -> Option<Mechanism> {
+        usize::from(packed >> 4)
+            .checked_sub(1)
+            .and_then(|place| Mechanism::ALL.get(place).copied())
+    }
+
+    pub(super) fn derivation(packed: u8) -> Option<u8> {
+        Some(packed & 0x0f).filter(|version| *version != 0)
     }
 }
 
@@ -710,6 +740,8 @@ mod tests {
             fingerprint,
             lease,
             claim_id: ClaimId::random(),
+            mechanism: None,
+            key_derivation: None,
         }
     }
 

@@ -13,14 +13,18 @@
 //! | 61..69 | in progress: lease end; completed: expiry (Unix ms) |
 //! | 69..77 | in progress: abandoned grace (ms); completed: completed at (Unix ms) |
 //! | 77..79 | outcome status (0 while in progress) |
-//! | 79..81 | namespace length `n`; its top bit set: a conflict mark follows the namespace |
-//! | 81..81+n | namespace (UTF-8) |
+//! | 79..81 | namespace field's length `n`; its top bit set: a conflict mark follows the field |
+//! | 81..81+n | namespace (UTF-8), then what wrote the record: a NUL, the mechanism's letter and the key derivation's digit (absent in records written before records said it) |
 //! | 81+n..93+n | conflict mark, when flagged: conflicts (4 bytes), last one at (Unix ms) |
 //! | 81+n(+12).. | outcome body, raw bytes (completed records only) |
 //!
 //! Records without a conflict mark are written as before it existed, so they decode alike;
 //! the mark is added by the mark script ([`super::scripts::MARK_CONFLICT`]), kept by complete
 //! and touch, and dropped by a claim that writes the record anew.
+//!
+//! What wrote the record is kept inside the namespace's length, so that the scripts, which
+//! copy the namespace on every step, keep it, and a release that does not read it still finds
+//! the body where it was.
 //!
 //! Times are written by the client that made the step (its clock), for reconciliation and as a
 //! hint. Nothing is decided by them on the server: a completed record lives while its key
@@ -34,7 +38,8 @@ use bytes::Bytes;
 use super::fencing;
 use crate::time::from_unix_millis;
 use crate::{
-    Claim, FencingToken, Fingerprint, Lease, Outcome, Record, RecordState, StorageKey, StoreError,
+    Claim, ClaimRequest, FencingToken, Fingerprint, Lease, Mechanism, Outcome, Record, RecordState,
+    StorageKey, StoreError,
 };
 
 /// The fixed part of every record, before its namespace.
@@ -141,6 +146,90 @@ pub(super) fn claim_reply(reply: Value) -> Result<Claim, StoreError> {
     }
 }
 
+/// The namespace a claim writes, and what wrote the record.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Written<'a> {
+    pub(super) namespace: &'a str,
+    pub(super) mechanism: Option<Mechanism>,
+    pub(super) key_derivation: Option<u8>,
+}
+
+impl<'a> Written<'a> {
+    /// What `request` writes.
+    pub(super) fn of(request: &ClaimRequest<'a>) -> Self {
+        Self {
+            namespace: request.namespace,
+            mechanism: request.mechanism,
+            key_derivation: request.key_derivation,
+        }
+    }
+
+    /// The trailer saying what wrote the record, if anything is known of it.
+    fn trailer(&self) -> Option<[u8; 3]> {
+        if self.mechanism.is_none() && self.key_derivation.is_none() {
+            return None;
+        }
+        let mechanism = self.mechanism.map_or(b'-', mechanism_byte);
+        let derivation = match self.key_derivation {
+            Some(version @ 0..=9) => b'0' + version,
+            _ => b'-',
+        };
+        Some([0, mechanism, derivation])
+    }
+
+    /// The bytes of the namespace field (namespace and trailer).
+    pub(super) fn len(&self) -> usize {
+        self.namespace.len() + self.trailer().map_or(0, |trailer| trailer.len())
+    }
+
+    fn append(&self, record: &mut Vec<u8>) {
+        // The store refuses longer namespaces before encoding.
+        let length = u16::try_from(self.len()).unwrap_or(u16::MAX);
+        record.extend_from_slice(&length.to_be_bytes());
+        record.extend_from_slice(self.namespace.as_bytes());
+        if let Some(trailer) = self.trailer() {
+            record.extend_from_slice(&trailer);
+        }
+    }
+}
+
+fn mechanism_byte(mechanism: Mechanism) -> u8 {
+    match mechanism {
+        Mechanism::Request => b'r',
+        Mechanism::Function => b'f',
+        Mechanism::Transaction => b't',
+        Mechanism::Message => b'm',
+    }
+}
+
+/// The namespace field read back: the namespace, the mechanism and the key derivation.
+fn read_written(field: &[u8]) -> Result<(String, Option<Mechanism>, Option<u8>), StoreError> {
+    let text = |bytes: &[u8]| {
+        std::str::from_utf8(bytes)
+            .map(str::to_owned)
+            .map_err(|_| codec("namespace"))
+    };
+    let [.., 0, mechanism, derivation] = field else {
+        return Ok((text(field)?, None, None));
+    };
+    let mechanism = match *mechanism {
+        b'-' => None,
+        byte => match Mechanism::ALL
+            .into_iter()
+            .find(|known| mechanism_byte(*known) == byte)
+        {
+            Some(known) => Some(known),
+            None => return Ok((text(field)?, None, None)),
+        },
+    };
+    let derivation = match *derivation {
+        b'-' => None,
+        digit @ b'0'..=b'9' => Some(digit - b'0'),
+        _ => return Ok((text(field)?, None, None)),
+    };
+    Ok((text(&field[..field.len() - 3])?, mechanism, derivation))
+}
+
 /// A new in-progress record, first attempt, as the native claim writes it.
 pub(super) fn in_progress(
     fingerprint: &Fingerprint,
@@ -148,7 +237,7 @@ pub(super) fn in_progress(
     now_ms: u64,
     lease_ms: u64,
     grace_ms: u64,
-    namespace: &str,
+    namespace: Written<'_>,
 ) -> Vec<u8> {
     let mut record = Vec::with_capacity(HEADER + namespace.len());
     record.push(b'p');
@@ -166,20 +255,23 @@ pub(super) fn in_progress_tail(
     now_ms: u64,
     lease_ms: u64,
     grace_ms: u64,
-    namespace: &str,
+    namespace: Written<'_>,
 ) -> Vec<u8> {
     let mut tail = Vec::with_capacity(HEADER - UPDATED + namespace.len());
     append_tail(&mut tail, now_ms, lease_ms, grace_ms, namespace);
     tail
 }
 
-fn append_tail(record: &mut Vec<u8>, now_ms: u64, lease_ms: u64, grace_ms: u64, namespace: &str) {
+fn append_tail(
+    record: &mut Vec<u8>,
+    now_ms: u64,
+    lease_ms: u64,
+    grace_ms: u64,
+    namespace: Written<'_>,
+) {
     record.extend_from_slice(&lease_fields(now_ms, lease_ms, grace_ms));
     record.extend_from_slice(&0u16.to_be_bytes());
-    // The store refuses longer namespaces before encoding.
-    let length = u16::try_from(namespace.len()).unwrap_or(u16::MAX);
-    record.extend_from_slice(&length.to_be_bytes());
-    record.extend_from_slice(namespace.as_bytes());
+    namespace.append(record);
 }
 
 /// Bytes 53..77 of an in-progress record: updated, lease end, grace (the touch script writes
@@ -286,9 +378,7 @@ pub(super) fn record(
         b'c' => RecordState::Completed,
         _ => return Err(codec("record state")),
     };
-    let namespace = std::str::from_utf8(&stored[HEADER..end])
-        .map_err(|_| codec("namespace"))?
-        .to_owned();
+    let (namespace, mechanism, key_derivation) = read_written(&stored[HEADER..end])?;
     let completed_at = match state {
         RecordState::InProgress => None,
         RecordState::Completed => Some(from_unix_millis(u64_at(&stored, 69))),
@@ -307,6 +397,8 @@ pub(super) fn record(
         outcome: None,
         conflicts: 0,
         last_conflict_at: None,
+        mechanism,
+        key_derivation,
     };
     if start > end {
         record.conflicts = u32::from_be_bytes(be(&stored, end));
@@ -433,11 +525,16 @@ mod tests {
     fn the_native_claim_writes_what_the_decoder_reads() {
         let key = StorageKey([1; 32]);
         let fp = Fingerprint([9; 32]);
-        let written = in_progress(&fp, 77, 5_000, 300, 60_000, "orders");
-        assert_eq!(written.len(), HEADER + "orders".len());
+        let orders = Written {
+            namespace: "orders",
+            mechanism: Some(Mechanism::Function),
+            key_derivation: Some(2),
+        };
+        let written = in_progress(&fp, 77, 5_000, 300, 60_000, orders);
+        assert_eq!(written.len(), HEADER + "orders".len() + 3);
         assert_eq!(
             written[UPDATED..],
-            in_progress_tail(5_000, 300, 60_000, "orders")[..]
+            in_progress_tail(5_000, 300, 60_000, orders)[..]
         );
         let record = record(&key, Some(written)).unwrap().unwrap();
         assert_eq!(record.state, RecordState::InProgress);
@@ -449,6 +546,31 @@ mod tests {
         assert_eq!(record.expires_at, from_unix_millis(5_300));
         assert_eq!(record.completed_at, None);
         assert_eq!(record.namespace, "orders");
+        assert_eq!(record.mechanism, Some(Mechanism::Function));
+        assert_eq!(record.key_derivation, Some(2));
+        // A record written before records said what wrote them reads as unknown.
+        let older = Written {
+            namespace: "orders",
+            mechanism: None,
+            key_derivation: None,
+        };
+        let read = super::record(&key, Some(in_progress(&fp, 77, 5_000, 300, 60_000, older)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (read.namespace.as_str(), read.mechanism, read.key_derivation),
+            ("orders", None, None)
+        );
+        // The body of a completed record starts after the trailer, for a reader of either kind.
+        let completed = completed_from(
+            &in_progress(&fp, 77, 5_000, 300, 60_000, orders),
+            &completed_fields(6_000, 1_000, 200),
+            b"body",
+        );
+        let read = super::record(&key, Some(completed)).unwrap().unwrap();
+        assert_eq!(read.outcome, Some(Outcome::new(200, "body")));
+        assert_eq!(read.mechanism, Some(Mechanism::Function));
+        assert_eq!(read.namespace, "orders");
     }
 
     #[test]
@@ -525,7 +647,12 @@ mod tests {
 
     #[test]
     fn a_renewed_record_differs_in_its_lease_fields_only() {
-        let in_progress = in_progress(&Fingerprint([7; 32]), 42, 1_000, 500, 60_000, "ns");
+        let ns = Written {
+            namespace: "ns",
+            mechanism: None,
+            key_derivation: None,
+        };
+        let in_progress = in_progress(&Fingerprint([7; 32]), 42, 1_000, 500, 60_000, ns);
         let renewed = renewed(&in_progress, &lease_fields(2_000, 500, 60_000));
         assert_eq!(renewed.len(), in_progress.len());
         assert_eq!(renewed[..UPDATED], in_progress[..UPDATED]);

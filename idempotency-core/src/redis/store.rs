@@ -371,7 +371,7 @@ where
                         now_ms,
                         lease_ms,
                         grace_ms,
-                        request.namespace,
+                        codec::Written::of(&request),
                     ))
                     .arg(lease_ms.saturating_add(grace_ms));
                 let sent = Sent::new(&self.unanswered, request.claim_id, *request.key, token);
@@ -427,11 +427,11 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     async fn claim_op(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        if request.namespace.len() > codec::MAX_NAMESPACE {
+        if codec::Written::of(&request).len() > codec::MAX_NAMESPACE {
             return Err(StoreError::Codec(
                 format!(
                     "redis: namespaces are limited to {} bytes",
-                    codec::MAX_NAMESPACE
+                    codec::MAX_NAMESPACE - 3
                 )
                 .into(),
             ));
@@ -456,7 +456,7 @@ where
             now_us / 1000,
             lease_ms,
             grace_ms,
-            request.namespace,
+            codec::Written::of(&request),
         );
         let mut command = ::redis::Cmd::with_capacity(7, 32 + record_key.len() + record.len());
         command

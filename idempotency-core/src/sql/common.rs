@@ -42,7 +42,7 @@ pub(crate) struct Settings {
     pub(crate) tx_lease: Duration,
     pub(crate) tx_ttl: Duration,
     pub(crate) tx_in_flight: InFlightPolicy,
-    pub(crate) keys_of_0_1: bool,
+    pub(crate) previous_keys: bool,
     pub(crate) abandoned_grace: Duration,
     /// The TTL the table is configured with ([`SqlStore::with_table_ttl`](super::SqlStore::with_table_ttl)).
     pub(crate) table_ttl: Option<Duration>,
@@ -55,7 +55,7 @@ impl Default for Settings {
             tx_lease: Duration::from_secs(60),
             tx_ttl: Duration::from_secs(24 * 60 * 60),
             tx_in_flight: InFlightPolicy::wait(crate::DEFAULT_IN_FLIGHT_WAIT),
-            keys_of_0_1: false,
+            previous_keys: false,
             abandoned_grace: crate::DEFAULT_ABANDONED_GRACE,
             table_ttl: None,
         }
@@ -204,6 +204,8 @@ pub(crate) struct RecordRow {
     response_body: Option<Vec<u8>>,
     conflicts: i64,
     last_conflict_us: Option<i64>,
+    mechanism: Option<String>,
+    key_derivation: Option<i64>,
 }
 
 impl RecordRow {
@@ -222,6 +224,11 @@ impl RecordRow {
             outcome: outcome(self.response_status, self.response_body)?,
             conflicts: to_u32(self.conflicts, "conflicts")?,
             last_conflict_at: self.last_conflict_us.map(from_micros),
+            // A name or version this release does not know reads as unknown.
+            mechanism: self.mechanism.as_deref().and_then(crate::Mechanism::parse),
+            key_derivation: self
+                .key_derivation
+                .and_then(|version| u8::try_from(version).ok()),
         })
     }
 }

@@ -43,7 +43,7 @@ pub mod outbox;
 mod schema;
 mod store;
 mod transition;
-mod tx;
+pub(crate) mod tx;
 
 #[cfg(feature = "mysql")]
 mod mysql;

@@ -129,7 +129,7 @@ fn statements(table: &str) -> TableSql<Sql> {
         };
         let record_columns = format!(
             "key_hash, namespace, fingerprint, state, token, attempts, {}, {}, {}, {}, \
-             response_status, response_body, conflicts, {}",
+             response_status, response_body, conflicts, {}, mechanism, key_derivation",
             us("created_at").replace("AS created_at", "AS created_us"),
             us("updated_at").replace("AS updated_at", "AS updated_us"),
             us("completed_at").replace("AS completed_at", "AS completed_us"),
@@ -149,12 +149,13 @@ fn statements(table: &str) -> TableSql<Sql> {
                 // Assignments of ON DUPLICATE KEY UPDATE run left to right and see earlier ones, so
                 // every column the condition or a later value reads (`state`, `expires_at`) is
                 // assigned after its readers. Parameters: key, namespace, fingerprint, claim id,
-                // lease µs, namespace, fingerprint, claim id, lease µs.
+                // lease µs, mechanism, key derivation, namespace, fingerprint, claim id,
+                // mechanism, key derivation, lease µs.
                 upsert: format!(
                     "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
-                   attempts, created_at, updated_at, expires_at) \
+                   attempts, created_at, updated_at, expires_at, mechanism, key_derivation) \
                  VALUES (?, ?, ?, 'in_progress', LAST_INSERT_ID({NOW_US}), ?, 1, {NOW}, {NOW}, \
-                   {NOW} + INTERVAL ? MICROSECOND) \
+                   {NOW} + INTERVAL ? MICROSECOND, ?, ?) \
                  ON DUPLICATE KEY UPDATE \
                    attempts = IF({expired}, IF(state = 'in_progress', attempts + 1, 1), attempts), \
                    created_at = IF({expired}, IF(state = 'in_progress', created_at, {NOW}), \
@@ -164,6 +165,8 @@ fn statements(table: &str) -> TableSql<Sql> {
                    namespace = IF({expired}, ?, namespace), \
                    fingerprint = IF({expired}, ?, fingerprint), \
                    claim_id = IF({expired}, ?, claim_id), \
+                   mechanism = IF({expired}, ?, mechanism), \
+                   key_derivation = IF({expired}, ?, key_derivation), \
                    state = IF({expired}, 'in_progress', state), \
                    updated_at = IF({expired}, {NOW}, updated_at), \
                    completed_at = IF({expired}, NULL, completed_at), \
@@ -217,6 +220,11 @@ fn statements(table: &str) -> TableSql<Sql> {
                 ],
                 // 3: the conflict mark (`mark_conflict`).
                 marks.step,
+                vec![
+                    // 4: what wrote the record (`Record::mechanism`, `Record::key_derivation`).
+                    format!("ALTER TABLE {t} ADD COLUMN mechanism VARCHAR(16) NULL"),
+                    format!("ALTER TABLE {t} ADD COLUMN key_derivation SMALLINT NULL"),
+                ],
             ],
             mark_conflict: marks.mark,
             undo: format!(
@@ -336,6 +344,8 @@ impl Steps for MySql {
             lease: request.lease,
             // Never undone: a claim in a transaction that fails is rolled back with it.
             claim_id: ClaimId::random(),
+            mechanism: request.mechanism,
+            key_derivation: request.key_derivation,
         };
         match sql.claim_with(conn, claim, true, &upsert).await {
             Ok(claimed) => Ok(tx_claim(claimed, &request)),
@@ -429,15 +439,21 @@ impl Sql {
     ) -> Result<Upsert, Waited> {
         let lease = micros(request.lease);
         let claim_id = request.claim_id.as_bytes().as_slice();
+        let mechanism = request.mechanism.map(crate::Mechanism::as_str);
+        let key_derivation = request.key_derivation.map(i16::from);
         let done = sqlx::query(statement)
             .bind(request.key.0.as_slice())
             .bind(request.namespace)
             .bind(request.fingerprint.0.as_slice())
             .bind(claim_id)
             .bind(lease)
+            .bind(mechanism)
+            .bind(key_derivation)
             .bind(request.namespace)
             .bind(request.fingerprint.0.as_slice())
             .bind(claim_id)
+            .bind(mechanism)
+            .bind(key_derivation)
             .bind(lease)
             .execute(conn)
             .await

@@ -10,7 +10,9 @@ use super::dialect::{TableSql, sealed::Steps};
 use super::schema::{self, VersionSql};
 use super::store::SqlStore;
 use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
-use crate::{Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, StoreError};
+use crate::{
+    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Mechanism, Outcome, StorageKey, StoreError,
+};
 
 /// SQLSTATE `lock_not_available`: a bounded wait (`lock_timeout`) ran out.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
@@ -108,7 +110,8 @@ fn record_columns() -> String {
         "key_hash, namespace, fingerprint, state, token, attempts::bigint AS attempts, \
          {} AS created_us, {} AS updated_us, {} AS completed_us, {} AS expires_us, \
          response_status::bigint AS response_status, response_body, \
-         conflicts::bigint AS conflicts, {} AS last_conflict_us",
+         conflicts::bigint AS conflicts, {} AS last_conflict_us, mechanism, \
+         key_derivation::bigint AS key_derivation",
         us("created_at"),
         us("updated_at"),
         us("completed_at"),
@@ -139,6 +142,8 @@ fn statements(table: &str) -> TableSql<Sql> {
             ("state", "'in_progress'"),
             ("token", "excluded.token"),
             ("claim_id", "excluded.claim_id"),
+            ("mechanism", "excluded.mechanism"),
+            ("key_derivation", "excluded.key_derivation"),
             (
                 "attempts",
                 "CASE WHEN r.state = 'in_progress' THEN r.attempts + 1 ELSE 1 END",
@@ -174,6 +179,8 @@ fn statements(table: &str) -> TableSql<Sql> {
             // Bounded: `lt` sets the wait before `ins` runs (`tok` reads it), `back` restores the
             // caller's setting after (it reads `ins`), so the business statements that follow in
             // the transaction keep their own lock timeout.
+            // What wrote the record: after the lock timeout where there is one.
+            let origin = if bounded { "$7, $8" } else { "$6, $7" };
             let (lt, from_lt, back, with_back) = if bounded {
                 (
                     "lt AS (SELECT current_setting('lock_timeout') AS old, \
@@ -193,9 +200,9 @@ fn statements(table: &str) -> TableSql<Sql> {
              tok AS (SELECT nextval('{seq}') AS v{from_lt}), \
              ins AS (\
                INSERT INTO {t} AS r (key_hash, namespace, fingerprint, state, token, claim_id, \
-               attempts, created_at, updated_at, expires_at) \
+               attempts, created_at, updated_at, expires_at, mechanism, key_derivation) \
                SELECT $1, $2, $3, 'in_progress', tok.v, $5, 1, {NOW}, {NOW}, \
-               {NOW} + $4 * interval '1 microsecond' FROM tok \
+               {NOW} + $4 * interval '1 microsecond', {origin} FROM tok \
                WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > {NOW}) \
                ON CONFLICT (key_hash) DO UPDATE SET {takeover} \
                RETURNING r.state, r.fingerprint, r.token, r.attempts, r.expires_at, \
@@ -213,9 +220,9 @@ fn statements(table: &str) -> TableSql<Sql> {
             "WITH lt AS (SELECT current_setting('lock_timeout') AS old, \
                set_config('lock_timeout', $6, true) AS new), \
              ins AS (INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
-               attempts, created_at, updated_at, expires_at) \
+               attempts, created_at, updated_at, expires_at, mechanism, key_derivation) \
                SELECT $1, $2, $3, 'in_progress', nextval('{seq}'), $5, 1, {NOW}, {NOW}, \
-               {NOW} + $4 * interval '1 microsecond' FROM lt \
+               {NOW} + $4 * interval '1 microsecond', $7, $8 FROM lt \
                ON CONFLICT (key_hash) DO NOTHING RETURNING token) \
              SELECT (SELECT token FROM ins) AS token, \
                set_config('lock_timeout', lt.old, true) AS restored FROM lt"
@@ -275,6 +282,11 @@ fn statements(table: &str) -> TableSql<Sql> {
                 ],
                 // 3: the conflict mark (`mark_conflict`).
                 marks.step,
+                vec![
+                    // 4: what wrote the record (`Record::mechanism`, `Record::key_derivation`).
+                    format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS mechanism TEXT"),
+                    format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS key_derivation SMALLINT"),
+                ],
             ],
             mark_conflict: marks.mark,
             undo: format!(
@@ -343,6 +355,8 @@ impl Steps for Postgres {
             .bind(micros(request.lease))
             .bind(ClaimId::random().as_bytes().as_slice())
             .bind(&wait)
+            .bind(request.mechanism.map(Mechanism::as_str))
+            .bind(request.key_derivation.map(i16::from))
             .fetch_one(&mut *conn)
             .await;
         match fresh {
@@ -371,6 +385,8 @@ impl Steps for Postgres {
             .bind(micros(request.lease))
             .bind(ClaimId::random().as_bytes().as_slice())
             .bind(&wait)
+            .bind(request.mechanism.map(Mechanism::as_str))
+            .bind(request.key_derivation.map(i16::from))
             .fetch_optional(conn)
             .await;
         match row {
@@ -399,6 +415,8 @@ impl Steps for Postgres {
             .bind(request.fingerprint.0.as_slice())
             .bind(micros(request.lease))
             .bind(request.claim_id.as_bytes().as_slice())
+            .bind(request.mechanism.map(Mechanism::as_str))
+            .bind(request.key_derivation.map(i16::from))
             .fetch_optional(conn)
             .await
             .map_err(map_err)?;

@@ -86,7 +86,7 @@ fn statements(table: &str) -> TableSql<Sql> {
         let record_columns = "key_hash, namespace, fingerprint, state, token, attempts, \
              created_at AS created_us, updated_at AS updated_us, completed_at AS completed_us, \
              expires_at AS expires_us, response_status, response_body, conflicts, \
-             last_conflict_at AS last_conflict_us";
+             last_conflict_at AS last_conflict_us, mechanism, key_derivation";
         let now = <Sqlite as Steps>::NOW;
         let marks = MarkSql::new(&t, "ADD COLUMN", "INTEGER", now, "?1");
         TableSql {
@@ -98,11 +98,12 @@ fn statements(table: &str) -> TableSql<Sql> {
                 // ?4 is now in µs; a fresh token is `now`, a takeover's `max(previous + 1, now)`.
                 upsert: format!(
                     "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
-                   attempts, created_at, updated_at, expires_at) \
-                 VALUES (?1, ?2, ?3, 'in_progress', ?4, ?6, 1, ?4, ?4, ?4 + ?5) \
+                   attempts, created_at, updated_at, expires_at, mechanism, key_derivation) \
+                 VALUES (?1, ?2, ?3, 'in_progress', ?4, ?6, 1, ?4, ?4, ?4 + ?5, ?7, ?8) \
                  ON CONFLICT (key_hash) DO UPDATE SET \
                    namespace = excluded.namespace, fingerprint = excluded.fingerprint, \
-                   claim_id = excluded.claim_id, \
+                   claim_id = excluded.claim_id, mechanism = excluded.mechanism, \
+                   key_derivation = excluded.key_derivation, \
                    state = 'in_progress', token = max(token + 1, excluded.token), \
                    attempts = CASE WHEN state = 'in_progress' THEN attempts + 1 ELSE 1 END, \
                    created_at = CASE WHEN state = 'in_progress' THEN created_at \
@@ -158,6 +159,11 @@ fn statements(table: &str) -> TableSql<Sql> {
                 ],
                 // 3: the conflict mark (`mark_conflict`).
                 marks.step,
+                vec![
+                    // 4: what wrote the record (`Record::mechanism`, `Record::key_derivation`).
+                    format!("ALTER TABLE {t} ADD COLUMN mechanism TEXT"),
+                    format!("ALTER TABLE {t} ADD COLUMN key_derivation INTEGER"),
+                ],
             ],
             mark_conflict: marks.mark,
             undo: format!(
@@ -232,6 +238,8 @@ impl Steps for Sqlite {
             lease: request.lease,
             // Never undone: a claim in a transaction that fails is rolled back with it.
             claim_id: ClaimId::random(),
+            mechanism: request.mechanism,
+            key_derivation: request.key_derivation,
         };
         Ok(tx_claim(
             store.sql.own.claim(conn, claim, true).await?,
@@ -331,6 +339,8 @@ impl Sql {
             .bind(now_us())
             .bind(micros(request.lease))
             .bind(request.claim_id.as_bytes().as_slice())
+            .bind(request.mechanism.map(crate::Mechanism::as_str))
+            .bind(request.key_derivation.map(i64::from))
             .fetch_optional(conn)
             .await
             .map_err(map_err)?;

@@ -8,7 +8,7 @@ use sqlx::Pool;
 use super::ListFilter;
 use super::common::{Settings, map_err, owned, token_param, validate_identifier};
 use super::dialect::{Dialect, TableSql};
-use super::tx::{InTransaction, TxClaim, TxClaimRequest, TxLease, TxStore};
+use super::tx::{InTransaction, TxClaim, TxClaimRequest, TxLease, TxStore, previous_request};
 use crate::{
     Claim, ClaimId, ClaimRequest, FencingToken, Fingerprint, Outcome, Record, StorageKey, Store,
     StoreError,
@@ -20,8 +20,8 @@ use crate::{
 /// each claims, waits and keeps time.
 ///
 /// Every SQL store has the same settings: [`new`](Self::new) on a pool, the table name, the
-/// lease, TTL and in-flight policy of transactional claims, the abandoned grace and the
-/// upgrade from 0.1; [`migrate`](Self::migrate) once at start-up, [`list`](Self::list) for
+/// lease, TTL and in-flight policy of transactional claims, the abandoned grace and whether
+/// previous keys are read; [`migrate`](Self::migrate) once at start-up, [`list`](Self::list) for
 /// reconciliation.
 pub struct SqlStore<D: Dialect> {
     pub(super) pool: Pool<D>,
@@ -90,11 +90,12 @@ impl<D: Dialect> SqlStore<D> {
         self
     }
 
-    /// Transactional claims of transactions and functions also take, first, the key 0.1 gave
-    /// them ([`TxStore::keys_of_0_1`]): on while a fleet upgrades from 0.1, and until records
-    /// 0.1 wrote have expired.
-    pub fn with_keys_of_0_1(mut self, enabled: bool) -> Self {
-        self.settings.keys_of_0_1 = enabled;
+    /// Transactional claims also take, first, the key the previous key derivation gave them
+    /// ([`TxStore::reads_previous_keys`]): on for one TTL after deploying a release that
+    /// changed how a mechanism's keys are derived (see [`Mechanism`](crate::Mechanism)), while
+    /// the fleet runs both and until the records the previous release wrote have expired.
+    pub fn with_previous_keys(mut self, enabled: bool) -> Self {
+        self.settings.previous_keys = enabled;
         self
     }
 
@@ -249,7 +250,9 @@ impl<D: Dialect> TxStore for SqlStore<D> {
             lease: self.settings.tx_lease,
             ttl: self.settings.tx_ttl,
             in_flight: self.settings.tx_in_flight,
-            key_of_0_1: None,
+            mechanism: None,
+            key_derivation: Some(crate::derivation::CURRENT),
+            previous_key: None,
         }
     }
 
@@ -258,27 +261,23 @@ impl<D: Dialect> TxStore for SqlStore<D> {
         tx: &mut T,
         request: TxClaimRequest<'_>,
     ) -> Result<TxClaim, StoreError> {
-        let Some(key_of_0_1) = request.key_of_0_1 else {
+        let Some(previous_key) = request.previous_key else {
             return D::claim_in_tx_on(self, tx.connection(), request).await;
         };
-        // The upgrade from 0.1 (`keys_of_0_1`): the key of 0.1 first, where 0.1 nodes claim,
-        // then this release's own.
-        let older = TxClaimRequest {
-            key: key_of_0_1,
-            key_of_0_1: None,
-            ..request
-        };
+        // Previous keys read (`with_previous_keys`): the previous derivation's key first,
+        // where nodes of the previous release claim, then this release's own.
+        let older = previous_request(&request, previous_key);
         let older = match D::claim_in_tx_on(self, tx.connection(), older).await? {
             TxClaim::Execute(lease) => lease,
             answered => return Ok(answered),
         };
         let own = TxClaimRequest {
-            key_of_0_1: None,
+            previous_key: None,
             ..request
         };
         match D::claim_in_tx_on(self, tx.connection(), own).await? {
             TxClaim::Execute(mut lease) => {
-                lease.key_of_0_1 = Some(Box::new(older));
+                lease.previous = Some(Box::new(older));
                 Ok(TxClaim::Execute(lease))
             }
             answered => {
@@ -292,8 +291,8 @@ impl<D: Dialect> TxStore for SqlStore<D> {
         }
     }
 
-    fn keys_of_0_1(&self) -> bool {
-        self.settings.keys_of_0_1
+    fn reads_previous_keys(&self) -> bool {
+        self.settings.previous_keys
     }
 
     async fn complete_in_tx<T: InTransaction<D> + ?Sized>(
@@ -302,8 +301,8 @@ impl<D: Dialect> TxStore for SqlStore<D> {
         lease: TxLease,
         outcome: &Outcome,
     ) -> Result<(), StoreError> {
-        // The key of 0.1 first, then this release's own (`keys_of_0_1`).
-        for lease in lease.key_of_0_1.as_deref().into_iter().chain([&lease]) {
+        // The previous derivation's key first, then this release's own (`with_previous_keys`).
+        for lease in lease.previous.as_deref().into_iter().chain([&lease]) {
             D::complete_on(
                 self,
                 tx.connection(),
@@ -322,7 +321,7 @@ impl<D: Dialect> TxStore for SqlStore<D> {
         tx: &mut T,
         lease: TxLease,
     ) -> Result<(), StoreError> {
-        for lease in lease.key_of_0_1.as_deref().into_iter().chain([&lease]) {
+        for lease in lease.previous.as_deref().into_iter().chain([&lease]) {
             self.release_on(tx.connection(), &lease.key, lease.lease.token)
                 .await?;
         }

@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::derivation::{self, Tier};
 use crate::{
     Error, Fingerprint, IdempotencyKey, InFlightPolicy, Lease, Mechanism, Outcome, Scope,
     StorageKey, Store,
@@ -41,9 +42,14 @@ pub struct TxClaimRequest<'a> {
     pub ttl: Duration,
     /// What to do while another transaction's uncommitted claim holds the key.
     pub in_flight: InFlightPolicy,
-    /// The key 0.1 gave the same claim, claimed first while a fleet upgrades from 0.1
-    /// ([`TxStore::keys_of_0_1`]); `None` otherwise.
-    pub key_of_0_1: Option<&'a StorageKey>,
+    /// The front end claiming, kept with the record ([`Record::mechanism`](crate::Record)).
+    pub mechanism: Option<Mechanism>,
+    /// The version of the key derivation that derived `key`, kept with the record
+    /// ([`Record::key_derivation`](crate::Record)).
+    pub key_derivation: Option<u8>,
+    /// The key the previous key derivation gave the same claim, claimed first while previous
+    /// keys are read ([`TxStore::reads_previous_keys`]); `None` otherwise.
+    pub previous_key: Option<&'a StorageKey>,
 }
 
 /// What [`TxStore::claim_in_tx`] found.
@@ -78,9 +84,9 @@ pub struct TxLease {
     pub(crate) key: StorageKey,
     pub(crate) lease: Lease,
     pub(crate) ttl: Duration,
-    /// The claim of the key of 0.1 taken with it ([`TxStore::keys_of_0_1`]), completed first
-    /// and released with it.
-    pub(crate) key_of_0_1: Option<Box<TxLease>>,
+    /// The claim of the previous derivation's key taken with it
+    /// ([`TxStore::reads_previous_keys`]), completed first and released with it.
+    pub(crate) previous: Option<Box<TxLease>>,
 }
 
 impl TxLease {
@@ -153,7 +159,8 @@ pub trait TxStore: Store + Clone {
     ) -> impl Future<Output = Result<sqlx::Transaction<'static, Self::Database>, Error>> + Send;
 
     /// A claim request for an already hashed key with the store's transactional settings:
-    /// `with_tx_lease` (default 60 s), `with_tx_ttl` (24 h) and `with_tx_in_flight` (wait 5 s).
+    /// `with_tx_lease` (default 60 s), `with_tx_ttl` (24 h) and `with_tx_in_flight` (wait 5 s);
+    /// the key derived by this release, no mechanism named, no previous key.
     fn tx_request<'a>(
         &self,
         namespace: &'a str,
@@ -161,13 +168,16 @@ pub trait TxStore: Store + Clone {
         fingerprint: &'a Fingerprint,
     ) -> TxClaimRequest<'a>;
 
-    /// Whether claims of transactions and transactional functions also take, first, the key
-    /// 0.1 gave them (`with_keys_of_0_1`), so that a fleet running 0.1 and 0.2 side by side
-    /// never runs one twice and records 0.1 wrote are replayed. For the upgrade from 0.1 only
-    /// (CHANGELOG). Default off.
-    fn keys_of_0_1(&self) -> bool;
+    /// Whether claims also take, first, the key the previous key derivation gave them (the SQL
+    /// stores' `with_previous_keys`), so that a fleet running the previous release and this
+    /// one side by side never runs one twice, and records the previous release wrote are
+    /// replayed: on for one TTL after a release that changed a derivation (see
+    /// [`Mechanism`]). Default off.
+    fn reads_previous_keys(&self) -> bool {
+        false
+    }
 
-    /// Claims an already hashed key inside `tx` (and, first, `request.key_of_0_1` if set).
+    /// Claims an already hashed key inside `tx` (and, first, `request.previous_key` if set).
     fn claim_storage_key_in_tx<T: InTransaction<Self::Database> + ?Sized>(
         &self,
         tx: &mut T,
@@ -200,20 +210,95 @@ pub trait TxStore: Store + Clone {
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
     ) -> impl Future<Output = Result<TxClaim, Error>> + Send {
-        let storage_key = scope.storage_key_for(Mechanism::Transaction, key.as_str());
-        // 0.1 keyed transactions as requests.
-        let key_of_0_1 = self
-            .keys_of_0_1()
-            .then(|| scope.storage_key_for(Mechanism::Request, key.as_str()));
-        let namespace = scope.namespace().to_owned();
+        let keyed = KeyedClaim::new(self, scope, Mechanism::Transaction, key.as_str());
         let fingerprint = *fingerprint;
         async move {
-            let request = TxClaimRequest {
-                key_of_0_1: key_of_0_1.as_ref(),
-                ..self.tx_request(&namespace, &storage_key, &fingerprint)
-            };
+            let request = keyed.request(self, &fingerprint);
             self.claim_storage_key_in_tx(tx, request).await
         }
+    }
+
+    /// Claims `key` of the front end of `mechanism` in `scope` inside `tx`, with the store's
+    /// transactional settings, its completed record kept for `ttl` (the store's `with_tx_ttl`
+    /// if `None`): the key this release derives for it, and first, while previous keys are
+    /// read, the previous derivation's.
+    fn claim_key_in_tx<T: InTransaction<Self::Database> + ?Sized>(
+        &self,
+        tx: &mut T,
+        scope: &Scope,
+        mechanism: Mechanism,
+        key: &str,
+        fingerprint: &Fingerprint,
+        ttl: Option<Duration>,
+    ) -> impl Future<Output = Result<TxClaim, Error>> + Send {
+        let keyed = KeyedClaim::new(self, scope, mechanism, key);
+        let fingerprint = *fingerprint;
+        async move {
+            let mut request = keyed.request(self, &fingerprint);
+            if let Some(ttl) = ttl {
+                request.ttl = ttl;
+            }
+            self.claim_storage_key_in_tx(tx, request).await
+        }
+    }
+}
+
+/// The keys of one claim in a transaction: this release's, and the previous derivation's
+/// while the store reads previous keys.
+pub(crate) struct KeyedClaim {
+    namespace: String,
+    mechanism: Mechanism,
+    key: StorageKey,
+    previous: Option<StorageKey>,
+}
+
+impl KeyedClaim {
+    pub(crate) fn new<S: TxStore>(
+        store: &S,
+        scope: &Scope,
+        mechanism: Mechanism,
+        key: &str,
+    ) -> Self {
+        let previous = derivation::previous(mechanism, Tier::Transaction)
+            .filter(|_| store.reads_previous_keys())
+            .map(|(_, keyed_as)| scope.storage_key_for(keyed_as, key));
+        Self {
+            namespace: scope.namespace().to_owned(),
+            mechanism,
+            key: scope.storage_key_for(mechanism, key),
+            previous,
+        }
+    }
+
+    pub(crate) fn request<'a, S: TxStore>(
+        &'a self,
+        store: &S,
+        fingerprint: &'a Fingerprint,
+    ) -> TxClaimRequest<'a> {
+        TxClaimRequest {
+            mechanism: Some(self.mechanism),
+            key_derivation: Some(derivation::CURRENT),
+            previous_key: self.previous.as_ref(),
+            ..store.tx_request(&self.namespace, &self.key, fingerprint)
+        }
+    }
+}
+
+/// The request of the claim of `request.previous_key`: the same claim, under the previous
+/// derivation of its mechanism's keys.
+pub(crate) fn previous_request<'a>(
+    request: &TxClaimRequest<'a>,
+    previous_key: &'a StorageKey,
+) -> TxClaimRequest<'a> {
+    let derivation = request
+        .mechanism
+        .and_then(|mechanism| derivation::previous(mechanism, Tier::Transaction))
+        .map(|(version, _)| version);
+    TxClaimRequest {
+        key: previous_key,
+        key_derivation: derivation,
+        previous_key: None,
+        ..*request
     }
 }
 
@@ -224,7 +309,7 @@ pub(crate) fn tx_claim(claim: crate::Claim, request: &TxClaimRequest<'_>) -> TxC
             key: *request.key,
             lease,
             ttl: request.ttl,
-            key_of_0_1: None,
+            previous: None,
         }),
         crate::Claim::Completed(outcome) => TxClaim::Replay(outcome),
         crate::Claim::InProgress { lease_remaining } => TxClaim::InFlight {

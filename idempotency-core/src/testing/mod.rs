@@ -35,8 +35,8 @@ use bytes::Bytes;
 
 use crate::token::{TokenOutcome, TokenStore};
 use crate::{
-    Claim, ClaimId, ClaimRequest, FencingToken, Fingerprint, Lease, Outcome, RecordState, Scope,
-    StorageKey, Store, StoreError,
+    Claim, ClaimId, ClaimRequest, FencingToken, Fingerprint, Lease, Mechanism, Outcome,
+    RecordState, Scope, StorageKey, Store, StoreError,
 };
 
 /// Lease used by checks that do not wait for expiry.
@@ -74,6 +74,8 @@ fn request<'a>(key: &'a StorageKey, fp: &'a Fingerprint, lease: Duration) -> Cla
         fingerprint: fp,
         lease,
         claim_id: ClaimId::random(),
+        mechanism: Some(Mechanism::Function),
+        key_derivation: Some(2),
     }
 }
 
@@ -160,6 +162,11 @@ pub async fn lifecycle<S: Store>(store: &S) {
     assert_eq!(record.namespace, "conformance");
     assert_eq!(record.attempts, 1);
     assert_eq!(record.outcome, None);
+    // The record says what wrote it.
+    assert_eq!(
+        (record.mechanism, record.key_derivation),
+        (Some(Mechanism::Function), Some(2))
+    );
 
     let outcome = binary_outcome();
     store
@@ -179,6 +186,10 @@ pub async fn lifecycle<S: Store>(store: &S) {
         .expect("record once completed");
     assert_eq!(record.state, RecordState::Completed);
     assert_eq!(record.outcome, Some(outcome));
+    assert_eq!(
+        (record.mechanism, record.key_derivation),
+        (Some(Mechanism::Function), Some(2))
+    );
     assert!(record.completed_at.is_some());
     assert!(record.expires_at > record.created_at);
 
@@ -263,8 +274,21 @@ pub async fn takeover_with_other_payload<S: Store>(store: &S) {
     let (a, b) = (fingerprint("a"), fingerprint("b"));
     acquire(store, &key, &a, SHORT).await;
     tokio::time::sleep(PAST_SHORT).await;
-    let lease = acquire(store, &key, &b, LONG).await;
+    // Taken over by a claimer that says nothing of what it is: the record says so too.
+    let taken = store
+        .claim(ClaimRequest {
+            mechanism: None,
+            key_derivation: None,
+            ..request(&key, &b, LONG)
+        })
+        .await
+        .unwrap();
+    let Claim::Acquired(lease) = taken else {
+        panic!("an expired lease is taken over: {taken:?}");
+    };
     assert!(lease.took_over);
+    let record = store.get(&key).await.unwrap().expect("record");
+    assert_eq!((record.mechanism, record.key_derivation), (None, None));
     assert_eq!(
         store.claim(request(&key, &a, LONG)).await.unwrap(),
         Claim::Mismatch

@@ -81,6 +81,8 @@ pub async fn claimed<S: Store>(store: &S, scope: &Scope, raw: &str, lease: Durat
             fingerprint: &Fingerprint::of_bytes(raw.as_bytes()),
             lease,
             claim_id: ClaimId::random(),
+            mechanism: Some(Mechanism::Request),
+            key_derivation: None,
         })
         .await
         .expect("claim");
@@ -214,6 +216,8 @@ where
             fingerprint: &Fingerprint::of_bytes(b"A"),
             lease: long,
             claim_id: ClaimId::random(),
+            mechanism: Some(Mechanism::Request),
+            key_derivation: None,
         })
         .await
         .expect("claim again");
@@ -271,6 +275,8 @@ where
             fingerprint: &Fingerprint::of_bytes(b"D"),
             lease: long,
             claim_id: ClaimId::random(),
+            mechanism: Some(Mechanism::Request),
+            key_derivation: None,
         })
         .await
         .expect("claim D");

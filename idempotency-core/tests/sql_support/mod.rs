@@ -420,6 +420,8 @@ where
             fingerprint: &fp,
             lease: Duration::from_secs(30),
             claim_id: idempotency_core::ClaimId::random(),
+            mechanism: None,
+            key_derivation: None,
         })
         .await
         .unwrap();
@@ -439,12 +441,13 @@ where
     tx.rollback().await.unwrap();
 }
 
-/// Which release a node of the fleet runs, for [`tx_upgrade_from_0_1`].
+/// Which release a node of the fleet runs, for [`tx_upgrade`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Node {
     /// 0.1: transactions keyed as requests.
     V0_1,
-    /// 0.2 with `with_keys_of_0_1(true)`: the key of 0.1 first, then its own.
+    /// 0.2 with `with_previous_keys(true)`: the key of 0.1 (key derivation 1) first, then its
+    /// own.
     Bridged,
     /// 0.2 with the setting off: its own key only.
     V0_2,
@@ -508,11 +511,11 @@ where
     panic!("20 aborted transactions in a row");
 }
 
-/// The upgrade from 0.1 (`with_keys_of_0_1`): a record 0.1 committed is replayed by bridged
+/// The upgrade from 0.1, key derivation 1 to 2 (`with_previous_keys`): a record 0.1 committed is replayed by bridged
 /// nodes; a fleet of 0.1 and bridged nodes runs a storm of one callback once; a record bridged
 /// nodes wrote is replayed by 0.1 and by 0.2 nodes with the setting off. Without the setting,
 /// a 0.2 node does not see 0.1's record (why the setting exists).
-pub async fn tx_upgrade_from_0_1<S>(plain: S, bridged: S, pool: Pool<S::Database>, coupons: String)
+pub async fn tx_upgrade<S>(plain: S, bridged: S, pool: Pool<S::Database>, coupons: String)
 where
     S: TxStore + Clone,
     for<'c> &'c mut <S::Database as Database>::Connection: Executor<'c, Database = S::Database>,
@@ -520,7 +523,7 @@ where
     i64: sqlx::Type<S::Database> + for<'r> sqlx::Decode<'r, S::Database>,
     (i64,): for<'r> sqlx::FromRow<'r, <S::Database as Database>::Row>,
 {
-    assert!(bridged.keys_of_0_1() && !plain.keys_of_0_1());
+    assert!(bridged.reads_previous_keys() && !plain.reads_previous_keys());
     let stores = Arc::new((plain, bridged));
     let granted = Seen::Replayed(Outcome::new(200, "coupon granted"));
     let trade = || format!("T{}", &unique_key().to_hex()[..16]);
@@ -609,6 +612,8 @@ pub async fn purge_batches_and_list<S: Store>(
                 fingerprint: &fp,
                 lease: Duration::from_secs(30),
                 claim_id: idempotency_core::ClaimId::random(),
+                mechanism: None,
+                key_derivation: None,
             })
             .await
             .unwrap()
@@ -699,6 +704,8 @@ pub async fn sweeper_purges<S: Store>(store: S) {
             fingerprint: &fp,
             lease: Duration::from_secs(30),
             claim_id: idempotency_core::ClaimId::random(),
+            mechanism: None,
+            key_derivation: None,
         })
         .await
         .unwrap()
@@ -723,6 +730,8 @@ pub async fn sweeper_purges<S: Store>(store: S) {
             fingerprint: &fp,
             lease: Duration::from_millis(100),
             claim_id: idempotency_core::ClaimId::random(),
+            mechanism: None,
+            key_derivation: None,
         })
         .await
         .unwrap();
@@ -1113,6 +1122,8 @@ pub async fn migrations_are_versioned<S, M>(
             fingerprint: &fp,
             lease: Duration::from_secs(30),
             claim_id: idempotency_core::ClaimId::random(),
+            mechanism: None,
+            key_derivation: None,
         })
         .await
         .unwrap()
@@ -1125,9 +1136,16 @@ pub async fn migrations_are_versioned<S, M>(
         .await
         .unwrap();
 
-    // As 0.1 left it: the table without the claim id and the conflict mark, no version row.
+    // As 0.1 left it: the table without the claim id, the conflict mark nor what wrote each
+    // record, no version row.
     let forget_version = format!("DELETE FROM {SCHEMA_TABLE} WHERE table_name = '{table}'");
-    for column in ["claim_id", "conflicts", "last_conflict_at"] {
+    for column in [
+        "claim_id",
+        "conflicts",
+        "last_conflict_at",
+        "mechanism",
+        "key_derivation",
+    ] {
         S::Database::run(&pool, &format!("ALTER TABLE {table} DROP COLUMN {column}")).await;
     }
     S::Database::run(&pool, &forget_version).await;
@@ -1146,6 +1164,27 @@ pub async fn migrations_are_versioned<S, M>(
         "the upgraded table keeps marks"
     );
     assert_eq!(store.get(&key).await.unwrap().map(|r| r.conflicts), Some(1));
+    // Rows written before records said what wrote them read as unknown.
+    assert_eq!((record.mechanism, record.key_derivation), (None, None));
+    // Rows written after it say so.
+    let said = unique_key();
+    store
+        .claim(ClaimRequest {
+            key: &said,
+            namespace: "migrations",
+            fingerprint: &fp,
+            lease: Duration::from_secs(30),
+            claim_id: idempotency_core::ClaimId::random(),
+            mechanism: Some(idempotency_core::Mechanism::Message),
+            key_derivation: Some(2),
+        })
+        .await
+        .unwrap();
+    let record = store.get(&said).await.unwrap().expect("claimed");
+    assert_eq!(
+        (record.mechanism, record.key_derivation),
+        (Some(idempotency_core::Mechanism::Message), Some(2))
+    );
 
     // Up to date: the version row is not written again (its stamp stays as set here).
     let marked = "migrated_at = '2001-01-01 00:00:00'";
@@ -1191,10 +1230,10 @@ macro_rules! store_scenario_tests {
             |store, pool, coupons| $crate::sql_support::tx_walk(store, pool, coupons));
         $crate::sql_support::store_scenario_tests!(@test tx_sees_engine_claims, 4,
             |store, pool, _coupons| $crate::sql_support::tx_sees_engine_claims(store, pool));
-        $crate::sql_support::store_scenario_tests!(@test tx_upgrade_from_0_1, 20,
-            |store, pool, coupons| $crate::sql_support::tx_upgrade_from_0_1(
+        $crate::sql_support::store_scenario_tests!(@test tx_upgrade, 20,
+            |store, pool, coupons| $crate::sql_support::tx_upgrade(
                 store.clone(),
-                store.with_keys_of_0_1(true),
+                store.with_previous_keys(true),
                 pool,
                 coupons,
             ));

@@ -18,7 +18,11 @@ pub type TwoTierConsumer<S, K, T, I, B> = IdempotentConsumer<S, K, SqlTruth<T, I
 ///
 /// What it settles so that it cannot be got wrong:
 /// - the consumer claims in the truth's own [`Scope`](idempotency_core::Scope) (one scope, not
-///   two that could differ);
+///   two that could differ), and both tiers key a message alike
+///   ([`Mechanism::Message`](idempotency_core::Mechanism::Message)): the two records of one
+///   message have one storage key, each in its own store. The fast tier must therefore be
+///   another store than the truth's table (Redis, memory, another table): on the truth's own
+///   table, the fast tier's claim would hold the very key the truth claims;
 /// - the consumer always defers to the truth where its fast tier cannot answer (a key in
 ///   flight, perhaps a dead consumer's claim; the fast tier down): the handler *is* the truth,
 ///   so no wrapper can forget [`Handler::guards_itself`](crate::Handler::guards_itself); code

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use idempotency_core::sql::{TxClaim, TxClaimRequest, TxStore};
+use idempotency_core::sql::{TxClaim, TxStore};
 use idempotency_core::{Mechanism, Outcome, Scope};
 use serde::Serialize;
 
@@ -203,24 +203,18 @@ where
         };
         self.check_deferred_to();
         let mut tx = self.store.begin().await.map_err(TruthError::Store)?;
-        // `TxStore::claim_in_tx`, with the truth's TTL instead of the store's.
-        let storage_key = self
-            .scope
-            .storage_key_for(Mechanism::Transaction, job.key.as_str());
-        let key_of_0_1 = self
-            .store
-            .keys_of_0_1()
-            .then(|| self.scope.storage_key(&job.key));
-        let request = TxClaimRequest {
-            ttl: self.ttl,
-            key_of_0_1: key_of_0_1.as_ref(),
-            ..self
-                .store
-                .tx_request(self.scope.namespace(), &storage_key, &job.fingerprint)
-        };
+        // Keyed as a message, as the fast tier keys it (one storage key in both tiers), with
+        // the truth's TTL instead of the store's.
         let claim = self
             .store
-            .claim_storage_key_in_tx(&mut tx, request)
+            .claim_key_in_tx(
+                &mut tx,
+                &self.scope,
+                Mechanism::Message,
+                job.key.as_str(),
+                &job.fingerprint,
+                Some(self.ttl),
+            )
             .await
             .map_err(TruthError::Store)?;
         let lease = match claim {
@@ -264,15 +258,17 @@ where
 
 impl<T: TxStore, I, B> SqlTruth<T, I, B> {
     /// Marks the record of truth of `key` as having met a conflicting copy
-    /// ([`Store::mark_conflict`](idempotency_core::Store::mark_conflict)), under the key 0.1
-    /// gave it if that is where it is; a failure is logged.
+    /// ([`Store::mark_conflict`](idempotency_core::Store::mark_conflict)), under the key the
+    /// previous derivation gave it (a transaction's) if that is where it is and previous keys
+    /// are read; a failure is logged.
     async fn mark_record(&self, key: &idempotency_core::IdempotencyKey) {
-        let storage_key = self
-            .scope
-            .storage_key_for(Mechanism::Transaction, key.as_str());
+        let storage_key = self.scope.storage_key_for(Mechanism::Message, key.as_str());
         let mut marked = self.store.mark_conflict(&storage_key).await;
-        if matches!(marked, Ok(false)) && self.store.keys_of_0_1() {
-            marked = self.store.mark_conflict(&self.scope.storage_key(key)).await;
+        if matches!(marked, Ok(false)) && self.store.reads_previous_keys() {
+            let previous = self
+                .scope
+                .storage_key_for(Mechanism::Transaction, key.as_str());
+            marked = self.store.mark_conflict(&previous).await;
         }
         if let Err(error) = marked {
             tracing::warn!(namespace = self.scope.namespace(), record = %storage_key.to_hex(), %error, "the conflict could not be marked on the record of truth");

@@ -124,12 +124,21 @@ impl Tiers {
         &self,
     ) -> SqlTruth<PostgresStore, Job, impl Business<Postgres, Job, Output = i64, Error = sqlx::Error>>
     {
+        self.truth_with_store(self.truth_store())
+    }
+
+    /// [`truth`](Self::truth) on `store` (the truth's table, set otherwise).
+    pub(crate) fn truth_with_store(
+        &self,
+        store: PostgresStore,
+    ) -> SqlTruth<PostgresStore, Job, impl Business<Postgres, Job, Output = i64, Error = sqlx::Error>>
+    {
         let insert = format!(
             "INSERT INTO {} (business_key) VALUES ($1) RETURNING id",
             self.coupons_table
         );
         SqlTruth::new(
-            self.truth_store(),
+            store,
             Scope::new("coupon-grant"),
             move |tx: Tx<Postgres>, job: Job| {
                 let insert = insert.clone();
@@ -155,12 +164,14 @@ impl Tiers {
                 if mode == "in_tx" {
                     // The same SQL claim and insert, then stop before commit.
                     let mut tx = truth.store().begin().await.unwrap();
-                    let claim = TxStore::claim_in_tx(
+                    let claim = TxStore::claim_key_in_tx(
                         truth.store(),
                         &mut tx,
                         &Scope::new("coupon-grant"),
-                        &job.key,
+                        idempotency_core::Mechanism::Message,
+                        job.key.as_str(),
                         &job.fingerprint,
+                        None,
                     )
                     .await
                     .unwrap();

@@ -12,7 +12,7 @@ use http::{HeaderValue, Request, Response};
 use http_body::Body;
 use idempotency_core::sql::{TxClaim, TxClaimRequest, TxLease, TxStore};
 use idempotency_core::{
-    Error, Fingerprint, InFlightPolicy, Outcome, RecordState, StorageKey, telemetry,
+    Error, Fingerprint, InFlightPolicy, Mechanism, Outcome, RecordState, StorageKey, telemetry,
 };
 
 use super::flights::Flight;
@@ -228,14 +228,14 @@ async fn claim<S: TxStore>(
         let attempt = async {
             let mut tx = within(begin_bound, shared.store.begin()).await?;
             let request = TxClaimRequest {
-                key,
-                namespace: shared.settings.scope.namespace(),
-                fingerprint,
                 lease: shared.lease,
                 ttl: shared.ttl,
                 in_flight: asked,
-                // Requests keep the keys 0.1 gave them.
-                key_of_0_1: None,
+                // Requests are keyed alike by every derivation: no previous key.
+                mechanism: Some(Mechanism::Request),
+                ..shared
+                    .store
+                    .tx_request(shared.settings.scope.namespace(), key, fingerprint)
             };
             let claim = shared.store.claim_storage_key_in_tx(&mut tx, request);
             let claimed = within(timeout + asked.max_wait(), claim).await?;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use idempotency_core::redis::RedisStore;
 use idempotency_core::testing::FaultProxy;
-use idempotency_core::{IdempotencyKey, RecordState, Scope, Store};
+use idempotency_core::{IdempotencyKey, Mechanism, RecordState, Scope, Store};
 
 use super::{Service, Trades};
 
@@ -64,7 +64,8 @@ async fn dead_claim_still_held(trade: &str) -> Result<(), String> {
         .await
         .map_err(|error| format!("Redis: {error}"))?;
     let key = IdempotencyKey::parse(trade).map_err(|error| error.to_string())?;
-    let key = Scope::new("coupon-grant").storage_key(&key);
+    // Consumers key their records as messages, in both tiers.
+    let key = Scope::new("coupon-grant").storage_key_for(Mechanism::Message, key.as_str());
     let record = redis.get(&key).await.map_err(|error| error.to_string())?;
     match record.map(|record| record.state) {
         Some(RecordState::InProgress) => Ok(()),

@@ -1,8 +1,9 @@
-//! The upgrade from 0.1 for idempotent functions (`#[idempotent]`, `Call`), on the memory store
-//! and on Redis (REDIS_URL, default redis://127.0.0.1:6379). 0.1 keyed a function's record as
-//! a request's; 0.2 keys it by its mechanism. With `with_keys_of_0_1(true)` a 0.2 node claims
-//! the key of 0.1 first: records 0.1 wrote are replayed, and a fleet of 0.1 and 0.2 nodes runs
-//! each key once. The SQL twin (transactions) is `tx_upgrade_from_0_1` in `sql_support`.
+//! Upgrades that change a key derivation, for idempotent functions (`#[idempotent]`, `Call`),
+//! on the memory store and on Redis (REDIS_URL, default redis://127.0.0.1:6379). Key
+//! derivation 1 (release 0.1) keyed a function's record as a request's; derivations 2 and 3
+//! key it by its mechanism. With `with_previous_keys(true)` a node claims the previous derivation's
+//! key first: records the previous release wrote are replayed, and a fleet of nodes of both
+//! releases runs each key once. The SQL twin (transactions) is `tx_upgrade` in `sql_support`.
 #![cfg(all(feature = "memory", feature = "redis", feature = "testing"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,7 +16,7 @@ use idempotency_core::redis::RedisStore;
 use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{
     BoxStore, Decision, Error, Fingerprint, Idempotency, InFlightPolicy, Mechanism, MemoryStore,
-    Namespace, Outcome, Scope,
+    Namespace, Outcome, Scope, Store,
 };
 
 const NAMESPACE: &str = "coupons";
@@ -111,7 +112,7 @@ async fn grant_as_0_2(
 async fn records_and_claims_of_0_1_are_honoured() {
     for (name, store) in stores().await {
         let old = Idempotency::new(store.clone());
-        let bridged = Idempotency::new(store.clone()).with_keys_of_0_1(true);
+        let bridged = Idempotency::new(store.clone()).with_previous_keys(true);
         let plain = Idempotency::new(store);
         let grants = Grants::default();
 
@@ -156,7 +157,7 @@ async fn records_and_claims_of_0_1_are_honoured() {
 async fn bridged_records_are_seen_by_every_node_and_failures_free_both_keys() {
     for (name, store) in stores().await {
         let old = Idempotency::new(store.clone());
-        let bridged = Idempotency::new(store.clone()).with_keys_of_0_1(true);
+        let bridged = Idempotency::new(store.clone()).with_previous_keys(true);
         let plain = Idempotency::new(store);
         let grants = Grants::default();
 
@@ -165,6 +166,21 @@ async fn bridged_records_are_seen_by_every_node_and_failures_free_both_keys() {
             grant_as_0_2(&bridged, &grants, &done, false).await.unwrap(),
             1
         );
+        // Each record says which derivation wrote its key.
+        let scope = Scope::new(NAMESPACE);
+        for (mechanism, derivation) in [(Mechanism::Request, 1), (Mechanism::Function, 3)] {
+            let record = bridged
+                .store()
+                .get(&scope.storage_key_for(mechanism, &done))
+                .await
+                .unwrap()
+                .expect("both keys hold a record");
+            assert_eq!(
+                (record.mechanism, record.key_derivation),
+                (Some(Mechanism::Function), Some(derivation)),
+                "{name}"
+            );
+        }
         assert_eq!(
             grant_as_0_1(&old, &grants, &done).await.unwrap(),
             1,
@@ -200,7 +216,7 @@ async fn a_fleet_of_0_1_and_bridged_nodes_grants_once() {
     const CALLERS: usize = 8;
     for (name, store) in stores().await {
         let old = Idempotency::new(store.clone());
-        let bridged = Idempotency::new(store).with_keys_of_0_1(true);
+        let bridged = Idempotency::new(store).with_previous_keys(true);
         let grants = Grants::default();
         let trades: Vec<String> = (0..TRADES).map(|_| trade()).collect();
         let mut tasks = Vec::new();

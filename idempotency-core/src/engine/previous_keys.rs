@@ -1,0 +1,102 @@
+//! Claims under the previous key derivation beside this release's (see [`crate::derivation`]):
+//! while a fleet runs the previous release and this one, and until the records the previous
+//! one wrote have expired (one TTL), a claim takes the previous derivation's key first and
+//! then its own ([`Config::previous_keys`](super::Config::previous_keys)):
+//!
+//! - a node of the previous release claims only the previous key, so the two serialize there:
+//!   never two runs;
+//! - a record the previous release completed is replayed from there, and one in flight
+//!   answers in flight;
+//! - a node with the setting off claims only its own key, which nodes reading previous keys
+//!   claim too.
+//!
+//! Both records are completed (the previous key first: nodes of the previous release look only
+//! there) or released together.
+
+use super::{Decision, Idempotency, Namespace, NamespaceRef};
+use crate::derivation::{self, Origin, Tier};
+use crate::{Fingerprint, InFlightPolicy, Mechanism, Scope, Store, StoreError};
+
+impl<S: Store> Idempotency<S> {
+    /// Claims `key` in `scope` for the front end `namespace` was prepared for
+    /// ([`Namespace::for_mechanism`]; [`Mechanism::Request`] by default): the storage key this
+    /// release derives for it ([`Scope::storage_key_for`]), and first, while previous keys are
+    /// read ([`with_previous_keys`](Self::with_previous_keys)), the one the previous key
+    /// derivation gave it. Otherwise as [`claim`](Self::claim).
+    ///
+    /// ```
+    /// use idempotency_core::{Decision, Fingerprint, Idempotency, InFlightPolicy, Mechanism, MemoryStore, Namespace, Scope};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idempotency_core::Error> {
+    /// let engine = Idempotency::new(MemoryStore::new()).with_previous_keys(true);
+    /// let namespace = Namespace::for_mechanism(Mechanism::Message, "trade-notify");
+    /// let scope = Scope::new("trade-notify");
+    /// let fingerprint = Fingerprint::of_bytes(b"paid");
+    /// let decision = engine
+    ///     .claim_key(&namespace, &scope, "T1", &fingerprint, InFlightPolicy::Reject)
+    ///     .await?;
+    /// assert!(matches!(decision, Decision::Execute(_)));
+    /// # Ok(()) }
+    /// ```
+    pub async fn claim_key(
+        &self,
+        namespace: &Namespace,
+        scope: &Scope,
+        key: &str,
+        fingerprint: &Fingerprint,
+        in_flight: InFlightPolicy,
+    ) -> Result<Decision<S>, StoreError> {
+        let mechanism = namespace.mechanism();
+        self.claim_derived(
+            namespace.by_ref(),
+            mechanism,
+            scope,
+            key,
+            fingerprint,
+            in_flight,
+        )
+        .await
+    }
+
+    /// [`claim_key`](Self::claim_key) for `mechanism` in a namespace as one call sees it.
+    pub(super) async fn claim_derived(
+        &self,
+        namespace: NamespaceRef<'_>,
+        mechanism: Mechanism,
+        scope: &Scope,
+        key: &str,
+        fingerprint: &Fingerprint,
+        in_flight: InFlightPolicy,
+    ) -> Result<Decision<S>, StoreError> {
+        let own = scope.storage_key_for(mechanism, key);
+        let namespace = namespace.with_origin(Origin::current(Some(mechanism)));
+        let previous = derivation::previous(mechanism, Tier::Engine)
+            .filter(|_| self.inner.config.previous_keys);
+        let Some((version, keyed_as)) = previous else {
+            return self.claim_in(namespace, own, fingerprint, in_flight).await;
+        };
+        let previous_key = scope.storage_key_for(keyed_as, key);
+        let under_previous = namespace.with_origin(Origin {
+            mechanism: Some(mechanism),
+            derivation: version,
+        });
+        let older = match self
+            .claim_in(under_previous, previous_key, fingerprint, in_flight)
+            .await?
+        {
+            Decision::Execute(older) => older,
+            answered => return Ok(answered),
+        };
+        match self.claim_in(namespace, own, fingerprint, in_flight).await {
+            Ok(Decision::Execute(mut execution)) => {
+                execution.previous = Some(Box::new(older));
+                Ok(Decision::Execute(execution))
+            }
+            // The key is another node's: give the previous one back at once.
+            other => {
+                let _ = older.release().await;
+                other
+            }
+        }
+    }
+}
