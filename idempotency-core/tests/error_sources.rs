@@ -61,10 +61,10 @@ async fn an_unreachable_redis_reaches_the_caller_as_redis_error() {
         return unavailable("Redis", error).unwrap_or(());
     }
     // Nothing listens on port 1 of the loopback address.
-    let error = idempotency_core::redis::RedisStore::connect("redis://127.0.0.1:1")
-        .await
-        .err()
-        .expect("a connection to a closed port failed");
+    let Err(error) = idempotency_core::redis::RedisStore::connect("redis://127.0.0.1:1").await
+    else {
+        panic!("a connection to a closed port succeeded");
+    };
     assert!(matches!(error, Error::Unavailable(_)), "{error:?}");
     let redis_error = error
         .source()

@@ -61,6 +61,11 @@ fn target(parts: &Parts) -> &str {
 }
 
 impl FingerprintSource {
+    /// [`JsonFields`](Self::JsonFields) of these JSON Pointers.
+    pub fn json_fields<P: Into<String>>(pointers: impl IntoIterator<Item = P>) -> Self {
+        Self::JsonFields(pointers.into_iter().map(Into::into).collect())
+    }
+
     /// The JSON Pointers this fingerprint reads from the body.
     pub(crate) fn json_pointers(&self) -> impl Iterator<Item = &str> {
         const WHOLE_BODY: &[&str] = &[""];

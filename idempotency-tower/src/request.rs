@@ -171,6 +171,24 @@ pub(crate) fn inspect<B>(
     }
 }
 
+/// The fingerprint the layer computed before a change
+/// ([`previous_fingerprint`](crate::IdempotencyLayerBuilder::previous_fingerprint)), if one is
+/// configured and the request can be read for it.
+pub(crate) fn previous_fingerprint<B>(
+    settings: &Settings,
+    parts: &Parts,
+    held: &Payload<B>,
+) -> Option<Fingerprint> {
+    static EMPTY: Bytes = Bytes::new();
+    let previous = settings.previous_fingerprint.as_ref()?;
+    let bytes = match held {
+        Payload::Buffered(data, _) => data,
+        Payload::Streaming(_) => &EMPTY,
+    };
+    let mut json = LazyJson::new(&settings.json, bytes);
+    previous.compute(parts, bytes, &mut json).ok()
+}
+
 /// What a layer does with a request before reading its body.
 pub(crate) enum Entry<B> {
     /// Not guarded (method, path, content type), or no key where none is required: hand it to

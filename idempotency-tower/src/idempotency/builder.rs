@@ -261,8 +261,7 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
         self,
         pointers: impl IntoIterator<Item = P>,
     ) -> Self {
-        let fields: Vec<String> = pointers.into_iter().map(Into::into).collect();
-        self.fingerprint(FingerprintSource::JsonFields(fields.into()))
+        self.fingerprint(FingerprintSource::json_fields(pointers))
     }
 
     /// Fingerprints method, target and these headers (the body is not read).
@@ -277,6 +276,32 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
         compute: impl Fn(&Parts, &Bytes) -> Fingerprint + Send + Sync + 'static,
     ) -> Self {
         self.fingerprint(FingerprintSource::Custom(Arc::new(compute)))
+    }
+
+    /// The fingerprint this layer computed before a change of [`fingerprint`](Self::fingerprint),
+    /// read for one TTL after deploying the change: a retry whose record was written under the
+    /// previous fingerprint (by an instance not yet upgraded, or before the deploy) is a
+    /// duplicate, answered with its stored response (or, while it runs, as in flight), not a
+    /// conflict. Costs one more fingerprint per request while set, and one read of the record
+    /// when a key meets another fingerprint. Remove it once a TTL has passed since the last
+    /// instance changed.
+    ///
+    /// ```
+    /// use idempotency_core::MemoryStore;
+    /// use idempotency_tower::{FingerprintSource, IdempotencyLayer};
+    ///
+    /// // Was the whole request; now the order's business fields.
+    /// let layer = IdempotencyLayer::builder(MemoryStore::new())
+    ///     .namespace("orders")
+    ///     .shared_scope()
+    ///     .fingerprint_json_fields(["/order_id", "/amount"])
+    ///     .previous_fingerprint(FingerprintSource::Request)
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn previous_fingerprint(mut self, source: FingerprintSource) -> Self {
+        self.settings.previous_fingerprint = Some(source);
+        self
     }
 
     /// How long completed responses are kept and replayed (default 24 h).

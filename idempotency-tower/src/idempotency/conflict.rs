@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use idempotency_core::{Decision, RecordState, StorageKey, Store, StoreError};
+use idempotency_core::{Decision, Fingerprint, Record, RecordState, StorageKey, Store, StoreError};
 
 use super::layer::Shared;
 
@@ -17,15 +17,50 @@ pub(super) async fn stored_answer<S: Store>(
     key: StorageKey,
 ) -> Result<Decision<S>, StoreError> {
     crate::answer::report_conflict(&shared.settings, &key);
+    let (record, ()) = tokio::join!(read(shared, key), mark(shared, key));
+    answer_of(record?)
+}
 
+/// The answer to a request whose key holds another fingerprint, when the layer reads the
+/// fingerprint it computed before a change too (`previous`): a record written under that one
+/// is the same request's, answered as a duplicate (unmarked); any other is a conflict, answered
+/// per the layer's [`ConflictAnswer`](crate::ConflictAnswer) (`replay_conflicts`) or refused
+/// by the caller ([`Decision::Mismatch`]).
+pub(super) async fn previous_or_conflict<S: Store>(
+    shared: &Shared<S>,
+    key: StorageKey,
+    previous: Option<Fingerprint>,
+    replay_conflicts: bool,
+) -> Result<Decision<S>, StoreError> {
+    if let Some(previous) = previous {
+        let record = read(shared, key).await?;
+        if record
+            .as_ref()
+            .is_some_and(|record| record.fingerprint == previous)
+        {
+            tracing::debug!(record = %key.to_hex(), "written under the previous fingerprint: a duplicate");
+            return answer_of(record);
+        }
+    }
+    if replay_conflicts {
+        return stored_answer(shared, key).await;
+    }
+    Ok(Decision::Mismatch)
+}
+
+/// The record of `key`, read within the store timeout.
+async fn read<S: Store>(shared: &Shared<S>, key: StorageKey) -> Result<Option<Record>, StoreError> {
     let engine = &shared.engine;
     let timeout = engine.config().store_timeout;
-    let read = tokio::time::timeout(timeout, engine.store().get(&key));
-    let (record, ()) = tokio::join!(read, mark(shared, key));
-    let record = match record {
-        Ok(record) => record?,
-        Err(_) => return Err(StoreError::Timeout(timeout)),
-    };
+    match tokio::time::timeout(timeout, engine.store().get(&key)).await {
+        Ok(record) => record,
+        Err(_) => Err(StoreError::Timeout(timeout)),
+    }
+}
+
+/// A duplicate's answer from its record: the stored response once completed, in flight while
+/// it runs, and (the record gone meanwhile) in flight too, so that the retry claims afresh.
+fn answer_of<S: Store>(record: Option<Record>) -> Result<Decision<S>, StoreError> {
     Ok(match record {
         Some(record) if record.state == RecordState::Completed => match record.outcome {
             Some(outcome) => Decision::Replay(outcome),

@@ -16,7 +16,7 @@ use crate::body::ResponseBody;
 use crate::callback::ConflictAnswer;
 use crate::collect::collect_request;
 use crate::guarded::{Handler, ReadBody, StoredBody};
-use crate::request::{Payload, Read, collected, inspect, pass_through};
+use crate::request::{Payload, Read, collected, inspect, pass_through, previous_fingerprint};
 
 type BoxedClaim<S> = Pin<Box<dyn Future<Output = Result<Decision<S>, StoreError>> + Send>>;
 
@@ -26,7 +26,8 @@ type BoxedClaim<S> = Pin<Box<dyn Future<Output = Result<Decision<S>, StoreError>
 /// up; except for an in-flight key in wait mode, which is then awaited as below.
 ///
 /// A conflict (another fingerprint) where the layer answers it with the stored response
-/// ([`ConflictAnswer::ReplayStored`]) is resolved here too, in the same boxed future.
+/// ([`ConflictAnswer::ReplayStored`]), or reads the previous fingerprint too (`previous`), is
+/// resolved here too, in the same boxed future.
 ///
 /// If the request is dropped meanwhile (the client went away), the claim still runs to its end
 /// in the background, and a key it took is released at once (by dropping the execution) rather
@@ -35,13 +36,15 @@ fn claim<S: Store>(
     layer: &IdempotencyLayer<S>,
     storage_key: StorageKey,
     fingerprint: Fingerprint,
+    previous: Option<Fingerprint>,
     in_flight: InFlightPolicy,
 ) -> ClaimGuard<S> {
     let engine = &layer.shared.engine;
     let replay_conflicts = layer.settings().on_conflict == ConflictAnswer::ReplayStored;
+    let resolve_conflicts = replay_conflicts || previous.is_some();
     match engine.claim_at_once(&layer.settings().namespace, storage_key, &fingerprint) {
         Some(Ok(Decision::InFlight { .. })) if in_flight != InFlightPolicy::Reject => {}
-        Some(Ok(Decision::Mismatch)) if replay_conflicts => {}
+        Some(Ok(Decision::Mismatch)) if resolve_conflicts => {}
         Some(decision) => return ClaimGuard::Ready(Some(decision)),
         None => {}
     }
@@ -53,8 +56,9 @@ fn claim<S: Store>(
             .claim(namespace, storage_key, &fingerprint, in_flight)
             .await
         {
-            Ok(Decision::Mismatch) if replay_conflicts => {
-                conflict::stored_answer(&shared, storage_key).await
+            Ok(Decision::Mismatch) if resolve_conflicts => {
+                conflict::previous_or_conflict(&shared, storage_key, previous, replay_conflicts)
+                    .await
             }
             decision => decision,
         }
@@ -155,7 +159,8 @@ where
             InFlightPolicy::Reject => InFlightPolicy::Reject,
             policy => policy.until(settings.deadline(&parts)),
         };
-        let decision = claim(&layer, key, fingerprint, in_flight_policy).await;
+        let previous = previous_fingerprint(settings, &parts, &held);
+        let decision = claim(&layer, key, fingerprint, previous, in_flight_policy).await;
         let error = match decision {
             Ok(Decision::Execute(execution)) => {
                 let request = Request::from_parts(parts, held.into_body());

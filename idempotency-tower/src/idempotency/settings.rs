@@ -62,6 +62,9 @@ pub(crate) struct Settings {
     pub(crate) principal: PrincipalSource,
     pub(crate) verify: Option<Arc<VerifyFn>>,
     pub(crate) fingerprint: FingerprintSource,
+    /// The fingerprint before a change, read for one TTL after it
+    /// ([`previous_fingerprint`](crate::IdempotencyLayerBuilder::previous_fingerprint)).
+    pub(crate) previous_fingerprint: Option<FingerprintSource>,
     pub(crate) max_body_bytes: usize,
     pub(crate) body_read_timeout: Duration,
     pub(crate) max_detached: usize,
@@ -102,6 +105,7 @@ impl Default for Settings {
             principal: PrincipalSource::Shared,
             verify: None,
             fingerprint: FingerprintSource::Request,
+            previous_fingerprint: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             max_detached: DEFAULT_MAX_DETACHED,
@@ -140,6 +144,7 @@ impl std::fmt::Debug for Settings {
             )
             .field("verify", &self.verify.is_some())
             .field("fingerprint", &self.fingerprint)
+            .field("previous_fingerprint", &self.previous_fingerprint)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("body_read_timeout", &self.body_read_timeout)
             .field("max_detached", &self.max_detached)
@@ -259,7 +264,12 @@ impl Settings {
                 .json_pointer()
                 .into_iter()
                 .chain(self.key_status.as_deref())
-                .chain(self.fingerprint.json_pointers()),
+                .chain(self.fingerprint.json_pointers())
+                .chain(
+                    self.previous_fingerprint
+                        .iter()
+                        .flat_map(FingerprintSource::json_pointers),
+                ),
         ));
         let namespace = self.scope.namespace();
         if self.namespace.as_str() != namespace {
@@ -304,7 +314,13 @@ impl Settings {
 
     /// Whether the body must be collected before claiming.
     pub(crate) fn needs_body(&self) -> bool {
-        self.key.needs_body() || self.fingerprint.needs_body() || self.verify.is_some()
+        self.key.needs_body()
+            || self.fingerprint.needs_body()
+            || self
+                .previous_fingerprint
+                .as_ref()
+                .is_some_and(FingerprintSource::needs_body)
+            || self.verify.is_some()
     }
 
     /// The caller's deadline, if it has one ([`Deadline`](crate::Deadline), `grpc-timeout`).

@@ -25,7 +25,7 @@ use crate::collect::collect_request;
 use crate::detach::Detachable;
 use crate::guarded::{Handler, ReadBody, StoredBody};
 use crate::refusal::{Refusal, RefusalKind};
-use crate::request::{Payload, Read, collected, inspect, pass_through};
+use crate::request::{Payload, Read, collected, inspect, pass_through, previous_fingerprint};
 use crate::stored::{Ending, ending_of, handle, respond};
 
 /// The request's transaction.
@@ -63,7 +63,7 @@ where
     };
     // A duplicate of a key this layer saw completed: one read, no transaction, no turn.
     if shared.completed.knows(&key)
-        && let Some(answer) = completed_answer(&shared, &key, &fingerprint).await
+        && let Some(answer) = completed_answer(&shared, &key, &[Some(fingerprint), None]).await
     {
         return Ok(answer);
     }
@@ -77,7 +77,7 @@ where
     // A duplicate whose first request completed while it waited lets the next one in at once.
     let flight = if shared.completed.knows(&key) {
         drop(flight);
-        if let Some(answer) = completed_answer(&shared, &key, &fingerprint).await {
+        if let Some(answer) = completed_answer(&shared, &key, &[Some(fingerprint), None]).await {
             return Ok(answer);
         }
         None
@@ -106,13 +106,16 @@ where
             return Ok(refuse(settings, in_flight(retry_after)));
         }
         Ok(Claimed::Mismatch) => {
-            telemetry::record_decision("mismatch", &key, None);
-            if settings.on_conflict != ConflictAnswer::ReplayStored {
+            let previous = previous_fingerprint(settings, &parts, &held);
+            if settings.on_conflict != ConflictAnswer::ReplayStored && previous.is_none() {
+                telemetry::record_decision("mismatch", &key, None);
                 mark_conflict(&shared, &key).await;
                 return Ok(refuse(settings, mismatch()));
             }
-            // The committed record it conflicts with answers (or, gone meanwhile, the retry).
-            return Ok(match completed_answer(&shared, &key, &fingerprint).await {
+            // The committed record it conflicts with answers (or, gone meanwhile, the retry):
+            // written under the previous fingerprint, it is this request's.
+            let fingerprints = [Some(fingerprint), previous];
+            return Ok(match completed_answer(&shared, &key, &fingerprints).await {
                 Some(answer) => answer,
                 None => refuse(settings, in_flight(Duration::from_secs(1))),
             });
@@ -141,13 +144,15 @@ where
 }
 
 /// The answer to a duplicate of a completed key, read outside any transaction: its stored
-/// response, or for another payload 422 or, with [`ConflictAnswer::ReplayStored`], the stored
-/// response (logged and counted); another payload is marked on the record either way. `None` when the record is no longer completed and live
-/// (purged, expired) or cannot be read: the key then takes the claim's path.
+/// response when the record holds one of `fingerprints` (the request's, and the one computed
+/// before a change), or for another payload 422 or, with [`ConflictAnswer::ReplayStored`], the
+/// stored response (logged and counted); another payload is marked on the record either way.
+/// `None` when the record is no longer completed and live (purged, expired) or cannot be read:
+/// the key then takes the claim's path.
 async fn completed_answer<S: TxStore, B: Body>(
     shared: &Shared<S>,
     key: &StorageKey,
-    fingerprint: &Fingerprint,
+    fingerprints: &[Option<Fingerprint>; 2],
 ) -> Option<Response<ResponseBody<B>>> {
     let record = match within(shared.store_timeout, shared.store.get(key)).await {
         Ok(Some(record)) => record,
@@ -160,7 +165,7 @@ async fn completed_answer<S: TxStore, B: Body>(
     let live = record.state == RecordState::Completed && record.expires_at > SystemTime::now();
     let outcome = record.outcome.filter(|_| live)?;
     let settings = &shared.settings;
-    Some(if record.fingerprint == *fingerprint {
+    Some(if fingerprints.contains(&Some(record.fingerprint)) {
         telemetry::record_decision("replay", key, None);
         replay_or_refuse(settings, &outcome)
     } else if settings.on_conflict == ConflictAnswer::ReplayStored {

@@ -23,7 +23,8 @@ use idempotency_core::testing::unique_key;
 use idempotency_core::{IdempotencyKey, InFlightPolicy, RecordState, Scope, Store};
 use idempotency_tower::transactional::TransactionalLayer;
 use idempotency_tower::{
-    ConflictAnswer, Deadline, IdempotencyLayer, IdempotencyLayerBuilder, ScopeChosen,
+    ConflictAnswer, Deadline, FingerprintSource, IdempotencyLayer, IdempotencyLayerBuilder,
+    ScopeChosen,
 };
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
@@ -611,6 +612,60 @@ pub async fn mechanisms_never_collide<H: Harness>(harness: &H) {
     assert_eq!(harness.grants(&trade_no).await, 1);
 }
 
+/// A fingerprint changed by a deploy: a retry of a request completed under the previous one is
+/// refused as a conflict (422) until the layer reads the previous fingerprint too; then it gets
+/// the stored answer, unmarked, while a request that differs under both is still a conflict.
+pub async fn a_changed_fingerprint_reads_the_previous_one<H: Harness>(harness: &H) {
+    let counters = Arc::new(Counters::default());
+    let store = harness.store();
+    let before = |builder: Builder<H::Store>| {
+        builder
+            .callback("/trade_no")
+            .fingerprint_json_fields(["/trade_no", "/mode"])
+            .on_conflict(ConflictAnswer::Reject)
+    };
+    let after = |builder: Builder<H::Store>| {
+        builder
+            .callback("/trade_no")
+            .fingerprint_json_fields(["/trade_no", "/ms"])
+            .on_conflict(ConflictAnswer::Reject)
+    };
+    let old = app(harness, store.clone(), &counters, before);
+    let trade_no = trade();
+    let (status, _, body) = send(&old, grant(&trade_no, "ok", 0)).await;
+    assert_eq!(status, StatusCode::OK, "{body:?}");
+
+    let changed = app(harness, store.clone(), &counters, after);
+    let (status, _, _) = send(&changed, grant(&trade_no, "ok", 0)).await;
+    assert_eq!(
+        status, 422,
+        "without the previous fingerprint, the retry conflicts"
+    );
+    let marks = |store: H::Store, trade_no: String| async move {
+        record(&store, &trade_no).await.map(|r| r.conflicts)
+    };
+    assert_eq!(marks(store.clone(), trade_no.clone()).await, Some(1));
+
+    let reading = app(harness, store.clone(), &counters, |builder| {
+        after(builder).previous_fingerprint(FingerprintSource::json_fields(["/trade_no", "/mode"]))
+    });
+    let (status, headers, again) = send(&reading, grant(&trade_no, "ok", 0)).await;
+    assert_eq!(status, StatusCode::OK, "{again:?}");
+    assert!(replayed(&headers));
+    assert_eq!(again, body);
+    assert_eq!(
+        marks(store.clone(), trade_no.clone()).await,
+        Some(1),
+        "a duplicate, unmarked"
+    );
+    // Another mode: the same request under the new fingerprint, not under the previous one.
+    let (status, _, _) = send(&reading, grant(&trade_no, "other", 0)).await;
+    assert_eq!(status, 422);
+    assert_eq!(marks(store, trade_no.clone()).await, Some(2));
+    assert_eq!(counters.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(harness.grants(&trade_no).await, 1);
+}
+
 /// Writes the scenario tests for one harness: `transactional_tests!(harness_expr)`.
 #[macro_export]
 macro_rules! transactional_tests {
@@ -629,6 +684,7 @@ macro_rules! transactional_tests {
             misuse_and_outage,
             mechanisms_never_collide,
             slow_bodies_hold_no_transaction,
+            a_changed_fingerprint_reads_the_previous_one,
         );
     };
     (@tests $harness:expr; $($name:ident),* $(,)?) => {
