@@ -490,11 +490,22 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// through the handler, its own record of truth (two tiers). Failures are logged and
     /// change no verdict.
     async fn mark_conflict(&self, engine: &Idempotency<S>, key: &IdempotencyKey) {
-        let storage_key = self.scope.storage_key(key);
+        // Keyed as a message, as the claim keys it; under the previous derivation's key (a
+        // request's) where the engine reads previous keys and the message is not found.
+        let storage_key = self.scope.storage_key_for(Mechanism::Message, key.as_str());
         let timeout = engine.config().store_timeout;
         let fast = async {
-            let marked =
-                tokio::time::timeout(timeout, engine.store().mark_conflict(&storage_key)).await;
+            let mark = async {
+                let marked = engine.store().mark_conflict(&storage_key).await;
+                if matches!(marked, Ok(false)) && engine.config().previous_keys {
+                    return engine
+                        .store()
+                        .mark_conflict(&self.scope.storage_key(key))
+                        .await;
+                }
+                marked
+            };
+            let marked = tokio::time::timeout(timeout, mark).await;
             let error = match marked {
                 Ok(Ok(_)) => return,
                 Ok(Err(error)) => error.to_string(),
