@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, Decision, FencingToken, Fingerprint, Idempotency, IdempotencyKey,
-    MemoryStore, Outcome, Record, RecordState, Scope, StorageKey, Store, StoreError, background,
+    MemoryStore, Outcome, Record, RecordState, Scope, StorageKey, Store, StoreError,
 };
 
 /// The memory store, whose next calls of one kind time out: `lost` of them after doing their
@@ -111,7 +111,12 @@ impl Case {
     }
 
     async fn drained(&self) {
-        assert!(background::drained(Duration::from_secs(10)).await);
+        assert!(
+            self.engine
+                .tracker()
+                .shutdown(Duration::from_secs(10))
+                .await
+        );
     }
 }
 

@@ -44,7 +44,7 @@ use proc_macro::TokenStream;
 /// - `Err(E)` releases the key so a retry runs again (or, with `on_error = "keep"`, is stored and
 ///   replayed too; `E` must then be `Serialize + DeserializeOwned`);
 /// - a duplicate while the first call runs, the same key with other fingerprinted arguments, and
-///   store failures come back as `E::from(Error::{InFlight, Mismatch, Store, …})`, so
+///   store failures come back as `E::from(Error::{InFlight, Mismatch, Unavailable, Timeout, …})`, so
 ///   the function's error type decides the status code;
 /// - a call whose future is dropped (a timeout, the losing branch of a `select!`) stops at the
 ///   await it was at and releases the key, like an `Err`: the next call runs the body again, and

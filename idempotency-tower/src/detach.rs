@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
+use idempotency_core::background::Tracker;
 use tracing::Instrument;
 
 /// Where unfinished work goes on: the runtime and span it was polled in.
@@ -35,23 +36,46 @@ where
     /// Captured when the work first waits: work done at its first poll (a handler that answers
     /// at once, a store that answers at once) is never detached, and pays for neither.
     home: Option<Home>,
-    /// How many works of this layer run detached now (counted while this one does).
-    detached: Arc<AtomicUsize>,
+    /// The layer's detached works (this one counted there while it runs detached).
+    detached: Arc<Detached>,
+}
+
+/// The works of one layer that run detached now, and the tracker they run under (the
+/// engine's: [`Tracker::shutdown`] waits for them).
+#[derive(Debug, Default)]
+pub(crate) struct Detached {
+    running: AtomicUsize,
+    pub(crate) tracker: Tracker,
+}
+
+impl Detached {
+    /// No work detached yet; detached work runs under `tracker`.
+    pub(crate) fn new(tracker: Tracker) -> Self {
+        Self {
+            running: AtomicUsize::new(0),
+            tracker,
+        }
+    }
+
+    /// How many works run detached now.
+    pub(crate) fn running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
+    }
 }
 
 /// One detached work counted while it runs.
-struct Counted(Arc<AtomicUsize>);
+struct Counted(Arc<Detached>);
 
 impl Counted {
-    fn new(detached: Arc<AtomicUsize>) -> Self {
-        detached.fetch_add(1, Ordering::Relaxed);
+    fn new(detached: Arc<Detached>) -> Self {
+        detached.running.fetch_add(1, Ordering::Relaxed);
         Self(detached)
     }
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.running.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -87,29 +111,22 @@ where
             return;
         };
         let Home { runtime, span } = self.home.take().unwrap_or_else(Home::current);
+        tracing::debug!(
+            parent: &span,
+            "request dropped while its handler runs; finishing it in the background"
+        );
+        let counted = Counted::new(Arc::clone(&self.detached));
+        let work = async move {
+            let output = work.await;
+            drop(counted);
+            output
+        }
+        .instrument(span);
+        let tracker = &self.detached.tracker;
+        // Outside a runtime, the tracker's known runtime takes it (or logs and counts its loss).
         match runtime {
-            Some(runtime) => {
-                tracing::debug!(
-                    parent: &span,
-                    "request dropped while its handler runs; finishing it in the background"
-                );
-                let counted = Counted::new(Arc::clone(&self.detached));
-                let work = async move {
-                    let output = work.await;
-                    drop(counted);
-                    output
-                };
-                drop(idempotency_core::background::spawn_on(
-                    &runtime,
-                    work.instrument(span),
-                ));
-            }
-            None => {
-                tracing::warn!(
-                    parent: &span,
-                    "request dropped while its handler runs, outside a tokio runtime: the handler is abandoned"
-                );
-            }
+            Some(runtime) => drop(tracker.spawn_on(&runtime, work)),
+            None => drop(tracker.spawn(work)),
         }
     }
 }
@@ -122,7 +139,7 @@ where
     ///
     /// The work is boxed so that it can be moved while running. Detached, it is counted in
     /// `detached` until it ends.
-    pub(crate) fn new(work: F, detached: Arc<AtomicUsize>) -> Self {
+    pub(crate) fn new(work: F, detached: Arc<Detached>) -> Self {
         Self {
             work: Some(Box::pin(work)),
             home: None,

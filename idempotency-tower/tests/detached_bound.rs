@@ -73,3 +73,41 @@ async fn departed_clients_handlers_are_bounded_and_never_abandoned() {
     assert_eq!(status, 201);
     assert_eq!(calls.held.load(Ordering::SeqCst), 1);
 }
+
+/// A departed client's handler runs under the tracker the application gave the layer: a
+/// shutdown waits for it, and returns once its answer is stored.
+#[tokio::test]
+async fn a_shutdown_waits_for_departed_clients_handlers() {
+    use idempotency_core::background::Tracker;
+    use std::time::Duration;
+
+    let store = Arc::new(MemoryStore::new());
+    let calls = Arc::new(Calls::default());
+    let tracker = Tracker::new();
+    let layer = IdempotencyLayer::builder(Arc::clone(&store))
+        .shared_scope()
+        .tracker(tracker.clone())
+        .build();
+    assert_eq!(layer.tracker().pending(), 0);
+    let app = routes(Arc::clone(&calls)).layer(layer);
+
+    let left = unique("left");
+    let started = calls.held_started.notified();
+    let request = tokio::spawn(app.oneshot(post_with_key("/held", Some(&left), "{}")));
+    started.await;
+    request.abort();
+    assert!(request.await.unwrap_err().is_cancelled());
+
+    // The handler is held: the shutdown's bound passes with it still running.
+    assert_eq!(tracker.pending(), 1);
+    assert!(!tracker.shutdown(Duration::from_millis(20)).await);
+    calls.held_release.notify_one();
+    assert!(tracker.shutdown(Duration::from_secs(30)).await);
+    let key = Scope::new("http").storage_key(&IdempotencyKey::parse(&left).unwrap());
+    let record = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        record.state,
+        RecordState::Completed,
+        "stored before the shutdown returned"
+    );
+}

@@ -15,7 +15,7 @@ use tower::util::MapResponse;
 use tower_service::Service;
 
 use super::handlers::{cancel_order, create_order, get_order, payment_callback, user_coupons};
-use super::layers::{callback_layer_builder, orders_layer};
+use super::layers::{callback_layer_builder, orders_layer_builder};
 use super::naive::naive_payment_callback;
 use super::state::AppState;
 
@@ -42,8 +42,8 @@ impl<T> HttpService for T where
 /// The response of [`bare`]'s router after the two idempotency layers.
 pub(crate) type GuardedResponse = Response<ResponseBody<ResponseBody<Body>>>;
 
-/// The payments service as [`app`] builds it: [`bare`]'s router inside [`orders_layer`] and
-/// [`callback_layer`], each guarding its own route.
+/// The payments service as [`app`] builds it: [`bare`]'s router inside [`orders_layer`](super::layers::orders_layer) and
+/// [`callback_layer`](super::layers::callback_layer), each guarding its own route.
 pub type App<S> = MapResponse<
     IdempotencyService<IdempotencyService<Router, S>, S>,
     fn(GuardedResponse) -> Response,
@@ -72,8 +72,8 @@ pub(crate) fn unguarded_routes(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The payments service: [`bare`]'s handlers, with [`orders_layer`] in front of `POST /orders`
-/// and [`callback_layer`] in front of `POST /payments/callback` (checking the gateway's
+/// The payments service: [`bare`]'s handlers, with [`orders_layer`](super::layers::orders_layer) in front of `POST /orders`
+/// and [`callback_layer`](super::layers::callback_layer) in front of `POST /payments/callback` (checking the gateway's
 /// signature when the state has its secret), both over `store`. Over a SQL store, the
 /// service is [`transactional_app`](super::transactional::transactional_app) instead.
 ///
@@ -93,8 +93,13 @@ pub(crate) fn unguarded_routes(state: AppState) -> Router {
 /// # let _ = service;
 /// ```
 pub fn app<S: Store + Clone>(state: AppState, store: S) -> App<S> {
-    let callback = callback_layer_builder(store.clone(), state.callback_secret.clone()).build();
-    let guarded = orders_layer(store, state.callers.clone()).layer(callback.layer(bare(state)));
+    let callback = callback_layer_builder(store.clone(), state.callback_secret.clone())
+        .tracker(state.background.clone())
+        .build();
+    let orders = orders_layer_builder(store, state.callers.clone())
+        .tracker(state.background.clone())
+        .build();
+    let guarded = orders.layer(callback.layer(bare(state)));
     MapResponse::new(guarded, into_response as fn(GuardedResponse) -> Response)
 }
 
@@ -106,11 +111,15 @@ pub(crate) fn into_response(response: GuardedResponse) -> Response {
 /// The same service as [`app`], with each layer on its route (`post(handler).layer(…)`), the
 /// usual axum composition: a [`Router`] that more routes can be merged into.
 pub fn app_per_route<S: Store + Clone>(state: AppState, store: S) -> Router {
-    let callers = state.callers.clone();
-    let callback = callback_layer_builder(store.clone(), state.callback_secret.clone()).build();
+    let orders = orders_layer_builder(store.clone(), state.callers.clone())
+        .tracker(state.background.clone())
+        .build();
+    let callback = callback_layer_builder(store, state.callback_secret.clone())
+        .tracker(state.background.clone())
+        .build();
     routes(
         state,
-        post(create_order).layer(orders_layer(store, callers)),
+        post(create_order).layer(orders),
         post(payment_callback).layer(callback),
     )
 }

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idempotency_core::background::Tracker;
+
 use super::callers::Callers;
 use super::memory::MemoryRepo;
 use super::repo::PaymentsRepo;
@@ -24,6 +26,9 @@ pub struct AppState {
     pub callback_secret: Option<Arc<[u8]>>,
     /// Who may order (`API_TOKENS`): the caller each order's idempotency key is scoped by.
     pub callers: Callers,
+    /// The layers' background work (handlers of departed clients, retried completes), which a
+    /// shutdown waits for.
+    pub background: Tracker,
 }
 
 impl AppState {
@@ -34,6 +39,7 @@ impl AppState {
             handler_delay: Duration::ZERO,
             callback_secret: None,
             callers: Callers::any_token(),
+            background: Tracker::new(),
         }
     }
 

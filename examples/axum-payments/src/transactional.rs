@@ -60,6 +60,7 @@ where
 {
     let secret = state.callback_secret.clone();
     let callers = state.callers.clone();
+    let background = state.background.clone();
     let router = Router::new()
         .route("/orders", post(create_order::<DB>))
         .route("/payments/callback", post(payment_callback::<DB>))
@@ -68,8 +69,12 @@ where
             app: state.clone(),
         })
         .merge(unguarded_routes(state));
-    let orders = orders_layer_builder(store.clone(), callers).build_transactional();
-    let callback = callback_layer_builder(store, secret).build_transactional();
+    let orders = orders_layer_builder(store.clone(), callers)
+        .tracker(background.clone())
+        .build_transactional();
+    let callback = callback_layer_builder(store, secret)
+        .tracker(background)
+        .build_transactional();
     MapResponse::new(
         orders.layer(callback.layer(router)),
         into_response as fn(GuardedResponse) -> Response,

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
+use crate::background::Tracker;
 use crate::derivation::Origin;
 use crate::metrics::{DecisionLabel, NamespaceCounters, StoreOp, adhoc};
 use crate::telemetry;
@@ -245,6 +246,8 @@ struct Engine<S> {
     config: Config,
     /// The duplicates waiting for in-flight keys, one flight per key.
     waits: Arc<waits::Waits>,
+    /// The work that goes on after its caller has its answer.
+    tracker: Tracker,
 }
 
 impl<S> Clone for Engine<S> {
@@ -253,6 +256,7 @@ impl<S> Clone for Engine<S> {
             store: Arc::clone(&self.store),
             config: self.config.clone(),
             waits: Arc::clone(&self.waits),
+            tracker: self.tracker.clone(),
         }
     }
 }
@@ -286,8 +290,23 @@ impl<S: Store> Idempotency<S> {
                 store: Arc::new(store),
                 config,
                 waits: Arc::default(),
+                tracker: Tracker::new(),
             }),
         }
+    }
+
+    /// Hands the engine's background work (undos, retried completes and releases, reads for
+    /// waiting duplicates) to `tracker`, which the application shares with its other engines
+    /// and layers and waits for on shutdown ([`Tracker::shutdown`]). Each engine has a
+    /// tracker of its own otherwise.
+    pub fn with_tracker(mut self, tracker: Tracker) -> Self {
+        Arc::make_mut(&mut self.inner).tracker = tracker;
+        self
+    }
+
+    /// The tracker of the engine's background work.
+    pub fn tracker(&self) -> &Tracker {
+        &self.inner.tracker
     }
 
     fn map_config(mut self, change: impl FnOnce(&mut Config)) -> Self {

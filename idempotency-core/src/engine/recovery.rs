@@ -46,7 +46,7 @@ pub(super) fn undo_unanswered<S: Store>(
     claim_id: ClaimId,
 ) {
     let until = Instant::now() + engine.config().lease;
-    crate::background::spawn(async move {
+    engine.tracker().clone().spawn(async move {
         let mut backoff = Backoff::new();
         let mut answering_since = None;
         loop {
@@ -97,7 +97,7 @@ pub(super) fn retry_finish<S: Store>(
     // The lease was renewed at least every third of it while the work ran: at least two
     // thirds of it are left.
     let mut ends = Instant::now() + length * 2 / 3;
-    crate::background::spawn(async move {
+    engine.tracker().clone().spawn(async move {
         let mut backoff = Backoff::new();
         let mut attempts = u32::from(failed_before);
         loop {

@@ -314,7 +314,7 @@ impl<S: Store> Idempotency<S> {
         } = reads;
         let engine = self.clone();
         let namespace = namespace.to_owned();
-        crate::background::spawn(async move {
+        engine.tracker().clone().spawn(async move {
             let poll = engine.inner.config.in_flight_poll;
             let mut pause = (poll / 32).max(Duration::from_millis(1));
             loop {

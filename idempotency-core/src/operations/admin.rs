@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use super::{
     Acted, Action, Actor, Archive, AuditEntry, AuditLog, AuditedStep, Counts, Cursor, Fence,
-    Operations, Page, Query, RecordView, Refusal, Step,
+    FenceRefusal, Operations, Page, Query, RecordView, Step,
 };
 use crate::{Mechanism, Outcome, Record, RecordState, Scope, StorageKey, StoreError, telemetry};
 use tracing::Instrument;
@@ -297,18 +297,18 @@ impl Admin {
         let action = step.action();
         let needs_in_progress = action != Action::Delete;
         let refusal = match &current {
-            None => Some(Refusal::Absent),
-            Some(record) if !fence.holds(record) => Some(Refusal::MovedOn),
+            None => Some(FenceRefusal::Absent),
+            Some(record) if !fence.holds(record) => Some(FenceRefusal::MovedOn),
             Some(record) if needs_in_progress && record.state != RecordState::InProgress => {
-                Some(Refusal::NotInProgress)
+                Some(FenceRefusal::NotInProgress)
             }
             Some(_) => None,
         };
         let was = current
             .as_ref()
             .map(|record| RecordView::of(record, SystemTime::now()));
-        let entry = |applied: bool, refusal: Option<Refusal>| {
-            let detail = refusal.map_or("applied", Refusal::as_str);
+        let entry = |applied: bool, refusal: Option<FenceRefusal>| {
+            let detail = refusal.map_or("applied", FenceRefusal::as_str);
             AuditEntry::new(actor, action, applied, detail).on(key, was.clone())
         };
         if let Some(refusal) = refusal {
@@ -320,7 +320,8 @@ impl Admin {
         }
         // Where the audit table is in the store's database, the step and its entry commit
         // together: an action is never applied unaudited.
-        let entry_of_step = |applied: bool| entry(applied, (!applied).then_some(Refusal::MovedOn));
+        let entry_of_step =
+            |applied: bool| entry(applied, (!applied).then_some(FenceRefusal::MovedOn));
         let atomic = self.store.act_audited(AuditedStep {
             key,
             token: fence.token,
@@ -344,7 +345,7 @@ impl Admin {
             Acted::Applied
         } else {
             Acted::Refused {
-                refusal: Refusal::MovedOn,
+                refusal: FenceRefusal::MovedOn,
                 current: self.store.get_dyn(key).await?.map(Box::new),
             }
         })

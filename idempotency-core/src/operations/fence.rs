@@ -36,7 +36,7 @@ impl Fence {
 
 /// Why an operator's action changed nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub enum FenceRefusal {
     /// The key has no record (released, completed and expired, or never claimed).
     Absent,
     /// The record moved on since it was listed: taken over, renewed, completed or replaced.
@@ -45,7 +45,7 @@ pub enum Refusal {
     NotInProgress,
 }
 
-impl Refusal {
+impl FenceRefusal {
     /// `"absent"`, `"moved_on"` or `"not_in_progress"`, as JSON and the audit write it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -64,7 +64,7 @@ pub enum Acted {
     /// Nothing changed; `current` is the record as it is now (if any).
     Refused {
         /// Why.
-        refusal: Refusal,
+        refusal: FenceRefusal,
         /// The record now.
         current: Option<Box<Record>>,
     },

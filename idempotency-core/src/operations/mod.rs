@@ -58,7 +58,7 @@ pub use admin::{Admin, DEFAULT_BATCH, Progress, PurgeReport};
 pub use archive::{Archive, Purged, purgeable};
 pub use audit::{AUDIT_TARGET, Action, Actor, AuditEntry, AuditLog, TracingAudit};
 pub use cursor::{Cursor, Page};
-pub use fence::{Acted, Fence, Refusal};
+pub use fence::{Acted, Fence, FenceRefusal};
 pub use query::Query;
 pub use status::Status;
 pub use tiers::{Tier, TieredStuck};

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::operations::{
-    Acted, Action, Actor, Admin, Archive, AuditEntry, AuditLog, Cursor, Fence, Operations, Query,
-    Refusal, Status,
+    Acted, Action, Actor, Admin, Archive, AuditEntry, AuditLog, Cursor, Fence, FenceRefusal,
+    Operations, Query, Status,
 };
 use crate::{
     BoxFuture, Claim, ClaimId, ClaimRequest, Fingerprint, Mechanism, Outcome, RecordState, Scope,
@@ -204,7 +204,7 @@ where
             .await
             .expect("again"),
         Acted::Refused {
-            refusal: Refusal::Absent,
+            refusal: FenceRefusal::Absent,
             current: None
         }
     ));
@@ -238,7 +238,7 @@ where
         .await
         .expect("release");
     assert!(
-        matches!(&refused, Acted::Refused { refusal: Refusal::MovedOn, current: Some(now) } if now.state == RecordState::InProgress),
+        matches!(&refused, Acted::Refused { refusal: FenceRefusal::MovedOn, current: Some(now) } if now.state == RecordState::InProgress),
         "{refused:?}"
     );
     assert!(
@@ -253,7 +253,7 @@ where
             .await
             .expect("release"),
         Acted::Refused {
-            refusal: Refusal::NotInProgress,
+            refusal: FenceRefusal::NotInProgress,
             ..
         }
     ));

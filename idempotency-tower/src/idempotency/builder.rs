@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderName, Method};
+use idempotency_core::background::Tracker;
 use idempotency_core::{
     DEFAULT_IN_FLIGHT_WAIT, Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, KeyError,
     Scope, Store,
@@ -88,7 +89,7 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     where
         C: ScopeIsChosen,
     {
-        self.settings.prepare();
+        self.settings.prepare(self.engine.tracker());
         warn_if_shared_unverified(&self.settings);
         IdempotencyLayer::new_shared(self.engine, self.settings)
     }
@@ -301,6 +302,15 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     /// ```
     pub fn previous_fingerprint(mut self, source: FingerprintSource) -> Self {
         self.settings.previous_fingerprint = Some(source);
+        self
+    }
+
+    /// Runs the layer's background work (handlers of departed clients, retried completes and
+    /// releases) under `tracker`, which the application shares with its other layers and
+    /// engines and waits for on shutdown ([`Tracker::shutdown`]). Each layer has a tracker of
+    /// its own otherwise ([`IdempotencyLayer::tracker`]).
+    pub fn tracker(mut self, tracker: Tracker) -> Self {
+        self.engine = self.engine.with_tracker(tracker);
         self
     }
 

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
+use idempotency_core::background::Tracker;
 use idempotency_core::{Decision, Fingerprint, InFlightPolicy, StorageKey, Store, StoreError};
 
 use super::layer::IdempotencyLayer;
@@ -49,28 +50,32 @@ fn claim<S: Store>(
         None => {}
     }
     let shared = Arc::clone(&layer.shared);
-    ClaimGuard::Pending(Some(Box::pin(async move {
-        let namespace = &shared.settings.namespace;
-        match shared
-            .engine
-            .claim(namespace, storage_key, &fingerprint, in_flight)
-            .await
-        {
-            Ok(Decision::Mismatch) if resolve_conflicts => {
-                conflict::previous_or_conflict(&shared, storage_key, previous, replay_conflicts)
-                    .await
+    let tracker = engine.tracker().clone();
+    ClaimGuard::Pending(
+        Some(Box::pin(async move {
+            let namespace = &shared.settings.namespace;
+            match shared
+                .engine
+                .claim(namespace, storage_key, &fingerprint, in_flight)
+                .await
+            {
+                Ok(Decision::Mismatch) if resolve_conflicts => {
+                    conflict::previous_or_conflict(&shared, storage_key, previous, replay_conflicts)
+                        .await
+                }
+                decision => decision,
             }
-            decision => decision,
-        }
-    })))
+        })),
+        tracker,
+    )
 }
 
 /// A claim that is finished in the background if dropped unfinished.
 enum ClaimGuard<S: Store> {
     /// The answer of a store that answered at once.
     Ready(Option<Result<Decision<S>, StoreError>>),
-    /// The store's answer to come.
-    Pending(Option<BoxedClaim<S>>),
+    /// The store's answer to come, and the tracker that finishes it if dropped.
+    Pending(Option<BoxedClaim<S>>, Tracker),
 }
 
 impl<S: Store> Future for ClaimGuard<S> {
@@ -79,7 +84,7 @@ impl<S: Store> Future for ClaimGuard<S> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let decision = match &mut *self {
             Self::Ready(decision) => decision.take(),
-            Self::Pending(pending) => match pending.as_mut() {
+            Self::Pending(pending, _) => match pending.as_mut() {
                 Some(claim) => {
                     let decision = ready!(claim.as_mut().poll(cx));
                     *pending = None;
@@ -97,14 +102,13 @@ impl<S: Store> Future for ClaimGuard<S> {
 
 impl<S: Store> Drop for ClaimGuard<S> {
     fn drop(&mut self) {
-        if let Self::Pending(pending) = self
+        if let Self::Pending(pending, tracker) = self
             && let Some(claim) = pending.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             tracing::debug!(
                 "request dropped during its claim; finishing the claim in the background"
             );
-            idempotency_core::background::spawn_on(&runtime, async move {
+            tracker.spawn(async move {
                 // A key won here has no handler to run: give it back at once, so that the
                 // client's retry runs rather than meeting a lease nobody renews.
                 if let Ok(Decision::Execute(execution)) = claim.await {

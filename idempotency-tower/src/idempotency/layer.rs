@@ -74,6 +74,12 @@ impl<S: Store> IdempotencyLayer<S> {
     pub fn engine(&self) -> &Idempotency<S> {
         &self.shared.engine
     }
+
+    /// The tracker of the layer's background work (its engine's): wait for it on shutdown
+    /// ([`Tracker::shutdown`](idempotency_core::background::Tracker::shutdown)).
+    pub fn tracker(&self) -> &idempotency_core::background::Tracker {
+        self.shared.engine.tracker()
+    }
 }
 
 impl<S: Store, T> Layer<T> for IdempotencyLayer<S> {

@@ -1,7 +1,6 @@
 //! The layer's settings, shared by every clone of its service.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,12 +13,14 @@ use super::explicit::Explicit;
 use super::scoping::PrincipalSource;
 use crate::callback::ConflictAnswer;
 
+use crate::detach::Detached;
 use crate::fingerprint::FingerprintSource;
 use crate::headers::IDEMPOTENCY_KEY;
 use crate::json::JsonPlan;
 use crate::key_source::KeySource;
 use crate::policy::StoragePolicy;
 use crate::refusal::{ProblemJson, Refusal, RefusalKind, RenderRefusal};
+use idempotency_core::background::Tracker;
 
 /// A user function naming the principal (tenant, user, API client) a request acts for; `None`
 /// refuses the request (401).
@@ -69,7 +70,7 @@ pub(crate) struct Settings {
     pub(crate) body_read_timeout: Duration,
     pub(crate) max_detached: usize,
     /// The handlers of departed clients running in the background now.
-    pub(crate) detached: Arc<AtomicUsize>,
+    pub(crate) detached: Arc<Detached>,
     pub(crate) max_stored_bytes: usize,
     pub(crate) max_stored_headers: usize,
     pub(crate) max_stored_header_bytes: usize,
@@ -251,7 +252,8 @@ impl Settings {
     /// # Panics
     ///
     /// If an `only_paths` entry cannot match any request (see [`super::guarded_paths`]).
-    pub(crate) fn prepare(&mut self) {
+    pub(crate) fn prepare(&mut self, tracker: &Tracker) {
+        self.detached = Arc::new(Detached::new(tracker.clone()));
         #[cfg(feature = "grpc-descriptor")]
         if let Some(methods) = &self.grpc_methods {
             let paths = methods.guarded_paths(self.paths.as_deref(), self.scope.namespace());
@@ -302,7 +304,7 @@ impl Settings {
     /// The refusal of a new guarded request while too many handlers of departed clients still
     /// run ([`RefusalKind::Overloaded`]), if so.
     pub(crate) fn overloaded(&self) -> Option<Refusal> {
-        let running = self.detached.load(Ordering::Relaxed);
+        let running = self.detached.running();
         (running >= self.max_detached).then(|| {
             Refusal::new(
                 RefusalKind::Overloaded,

@@ -44,6 +44,14 @@ impl<S> Clone for TransactionalLayer<S> {
     }
 }
 
+impl<S> TransactionalLayer<S> {
+    /// The tracker of the layer's background work (handlers of departed clients): wait for it
+    /// on shutdown ([`Tracker::shutdown`](idempotency_core::background::Tracker::shutdown)).
+    pub fn tracker(&self) -> &idempotency_core::background::Tracker {
+        &self.shared.settings.detached.tracker
+    }
+}
+
 impl<S> std::fmt::Debug for TransactionalLayer<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TransactionalLayer")
@@ -71,7 +79,7 @@ impl<S: TxStore, C> IdempotencyLayerBuilder<S, C> {
     where
         C: ScopeIsChosen,
     {
-        self.settings.prepare();
+        self.settings.prepare(self.engine.tracker());
         crate::idempotency::warn_if_shared_unverified(&self.settings);
         let config = self.engine.config();
         let store = self.engine.store().clone();

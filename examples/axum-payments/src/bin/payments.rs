@@ -50,6 +50,7 @@ async fn main() -> ExitCode {
     };
     let mode = Mode::from_env();
     let kind = backend.kind;
+    let background = state.background.clone();
     let server = match service::spawn(listener, backend, state, mode) {
         Ok(server) => server,
         Err(error) => {
@@ -75,13 +76,13 @@ async fn main() -> ExitCode {
     let deadline = tokio::time::Instant::now() + grace;
     let served = tokio::time::timeout_at(deadline, server.shutdown()).await;
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-    let drained = idempotency_core::background::drained(left).await;
+    let drained = background.shutdown(left).await;
     match served {
         Ok(Ok(())) if drained => ExitCode::SUCCESS,
         Ok(Ok(())) => {
             eprintln!(
                 "payments: {} background tasks still running after {grace:?}",
-                idempotency_core::background::pending()
+                background.pending()
             );
             ExitCode::FAILURE
         }
