@@ -150,26 +150,5 @@ async fn a_conflicting_notification_is_marked_on_redis() {
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn a_conflicting_notification_is_marked_on_postgres() {
-    let url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let pool = match sqlx::PgPool::connect(&url).await {
-        Ok(pool) => pool,
-        Err(error) => return unavailable::<()>("PostgreSQL", error).unwrap_or_default(),
-    };
-    let table = format!(
-        "idem_marks_{}",
-        &idempotency_core::testing::unique_key().to_hex()[..12]
-    );
-    let store = idempotency_core::sql::PostgresStore::new(pool.clone())
-        .with_table_name(&table)
-        .unwrap();
-    store.migrate().await.unwrap();
-    conflicting_notifications_are_marked(store).await;
-    for drop in [
-        format!("DROP TABLE \"{table}\""),
-        format!("DROP SEQUENCE \"{table}_token_seq\""),
-        format!("DELETE FROM idempotency_schema WHERE table_name = '{table}'"),
-    ] {
-        sqlx::query(&drop).execute(&pool).await.unwrap();
-    }
+    common::on_postgres("idem_marks", conflicting_notifications_are_marked).await;
 }

@@ -4,12 +4,11 @@ use std::time::{Duration, SystemTime};
 
 use idempotency_core::operations::{Query, RecordView};
 
-use super::list::{namespace_of, nothing_to_scan};
+use super::list::{namespace_of, nothing_to_scan, scan};
 use crate::args::Global;
 use crate::connect::Connected;
 use crate::failure::Failure;
 use crate::output::{Output, age};
-use crate::terminal::ProgressLine;
 
 /// Lists the records marked with conflicts (whose last one came within `since`, if given):
 /// JSON lines of their views, or a table with the count and the last one's age.
@@ -20,21 +19,10 @@ pub(crate) async fn list(
     limit: usize,
     out: &mut Output,
 ) -> Result<(), Failure> {
-    let mut query = Query::all().min_conflicts(1);
-    query.namespace = global.namespace.clone();
-    let mut progress = ProgressLine::new("found");
-    let mut examined = 0;
-    let records = store
-        .admin
-        .list(&query, limit, &mut |step| {
-            examined = step.examined;
-            progress.show(step);
-        })
-        .await;
-    progress.finish();
+    let (records, examined) = scan(store, global, Query::all().min_conflicts(1), limit).await?;
     let now = SystemTime::now();
     let from = since.map(|since| now - since);
-    let views: Vec<RecordView> = records?
+    let views: Vec<RecordView> = records
         .iter()
         .filter(|record| {
             from.is_none_or(|from| record.last_conflict_at.is_some_and(|at| at >= from))

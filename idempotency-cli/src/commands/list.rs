@@ -31,20 +31,9 @@ pub(crate) async fn stuck(
     limit: usize,
     out: &mut Output,
 ) -> Result<(), Failure> {
-    let mut query = Query::stuck(older_than);
-    query.namespace = global.namespace.clone();
-    let mut progress = ProgressLine::new("found");
-    let mut examined = 0;
-    let records = store
-        .admin
-        .list(&query, limit, &mut |step| {
-            examined = step.examined;
-            progress.show(step);
-        })
-        .await;
-    progress.finish();
+    let (records, examined) = scan(store, global, Query::stuck(older_than), limit).await?;
     let now = SystemTime::now();
-    let listed: Vec<Listed> = records?
+    let listed: Vec<Listed> = records
         .iter()
         .map(|record| listed(record, now, None))
         .collect();
@@ -58,6 +47,28 @@ pub(crate) async fn stuck(
         store.scanned,
         namespace_of(global)
     ))
+}
+
+/// The records `query` finds in `global`'s namespace (at most `limit`), with a progress line,
+/// and how many records the scan examined.
+pub(crate) async fn scan(
+    store: &Connected,
+    global: &Global,
+    mut query: Query,
+    limit: usize,
+) -> Result<(Vec<Record>, u64), Failure> {
+    query.namespace = global.namespace.clone();
+    let mut progress = ProgressLine::new("found");
+    let mut examined = 0;
+    let records = store
+        .admin
+        .list(&query, limit, &mut |step| {
+            examined = step.examined;
+            progress.show(step);
+        })
+        .await;
+    progress.finish();
+    Ok((records?, examined))
 }
 
 /// Lists what is stuck across a two-tier consumer: its fast tier (`fast`) and its `truth`,

@@ -239,3 +239,39 @@ pub fn unique(prefix: &str) -> String {
         NEXT.fetch_add(1, Ordering::SeqCst)
     )
 }
+
+/// Runs `test` on a PostgreSQL store over a fresh table named after `prefix` (`DATABASE_URL`,
+/// default `postgres://postgres@127.0.0.1:5432/test`), then drops the table. An unreachable
+/// server skips with a printed reason (fails under `CI=true`).
+#[cfg(feature = "postgres")]
+pub async fn on_postgres<F, Fut>(prefix: &str, test: F)
+where
+    F: FnOnce(idempotency_core::sql::PostgresStore) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let pool = match sqlx::PgPool::connect(&url).await {
+        Ok(pool) => pool,
+        Err(error) => {
+            return idempotency_core::testing::unavailable::<()>("PostgreSQL", error)
+                .unwrap_or_default();
+        }
+    };
+    let table = format!(
+        "{prefix}_{}",
+        &idempotency_core::testing::unique_key().to_hex()[..12]
+    );
+    let store = idempotency_core::sql::PostgresStore::new(pool.clone())
+        .with_table_name(&table)
+        .unwrap();
+    store.migrate().await.unwrap();
+    test(store).await;
+    for drop in [
+        format!("DROP TABLE \"{table}\""),
+        format!("DROP SEQUENCE \"{table}_token_seq\""),
+        format!("DELETE FROM idempotency_schema WHERE table_name = '{table}'"),
+    ] {
+        sqlx::query(&drop).execute(&pool).await.unwrap();
+    }
+}
