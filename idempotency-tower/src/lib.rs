@@ -87,9 +87,9 @@
 //!
 //! # gRPC
 //!
-//! With the `grpc` feature, [`IdempotencyLayer::grpc`] (or
-//! [`IdempotencyLayerBuilder::grpc`]) takes the key from metadata `idempotency-key`, refuses with
-//! gRPC statuses ([`GrpcStatus`]: `INVALID_ARGUMENT`, `ABORTED`, `FAILED_PRECONDITION`,
+//! With the `grpc` feature, the preset [`IdempotencyLayerBuilder::grpc`] takes the key from
+//! metadata `idempotency-key`, refuses with gRPC statuses ([`GrpcStatus`]: `INVALID_ARGUMENT`,
+//! `ABORTED`, `FAILED_PRECONDITION`,
 //! `UNAVAILABLE`), stores by `grpc-status` and replays message, metadata and trailers. It works on
 //! plain `http` types, so it sits in front of tonic without depending on it. Streaming calls must
 //! not be guarded: list the unary methods with [`IdempotencyLayerBuilder::only_paths`], checked

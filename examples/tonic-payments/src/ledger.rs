@@ -150,7 +150,7 @@ impl Payments for LedgerService {
 }
 
 /// The transactional layer in gRPC mode, guarding the two unary methods, keys scoped by
-/// [`principal`](super::server::principal).
+/// [`principal`](crate::principal).
 pub fn transactional_layer(store: PostgresStore) -> TransactionalLayer<PostgresStore> {
     IdempotencyLayer::builder(store)
         .principal(super::server::principal)

@@ -23,5 +23,5 @@ pub mod proto {
 pub use client::{Attempt, create_order_with_retries, with_key};
 #[cfg(feature = "postgres")]
 pub use ledger::{FAILING_TRADE, LedgerService, serve_transactional, transactional_layer};
-pub use server::{CREATE_ORDER, PAYMENT_CALLBACK, idempotency_layer, serve};
+pub use server::{CREATE_ORDER, PAYMENT_CALLBACK, idempotency_layer, principal, serve};
 pub use service::PaymentsService;

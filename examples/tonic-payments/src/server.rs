@@ -19,7 +19,7 @@ pub const PAYMENT_CALLBACK: &str = "/payments.v1.Payments/PaymentCallback";
 /// metadata names (none: refused `UNAUTHENTICATED`), so one caller never gets another's stored
 /// order. The example has no user database: each bearer token is a caller of its own; a real
 /// service puts the identity its authentication layer verified here.
-pub(crate) fn principal(parts: &tonic::codegen::http::request::Parts) -> Option<String> {
+pub fn principal(parts: &tonic::codegen::http::request::Parts) -> Option<String> {
     if parts.uri.path() == PAYMENT_CALLBACK {
         return Some("gateway".to_owned());
     }
