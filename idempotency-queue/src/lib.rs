@@ -15,13 +15,16 @@
 //! unreachable store requeues, never runs the handler unguarded.
 //!
 //! A rejected delivery (no business key, or the key reused with another payload) is never
-//! silently dropped: the broker adapters' consume functions require a `DeadLetters`
-//! destination, republish the message there with the reason in a header
+//! silently dropped: the broker adapters' consumers require a `DeadLetters` destination,
+//! republish the message there with the reason in a header
 //! ([`dead_letter::REASON_HEADER`]), and settle the original only once the broker confirmed the
 //! copy (requeued otherwise); counted in [`DEAD_LETTERS`].
 //!
 //! Broker adapters: `rabbitmq` (feature `rabbitmq`, lapin) and `nats` (feature `nats`,
-//! async-nats JetStream). Two tiers (feature `sql`): `two_tier::SqlTruth` makes the SQL dedup
+//! async-nats JetStream), each with one builder to run a consumer: `rabbitmq::serve(&consumer,
+//! deliveries, &dead_letters)` or `nats::serve_pull(&consumer, &pull, &dead_letters)`, then
+//! `.concurrency(n)`, `.with_graceful_shutdown(signal)` and `.await` (reconnecting:
+//! `serve_reconnecting`). Two tiers (feature `sql`): `two_tier::SqlTruth` makes the SQL dedup
 //! record, claimed in the business transaction, the one that decides execution, with a Redis
 //! (or any) store in front as the fast path.
 //!
@@ -56,7 +59,11 @@ mod handler;
 mod message;
 #[cfg(any(feature = "rabbitmq", feature = "nats"))]
 mod reconnect;
+#[cfg(any(feature = "rabbitmq", feature = "nats"))]
+mod serve;
 mod stats;
+#[cfg(any(feature = "rabbitmq", feature = "nats"))]
+mod stop;
 mod verdict;
 
 #[cfg(feature = "nats")]
@@ -76,5 +83,8 @@ pub use extract::{Header, JsonField, KeyExtractor, MessageId};
 pub use fingerprint::{CONFLICTS, OnConflict};
 pub use handler::{Handled, Handler};
 pub use message::{Job, Message};
+#[cfg(any(feature = "rabbitmq", feature = "nats"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "rabbitmq", feature = "nats"))))]
+pub use serve::{DEFAULT_CONCURRENCY, ServeFuture};
 pub use stats::{Stats, StatsSnapshot};
 pub use verdict::{Action, RejectReason, Verdict};

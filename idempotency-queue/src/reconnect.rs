@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use crate::stop::Stop;
 
 /// The first pause after a failure; it doubles up to [`LONGEST_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
@@ -12,56 +12,6 @@ const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const LONGEST_PAUSE: Duration = Duration::from_secs(5);
 /// A session that lasted this long was healthy: the next failure pauses from the start again.
 const HEALTHY: Duration = Duration::from_secs(30);
-
-/// Whether the application asked the consumers to stop: a session stops taking deliveries,
-/// finishes the ones in hand, and no new session starts.
-#[derive(Clone, Debug)]
-pub(crate) struct Stop(Option<watch::Receiver<bool>>);
-
-impl Stop {
-    /// A stop that never comes.
-    pub(crate) fn never() -> Self {
-        Self(None)
-    }
-
-    /// Whether the stop was asked for.
-    pub(crate) fn requested(&self) -> bool {
-        self.0.as_ref().is_some_and(|stop| *stop.borrow())
-    }
-
-    /// Completes when the stop is asked for (never for [`Stop::never`]).
-    pub(crate) fn asked(&self) -> impl Future<Output = ()> + Send + 'static {
-        let stop = self.0.clone();
-        async move {
-            match stop {
-                // An error means the sender is gone, which only happens once the work ended.
-                Some(mut stop) => drop(stop.wait_for(|stopped| *stopped).await),
-                None => std::future::pending().await,
-            }
-        }
-    }
-}
-
-/// Runs `work` with a [`Stop`] that `shutdown` turns on, until `work` returns (it is expected
-/// to return soon after the stop).
-pub(crate) async fn with_shutdown<W, Fut>(shutdown: impl Future<Output = ()>, work: W)
-where
-    W: FnOnce(Stop) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let (ask, stop) = watch::channel(false);
-    let work = work(Stop(Some(stop)));
-    let signal = async move {
-        shutdown.await;
-        ask.send_replace(true);
-        // Keeps the sender alive while the work finishes.
-        std::future::pending::<()>().await;
-    };
-    tokio::select! {
-        () = work => {}
-        () = signal => {}
-    }
-}
 
 /// Runs `session` again and again: each call connects and consumes until its connection fails
 /// (or ends). Returns once `stop` was asked for and the running session ended.

@@ -1,8 +1,8 @@
 //! Consumers across broker outages: the consumer reaches RabbitMQ (`AMQP_URL`) or NATS
 //! (`NATS_URL`) through a fault proxy, which refuses it for two seconds, or resets its
 //! connection every 200 ms, while the producer (directly connected) keeps publishing every
-//! message twice. The consumer reconnects by itself (`consume_reconnecting`,
-//! `consume_pull_reconnecting`); every message is settled in the end, and every key ran once,
+//! message twice. The consumer reconnects by itself (`rabbitmq::serve_reconnecting`,
+//! `nats::serve_reconnecting`); every message is settled in the end, and every key ran once,
 //! although acks were lost with their connections and their messages redelivered.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -161,7 +161,7 @@ mod rabbitmq {
         let task = tokio::spawn({
             let (consumer, queue) = (Arc::clone(&consumer), queue.clone());
             async move {
-                rabbitmq::consume_reconnecting(&consumer, 8, || {
+                let open = || {
                     let (url, queue) = (proxied.clone(), queue.clone());
                     async move {
                         let connection =
@@ -179,10 +179,16 @@ mod rabbitmq {
                                 FieldTable::default(),
                             )
                             .await?;
-                        Ok((deliveries, dead_letters))
+                        Ok(rabbitmq::Session {
+                            connection,
+                            deliveries,
+                            dead_letters,
+                        })
                     }
-                })
-                .await;
+                };
+                let _ = rabbitmq::serve_reconnecting(&consumer, open)
+                    .concurrency(8)
+                    .await;
             }
         });
 
@@ -295,7 +301,9 @@ mod nats {
         let task = tokio::spawn({
             let consumer = Arc::clone(&consumer);
             async move {
-                nats::consume_pull_reconnecting(&consumer, &pull, &dead_letters, 8).await;
+                let _ = nats::serve_reconnecting(&consumer, &pull, &dead_letters)
+                    .concurrency(8)
+                    .await;
             }
         });
 

@@ -179,13 +179,14 @@ mod rabbitmq {
             .unwrap();
         // One at a time, so that the mismatch comes after the first `T1` is stored.
         let running = Arc::clone(&consumer);
-        let task =
-            tokio::spawn(
-                async move { rabbitmq::consume(&running, deliveries, &dead_letters, 1).await },
-            );
+        let task = tokio::spawn(async move {
+            rabbitmq::serve(&running, deliveries, &dead_letters)
+                .concurrency(1)
+                .await
+        });
         let dead = dead_letter_name(&queue);
         wait_ready(&channel, &dead, 2).await;
-        // Cancelled, `consume` settles what it holds and returns; closing the connection then
+        // Cancelled, the consumer settles what it holds and returns; closing the connection then
         // returns whatever it left unacked to the queue.
         consume_channel
             .basic_cancel("dead-letter-test".into(), BasicCancelOptions::default())
@@ -235,7 +236,7 @@ mod rabbitmq {
     }
 
     /// The dead-letter exchange does not exist: the publish closes the dead-letter channel with
-    /// `NOT_FOUND`, the delivery is requeued and the session ends; `consume_reconnecting` opens
+    /// `NOT_FOUND`, the delivery is requeued and the session ends; `serve_reconnecting` opens
     /// another, and the message comes back, again and again, until the exchange is declared:
     /// then it is dead-lettered, once.
     #[tokio::test]
@@ -263,7 +264,7 @@ mod rabbitmq {
                 Arc::clone(&sessions),
             );
             async move {
-                rabbitmq::consume_reconnecting(&consumer, 1, || {
+                let open = || {
                     let (queue, exchange, latest, sessions) = (
                         queue.clone(),
                         exchange.clone(),
@@ -288,10 +289,16 @@ mod rabbitmq {
                             .await?;
                         *latest.lock().await = Some(channel);
                         sessions.fetch_add(1, Ordering::SeqCst);
-                        Ok((deliveries, dead_letters))
+                        Ok(rabbitmq::Session {
+                            connection,
+                            deliveries,
+                            dead_letters,
+                        })
                     }
-                })
-                .await;
+                };
+                let _ = rabbitmq::serve_reconnecting(&consumer, open)
+                    .concurrency(1)
+                    .await;
             }
         });
         wait_until(
@@ -511,10 +518,11 @@ mod nats {
         let dead_letters = DeadLetters::to_subject_suffix(fixture.js.clone(), ".dead");
         let (running, pull) = (Arc::clone(&consumer), fixture.pull.clone());
         // One at a time, so that the mismatch comes after the first `T1` is stored.
-        let task =
-            tokio::spawn(
-                async move { nats::consume_pull(&running, &pull, &dead_letters, 1).await },
-            );
+        let task = tokio::spawn(async move {
+            nats::serve_pull(&running, &pull, &dead_letters)
+                .concurrency(1)
+                .await
+        });
         wait_until("four verdicts", LIMIT, || {
             let stats = consumer.stats().snapshot();
             stats.acked() + stats.rejected >= 4
@@ -573,7 +581,9 @@ mod nats {
             .with_retry_after(Duration::from_millis(50));
         let (running, pull) = (Arc::clone(&consumer), fixture.pull.clone());
         let task = tokio::spawn(async move {
-            nats::consume_pull_reconnecting(&running, &pull, &dead_letters, 1).await;
+            let _ = nats::serve_reconnecting(&running, &pull, &dead_letters)
+                .concurrency(1)
+                .await;
         });
         wait_until(
             "the rejects to come back after failed dead letters",

@@ -74,7 +74,11 @@ async fn run(
         .unwrap();
     let consuming = tokio::spawn({
         let consumer = Arc::clone(&consumer);
-        async move { rabbitmq::consume(&consumer, deliveries, &dead_letters, 1).await }
+        async move {
+            rabbitmq::serve(&consumer, deliveries, &dead_letters)
+                .concurrency(1)
+                .await
+        }
     });
     let settled = |c: &IdempotentConsumer<_, _, _>| {
         let s = c.stats().snapshot();

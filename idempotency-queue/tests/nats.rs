@@ -114,7 +114,9 @@ where
     tokio::spawn(async move {
         // These scenarios reject nothing; tests/dead_letters.rs covers rejects.
         let dead_letters = nats::DeadLetters::drop_and_log();
-        let _ = nats::consume(&consumer, messages, &dead_letters, 8).await;
+        let _ = nats::serve(&consumer, messages, &dead_letters)
+            .concurrency(8)
+            .await;
     })
 }
 
@@ -295,25 +297,21 @@ async fn a_slow_handler_keeps_its_message_and_its_failure_is_retried() {
         .await;
     let running = Arc::clone(&consumer);
     let task = tokio::spawn(async move {
-        let _ = nats::consume_with_progress(
-            &running,
-            messages,
-            &nats::DeadLetters::drop_and_log(),
-            8,
-            Duration::from_millis(300),
-        )
-        .await;
+        let _ = nats::serve(&running, messages, &nats::DeadLetters::drop_and_log())
+            .concurrency(8)
+            .progress_every(Duration::from_millis(300))
+            .await;
     });
     assert_retried_once(&consumer, &ledger, &attempts, task).await;
     fixture.cleanup().await;
 }
 
-/// The same slow handler through `consume_pull`, which reads `ack_wait` (1 s) off the pull
-/// consumer and marks the message in progress every third of it. With [`nats::consume`]'s
-/// fixed 10-s interval the message would be redelivered during the 2.5-s run, and with
+/// The same slow handler through `serve_pull`, which reads `ack_wait` (1 s) off the pull
+/// consumer and marks the message in progress every third of it. With [`nats::serve`]'s
+/// default 10-s interval the message would be redelivered during the 2.5-s run, and with
 /// `max_deliver = 2` the failure would never be retried.
 #[tokio::test]
-async fn consume_pull_marks_progress_within_the_consumers_own_ack_wait() {
+async fn serve_pull_marks_progress_within_the_consumers_own_ack_wait() {
     let Some(fixture) = Fixture::new().await else {
         return;
     };
@@ -328,7 +326,9 @@ async fn consume_pull_marks_progress_within_the_consumers_own_ack_wait() {
     );
     let running = Arc::clone(&consumer);
     let task = tokio::spawn(async move {
-        let _ = nats::consume_pull(&running, &pull, &nats::DeadLetters::drop_and_log(), 8).await;
+        let _ = nats::serve_pull(&running, &pull, &nats::DeadLetters::drop_and_log())
+            .concurrency(8)
+            .await;
     });
     assert_retried_once(&consumer, &ledger, &attempts, task).await;
     fixture.cleanup().await;
@@ -446,8 +446,21 @@ async fn a_consumer_killed_mid_message_is_replaced_and_the_message_processed_onc
     fixture.cleanup().await;
 }
 
-#[tokio::test]
-async fn a_graceful_stop_finishes_the_messages_in_hand_and_starts_no_other() {
+/// Where a graceful-stop test takes its messages from.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// `nats::serve` on the pull consumer's message stream.
+    Messages,
+    /// `nats::serve_pull`.
+    Pull,
+    /// `nats::serve_reconnecting`.
+    Reconnecting,
+}
+
+/// Ten messages, two taken in hand (concurrency 2) by a handler held at a gate, then the
+/// shutdown signal: the serve future waits for the two, acks them and returns `Ok` without
+/// starting another; the other eight wait for their redelivery.
+async fn a_graceful_stop_through(source: Source) {
     let Some(fixture) = Fixture::new().await else {
         return;
     };
@@ -459,26 +472,53 @@ async fn a_graceful_stop_finishes_the_messages_in_hand_and_starts_no_other() {
         .pull_consumer("granter", Duration::from_secs(30), 0)
         .await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (taken, signal_taken) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        let _ = stopped.await;
+        let _ = taken.send(());
+    };
     let running = {
         let (consumer, pull) = (Arc::clone(&consumer), pull.clone());
         tokio::spawn(async move {
             let dead_letters = nats::DeadLetters::drop_and_log();
-            let shutdown = async {
-                let _ = stopped.await;
-            };
-            nats::consume_pull_reconnecting_until(&consumer, &pull, &dead_letters, 2, shutdown)
-                .await;
+            match source {
+                Source::Messages => {
+                    let messages = pull.messages().await?;
+                    nats::serve(&consumer, messages, &dead_letters)
+                        .concurrency(2)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                        .map_err(async_nats::Error::from)
+                }
+                Source::Pull => {
+                    nats::serve_pull(&consumer, &pull, &dead_letters)
+                        .concurrency(2)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                }
+                Source::Reconnecting => {
+                    nats::serve_reconnecting(&consumer, &pull, &dead_letters)
+                        .concurrency(2)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                }
+            }
         })
     };
     wait_until("two messages in hand", LIMIT, || started.total() == 2).await;
     stop.send(()).unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    signal_taken.await.unwrap();
     assert!(!running.is_finished(), "it waits for the messages in hand");
     gate.add_permits(100);
-    tokio::time::timeout(LIMIT, running).await.unwrap().unwrap();
+    tokio::time::timeout(LIMIT, running)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     fixture.js.client().flush().await.unwrap();
 
     assert_eq!(started.total(), 2, "no message started after the stop");
+    // Processed inside the serve future: it returned only once they were done.
     let stats = consumer.stats().snapshot();
     assert_eq!((stats.processed, stats.acked()), (2, 2), "{stats:?}");
     // The two were acked; the other eight wait for their redelivery.
@@ -500,4 +540,19 @@ async fn a_graceful_stop_finishes_the_messages_in_hand_and_starts_no_other() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     fixture.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_graceful_stop_of_a_message_stream_finishes_the_messages_in_hand() {
+    a_graceful_stop_through(Source::Messages).await;
+}
+
+#[tokio::test]
+async fn a_graceful_stop_of_a_pull_finishes_the_messages_in_hand() {
+    a_graceful_stop_through(Source::Pull).await;
+}
+
+#[tokio::test]
+async fn a_graceful_stop_of_a_reconnecting_pull_finishes_the_messages_in_hand() {
+    a_graceful_stop_through(Source::Reconnecting).await;
 }

@@ -112,7 +112,11 @@ async fn rabbitmq_poison(queue_type: &str) {
         .unwrap();
     let consuming = tokio::spawn({
         let consumer = Arc::clone(&consumer);
-        async move { rabbitmq::consume(&consumer, deliveries, &dead_letters, 1).await }
+        async move {
+            rabbitmq::serve(&consumer, deliveries, &dead_letters)
+                .concurrency(1)
+                .await
+        }
     });
     wait_until("the poison message rejected", LIMIT, || {
         consumer.stats().snapshot().rejected == 1
@@ -204,7 +208,11 @@ async fn nats_a_message_that_always_fails_is_dead_lettered_after_the_allowed_del
         .unwrap();
     let consuming = tokio::spawn({
         let consumer = Arc::clone(&consumer);
-        async move { nats::consume_pull(&consumer, &pull, &dead_letters, 1).await }
+        async move {
+            nats::serve_pull(&consumer, &pull, &dead_letters)
+                .concurrency(1)
+                .await
+        }
     });
     wait_until("the poison message rejected", LIMIT, || {
         consumer.stats().snapshot().rejected == 1

@@ -22,9 +22,7 @@ use tokio::sync::Notify;
 const LIMIT: Duration = Duration::from_secs(60);
 
 async fn connect() -> Option<Connection> {
-    let url = std::env::var("AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
-    match Connection::connect(&url, ConnectionProperties::default()).await {
+    match Connection::connect(&url(), ConnectionProperties::default()).await {
         Ok(connection) => Some(connection),
         Err(error) => idempotency_core::testing::unavailable("RabbitMQ", error),
     }
@@ -80,7 +78,9 @@ where
     tokio::spawn(async move {
         // These scenarios reject nothing; tests/dead_letters.rs covers rejects.
         let dead_letters = rabbitmq::DeadLetters::drop_and_log();
-        let _ = rabbitmq::consume(&consumer, deliveries, &dead_letters, 8).await;
+        let _ = rabbitmq::serve(&consumer, deliveries, &dead_letters)
+            .concurrency(8)
+            .await;
     })
 }
 
@@ -307,8 +307,24 @@ async fn a_consumer_killed_mid_message_is_replaced_and_the_message_processed_onc
     cleanup(&channel, &queue).await;
 }
 
-#[tokio::test]
-async fn a_graceful_stop_finishes_the_deliveries_in_hand_and_gives_back_the_rest() {
+fn url() -> String {
+    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+}
+
+/// Where a graceful-stop test takes its deliveries from.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// `rabbitmq::serve` on one `basic_consume`; the test closes its connection afterwards.
+    Deliveries,
+    /// `rabbitmq::serve_reconnecting`, which closes the session's connection itself.
+    Reconnecting,
+}
+
+/// Ten messages, two taken in hand (prefetch 2, concurrency 4) by a handler held at a gate,
+/// then the shutdown signal: the stop ends the deliveries at once while those two still have to
+/// be acked on their channel. The serve future waits for them, acks them and returns `Ok`; once
+/// the connection is closed, the other eight are back in the queue.
+async fn a_graceful_stop_through(source: Source) {
     let Some(connection) = connect().await else {
         return;
     };
@@ -318,43 +334,67 @@ async fn a_graceful_stop_finishes_the_deliveries_in_hand_and_gives_back_the_rest
     }
     let (consumer, started, gate) = support::gated_consumer();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let url = std::env::var("AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    let (taken, signal_taken) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        let _ = stopped.await;
+        let _ = taken.send(());
+    };
     let running = {
         let (consumer, queue) = (Arc::clone(&consumer), queue.clone());
         tokio::spawn(async move {
-            let open = || {
-                let (url, queue) = (url.clone(), queue.clone());
-                async move {
-                    let connection =
-                        Connection::connect(&url, ConnectionProperties::default()).await?;
-                    let deliveries = self::deliveries(&connection, &queue, 2).await;
-                    Ok(rabbitmq::Session {
-                        connection,
-                        deliveries,
-                        dead_letters: rabbitmq::DeadLetters::drop_and_log(),
-                    })
+            match source {
+                Source::Deliveries => {
+                    let consuming = Connection::connect(&url(), ConnectionProperties::default())
+                        .await
+                        .unwrap();
+                    let deliveries = deliveries(&consuming, &queue, 2).await;
+                    let dead_letters = rabbitmq::DeadLetters::drop_and_log();
+                    let served = rabbitmq::serve(&consumer, deliveries, &dead_letters)
+                        .concurrency(4)
+                        .with_graceful_shutdown(shutdown)
+                        .await;
+                    consuming.close(200, "stopped".into()).await.unwrap();
+                    served
                 }
-            };
-            let shutdown = async {
-                let _ = stopped.await;
-            };
-            rabbitmq::consume_reconnecting_until(&consumer, 4, open, shutdown).await;
+                Source::Reconnecting => {
+                    let open = || {
+                        let queue = queue.clone();
+                        async move {
+                            let connection =
+                                Connection::connect(&url(), ConnectionProperties::default())
+                                    .await?;
+                            let deliveries = self::deliveries(&connection, &queue, 2).await;
+                            Ok(rabbitmq::Session {
+                                connection,
+                                deliveries,
+                                dead_letters: rabbitmq::DeadLetters::drop_and_log(),
+                            })
+                        }
+                    };
+                    rabbitmq::serve_reconnecting(&consumer, open)
+                        .concurrency(4)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                }
+            }
         })
     };
-    // Two deliveries in hand (the prefetch), with room for more (the concurrency): the stop
-    // ends the deliveries at once while those two still have to be acked on their channel.
     wait_until("two deliveries in hand", LIMIT, || started.total() == 2).await;
     stop.send(()).unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    signal_taken.await.unwrap();
     assert!(
         !running.is_finished(),
         "it waits for the deliveries in hand"
     );
     gate.add_permits(100);
-    tokio::time::timeout(LIMIT, running).await.unwrap().unwrap();
+    tokio::time::timeout(LIMIT, running)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 
     assert_eq!(started.total(), 2, "no delivery started after the stop");
+    // Processed inside the serve future: it returned only once they were done.
     let stats = consumer.stats().snapshot();
     assert_eq!((stats.processed, stats.acked()), (2, 2), "{stats:?}");
     // The two were acked; the rest is back in the queue for the next consumer.
@@ -367,4 +407,14 @@ async fn a_graceful_stop_finishes_the_deliveries_in_hand_and_gives_back_the_rest
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     cleanup(&channel, &queue).await;
+}
+
+#[tokio::test]
+async fn a_graceful_stop_of_deliveries_finishes_the_ones_in_hand() {
+    a_graceful_stop_through(Source::Deliveries).await;
+}
+
+#[tokio::test]
+async fn a_graceful_stop_of_a_reconnecting_consumer_finishes_the_deliveries_in_hand() {
+    a_graceful_stop_through(Source::Reconnecting).await;
 }

@@ -152,13 +152,9 @@ async fn a_redis_flush_mid_run_costs_queries_never_a_second_execution() {
     let deliveries = fixture.deliveries(&connection).await;
     let running = Arc::clone(&consumer);
     let task = tokio::spawn(async move {
-        let _ = rabbitmq::consume(
-            &running,
-            deliveries,
-            &rabbitmq::DeadLetters::drop_and_log(),
-            8,
-        )
-        .await;
+        let _ = rabbitmq::serve(&running, deliveries, &rabbitmq::DeadLetters::drop_and_log())
+            .concurrency(8)
+            .await;
     });
 
     // Round 1: every key three times.
@@ -424,12 +420,12 @@ async fn child(mode: String) {
         fixture.tiers.hanging_handler(mode),
     );
     let deliveries = fixture.deliveries(&fixture.amqp).await;
-    let _ = rabbitmq::consume(
+    let _ = rabbitmq::serve(
         &consumer,
         deliveries,
         &rabbitmq::DeadLetters::drop_and_log(),
-        1,
     )
+    .concurrency(1)
     .await;
 }
 
@@ -499,13 +495,9 @@ async fn a_consumer_killed_with_sigkill_mid_message_processes_it_once_after_rest
         let deliveries = fixture.deliveries(&connection).await;
         let running = Arc::clone(&consumer);
         let task = tokio::spawn(async move {
-            let _ = rabbitmq::consume(
-                &running,
-                deliveries,
-                &rabbitmq::DeadLetters::drop_and_log(),
-                4,
-            )
-            .await;
+            let _ = rabbitmq::serve(&running, deliveries, &rabbitmq::DeadLetters::drop_and_log())
+                .concurrency(4)
+                .await;
         });
         wait_until("the redelivery to be settled", LIMIT, || {
             consumer.stats().snapshot().acked() == 1
@@ -577,13 +569,9 @@ async fn a_conflicting_copy_marks_the_record_on_both_tiers() {
     let deliveries = fixture.deliveries(&connection).await;
     let running = Arc::clone(&consumer);
     let task = tokio::spawn(async move {
-        let _ = rabbitmq::consume(
-            &running,
-            deliveries,
-            &rabbitmq::DeadLetters::drop_and_log(),
-            1,
-        )
-        .await;
+        let _ = rabbitmq::serve(&running, deliveries, &rabbitmq::DeadLetters::drop_and_log())
+            .concurrency(1)
+            .await;
     });
     let send = |body: &'static str| {
         let channel = fixture.channel.clone();

@@ -144,7 +144,9 @@ async fn a_redis_flush_mid_run_costs_queries_never_a_second_execution() {
     let messages = fixture.messages().await;
     let running = Arc::clone(&consumer);
     let task = tokio::spawn(async move {
-        let _ = nats::consume(&running, messages, &nats::DeadLetters::drop_and_log(), 8).await;
+        let _ = nats::serve(&running, messages, &nats::DeadLetters::drop_and_log())
+            .concurrency(8)
+            .await;
     });
 
     // Round 1: every key three times.
@@ -207,12 +209,12 @@ async fn child(mode: String) {
         fixture.tiers.hanging_handler(mode),
     );
     // One at a time: JetStream redelivers T1 to the hung child after ACK_WAIT; it waits its turn.
-    let _ = nats::consume(
+    let _ = nats::serve(
         &consumer,
         fixture.messages().await,
         &nats::DeadLetters::drop_and_log(),
-        1,
     )
+    .concurrency(1)
     .await;
 }
 
@@ -280,7 +282,9 @@ async fn a_consumer_killed_with_sigkill_mid_message_processes_it_once_after_rest
         let messages = fixture.messages().await;
         let running = Arc::clone(&consumer);
         let task = tokio::spawn(async move {
-            let _ = nats::consume(&running, messages, &nats::DeadLetters::drop_and_log(), 4).await;
+            let _ = nats::serve(&running, messages, &nats::DeadLetters::drop_and_log())
+                .concurrency(4)
+                .await;
         });
         wait_until("the redelivery to be settled", LIMIT, || {
             consumer.stats().snapshot().acked() == 1

@@ -75,7 +75,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         stopping.notify_one();
     };
     tokio::select! {
-        () = nats::consume_pull_reconnecting_until(&consumer, &pull, &dead_letters, settings.concurrency, shutdown) => {}
+        served = nats::serve_reconnecting(&consumer, &pull, &dead_letters)
+            .concurrency(settings.concurrency)
+            .with_graceful_shutdown(shutdown) => served?,
         () = async { stopping.notified().await; tokio::time::sleep(GRACE).await } => {
             eprintln!("queue_nats: messages still in hand after {GRACE:?}; JetStream redelivers them");
         }

@@ -78,7 +78,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         stopping.notify_one();
     };
     tokio::select! {
-        () = rabbitmq::consume_reconnecting_until(&consumer, settings.concurrency, open, shutdown) => {}
+        served = rabbitmq::serve_reconnecting(&consumer, open)
+            .concurrency(settings.concurrency)
+            .with_graceful_shutdown(shutdown) => served?,
         () = async { stopping.notified().await; tokio::time::sleep(GRACE).await } => {
             eprintln!("queue_rabbitmq: deliveries still in hand after {GRACE:?}; the broker redelivers them");
         }

@@ -13,8 +13,8 @@ use crate::dead_letter::{self as headers, dropped, failed, stored};
 /// redelivers it (and it is rejected, and dead-lettered, again).
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Where [`consume`](super::consume) sends the messages it rejects (no business key, or a key
-/// reused with another payload). Every consume function requires one.
+/// Where a consumer ([`serve`](super::serve)) sends the messages it rejects (no business key, or
+/// a key reused with another payload). Every consumer is given one.
 ///
 /// [`declare`](Self::declare), [`to_subject`](Self::to_subject) or
 /// [`to_subject_suffix`](Self::to_subject_suffix): the rejected message is published through

@@ -19,8 +19,8 @@ use crate::{Action, RejectReason};
 /// requeued (and rejected, and dead-lettered, again).
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Where [`consume`](super::consume) sends the deliveries it rejects (no business key, or a key
-/// reused with another payload). Every consume function requires one.
+/// Where a consumer ([`serve`](super::serve)) sends the deliveries it rejects (no business key,
+/// or a key reused with another payload). Every consumer is given one.
 ///
 /// [`declare`](Self::declare) or [`to_exchange`](Self::to_exchange): the rejected message is
 /// published to a dead-letter exchange, payload and properties unchanged, with text headers
@@ -39,7 +39,7 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 ///
 /// If the dead-letter channel closes (a publish to a missing exchange closes it with
 /// `NOT_FOUND`), the delivery is requeued at once and the consume loop returns that error:
-/// [`consume_reconnecting`](super::consume_reconnecting) opens a new session.
+/// [`serve_reconnecting`](super::serve_reconnecting) opens a new session.
 ///
 /// A rejected message whose ack is lost after its copy was stored is redelivered, rejected and
 /// dead-lettered again: a dead-letter queue may hold the same message twice, never none.

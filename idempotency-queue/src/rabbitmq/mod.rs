@@ -1,13 +1,13 @@
 //! RabbitMQ (AMQP 0-9-1) through [`lapin`].
 //!
-//! [`consume`] drives a `lapin::Consumer` through an [`IdempotentConsumer`](crate::IdempotentConsumer):
+//! [`serve`] drives a `lapin::Consumer` through an [`IdempotentConsumer`](crate::IdempotentConsumer):
 //! every delivery is converted with [`message`] (payload, `message-id`, text headers,
 //! `redelivered`, and the delivery count of quorum queues), processed, then settled with
 //! [`settle`]: ack, or `basic.nack` with `requeue = true` after the verdict's delay. A rejected
 //! delivery (no business key, or the key reused with another payload) goes to the
-//! [`DeadLetters`] every consume function requires: republished, with the reason in a header,
-//! to a dead-letter exchange under publisher confirms, then acked; requeued if the copy could
-//! not be stored. It is never silently dropped: the only way to consume without a dead-letter
+//! [`DeadLetters`] every consumer is given: republished, with the reason in a header, to a
+//! dead-letter exchange under publisher confirms, then acked; requeued if the copy could not be
+//! stored. It is never silently dropped: the only way to consume without a dead-letter
 //! destination is to say so, [`DeadLetters::drop_and_log`].
 //!
 //! A delivery whose handler failed is redelivered *counted*, so that
@@ -18,9 +18,10 @@
 //! `basic.nack` if it is not, or with [`DeadLetters::drop_and_log`]). Classic queues count
 //! nothing themselves; quorum queues' [`DELIVERY_COUNT_HEADER`] is read too.
 //!
-//! [`consume_reconnecting`] does the same across broker outages: it connects again whenever the
-//! connection fails. [`consume_reconnecting_until`] also stops gracefully when told to (SIGTERM):
-//! no new delivery starts, the ones in hand finish and are acked, then the connection closes.
+//! [`serve_reconnecting`] does the same across broker outages: it connects again (its `open`)
+//! whenever the connection fails. Both return a [`Serve`] builder: how many deliveries at a time
+//! ([`Serve::concurrency`]), and a graceful stop ([`Serve::with_graceful_shutdown`], SIGTERM): no
+//! new delivery starts, the ones in hand finish and are acked, then it returns.
 //!
 //! Consume with manual acks (`no_ack = false`, the default) and a prefetch (`basic_qos`) of at
 //! least the concurrency, so a message waiting for its delayed requeue does not stall the rest.
@@ -51,7 +52,7 @@
 //!     Header::new("business-key"),
 //!     |job: Job| async move { Ok::<_, std::io::Error>(()) },
 //! );
-//! rabbitmq::consume(&consumer, deliveries, &dead_letters, 16).await
+//! rabbitmq::serve(&consumer, deliveries, &dead_letters).concurrency(16).await
 //! # }
 //! ```
 
@@ -59,9 +60,12 @@ mod consume;
 mod convert;
 mod dead_letters;
 mod redeliver;
+mod serve;
+mod session;
 mod settle;
 
-pub use consume::{Session, consume, consume_reconnecting, consume_reconnecting_until};
 pub use convert::{DELIVERY_COUNT_HEADER, REDELIVERIES_HEADER, message};
 pub use dead_letters::{DEFAULT_RETRY_AFTER, DeadLetters, dead_letter_name};
+pub use serve::{Serve, serve, serve_reconnecting};
+pub use session::Session;
 pub use settle::settle;

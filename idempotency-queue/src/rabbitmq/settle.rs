@@ -8,8 +8,8 @@ use crate::Action;
 /// Tells RabbitMQ what became of a delivery.
 ///
 /// [`Action::Reject`] is a bare `basic.reject` without requeue: the message is gone unless its
-/// queue has a dead-letter exchange. The consume functions never send it for a rejected
-/// delivery unless told to ([`DeadLetters::drop_and_log`](super::DeadLetters::drop_and_log)).
+/// queue has a dead-letter exchange. A consumer never sends it for a rejected delivery unless
+/// told to ([`DeadLetters::drop_and_log`](super::DeadLetters::drop_and_log)).
 ///
 /// A requeue with a delay holds the message (unacked) for the delay in a background task, then
 /// nacks it with `requeue = true`; if the channel closes meanwhile the broker redelivers it

@@ -264,12 +264,12 @@ async fn main() -> Result<(), Error> {
     let consuming = {
         let consumer = Arc::clone(&consumer);
         tokio::spawn(async move {
-            rabbitmq::consume(
+            rabbitmq::serve(
                 &consumer,
                 deliveries,
                 &rabbitmq::DeadLetters::drop_and_log(),
-                8,
             )
+            .concurrency(8)
             .await
         })
     };

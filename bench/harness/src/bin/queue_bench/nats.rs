@@ -141,7 +141,9 @@ impl Broker for Nats {
         let consume = move |consumer: Arc<IdempotentConsumer<S, K, H>>| async move {
             // Every message here has its key and one payload: nothing is rejected.
             let dead_letters = nats::DeadLetters::drop_and_log();
-            nats::consume_pull(&consumer, &pull, &dead_letters, concurrency).await
+            nats::serve_pull(&consumer, &pull, &dead_letters)
+                .concurrency(concurrency)
+                .await
         };
         Ok(guarded_rate(self.messages, consumer, consume).await)
     }

@@ -157,7 +157,9 @@ impl Broker for RabbitMq {
         let consume = move |consumer: Arc<IdempotentConsumer<S, K, H>>| async move {
             // Every message here has its key and one payload: nothing is rejected.
             let dead_letters = rabbitmq::DeadLetters::drop_and_log();
-            rabbitmq::consume(&consumer, deliveries, &dead_letters, concurrency).await
+            rabbitmq::serve(&consumer, deliveries, &dead_letters)
+                .concurrency(concurrency)
+                .await
         };
         Ok(guarded_rate(self.messages, consumer, consume).await)
     }

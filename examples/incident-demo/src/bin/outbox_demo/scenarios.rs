@@ -261,9 +261,10 @@ async fn settle(ctx: &Ctx, trade: &str, amqp_url: &str) -> Result<u64, Error> {
                 }
             }
         };
-        let ((), watched) = tokio::join!(consuming, watching);
+        let (consumed, watched) = tokio::join!(consuming, watching);
         relaying.abort();
         watched?;
+        consumed?;
     }
     let stats = consumer.stats().snapshot();
     Ok(stats.duplicates + stats.already_done)

@@ -168,10 +168,11 @@ pub(crate) async fn consume<H: Handler>(
         )
         .await?;
     let dead_letters = rabbitmq::DeadLetters::declare(&connection, &run.queue()).await?;
-    let task =
-        tokio::spawn(
-            async move { rabbitmq::consume(&consumer, deliveries, &dead_letters, 4).await },
-        );
+    let task = tokio::spawn(async move {
+        rabbitmq::serve(&consumer, deliveries, &dead_letters)
+            .concurrency(4)
+            .await
+    });
     Ok(Session { connection, task })
 }
 
@@ -181,8 +182,8 @@ pub(crate) async fn consume_until<H: Handler>(
     consumer: Arc<IdempotentConsumer<MemoryStore, MessageId, H>>,
     run: &Run,
     amqp_url: &str,
-    shutdown: impl Future<Output = ()>,
-) {
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), lapin::Error> {
     let queue = run.queue();
     let open = || async {
         let connection = Connection::connect(amqp_url, ConnectionProperties::default()).await?;
@@ -203,5 +204,8 @@ pub(crate) async fn consume_until<H: Handler>(
             dead_letters,
         })
     };
-    rabbitmq::consume_reconnecting_until(&consumer, 4, open, shutdown).await;
+    rabbitmq::serve_reconnecting(&consumer, open)
+        .concurrency(4)
+        .with_graceful_shutdown(shutdown)
+        .await
 }
