@@ -22,6 +22,10 @@
 //! - **key**: what names one operation (a client's `Idempotency-Key`, a trade number, a message
 //!   id). A [`Scope`] (namespace + principal) and a [`Mechanism`] turn it into the
 //!   **storage key**, a digest: stores never see raw keys.
+//! - **duplicate**: a request or message whose key came before (a retry, a double click, a
+//!   redelivery). It is answered by a **replay**, waits while the first is **in flight**, or is
+//!   a **conflict** (the key with another payload: a **mismatch**, which the callback preset and
+//!   consumers answer with the stored outcome, marking the record).
 //! - **record**: what a store keeps per storage key: in progress (claimed) or completed.
 //! - **claim**: taking a key for one execution ([`Store::claim`], [`Idempotency::claim`]). The
 //!   store answers with what it found ([`Claim`]: acquired, in progress, completed, mismatch);

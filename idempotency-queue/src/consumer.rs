@@ -41,8 +41,8 @@ pub(crate) fn defers_to_handler() -> Option<bool> {
 /// | situation | verdict | broker |
 /// |---|---|---|
 /// | first delivery, handler `Ok` | [`Verdict::Processed`] | ack |
-/// | key already completed | [`Verdict::Duplicate`], with the first run's output | ack, handler not run |
-/// | key held by a running consumer | waits for it (up to 5 s, [`with_in_flight`](Self::with_in_flight)), then as it ended: [`Verdict::Duplicate`], or runs if it failed; still running → [`Verdict::InFlight`] | ack, or requeue after a delay |
+/// | key already completed | [`Verdict::Replayed`], with the first run's output | ack, handler not run |
+/// | key held by a running consumer | waits for it (up to 5 s, [`with_in_flight`](Self::with_in_flight)), then as it ended: [`Verdict::Replayed`], or runs if it failed; still running → [`Verdict::InFlight`] | ack, or requeue after a delay |
 /// | handler `Err` or panic | [`Verdict::Failed`] | key released, requeue with backoff |
 /// | handler `Err` on the last delivery allowed ([`with_max_deliveries`](Self::with_max_deliveries), 10) | [`Verdict::Rejected`] ([`RejectReason::Exhausted`]) | key released, dead-lettered |
 /// | key used before with other fingerprinted fields | [`Verdict::Conflict`] ([`OnConflict::Ack`]) or [`Verdict::Rejected`] ([`OnConflict::DeadLetter`]), see [`on_conflict`](Self::on_conflict) | ack, or reject |
@@ -68,7 +68,7 @@ pub(crate) fn defers_to_handler() -> Option<bool> {
 /// assert!(matches!(first, Verdict::Processed { recorded: true, .. }));
 /// // The duplicate is acked without running the handler, with the first run's output.
 /// let duplicate = consumer.process(message).await;
-/// assert!(matches!(duplicate, Verdict::Duplicate { .. }));
+/// assert!(matches!(duplicate, Verdict::Replayed { .. }));
 /// assert_eq!(duplicate.output(), first.output());
 /// # }
 /// ```
@@ -193,7 +193,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// let resent = r#"{"sign":"b","total_amount":"8.80","trade_status":"TRADE_SUCCESS","trade_no":"T1"}"#;
     /// let conflicting = r#"{"trade_no":"T1","trade_status":"TRADE_SUCCESS","total_amount":"9.99"}"#;
     /// assert!(matches!(consumer.process(Message::new(paid)).await, Verdict::Processed { .. }));
-    /// assert!(matches!(consumer.process(Message::new(resent)).await, Verdict::Duplicate { .. }));
+    /// assert!(matches!(consumer.process(Message::new(resent)).await, Verdict::Replayed { .. }));
     /// let conflict = consumer.process(Message::new(conflicting)).await;
     /// assert_eq!((conflict.clone(), conflict.action()), (Verdict::Conflict, Action::Ack));
     /// # }
@@ -271,7 +271,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     ///     |_job: Job| async { Ok::<_, std::io::Error>(()) },
     /// )
     /// .on_verdict(|key, verdict| {
-    ///     if let Verdict::Duplicate { .. } = verdict {
+    ///     if let Verdict::Replayed { .. } = verdict {
     ///         println!("{key}: duplicate, acked");
     ///     }
     /// });
@@ -372,7 +372,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         let execution = match claim.await {
             Ok(Decision::Execute(execution)) => execution,
             Ok(Decision::Replay(outcome)) => {
-                return Verdict::Duplicate {
+                return Verdict::Replayed {
                     output: outcome.body,
                 };
             }

@@ -44,7 +44,7 @@
 //!     assert_eq!(consumer.process(delivery.clone()).await.action(), Action::Ack);
 //! }
 //! assert_eq!(consumer.stats().snapshot().processed, 1);
-//! assert_eq!(consumer.stats().snapshot().duplicates, 5);
+//! assert_eq!(consumer.stats().snapshot().replayed, 5);
 //! # }
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -9,7 +9,7 @@ use crate::Verdict;
 pub struct Stats {
     processed: AtomicU64,
     unrecorded: AtomicU64,
-    duplicates: AtomicU64,
+    replayed: AtomicU64,
     already_done: AtomicU64,
     conflicts: AtomicU64,
     in_flight: AtomicU64,
@@ -25,8 +25,8 @@ pub struct StatsSnapshot {
     pub processed: u64,
     /// Of `processed`, those whose outcome could not be stored.
     pub unrecorded: u64,
-    /// Acked as duplicates of a stored outcome.
-    pub duplicates: u64,
+    /// Acked with the stored outcome replayed.
+    pub replayed: u64,
     /// Acked because the handler's record of truth said the work was done.
     pub already_done: u64,
     /// Acked as conflicting copies (the key used before with other fingerprinted content).
@@ -42,9 +42,9 @@ pub struct StatsSnapshot {
 }
 
 impl StatsSnapshot {
-    /// Deliveries that were acked (processed, duplicates, already done, conflicts).
+    /// Deliveries that were acked (processed, replayed, already done, conflicts).
     pub fn acked(&self) -> u64 {
-        self.processed + self.duplicates + self.already_done + self.conflicts
+        self.processed + self.replayed + self.already_done + self.conflicts
     }
 }
 
@@ -57,7 +57,7 @@ impl Stats {
                 }
                 &self.processed
             }
-            Verdict::Duplicate { .. } => &self.duplicates,
+            Verdict::Replayed { .. } => &self.replayed,
             Verdict::AlreadyDone { .. } => &self.already_done,
             Verdict::Conflict => &self.conflicts,
             Verdict::InFlight { .. } => &self.in_flight,
@@ -74,7 +74,7 @@ impl Stats {
         StatsSnapshot {
             processed: load(&self.processed),
             unrecorded: load(&self.unrecorded),
-            duplicates: load(&self.duplicates),
+            replayed: load(&self.replayed),
             already_done: load(&self.already_done),
             conflicts: load(&self.conflicts),
             in_flight: load(&self.in_flight),

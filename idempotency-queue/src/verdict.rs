@@ -83,8 +83,9 @@ pub enum Verdict {
         /// [`Handled::Done`](crate::Handled::Done)).
         output: Bytes,
     },
-    /// The store already held a completed outcome for the key: acked, handler not run.
-    Duplicate {
+    /// The store already held a completed outcome for the key: replayed, acked, the handler
+    /// not run.
+    Replayed {
         /// What the first run produced, as the store kept it: the same answer again.
         output: Bytes,
     },
@@ -131,7 +132,7 @@ impl Verdict {
     pub fn output(&self) -> Option<&Bytes> {
         match self {
             Self::Processed { output, .. }
-            | Self::Duplicate { output }
+            | Self::Replayed { output }
             | Self::AlreadyDone { output } => Some(output),
             _ => None,
         }
@@ -141,7 +142,7 @@ impl Verdict {
     pub fn action(&self) -> Action {
         match self {
             Self::Processed { .. }
-            | Self::Duplicate { .. }
+            | Self::Replayed { .. }
             | Self::AlreadyDone { .. }
             | Self::Conflict => Action::Ack,
             Self::InFlight { retry_after }
@@ -153,12 +154,12 @@ impl Verdict {
         }
     }
 
-    /// A short label (`processed`, `duplicate`, `already_done`, `conflict`, `in_flight`, `failed`,
+    /// A short label (`processed`, `replayed`, `already_done`, `conflict`, `in_flight`, `failed`,
     /// `store_unavailable`, `rejected`) for logs and metrics.
     pub fn label(&self) -> &'static str {
         match self {
             Self::Processed { .. } => "processed",
-            Self::Duplicate { .. } => "duplicate",
+            Self::Replayed { .. } => "replayed",
             Self::AlreadyDone { .. } => "already_done",
             Self::Conflict => "conflict",
             Self::InFlight { .. } => "in_flight",
@@ -176,7 +177,7 @@ impl fmt::Display for Verdict {
             Self::Processed {
                 recorded: false, ..
             } => f.write_str("processed, outcome not recorded"),
-            Self::Duplicate { .. } => f.write_str("duplicate, acked"),
+            Self::Replayed { .. } => f.write_str("replayed the stored outcome, acked"),
             Self::AlreadyDone { .. } => f.write_str("already done per the record of truth, acked"),
             Self::Conflict => f.write_str("key used before with other content, acked"),
             Self::InFlight { retry_after } => {

@@ -76,7 +76,7 @@ async fn duplicates_are_acked_without_running_the_handler() {
                 .await;
             assert_eq!(
                 verdict,
-                Verdict::Duplicate {
+                Verdict::Replayed {
                     output: Bytes::new()
                 }
             );
@@ -86,7 +86,7 @@ async fn duplicates_are_acked_without_running_the_handler() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     let stats = consumer.stats().snapshot();
     assert_eq!(
-        (stats.processed, stats.duplicates, stats.acked()),
+        (stats.processed, stats.replayed, stats.acked()),
         (2, 10, 12)
     );
 }
@@ -139,7 +139,7 @@ async fn a_failed_handler_releases_the_key_and_requeues_with_backoff() {
     );
     assert_eq!(
         consumer.process(redelivered).await,
-        Verdict::Duplicate {
+        Verdict::Replayed {
             output: Bytes::new()
         }
     );
@@ -224,7 +224,7 @@ async fn an_in_flight_duplicate_is_requeued_not_dropped_when_asked_to_reject() {
     );
     assert_eq!(
         consumer.process(message).await,
-        Verdict::Duplicate {
+        Verdict::Replayed {
             output: Bytes::new()
         }
     );
@@ -279,7 +279,7 @@ async fn an_in_flight_duplicate_waits_for_the_first_and_is_acked() {
     let duplicate = duplicate.await.unwrap();
     assert_eq!(
         duplicate,
-        Verdict::Duplicate {
+        Verdict::Replayed {
             output: Bytes::new()
         }
     );
@@ -377,7 +377,7 @@ async fn a_consumer_killed_mid_message_leaves_the_key_free_for_the_redelivery() 
     );
     assert_eq!(
         consumer.process(message).await,
-        Verdict::Duplicate {
+        Verdict::Replayed {
             output: Bytes::new()
         }
     );
@@ -502,7 +502,7 @@ async fn messages_without_a_key_or_with_another_payload_are_rejected() {
     );
     assert_eq!(
         lenient.process(other).await,
-        Verdict::Duplicate {
+        Verdict::Replayed {
             output: Bytes::new()
         }
     );
@@ -545,7 +545,7 @@ async fn a_mismatch_reported_by_the_handler_rejects_and_keeps_the_key_free() {
     // Now the fast path holds the original payload: it answers both on its own.
     assert_eq!(
         consumer.process(original).await,
-        Verdict::Duplicate {
+        Verdict::Replayed {
             output: Bytes::new()
         }
     );
@@ -562,7 +562,7 @@ async fn a_mismatch_reported_by_the_handler_rejects_and_keeps_the_key_free() {
     );
     let stats = consumer.stats().snapshot();
     assert_eq!(
-        (stats.rejected, stats.already_done, stats.duplicates),
+        (stats.rejected, stats.already_done, stats.replayed),
         (2, 1, 1),
         "{stats:?}"
     );
@@ -647,7 +647,7 @@ async fn each_verdict_is_observed_with_its_key_before_it_is_returned() {
         *seen.lock().unwrap(),
         [
             ("T1".to_owned(), "processed"),
-            ("T1".to_owned(), "duplicate")
+            ("T1".to_owned(), "replayed")
         ]
     );
 }

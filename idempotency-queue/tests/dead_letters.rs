@@ -197,7 +197,7 @@ mod rabbitmq {
 
         let stats = consumer.stats().snapshot();
         assert_eq!(
-            (stats.processed, stats.duplicates, stats.rejected),
+            (stats.processed, stats.replayed, stats.rejected),
             (1, 1, 2),
             "{stats:?}"
         );
@@ -346,7 +346,7 @@ mod rabbitmq {
         last.close(200, "done".into()).await.unwrap();
 
         let stats = consumer.stats().snapshot();
-        assert_eq!((stats.processed, stats.duplicates), (1, 1), "{stats:?}");
+        assert_eq!((stats.processed, stats.replayed), (1, 1), "{stats:?}");
         assert_eq!(ready(&channel, &queue).await, 0, "nothing left behind");
         let reasons: BTreeMap<String, String> = take_all(&channel, &dead)
             .await
@@ -533,7 +533,7 @@ mod nats {
 
         let stats = consumer.stats().snapshot();
         assert_eq!(
-            (stats.processed, stats.duplicates, stats.rejected),
+            (stats.processed, stats.replayed, stats.rejected),
             (1, 1, 2),
             "{stats:?}"
         );
@@ -598,7 +598,7 @@ mod nats {
         task.abort();
 
         let stats = consumer.stats().snapshot();
-        assert_eq!((stats.processed, stats.duplicates), (1, 1), "{stats:?}");
+        assert_eq!((stats.processed, stats.replayed), (1, 1), "{stats:?}");
         assert_eq!(
             dead_stream.info().await.unwrap().state.messages,
             2,

@@ -160,7 +160,7 @@ async fn a_resent_copy_is_a_duplicate_and_a_conflicting_one_is_acked_not_dead_le
     let stats = consumer.stats().snapshot();
     assert_eq!(runs, 1, "{stats:?}");
     assert_eq!(
-        (stats.processed, stats.duplicates, stats.conflicts),
+        (stats.processed, stats.replayed, stats.conflicts),
         (1, 1, 1),
         "{stats:?}"
     );
@@ -179,7 +179,7 @@ async fn dead_lettering_a_conflicting_copy_is_one_setting() {
     let stats = consumer.stats().snapshot();
     assert_eq!(runs, 1, "{stats:?}");
     assert_eq!(
-        (stats.duplicates, stats.conflicts, stats.rejected),
+        (stats.replayed, stats.conflicts, stats.rejected),
         (1, 0, 1),
         "{stats:?}"
     );

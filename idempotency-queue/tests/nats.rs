@@ -190,7 +190,7 @@ async fn duplicate_publishes_run_the_handler_once_per_key() {
     task.abort();
 
     let stats = consumer.stats().snapshot();
-    assert_eq!((stats.processed, stats.duplicates), (5, 15));
+    assert_eq!((stats.processed, stats.replayed), (5, 15));
     assert_eq!(ledger.keys(), 5);
     for order in 0..5 {
         assert_eq!(ledger.runs(&format!("T{order}")), 1);
@@ -223,7 +223,7 @@ async fn a_failed_delivery_is_redelivered_and_processed_once() {
     .await;
     fixture.publish("T1", "order 1").await;
     wait_until("the duplicate to be acked", LIMIT, || {
-        consumer.stats().snapshot().duplicates == 1
+        consumer.stats().snapshot().replayed == 1
     })
     .await;
     task.abort();
@@ -379,7 +379,7 @@ async fn an_in_flight_duplicate_is_requeued_then_acked() {
     task.abort();
 
     let stats = consumer.stats().snapshot();
-    assert_eq!((stats.processed, stats.duplicates), (1, 1));
+    assert_eq!((stats.processed, stats.replayed), (1, 1));
     assert_eq!(ledger.runs("T1"), 1);
     fixture.cleanup().await;
 }
@@ -438,7 +438,7 @@ async fn a_consumer_killed_mid_message_is_replaced_and_the_message_processed_onc
     .await;
     fixture.publish("T1", "order 1").await;
     wait_until("a late duplicate to be acked", LIMIT, || {
-        replacement.stats().snapshot().duplicates == 1
+        replacement.stats().snapshot().replayed == 1
     })
     .await;
     task.abort();

@@ -48,7 +48,7 @@ fn a_delivery_runs_in_one_span_with_the_messaging_attributes() {
         "{verdicts:?}"
     );
     assert!(
-        matches!(verdicts[1], Verdict::Duplicate { .. }),
+        matches!(verdicts[1], Verdict::Replayed { .. }),
         "{verdicts:?}"
     );
     let spans = capture.named(telemetry::GUARD_SPAN);

@@ -194,7 +194,7 @@ async fn a_redis_flush_mid_run_costs_queries_never_a_second_execution() {
     assert_eq!(stats.processed, 20, "{stats:?}");
     // At least one SQL answer per key after the first flush: the cost of the miss.
     assert!(stats.already_done >= 20, "{stats:?}");
-    assert_eq!(stats.processed + stats.duplicates + stats.already_done, 120);
+    assert_eq!(stats.processed + stats.replayed + stats.already_done, 120);
     fixture.cleanup().await;
 }
 
@@ -242,7 +242,7 @@ async fn a_payload_mismatch_is_rejected_by_either_tier() {
     );
     assert_eq!(
         consumer.process(original).await,
-        Verdict::Duplicate { output: produced }
+        Verdict::Replayed { output: produced }
     );
     assert_eq!(
         consumer.process(other).await,
@@ -303,7 +303,7 @@ async fn the_business_output_is_stored_on_both_tiers() {
 
     assert_eq!(
         consumer.process(message).await,
-        Verdict::Duplicate { output: produced }
+        Verdict::Replayed { output: produced }
     );
     assert_eq!(tiers.rows(Some("T7")).await, 1);
     tiers.drop_tables().await;
@@ -397,7 +397,7 @@ async fn a_typed_handler_wrapped_in_the_users_own_runs_and_unreadable_payloads_a
     );
     assert_eq!(
         consumer.process(corrected).await,
-        Verdict::Duplicate { output: two }
+        Verdict::Replayed { output: two }
     );
     assert_eq!(tiers.rows(Some("T8")).await, 2);
     assert_eq!(after.load(std::sync::atomic::Ordering::SeqCst), 2);
@@ -531,7 +531,7 @@ async fn a_consumer_killed_with_sigkill_mid_message_processes_it_once_after_rest
         // rolled-back work.
         let answered_by_truth = if mode == "in_tx" { 1 } else { 2 };
         assert_eq!(
-            (stats.already_done, stats.duplicates),
+            (stats.already_done, stats.replayed),
             (answered_by_truth, 0),
             "{mode}: SQL said done: {stats:?}"
         );

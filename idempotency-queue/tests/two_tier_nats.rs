@@ -318,7 +318,7 @@ async fn a_consumer_killed_with_sigkill_mid_message_processes_it_once_after_rest
         // rolled-back work.
         let answered_by_truth = if mode == "in_tx" { 1 } else { 2 };
         assert_eq!(
-            (stats.already_done, stats.duplicates),
+            (stats.already_done, stats.replayed),
             (answered_by_truth, 0),
             "{mode}: SQL said done: {stats:?}"
         );

@@ -64,7 +64,7 @@ async fn a_fast_tier_record_of_the_previous_release_is_a_duplicate_with_previous
         .unwrap();
     assert_eq!(
         reading.process(delivery("T1")).await,
-        Verdict::Duplicate {
+        Verdict::Replayed {
             output: Bytes::from_static(b"41")
         }
     );

@@ -40,7 +40,7 @@ pub fn summary(stats: &StatsSnapshot) -> String {
     format!(
         "stopped: {} granted, {} duplicates, {} already granted per the SQL record, {} requeued, {} rejected",
         stats.processed,
-        stats.duplicates,
+        stats.replayed,
         stats.already_done,
         stats.in_flight + stats.failed + stats.store_unavailable,
         stats.rejected

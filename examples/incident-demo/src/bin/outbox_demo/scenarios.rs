@@ -267,7 +267,7 @@ async fn settle(ctx: &Ctx, trade: &str, amqp_url: &str) -> Result<u64, Error> {
         consumed?;
     }
     let stats = consumer.stats().snapshot();
-    Ok(stats.duplicates + stats.already_done)
+    Ok(stats.replayed + stats.already_done)
 }
 
 /// One poll interval, or [`Error::Stuck`] past `deadline`.
