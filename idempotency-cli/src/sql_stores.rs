@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency_core::operations::{AuditLog, Operations, TracingAudit};
-use idempotency_core::sql::outbox::DEFAULT_OUTBOX_TABLE;
-use idempotency_core::sql::{Dialect, Outbox, SqlAudit, SqlStore};
+use idempotency_outbox::Outbox;
+use idempotency_outbox::table::DEFAULT_OUTBOX_TABLE;
+use idempotency_sql::{Dialect, SqlAudit, SqlStore};
 use sqlx::Pool;
 
 use crate::args::Global;
@@ -32,8 +33,7 @@ pub(crate) async fn postgres(
 ) -> Result<Connected, Failure> {
     let pool = sqlx::postgres::PgPoolOptions::new();
     let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-    let store =
-        idempotency_core::sql::PostgresStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
+    let store = idempotency_sql::PostgresStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
     sql(store, global, audited, grace).await
 }
 
@@ -47,8 +47,7 @@ pub(crate) async fn mysql(
 ) -> Result<Connected, Failure> {
     let pool = sqlx::mysql::MySqlPoolOptions::new();
     let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-    let store =
-        idempotency_core::sql::MySqlStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
+    let store = idempotency_sql::MySqlStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
     sql(store, global, audited, grace).await
 }
 
@@ -62,8 +61,7 @@ pub(crate) async fn sqlite(
 ) -> Result<Connected, Failure> {
     let pool = sqlx::sqlite::SqlitePoolOptions::new();
     let pool = pool.max_connections(2).acquire_timeout(CONNECT_TIMEOUT);
-    let store =
-        idempotency_core::sql::SqliteStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
+    let store = idempotency_sql::SqliteStore::new(pool.connect(url).await.map_err(sqlx_failure)?);
     sql(store, global, audited, grace).await
 }
 

@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use idempotency_core::operations::Operations;
 use idempotency_core::redis::RedisStore;
-use idempotency_core::sql::{MySqlStore, PostgresStore, SqlStore, SqliteStore};
 use idempotency_core::testing::{claimed, completed, unavailable, unique_namespace};
 use idempotency_core::{Mechanism, Outcome, RecordState, Scope, Store};
+use idempotency_sql::{MySqlStore, PostgresStore, SqlStore, SqliteStore};
 use support::{expect, idempotency_with_env, redis_url};
 
 /// Every subcommand on `store`, which `store_args` (`--store URL` and `--table`/`--prefix`)
@@ -231,7 +231,7 @@ async fn every_command_on_a_redis_cluster() {
 /// A SQL store on a fresh table, named to the binary by `--table`; the table's name.
 async fn sql_drill<D>(store: SqlStore<D>, url: &str) -> String
 where
-    D: idempotency_core::sql::Dialect,
+    D: idempotency_sql::Dialect,
     SqlStore<D>: Operations,
 {
     let table = unique_namespace("idem_cli").replace('.', "_");

@@ -20,8 +20,8 @@ use support::{expect, idempotency_with_env};
 #[tokio::test]
 async fn outbox_stats_dead_and_revive_on_postgres() {
     use idempotency_core::IdempotencyKey;
-    use idempotency_core::sql::outbox::{ClaimBatch, OutboxTable};
-    use idempotency_core::sql::{Outbox, OutboxMessage};
+    use idempotency_outbox::table::{ClaimBatch, OutboxTable};
+    use idempotency_outbox::{Outbox, OutboxMessage};
 
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
@@ -193,8 +193,8 @@ async fn outbox_stats_dead_and_revive_on_postgres() {
 macro_rules! stats_split {
     ($outbox:expr, $url:expr, $table:expr) => {{
         use idempotency_core::IdempotencyKey;
-        use idempotency_core::sql::OutboxMessage;
-        use idempotency_core::sql::outbox::{ClaimBatch, OutboxTable};
+        use idempotency_outbox::OutboxMessage;
+        use idempotency_outbox::table::{ClaimBatch, OutboxTable};
 
         let outbox = $outbox;
         outbox.migrate().await.unwrap();
@@ -249,7 +249,7 @@ async fn outbox_stats_split_on_mariadb() {
         Err(error) => return unavailable::<()>("MySQL", error).unwrap_or_default(),
     };
     let table = unique_namespace("outbox").replace(['.', '-'], "_");
-    let outbox = idempotency_core::sql::Outbox::mysql(pool)
+    let outbox = idempotency_outbox::Outbox::mysql(pool)
         .with_table_name(&table)
         .unwrap();
     stats_split!(outbox, &url, &table);
@@ -264,7 +264,7 @@ async fn outbox_stats_split_on_sqlite() {
     let url = format!("sqlite://{}?mode=rwc", path.display());
     let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
     let table = unique_namespace("outbox").replace(['.', '-'], "_");
-    let outbox = idempotency_core::sql::Outbox::sqlite(pool)
+    let outbox = idempotency_outbox::Outbox::sqlite(pool)
         .with_table_name(&table)
         .unwrap();
     stats_split!(outbox, &url, &table);

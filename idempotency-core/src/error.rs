@@ -231,15 +231,6 @@ impl Error {
     }
 }
 
-#[cfg(feature = "sqlx")]
-impl From<sqlx::Error> for Error {
-    /// Lost or refused connections are [`Error::Unavailable`], decoding problems
-    /// [`Error::Codec`], the rest [`Error::Backend`].
-    fn from(error: sqlx::Error) -> Self {
-        crate::sql::map_err(error)
-    }
-}
-
 #[cfg(feature = "axum")]
 mod axum_response {
     use axum_core::response::{IntoResponse, Response};

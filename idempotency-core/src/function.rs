@@ -35,8 +35,6 @@ use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 mod recorded;
-#[cfg(feature = "sqlx")]
-pub mod sql;
 
 pub use recorded::Recorded;
 
@@ -209,24 +207,26 @@ impl Call {
     }
 
     /// Claims the key: the first step of [`run`], public for hand-written variants.
-    pub async fn begin<S: Store>(mut self, engine: Idempotency<S>) -> Result<Decision<S>, Error> {
-        if let Some(error) = self.error.take() {
+    pub async fn begin<S: Store>(self, engine: Idempotency<S>) -> Result<Decision<S>, Error> {
+        let engine = self.engine(engine);
+        let in_flight = self.in_flight;
+        let (scope, key, fingerprint) = self.into_parts()?;
+        engine
+            .claim_named(&scope, Mechanism::Function, &key, &fingerprint, in_flight)
+            .await
+    }
+
+    /// The call's scope, key and fingerprint, or the error met while building it (an empty
+    /// key, a fingerprint part that does not serialize): what a runtime that claims elsewhere
+    /// than through an engine (the SQL stores' transactions) claims with.
+    pub fn into_parts(mut self) -> Result<(Scope, String, Fingerprint), Error> {
+        if let Some(error) = self.error {
             return Err(error);
         }
         if self.key.is_empty() {
             return Err(KeyError::Empty.into());
         }
-        let engine = self.engine(engine);
-        let fingerprint = self.fingerprint.finish();
-        engine
-            .claim_named(
-                &self.scope,
-                Mechanism::Function,
-                &self.key,
-                &fingerprint,
-                self.in_flight,
-            )
-            .await
+        Ok((self.scope, self.key, self.fingerprint.finish()))
     }
 }
 

@@ -18,7 +18,7 @@ pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(5);
 /// | gRPC preset | wait 5 s, bounded by `grpc-timeout` | `ABORTED` |
 /// | transactional HTTP / gRPC | the layer's preset | as the layer |
 /// | `#[idempotent]`, [`Call`](crate::function::Call) | [`Reject`](Self::Reject) | [`Error::InFlight`](crate::Error::InFlight) |
-/// | [`TxStore`](crate::sql::TxStore) claims | wait 5 s on the first one's uncommitted record | [`TxClaim::InFlight`](crate::sql::TxClaim::InFlight) |
+/// | `idempotency_sql::TxStore` claims | wait 5 s on the first one's uncommitted record | `TxClaim::InFlight` |
 /// | queue consumers (`IdempotentConsumer`) | wait 5 s; two tiers: the SQL record's wait on the first one's transaction | requeue after a delay |
 ///
 /// Waiting never outlives the caller: front ends bound it by the caller's deadline as well

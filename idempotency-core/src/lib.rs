@@ -39,7 +39,7 @@
 //! - **decision**: what a caller does with a claim: **execute** (run the work, then complete or
 //!   release), **replay** (answer with the stored outcome, run nothing), **in flight** (the first
 //!   owner is still running: answer at once or wait, by [`InFlightPolicy`]), **mismatch** (the
-//!   key was used with another payload, told by its [`Fingerprint`]). `sql::TxClaim` is the
+//!   key was used with another payload, told by its [`Fingerprint`]). `idempotency_sql::TxClaim` is the
 //!   same decision inside a database transaction.
 //! - **release**: deleting an in-progress record so that a retry runs the work again (a failed
 //!   handler, an outcome not worth keeping). **Undo** is the release of a claim whose answer
@@ -58,7 +58,7 @@
 //!   in bounded batches; an **archive** is the copy a purge makes first (a table, or JSON
 //!   lines), opt-in since stored bodies may be personal data.
 //! - **outbox**: a table of messages to other services, written in the same transaction as the
-//!   business change (`sql::Outbox`), so a message exists exactly when its change committed.
+//!   business change (`idempotency_outbox::Outbox`), so a message exists exactly when its change committed.
 //!   **Enqueue** adds one; its **message id** is derived from the scope and the business key, so
 //!   one business event always carries one id (the receiver's key).
 //! - **relay**: the process that delivers committed outbox messages at least once to a
@@ -125,15 +125,6 @@ mod memory;
 
 #[cfg(feature = "redis")]
 pub mod redis;
-
-#[cfg(feature = "sqlx")]
-// `sqlx` alone (as `idempotency-queue`'s `sql` feature enables it) gives the traits without a
-// backend: the backends' shared helpers are then unused.
-#[cfg_attr(
-    not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
-    allow(dead_code, unused_macros, unused_imports)
-)]
-pub mod sql;
 
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -36,11 +36,11 @@ pub enum Mechanism {
     /// `#[idempotent]` functions and [`Call`](crate::function::Call)s, transactional ones
     /// included.
     Function,
-    /// Claims taken by hand in a transaction ([`TxStore::claim_in_tx`](crate::sql::TxStore::claim_in_tx)).
+    /// Claims taken by hand in a transaction (`idempotency_sql::TxStore::claim_in_tx`).
     Transaction,
     /// Queue consumers' records, in both tiers (the fast tier's, through
     /// [`Idempotency::claim_key`](crate::Idempotency::claim_key), and the SQL truth's, through
-    /// [`TxStore::claim_key_in_tx`](crate::sql::TxStore)): one message has one storage key in
+    /// `idempotency_sql::TxStore::claim_key_in_tx`): one message has one storage key in
     /// both, so the two records of a message are found, and joined, by it. Key derivation 2
     /// keyed consumers as requests in their fast tier and as transactions in their truth:
     /// read with previous keys on ([`Idempotency::with_previous_keys`](crate::Idempotency::with_previous_keys)

@@ -3,7 +3,7 @@
 //! derivation 1 (release 0.1) keyed a function's record as a request's; derivations 2 and 3
 //! key it by its mechanism. With `with_previous_keys(true)` a node claims the previous derivation's
 //! key first: records the previous release wrote are replayed, and a fleet of nodes of both
-//! releases runs each key once. The SQL twin (transactions) is `tx_upgrade` in `sql_support`.
+//! releases runs each key once. The SQL twin (transactions) is `tx_upgrade` in `idempotency-sql`'s tests.
 #![cfg(all(feature = "memory", feature = "redis", feature = "testing"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

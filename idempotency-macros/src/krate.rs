@@ -1,26 +1,42 @@
-//! The path the generated code names the runtime by.
+//! The paths the generated code names the runtime by.
 
 use proc_macro_crate::{FoundCrate, crate_name};
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
 
 /// `::idempotency` when the calling crate depends on the facade (under whatever name it gave
-/// it), else `::idempotency_core`: the generated code reaches `function` and `sql` through
-/// whichever of the two the caller has, so depending on the facade alone is enough.
+/// it), else `::idempotency_core`: the generated code reaches `function` through whichever of
+/// the two the caller has, so depending on the facade alone is enough.
 pub(crate) fn runtime() -> TokenStream {
-    for package in ["idempotency", "idempotency-core"] {
-        match crate_name(package) {
-            Ok(FoundCrate::Name(name)) => {
-                let name = syn::Ident::new(&name, Span::call_site());
-                return quote!(::#name);
-            }
+    first_of(&["idempotency", "idempotency-core"], &[]).unwrap_or(quote!(::idempotency_core))
+}
+
+/// The SQL runtime of the transactional and state-machine modes: `::idempotency::sql` when the
+/// calling crate depends on the facade, else `::idempotency_sql`.
+pub(crate) fn sql_runtime() -> TokenStream {
+    first_of(&["idempotency", "idempotency-sql"], &["sql"]).unwrap_or(quote!(::idempotency_sql))
+}
+
+/// The path of the first of `packages` the caller depends on, followed by `facade_module` when
+/// that package is the facade (`idempotency`).
+fn first_of(packages: &[&str], facade_module: &[&str]) -> Option<TokenStream> {
+    for package in packages {
+        let name = match crate_name(package) {
+            Ok(FoundCrate::Name(name)) => name,
             // The package's own tests and doctests: they name it from outside.
-            Ok(FoundCrate::Itself) => {
-                let name = syn::Ident::new(&package.replace('-', "_"), Span::call_site());
-                return quote!(::#name);
-            }
-            Err(_) => {}
-        }
+            Ok(FoundCrate::Itself) => package.replace('-', "_"),
+            Err(_) => continue,
+        };
+        let name = syn::Ident::new(&name, Span::call_site());
+        let modules = if *package == "idempotency" {
+            facade_module
+                .iter()
+                .map(|module| syn::Ident::new(module, Span::call_site()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        return Some(quote!(::#name #(::#modules)*));
     }
-    quote!(::idempotency_core)
+    None
 }

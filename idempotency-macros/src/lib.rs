@@ -75,14 +75,14 @@ use proc_macro::TokenStream;
 /// transaction; a record that cannot be written is an `Err`, so the caller rolls back.
 ///
 /// ```no_run
-/// use idempotency_core::sql::SqliteStore;
+/// use idempotency_sql::SqliteStore;
 /// use idempotency_core::{Error, idempotent};
 ///
 /// #[idempotent(tx = tx, key = trade_no, store = store, namespace = "pay.callback")]
 /// async fn grant(store: &SqliteStore, tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, trade_no: &str)
 ///     -> Result<u64, Error> {
 ///     sqlx::query("INSERT INTO coupons (trade_no) VALUES (?)").bind(trade_no).execute(&mut **tx).await
-///         .map_err(|e| idempotency_core::StoreError::Backend(e.to_string().into()))?;
+///         .map_err(idempotency_sql::from_sqlx)?;
 ///     Ok(1)
 /// }
 /// # async fn call(store: SqliteStore, pool: sqlx::SqlitePool) -> Result<(), Box<dyn std::error::Error>> {

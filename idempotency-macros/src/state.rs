@@ -15,7 +15,7 @@ const TRANSITION_HINT: &str = "write transition(table = \"orders\", id = order_i
 
 /// Expands the state-machine mode.
 pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<TokenStream> {
-    let runtime = crate::krate::runtime();
+    let sql = crate::krate::sql_runtime();
     reject(&args)?;
     let Some(transition) = &args.transition else {
         return Err(syn::Error::new(Span::call_site(), TRANSITION_HINT));
@@ -102,9 +102,9 @@ pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<Toke
         #(#attrs)*
         #vis #sig {
             if let ::core::option::Option::Some(#answer) =
-                #runtime::function::sql::apply::<#output, _, _, _, _>(
+                #sql::function::apply::<#output, _, _, _, _>(
                     #executor,
-                    #runtime::function::sql::transition(
+                    #sql::function::transition(
                         #table, #id_column, #column, &[#(#from),*], #to,
                     ),
                     &(#id),
@@ -122,13 +122,13 @@ pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<Toke
 
 /// A state literal as a `StateValue` expression: `"PAID"` → text, `20` → an `i64` code.
 fn state_value(state: &Lit) -> syn::Result<TokenStream> {
-    let runtime = crate::krate::runtime();
+    let sql = crate::krate::sql_runtime();
     match state {
         Lit::Int(code) => {
             let code: i64 = code.base10_parse()?;
-            Ok(quote!(#runtime::sql::StateValue::Code(#code)))
+            Ok(quote!(#sql::StateValue::Code(#code)))
         }
-        other => Ok(quote!(#runtime::sql::StateValue::from(#other))),
+        other => Ok(quote!(#sql::StateValue::from(#other))),
     }
 }
 

@@ -14,7 +14,7 @@ const STORE_HINT: &str = "name the SQL store the record is written by, e.g. `sto
 
 /// Expands the transactional mode.
 pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<TokenStream> {
-    let runtime = crate::krate::runtime();
+    let sql = crate::krate::sql_runtime();
     reject(&args)?;
     let tx = required(
         args.tx.as_ref(),
@@ -43,8 +43,8 @@ pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<Toke
         #vis #sig {
             let #call_var = #call;
             let mut #run = {
-                use #runtime::function::sql::AsTxStore as _;
-                #runtime::function::sql::TxRun::<#output, _, _>::new(
+                use #sql::function::AsTxStore as _;
+                #sql::function::TxRun::<#output, _, _>::new(
                     (#store).idempotency_tx_store(),
                     #call_var,
                     #map_err,

@@ -383,7 +383,7 @@ mod sqlite {
     /// Each test has its own database file: nothing to serialize.
     async fn lock_for_ddl(_tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>) {}
 
-    scenarios!(sqlx::Sqlite, idempotency_core::sql::SqliteStore, pool);
+    scenarios!(sqlx::Sqlite, idempotency_sql::SqliteStore, pool);
 }
 
 mod postgres {
@@ -411,7 +411,7 @@ mod postgres {
             .unwrap();
     }
 
-    scenarios!(sqlx::Postgres, idempotency_core::sql::PostgresStore, pool);
+    scenarios!(sqlx::Postgres, idempotency_sql::PostgresStore, pool);
 }
 
 mod mysql {
@@ -434,5 +434,5 @@ mod mysql {
     /// `CREATE TABLE IF NOT EXISTS` is atomic under MySQL's metadata lock.
     async fn lock_for_ddl(_tx: &mut sqlx::Transaction<'_, sqlx::MySql>) {}
 
-    scenarios!(sqlx::MySql, idempotency_core::sql::MySqlStore, pool);
+    scenarios!(sqlx::MySql, idempotency_sql::MySqlStore, pool);
 }

@@ -9,7 +9,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use idempotency_core::sql::outbox::Claimed;
+use crate::table::Claimed;
 
 use crate::target::{DeliveryError, Target};
 

@@ -1,23 +1,22 @@
-//! The relay of the transactional outbox: committed messages delivered at least once, each with
-//! a stable id the receiver dedups on.
+//! The transactional outbox: messages enqueued in the business transaction ([`Outbox`]), and
+//! the relay that delivers them at least once, each with a stable id the receiver dedups on.
 //!
 //! The post-mortem's second trap: the coupon service has its own database, so the callback
 //! service cannot write the coupon, nor a dedup record that answers for it, in its own
 //! transaction. The way across is a message: the callback enqueues it in an outbox table **in
-//! its business transaction** ([`idempotency_core::sql::Outbox`]), a [`Relay`] delivers it
+//! its business transaction** ([`Outbox`]), a [`Relay`] delivers it
 //! once committed, and the coupon service's consumer claims the message id in **its**
 //! transaction (`idempotency_queue::two_tier::SqlTruth`), so coupon and dedup record commit
 //! together there. Every crash in between either loses nothing that committed or delivers a copy
 //! the receiver drops.
 //!
-//! # Why the relay is a crate of its own
+//! # Tables and relay
 //!
-//! The outbox table and its enqueue live in `idempotency-core` next to `TxStore`: they are
-//! written in the same transaction, with the same schema migrations, on the same three
-//! databases, and a service that only enqueues needs nothing else. The relay is a long-running
-//! loop with broker and HTTP clients (lapin, async-nats), which neither the core nor the
-//! consumers need; it speaks to the table only through
-//! [`OutboxTable`](idempotency_core::sql::OutboxTable).
+//! The outbox table and its enqueue ([`table`]) sit on `idempotency-sql`, next to its
+//! `TxStore`: they are written in the same transaction, with the same schema migrations, on the
+//! same three databases. The relay is a long-running loop with broker and HTTP clients (lapin,
+//! async-nats, hyper) behind their own features, so a service that only enqueues builds none of
+//! them; the relay speaks to the table only through [`OutboxTable`].
 //!
 //! # Delivery
 //!
@@ -55,6 +54,12 @@
 
 pub mod metrics;
 mod relay;
+// Without a database feature the tables' shared code has no database to run on.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+    allow(dead_code, unused_imports)
+)]
+pub mod table;
 mod target;
 
 #[cfg(feature = "http")]
@@ -68,4 +73,5 @@ pub mod nats;
 pub mod rabbitmq;
 
 pub use relay::{Relay, Round};
+pub use table::{Outbox, OutboxMessage, OutboxTable};
 pub use target::{DeliveryError, DestinationError, Target};

@@ -6,7 +6,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::context::{GetStreamByNameErrorKind, PublishErrorKind};
 use async_nats::jetstream::{self, stream};
 
-use idempotency_core::sql::outbox::Claimed;
+use crate::table::Claimed;
 
 use crate::target::{DeliveryError, DestinationError, Target};
 

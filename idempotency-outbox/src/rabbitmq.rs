@@ -12,7 +12,7 @@ use lapin::{
 };
 use tokio::sync::Mutex;
 
-use idempotency_core::sql::outbox::Claimed;
+use crate::table::Claimed;
 
 use crate::target::{DeliveryError, DestinationError, Target};
 

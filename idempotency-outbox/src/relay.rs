@@ -4,8 +4,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::table::{Archive, ClaimBatch, Claimed, Notifications, OutboxTable};
 use idempotency_core::StoreError;
-use idempotency_core::sql::outbox::{Archive, ClaimBatch, Claimed, Notifications, OutboxTable};
 use idempotency_queue::Backoff;
 
 use crate::metrics::{DEAD, FAILURES, LEASES_LOST, SENT};
@@ -78,7 +78,7 @@ impl std::ops::AddAssign for Round {
 /// ```no_run
 /// # #[cfg(all(feature = "postgres", feature = "rabbitmq"))]
 /// # async fn demo(pool: sqlx::PgPool) -> Result<(), idempotency_core::StoreError> {
-/// use idempotency_core::sql::Outbox;
+/// use idempotency_outbox::Outbox;
 /// use idempotency_outbox::{Relay, rabbitmq::RabbitMqTarget};
 ///
 /// let outbox = Outbox::postgres(pool);
@@ -183,7 +183,7 @@ impl<O: OutboxTable, T: Target> Relay<O, T> {
     /// Copies sent messages to `archive` before purging them (default [`Archive::None`]: deleted
     /// without a copy): [`Archive::Table`] names a table in the outbox's database, created on
     /// first use, filled in the delete's transaction; [`Archive::JsonLines`] receives one
-    /// [`ArchivedMessage`](idempotency_core::sql::outbox::ArchivedMessage) per line, flushed
+    /// [`ArchivedMessage`](crate::table::ArchivedMessage) per line, flushed
     /// before the delete commits. Payloads may be personal data: the archive's retention is
     /// yours to decide.
     pub fn with_archive(mut self, archive: Archive) -> Self {

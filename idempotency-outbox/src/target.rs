@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use idempotency_core::sql::outbox::Claimed;
+use crate::table::Claimed;
 
 /// How one delivery failed.
 #[derive(Clone, Debug, PartialEq, Eq)]

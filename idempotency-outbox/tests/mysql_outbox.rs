@@ -6,7 +6,7 @@
 
 mod support;
 
-use idempotency_core::sql::Outbox;
+use idempotency_outbox::Outbox;
 use sqlx::MySql;
 use support::TestOutbox;
 

@@ -6,8 +6,8 @@
 
 mod support;
 
-use idempotency_core::sql::Outbox;
-use idempotency_core::sql::outbox::OutboxTable;
+use idempotency_outbox::Outbox;
+use idempotency_outbox::table::OutboxTable;
 use sqlx::Postgres;
 use support::message;
 
@@ -18,8 +18,8 @@ support::table::table_suite!(Outbox<Postgres>);
 /// record without enqueueing anything.
 #[tokio::test]
 async fn the_dedup_record_and_the_message_commit_together() {
-    use idempotency_core::sql::{PostgresStore, TxClaim, TxStore};
     use idempotency_core::{Fingerprint, IdempotencyKey, Outcome, Scope};
+    use idempotency_sql::{PostgresStore, TxClaim, TxStore};
 
     let Some(outbox) = support::fresh_outbox().await else {
         return;

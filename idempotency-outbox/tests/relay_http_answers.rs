@@ -10,9 +10,9 @@ mod support;
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::routing::post;
-use idempotency_core::sql::outbox::OutboxTable;
 use idempotency_outbox::Relay;
 use idempotency_outbox::http::HttpTarget;
+use idempotency_outbox::table::OutboxTable;
 use support::{enqueue_committed, fresh_outbox, message};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -6,7 +6,7 @@
 #![cfg(all(feature = "postgres", feature = "tls"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../idempotency-core/tests/tls_support/pki.rs"]
+#[path = "../../idempotency-sql/tests/tls_support/pki.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod pki;
 mod support;
@@ -19,9 +19,9 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use idempotency_core::sql::outbox::OutboxTable;
 use idempotency_outbox::Relay;
 use idempotency_outbox::http::{HttpTarget, rustls};
+use idempotency_outbox::table::OutboxTable;
 use pki::Pki;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idempotency_core::sql::outbox::{Claimed, OutboxTable};
+use idempotency_outbox::table::{Claimed, OutboxTable};
 use idempotency_outbox::{DeliveryError, Relay, Target};
 use support::{TestOutbox, holding, table};
 
@@ -88,17 +88,17 @@ async fn on<O: TestOutbox>() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_deliveries_keep_their_lease_on_postgres() {
-    on::<idempotency_core::sql::Outbox<sqlx::Postgres>>().await;
+    on::<idempotency_outbox::Outbox<sqlx::Postgres>>().await;
 }
 
 #[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_deliveries_keep_their_lease_on_mysql() {
-    on::<idempotency_core::sql::Outbox<sqlx::MySql>>().await;
+    on::<idempotency_outbox::Outbox<sqlx::MySql>>().await;
 }
 
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_deliveries_keep_their_lease_on_sqlite() {
-    on::<idempotency_core::sql::Outbox<sqlx::Sqlite>>().await;
+    on::<idempotency_outbox::Outbox<sqlx::Sqlite>>().await;
 }

@@ -11,9 +11,9 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, stream};
-use idempotency_core::sql::outbox::OutboxTable;
-use idempotency_core::sql::{Outbox, OutboxMessage};
 use idempotency_outbox::nats::JetStreamTarget;
+use idempotency_outbox::table::OutboxTable;
+use idempotency_outbox::{Outbox, OutboxMessage};
 use idempotency_outbox::{Relay, Round};
 use idempotency_queue::Backoff;
 use sqlx::Postgres;

@@ -10,10 +10,10 @@ use std::collections::HashMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use idempotency_core::sql::outbox::OutboxTable;
-use idempotency_core::sql::{Outbox, OutboxMessage};
 use idempotency_core::testing::{FaultProxy, LinkFault};
 use idempotency_outbox::rabbitmq::RabbitMqTarget;
+use idempotency_outbox::table::OutboxTable;
+use idempotency_outbox::{Outbox, OutboxMessage};
 use idempotency_outbox::{Relay, Round};
 use idempotency_queue::Backoff;
 use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idempotency_core::sql::outbox::OutboxTable;
-use idempotency_core::sql::{Outbox, OutboxMessage};
+use idempotency_outbox::table::OutboxTable;
+use idempotency_outbox::{Outbox, OutboxMessage};
 use idempotency_outbox::{Relay, Target};
 use idempotency_queue::Backoff;
 use sqlx::Postgres;

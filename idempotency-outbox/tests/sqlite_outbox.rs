@@ -6,7 +6,7 @@
 
 mod support;
 
-use idempotency_core::sql::Outbox;
+use idempotency_outbox::Outbox;
 use sqlx::Sqlite;
 
 support::table::table_suite!(Outbox<Sqlite>);

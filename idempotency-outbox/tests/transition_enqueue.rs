@@ -10,8 +10,9 @@ mod support;
 
 use std::time::Duration;
 
-use idempotency_core::sql::outbox::{ClaimBatch, OutboxTable};
-use idempotency_core::sql::{Outbox, Transition, TransitionOutcome};
+use idempotency_outbox::Outbox;
+use idempotency_outbox::table::{ClaimBatch, OutboxTable};
+use idempotency_sql::{Transition, TransitionOutcome};
 use support::{TestOutbox, message, unique};
 
 /// Runs the scenario on `$outbox` (a fresh `TestOutbox`), beginning transactions with

@@ -28,7 +28,8 @@ tokio::task_local! {
 }
 
 /// Whether the consumer running the current task's handler defers to it (`None` outside a
-/// consumer's handler, or in a task the handler spawned).
+/// consumer's handler, or in a task the handler spawned). Read by the SQL truth (`sql`).
+#[cfg_attr(not(feature = "sql"), allow(dead_code))]
 pub(crate) fn defers_to_handler() -> Option<bool> {
     DEFERS_TO_HANDLER.try_with(|defers| *defers).ok()
 }

@@ -10,13 +10,13 @@ mod support;
 mod tiers;
 
 use bytes::Bytes;
-use idempotency_core::sql::{TxClaim, TxStore};
 use idempotency_core::{
     Decision, Fingerprint, IdempotencyKey, InFlightPolicy, Mechanism, Namespace, Outcome, Scope,
     Store,
 };
 use idempotency_queue::two_tier::TwoTier;
 use idempotency_queue::{Header, Message, Verdict};
+use idempotency_sql::{TxClaim, TxStore};
 use tiers::Tiers;
 
 const SCOPE: &str = "coupon-grant";

@@ -101,7 +101,7 @@ fn each_guarded_request_runs_in_one_span_with_the_documented_attributes() {
 #[cfg(all(feature = "sqlite", feature = "axum"))]
 #[test]
 fn a_transactional_request_records_its_decision_and_finish() {
-    use idempotency_core::sql::SqliteStore;
+    use idempotency_sql::SqliteStore;
     use idempotency_tower::transactional::Tx;
 
     async fn grant(_tx: Tx<sqlx::Sqlite>, body: axum::body::Bytes) -> (http::StatusCode, String) {

@@ -20,8 +20,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use idempotency_core::sql::SCHEMA_TABLE;
 use idempotency_core::testing::{unavailable, unique_key};
+use idempotency_sql::SCHEMA_TABLE;
 use idempotency_tower::transactional::Tx;
 use serde::Deserialize;
 use transactional_support::{Counters, Harness};
@@ -102,7 +102,7 @@ macro_rules! grant_handler {
 
 mod postgres {
     use super::*;
-    use idempotency_core::sql::PostgresStore;
+    use idempotency_sql::PostgresStore;
     use sqlx::Postgres;
     use sqlx::postgres::{PgPool, PgPoolOptions};
 
@@ -191,7 +191,7 @@ mod postgres {
 
 mod mysql {
     use super::*;
-    use idempotency_core::sql::MySqlStore;
+    use idempotency_sql::MySqlStore;
     use sqlx::MySql;
     use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
@@ -284,7 +284,7 @@ mod mysql {
 
 mod sqlite {
     use super::*;
-    use idempotency_core::sql::SqliteStore;
+    use idempotency_sql::SqliteStore;
     use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
     use sqlx::{Sqlite, SqlitePool};
 

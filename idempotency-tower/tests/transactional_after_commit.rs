@@ -17,8 +17,8 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
-use idempotency_core::sql::TxStore;
 use idempotency_core::testing::{unavailable, unique_key};
+use idempotency_sql::TxStore;
 use idempotency_tower::IdempotencyLayer;
 use idempotency_tower::transactional::Tx;
 use tower::ServiceExt;
@@ -100,7 +100,7 @@ async fn postgres_runs_a_hook_only_after_its_commit() {
         Err(error) => return unavailable::<()>("PostgreSQL", error).unwrap_or_default(),
     };
     let table = format!("idem_hook_{}", &unique_key().to_hex()[..12]);
-    let store = idempotency_core::sql::PostgresStore::new(pool)
+    let store = idempotency_sql::PostgresStore::new(pool)
         .with_table_name(&table)
         .unwrap();
     store.migrate().await.unwrap();
@@ -117,7 +117,7 @@ async fn mysql_runs_a_hook_only_after_its_commit() {
         Err(error) => return unavailable::<()>("MySQL", error).unwrap_or_default(),
     };
     let table = format!("idem_hook_{}", &unique_key().to_hex()[..12]);
-    let store = idempotency_core::sql::MySqlStore::new(pool)
+    let store = idempotency_sql::MySqlStore::new(pool)
         .with_table_name(&table)
         .unwrap();
     store.migrate().await.unwrap();
@@ -132,7 +132,7 @@ async fn sqlite_runs_a_hook_only_after_its_commit() {
     let file = dir.join(format!("hook_{}.db", &unique_key().to_hex()[..12]));
     let url = format!("sqlite://{}?mode=rwc", file.display());
     let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-    let store = idempotency_core::sql::SqliteStore::new(pool);
+    let store = idempotency_sql::SqliteStore::new(pool);
     store.migrate().await.unwrap();
     let ran = Ran::default();
     scenario(app(store, &ran), ran).await;

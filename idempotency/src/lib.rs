@@ -2,9 +2,9 @@
 //! effects happen once.
 //!
 //! This crate is the one dependency a service needs: it re-exports the engine
-//! ([`idempotency_core`], at the root), the HTTP and gRPC layers ([`tower`]), the queue
-//! consumers ([`queue`]) and the outbox ([`outbox`]), each behind the feature of its source of
-//! duplicates.
+//! ([`idempotency_core`], at the root), the SQL stores ([`sql`]), the HTTP and gRPC layers
+//! ([`tower`]), the queue consumers ([`queue`]) and the outbox ([`outbox`]), each behind the
+//! feature of its store or source of duplicates.
 //!
 //! | duplicates from | use | features |
 //! |---|---|---|
@@ -13,7 +13,7 @@
 //! | any `async fn` | `#[idempotent(key = …, store = …)]` | `macros` |
 //! | handlers writing to SQL (the iron rule) | `build_transactional()`, `tower::transactional::Tx` | `axum` + `postgres` / `mysql` / `sqlite` |
 //! | at-least-once queues | `queue::two_tier::TwoTier`, `queue::rabbitmq`, `queue::nats` | `rabbitmq` or `nats`, + `redis`, `postgres` |
-//! | a change in another service's database | `sql::Outbox`, `outbox::Relay` | `outbox` + `postgres` + a broker |
+//! | a change in another service's database | `outbox::Outbox`, `outbox::Relay` | `outbox` + `postgres` + a broker |
 //! | front-end double submits (only these) | one-time tokens: `TokenStore`, `tower::TokenLayer` | `tower` |
 //!
 //! ```
@@ -41,6 +41,11 @@
 
 pub use idempotency_core::*;
 
+/// The SQL stores (`idempotency-sql`): `PostgresStore`, `MySqlStore`, `SqliteStore`, claims
+/// in the caller's transaction ([`sql::TxStore`]), state-machine transitions.
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+pub use idempotency_sql as sql;
+
 /// The HTTP and gRPC layers (`idempotency-tower`): [`tower::IdempotencyLayer`], the
 /// transactional layer, one-time tokens, the admin router.
 #[cfg(feature = "tower")]
@@ -50,8 +55,8 @@ pub use idempotency_tower as tower;
 #[cfg(any(feature = "rabbitmq", feature = "nats"))]
 pub use idempotency_queue as queue;
 
-/// The outbox relay (`idempotency-outbox`) and its targets; the outbox table is
-/// [`sql::Outbox`].
+/// The transactional outbox (`idempotency-outbox`): its tables ([`outbox::Outbox`]), the relay
+/// and its targets.
 #[cfg(feature = "outbox")]
 pub use idempotency_outbox as outbox;
 

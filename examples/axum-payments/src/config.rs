@@ -115,21 +115,15 @@ pub enum SqlBackend {
     /// PostgreSQL.
     #[cfg(feature = "postgres")]
     Postgres(
-        idempotency_core::sql::PostgresStore,
+        idempotency_sql::PostgresStore,
         Arc<crate::sql::PostgresRepo>,
     ),
     /// MySQL / MariaDB.
     #[cfg(feature = "mysql")]
-    Mysql(
-        idempotency_core::sql::MySqlStore,
-        Arc<crate::sql::MySqlRepo>,
-    ),
+    Mysql(idempotency_sql::MySqlStore, Arc<crate::sql::MySqlRepo>),
     /// SQLite.
     #[cfg(feature = "sqlite")]
-    Sqlite(
-        idempotency_core::sql::SqliteStore,
-        Arc<crate::sql::SqliteRepo>,
-    ),
+    Sqlite(idempotency_sql::SqliteStore, Arc<crate::sql::SqliteRepo>),
 }
 
 impl std::fmt::Debug for Backend {
@@ -332,7 +326,7 @@ async fn sqlite_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend
         .connect(&url)
         .await
         .map_err(|e| failed("sqlite", &url, e))?;
-    let store = idempotency_core::sql::SqliteStore::new(pool.clone());
+    let store = idempotency_sql::SqliteStore::new(pool.clone());
     store
         .migrate()
         .await
@@ -361,7 +355,7 @@ async fn postgres_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backe
         .connect(&url)
         .await
         .map_err(|e| failed("postgres", &url, e))?;
-    let store = idempotency_core::sql::PostgresStore::new(pool.clone());
+    let store = idempotency_sql::PostgresStore::new(pool.clone());
     store
         .migrate()
         .await
@@ -390,7 +384,7 @@ async fn mysql_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend,
         .connect(&url)
         .await
         .map_err(|e| failed("mysql", &url, e))?;
-    let store = idempotency_core::sql::MySqlStore::new(pool.clone());
+    let store = idempotency_sql::MySqlStore::new(pool.clone());
     store
         .migrate()
         .await

@@ -11,7 +11,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::post;
-use idempotency_core::sql::TxStore;
+use idempotency_sql::TxStore;
 use idempotency_tower::transactional::{TransactionalService, Tx};
 use tower::Layer;
 use tower::util::MapResponse;

@@ -156,7 +156,7 @@ async fn postgres_stores_neither_raw_keys_nor_tenants() {
         .await
         .unwrap();
     let table = unique("iso");
-    let store = idempotency_core::sql::PostgresStore::new(pool.clone())
+    let store = idempotency_sql::PostgresStore::new(pool.clone())
         .with_table_name(&table)
         .unwrap();
     store.migrate().await.unwrap();

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::sql::{PostgresStore, validate_identifier};
+use idempotency_sql::{PostgresStore, validate_identifier};
 use idempotency_tower::IdempotencyLayer;
 use idempotency_tower::transactional::{TransactionalLayer, Tx};
 use sqlx::Postgres;
@@ -78,7 +78,7 @@ fn transaction<T>(request: &Request<T>) -> Result<Tx<Postgres>, Status> {
 }
 
 fn internal(error: sqlx::Error) -> Status {
-    Status::from(idempotency_core::Error::from(error))
+    Status::from(idempotency_sql::from_sqlx(error))
 }
 
 #[tonic::async_trait]

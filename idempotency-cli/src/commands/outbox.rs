@@ -4,8 +4,9 @@
 use base64::Engine;
 use idempotency_core::StoreError;
 use idempotency_core::operations::{Action, AuditEntry, AuditLog};
-use idempotency_core::sql::outbox::{DeadMessage, OutboxTable};
-use idempotency_core::sql::{Dialect, Outbox};
+use idempotency_outbox::Outbox;
+use idempotency_outbox::table::{DeadMessage, OutboxTable};
+use idempotency_sql::Dialect;
 use serde::Serialize;
 
 use crate::args::{Global, OutboxCommand};

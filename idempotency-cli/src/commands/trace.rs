@@ -6,8 +6,8 @@ use std::time::SystemTime;
 
 use clap::Args;
 use idempotency_core::operations::{Admin, RecordView};
-use idempotency_core::sql::outbox::{MessageStatus, message_id};
 use idempotency_core::{DEFAULT_ABANDONED_GRACE, IdempotencyKey, Mechanism, Scope};
+use idempotency_outbox::table::{MessageStatus, message_id};
 use serde::Serialize;
 
 use crate::args::Global;

@@ -13,7 +13,7 @@ pub enum Archive {
     /// No copy.
     None,
     /// One JSON object per line ([`RecordView`] with body and fingerprint, or an outbox's
-    /// `sql::outbox::ArchivedMessage`), written and
+    /// `idempotency_outbox::table::ArchivedMessage`), written and
     /// flushed before the batch is deleted: a purge stopped between the two writes the batch
     /// again when resumed (at least once).
     JsonLines(Box<dyn Write + Send>),

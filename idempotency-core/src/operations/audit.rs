@@ -125,7 +125,7 @@ impl AuditEntry {
 }
 
 /// Where audit entries go: a table in the store's database
-/// ([`SqlAudit`](crate::sql::SqlAudit)), or the log stream ([`TracingAudit`]). An action is
+/// (`idempotency_sql::SqlAudit`), or the log stream ([`TracingAudit`]). An action is
 /// reported failed when its entry cannot be written (the action itself may have applied: the
 /// error says so).
 pub trait AuditLog: Send + Sync + 'static {

@@ -134,7 +134,7 @@ pub trait Operations: DynStore {
     }
 
     /// The TTL the records' table is configured with, if any: no purge deletes a record last
-    /// written less than this long ago (SQL stores, [`SqlStore::with_table_ttl`](crate::sql::SqlStore::with_table_ttl)).
+    /// written less than this long ago (SQL stores, `idempotency_sql::SqlStore::with_table_ttl`).
     /// `None`, the default: records go when their own expiry says.
     fn ttl_floor(&self) -> BoxFuture<'_, Result<Option<Duration>, StoreError>> {
         Box::pin(std::future::ready(Ok(None)))

@@ -1,5 +1,4 @@
-//! The TLS side of `tls.rs`: a throw-away CA, a TLS-only `redis-server` and a TLS-terminating
-//! proxy in front of PostgreSQL.
+//! The TLS side of `tls.rs`: a throw-away CA and a TLS-only `redis-server`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -8,8 +7,6 @@
     dead_code
 )]
 
-#[cfg(feature = "postgres")]
-pub mod pg_proxy;
 pub mod pki;
 #[cfg(feature = "redis")]
 pub mod redis_server;

@@ -14,9 +14,9 @@ pub(crate) mod table;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use idempotency_core::sql::outbox::OutboxTable;
-use idempotency_core::sql::{Outbox, OutboxMessage};
 use idempotency_core::{IdempotencyKey, Scope};
+use idempotency_outbox::table::OutboxTable;
+use idempotency_outbox::{Outbox, OutboxMessage};
 use sqlx::{PgPool, Postgres};
 
 /// A name no other test run uses: `prefix` and 12 hex digits (a valid SQL identifier).

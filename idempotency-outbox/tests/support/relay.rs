@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use idempotency_core::sql::outbox::OutboxTable;
+use idempotency_outbox::table::OutboxTable;
 use idempotency_outbox::{Relay, Round, Target};
 
 /// Runs rounds until `count` messages were sent (waiting out a dead relay's lease, or a broker

@@ -8,8 +8,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use idempotency_core::sql::OutboxMessage;
-use idempotency_core::sql::outbox::{Archive, ArchivedMessage, ClaimBatch, OutboxTable};
+use idempotency_outbox::OutboxMessage;
+use idempotency_outbox::table::{Archive, ArchivedMessage, ClaimBatch, OutboxTable};
 
 use super::{TestOutbox, message, unique};
 

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use idempotency_core::sql::TxStore;
 use idempotency_core::{Idempotency, Store};
+use idempotency_sql::TxStore;
 
 use super::{Business, FromJob, SqlTruth};
 use crate::{IdempotentConsumer, KeyExtractor};
@@ -36,7 +36,7 @@ pub type TwoTierConsumer<S, K, T, I, B> = IdempotentConsumer<S, K, SqlTruth<T, I
 /// ```
 /// use std::time::Duration;
 /// use idempotency_core::{Idempotency, MemoryStore, Scope};
-/// use idempotency_core::sql::PostgresStore;
+/// use idempotency_sql::PostgresStore;
 /// use idempotency_queue::JsonField;
 /// use idempotency_queue::two_tier::{Json, SqlTruth, TwoTier, Tx};
 ///
@@ -123,7 +123,7 @@ where
     ///
     /// ```
     /// use idempotency_core::Scope;
-    /// use idempotency_core::sql::PostgresStore;
+    /// use idempotency_sql::PostgresStore;
     /// use idempotency_queue::MessageId;
     /// use idempotency_queue::two_tier::{Json, SqlTruth, TwoTier, Tx};
     ///

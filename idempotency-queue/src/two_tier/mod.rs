@@ -8,7 +8,7 @@
 //!   [`IdempotentConsumer`](crate::IdempotentConsumer)'s engine: a completed key is acked with
 //!   one round trip, a key in flight elsewhere is handed to the truth.
 //! - **Tier 2** ([`SqlTruth`], the handler) claims the key with
-//!   [`TxStore::claim_in_tx`](idempotency_core::sql::TxStore::claim_in_tx)'s claim **in the
+//!   [`TxStore::claim_in_tx`](idempotency_sql::TxStore::claim_in_tx)'s claim **in the
 //!   same transaction as the business writes** and commits both together. It alone decides
 //!   whether the business code runs.
 //!
@@ -43,7 +43,7 @@
 //! ```no_run
 //! # #[cfg(all(feature = "sql", feature = "rabbitmq"))]
 //! # async fn demo(pool: sqlx::PgPool, redis: idempotency_core::redis::RedisStore) -> Result<(), Box<dyn std::error::Error>> {
-//! use idempotency_core::sql::PostgresStore;
+//! use idempotency_sql::PostgresStore;
 //! use idempotency_core::{Idempotency, Scope};
 //! use idempotency_queue::two_tier::{Json, SqlTruth, TwoTier, Tx};
 //! use idempotency_queue::JsonField;

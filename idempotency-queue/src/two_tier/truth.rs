@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use idempotency_core::sql::{TxClaim, TxStore};
 use idempotency_core::{Mechanism, Outcome, Scope};
+use idempotency_sql::{TxClaim, TxStore};
 use serde::Serialize;
 
 use super::{FromJob, TruthError, Tx};
@@ -109,7 +109,7 @@ where
 ///
 /// ```
 /// use idempotency_core::Scope;
-/// use idempotency_core::sql::PostgresStore;
+/// use idempotency_sql::PostgresStore;
 /// use idempotency_queue::two_tier::{Json, SqlTruth, Tx};
 ///
 /// #[derive(serde::Deserialize)]

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency_core::redis::RedisStore;
-use idempotency_core::sql::{PostgresStore, TxStore};
 use idempotency_core::{Idempotency, Scope};
 use idempotency_queue::two_tier::{Business, SqlTruth, Tx};
 use idempotency_queue::{Handler, Job};
+use idempotency_sql::{PostgresStore, TxStore};
 use sqlx::{PgPool, Postgres};
 
 use crate::support::unique;
@@ -175,7 +175,7 @@ impl Tiers {
                     )
                     .await
                     .unwrap();
-                    assert!(matches!(claim, idempotency_core::sql::TxClaim::Execute(_)));
+                    assert!(matches!(claim, idempotency_sql::TxClaim::Execute(_)));
                     sqlx::query(&format!("INSERT INTO {table} (business_key) VALUES ($1)"))
                         .bind(job.key.as_str())
                         .execute(&mut *tx)

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::sql::TxStore;
+use idempotency_sql::TxStore;
 use tower_layer::Layer;
 
 use super::flights::{Claims, Flights};

@@ -22,14 +22,14 @@
 //! one with work that must wait for the commit (and never run without it) registers it with
 //! [`Tx::after_commit`].
 //! How a duplicate waits or is rejected on each database is in
-//! [`TxStore`](idempotency_core::sql::TxStore)'s docs (SQLite can only wait).
+//! [`TxStore`](idempotency_sql::TxStore)'s docs (SQLite can only wait).
 //!
 //! ```no_run
 //! # #[cfg(all(feature = "postgres", feature = "axum"))]
 //! # async fn demo(pool: sqlx::PgPool) -> Result<(), idempotency_core::Error> {
 //! use axum::{Json, Router, routing::post};
 //! use idempotency_core::Error;
-//! use idempotency_core::sql::PostgresStore;
+//! use idempotency_sql::PostgresStore;
 //! use idempotency_tower::IdempotencyLayer;
 //! use idempotency_tower::transactional::Tx;
 //! use sqlx::Postgres;
@@ -41,12 +41,14 @@
 //!     let moved = sqlx::query("UPDATE orders SET status = 'PAID' WHERE id = $1 AND status = 'WAIT_PAY'")
 //!         .bind(paid.order_id)
 //!         .execute(&mut *tx)
-//!         .await?;
+//!         .await
+//!         .map_err(idempotency_sql::from_sqlx)?;
 //!     if moved.rows_affected() == 1 {
 //!         sqlx::query("INSERT INTO coupons (order_id) VALUES ($1)")
 //!             .bind(paid.order_id)
 //!             .execute(&mut *tx)
-//!             .await?;
+//!             .await
+//!             .map_err(idempotency_sql::from_sqlx)?;
 //!     }
 //!     Ok("paid") // stored and committed with the coupon, by the layer
 //! }

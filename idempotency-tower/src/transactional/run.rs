@@ -10,10 +10,10 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use http_body::Body;
-use idempotency_core::sql::{TxClaim, TxClaimRequest, TxLease, TxStore};
 use idempotency_core::{
     Error, Fingerprint, InFlightPolicy, Mechanism, Outcome, RecordState, StorageKey, telemetry,
 };
+use idempotency_sql::{TxClaim, TxClaimRequest, TxLease, TxStore};
 
 use super::flights::Flight;
 use super::layer::Shared;
@@ -339,7 +339,10 @@ async fn commit<S: TxStore>(
     let store = &shared.store;
     if without_record {
         within(timeout, store.release_in_tx(&mut tx, lease)).await?;
-        within(timeout, async { Ok(tx.commit().await?) }).await?;
+        within(timeout, async {
+            tx.commit().await.map_err(idempotency_sql::from_sqlx)
+        })
+        .await?;
         tracing::debug!("committed without a record, as the handler asked");
         return Ok(None);
     }
@@ -349,14 +352,20 @@ async fn commit<S: TxStore>(
             content_length,
         } => {
             within(timeout, store.complete_in_tx(&mut tx, lease, &outcome)).await?;
-            within(timeout, async { Ok(tx.commit().await?) }).await?;
+            within(timeout, async {
+                tx.commit().await.map_err(idempotency_sql::from_sqlx)
+            })
+            .await?;
             tracing::debug!(status = outcome.status, "response stored and committed");
             telemetry::record_current(telemetry::FINISH, "completed");
             Ok(content_length)
         }
         Ending::Release => {
             // Nothing of the request stays: its business writes go with its claim.
-            let _ = within(timeout, async { Ok(tx.rollback().await?) }).await;
+            let _ = within(timeout, async {
+                tx.rollback().await.map_err(idempotency_sql::from_sqlx)
+            })
+            .await;
             telemetry::record_current(telemetry::FINISH, "released");
             Ok(None)
         }

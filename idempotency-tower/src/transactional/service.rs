@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use http::request::Parts;
 use idempotency_core::StorageKey;
-use idempotency_core::sql::TxStore;
+use idempotency_sql::TxStore;
 
 use super::layer::TransactionalLayer;
 use super::run;

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use http::Response;
-use idempotency_core::sql::InTransaction;
+use idempotency_sql::InTransaction;
 
 use crate::refusal::{ProblemJson, Refusal, RefusalKind, RenderRefusal};
 

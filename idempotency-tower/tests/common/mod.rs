@@ -246,7 +246,7 @@ pub fn unique(prefix: &str) -> String {
 #[cfg(feature = "postgres")]
 pub async fn on_postgres<F, Fut>(prefix: &str, test: F)
 where
-    F: FnOnce(idempotency_core::sql::PostgresStore) -> Fut,
+    F: FnOnce(idempotency_sql::PostgresStore) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
     let url = std::env::var("DATABASE_URL")
@@ -262,7 +262,7 @@ where
         "{prefix}_{}",
         &idempotency_core::testing::unique_key().to_hex()[..12]
     );
-    let store = idempotency_core::sql::PostgresStore::new(pool.clone())
+    let store = idempotency_sql::PostgresStore::new(pool.clone())
         .with_table_name(&table)
         .unwrap();
     store.migrate().await.unwrap();

@@ -18,9 +18,9 @@ use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use idempotency_core::sql::TxStore;
 use idempotency_core::testing::unique_key;
 use idempotency_core::{IdempotencyKey, InFlightPolicy, RecordState, Scope, Store};
+use idempotency_sql::TxStore;
 use idempotency_tower::transactional::TransactionalLayer;
 use idempotency_tower::{
     ConflictAnswer, Deadline, FingerprintSource, IdempotencyLayer, IdempotencyLayerBuilder,
@@ -560,8 +560,8 @@ pub async fn misuse_and_outage<H: Harness>(harness: &H) {
 /// and a callback then answered 422 and granted nothing).
 pub async fn mechanisms_never_collide<H: Harness>(harness: &H) {
     use idempotency_core::function::{self, Call};
-    use idempotency_core::sql::TxClaim;
     use idempotency_core::{Fingerprint, Idempotency, Outcome};
+    use idempotency_sql::TxClaim;
 
     let counters = Arc::new(Counters::default());
     let store = harness.store();

@@ -195,17 +195,17 @@ fn baseline_router<DB: sqlx::Database>(baseline: Baseline<DB>) -> Router {
 enum Database {
     #[cfg(feature = "postgres")]
     Postgres(
-        idempotency_core::sql::PostgresStore,
+        idempotency_sql::PostgresStore,
         Arc<axum_payments::sql::PostgresRepo>,
     ),
     #[cfg(feature = "mysql")]
     Mysql(
-        idempotency_core::sql::MySqlStore,
+        idempotency_sql::MySqlStore,
         Arc<axum_payments::sql::MySqlRepo>,
     ),
     #[cfg(feature = "sqlite")]
     Sqlite(
-        idempotency_core::sql::SqliteStore,
+        idempotency_sql::SqliteStore,
         Arc<axum_payments::sql::SqliteRepo>,
     ),
 }
@@ -267,7 +267,7 @@ async fn serve_variant<S, R>(
     dedup: &DedupSql,
 ) -> Result<Server, String>
 where
-    S: idempotency_core::sql::TxStore,
+    S: idempotency_sql::TxStore,
     R: SqlPayments<S::Database>,
     DedupTable: ByHand<S::Database>,
     for<'c> &'c mut <S::Database as sqlx::Database>::Connection:
@@ -416,7 +416,7 @@ impl Database {
                     .connect(&url)
                     .await
                     .map_err(|e| e.to_string())?;
-                let store = idempotency_core::sql::PostgresStore::new(pool.clone())
+                let store = idempotency_sql::PostgresStore::new(pool.clone())
                     .with_table_name("bench_records")
                     .map_err(|e| e.to_string())?;
                 store.migrate().await.map_err(|e| e.to_string())?;
@@ -434,7 +434,7 @@ impl Database {
                     .connect(&url)
                     .await
                     .map_err(|e| e.to_string())?;
-                let store = idempotency_core::sql::MySqlStore::new(pool.clone())
+                let store = idempotency_sql::MySqlStore::new(pool.clone())
                     .with_table_name("bench_records")
                     .map_err(|e| e.to_string())?;
                 store.migrate().await.map_err(|e| e.to_string())?;
@@ -456,7 +456,7 @@ impl Database {
                     .connect_with(options)
                     .await
                     .map_err(|e| e.to_string())?;
-                let store = idempotency_core::sql::SqliteStore::new(pool.clone())
+                let store = idempotency_sql::SqliteStore::new(pool.clone())
                     .with_table_name("bench_records")
                     .map_err(|e| e.to_string())?;
                 store.migrate().await.map_err(|e| e.to_string())?;

@@ -21,12 +21,13 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idempotency_core::sql::{Outbox, OutboxMessage, PostgresStore};
 use idempotency_core::{Idempotency, IdempotencyKey, MemoryStore, Scope};
 use idempotency_outbox::Relay;
 use idempotency_outbox::rabbitmq::RabbitMqTarget;
+use idempotency_outbox::{Outbox, OutboxMessage};
 use idempotency_queue::two_tier::{Json, SqlTruth, Tx};
 use idempotency_queue::{IdempotentConsumer, Job, MessageId, rabbitmq};
+use idempotency_sql::PostgresStore;
 use lapin::options::{
     BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
     QueueDeclareOptions, QueueDeleteOptions, QueuePurgeOptions,

@@ -196,7 +196,7 @@ async fn store(name: &str) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
                 .connect(&through(&url, proxy.addr)?)
                 .await
                 .map_err(|error| error.to_string())?;
-            let store = idempotency_core::sql::PostgresStore::new(pool)
+            let store = idempotency_sql::PostgresStore::new(pool)
                 .with_table_name("waiters_bench")
                 .map_err(|error| error.to_string())?;
             store.migrate().await.map_err(|error| error.to_string())?;

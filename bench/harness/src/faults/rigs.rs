@@ -134,11 +134,11 @@ enum AnyStore {
     #[cfg(feature = "redis")]
     Redis(idempotency_core::redis::RedisStore),
     #[cfg(feature = "postgres")]
-    Postgres(idempotency_core::sql::PostgresStore),
+    Postgres(idempotency_sql::PostgresStore),
     #[cfg(feature = "mysql")]
-    MySql(idempotency_core::sql::MySqlStore),
+    MySql(idempotency_sql::MySqlStore),
     #[cfg(feature = "sqlite")]
-    Sqlite(idempotency_core::sql::SqliteStore),
+    Sqlite(idempotency_sql::SqliteStore),
 }
 
 impl AnyStore {
@@ -383,7 +383,7 @@ async fn postgres(
         .connect(&url)
         .await
         .map_err(|error| Unavailable::Missing(format!("PostgreSQL: {error}")))?;
-    let store = idempotency_core::sql::PostgresStore::new(pool)
+    let store = idempotency_sql::PostgresStore::new(pool)
         .with_table_name(table)
         .map_err(|error| Unavailable::Missing(error.to_string()))?;
     store
@@ -413,7 +413,7 @@ async fn mysql(fault: Fault, table: &str) -> Result<(AnyStore, Injector, Duratio
         .connect(&url)
         .await
         .map_err(|error| Unavailable::Missing(format!("MariaDB: {error}")))?;
-    let store = idempotency_core::sql::MySqlStore::new(pool)
+    let store = idempotency_sql::MySqlStore::new(pool)
         .with_table_name(table)
         .map_err(|error| Unavailable::Missing(error.to_string()))?;
     store
@@ -470,7 +470,7 @@ async fn sqlite(fault: Fault, run_id: &str) -> Result<(AnyStore, Injector, Durat
         .connect_with(options.clone())
         .await
         .map_err(|error| missing(&error))?;
-    let store = idempotency_core::sql::SqliteStore::new(pool);
+    let store = idempotency_sql::SqliteStore::new(pool);
     store.migrate().await.map_err(|error| missing(&error))?;
     let injector = if fault == Fault::DiskFull {
         Injector::SqliteFull { full }

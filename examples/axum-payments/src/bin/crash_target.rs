@@ -102,7 +102,7 @@ async fn store(kind: &str, url: Option<String>, table: &str) -> Result<BoxStore,
                 .connect_with(options)
                 .await
                 .map_err(|e| e.to_string())?;
-            let store = idempotency_core::sql::SqliteStore::new(pool)
+            let store = idempotency_sql::SqliteStore::new(pool)
                 .with_table_name(table)
                 .map_err(|e| e.to_string())?;
             store.migrate().await.map_err(|e| e.to_string())?;
@@ -115,7 +115,7 @@ async fn store(kind: &str, url: Option<String>, table: &str) -> Result<BoxStore,
                 .connect(&url?)
                 .await
                 .map_err(|e| e.to_string())?;
-            let store = idempotency_core::sql::PostgresStore::new(pool)
+            let store = idempotency_sql::PostgresStore::new(pool)
                 .with_table_name(table)
                 .map_err(|e| e.to_string())?;
             store.migrate().await.map_err(|e| e.to_string())?;
@@ -128,7 +128,7 @@ async fn store(kind: &str, url: Option<String>, table: &str) -> Result<BoxStore,
                 .connect(&url?)
                 .await
                 .map_err(|e| e.to_string())?;
-            let store = idempotency_core::sql::MySqlStore::new(pool)
+            let store = idempotency_sql::MySqlStore::new(pool)
                 .with_table_name(table)
                 .map_err(|e| e.to_string())?;
             store.migrate().await.map_err(|e| e.to_string())?;

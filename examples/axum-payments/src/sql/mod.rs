@@ -3,7 +3,7 @@
 //! With transactional HTTP (`super::transactional`), the two guarded routes run their writes
 //! through [`SqlPayments`], on the connection of the request's own transaction: the layer
 //! claims the key in that transaction, the handler applies the `WAIT_PAY → PAID` transition
-//! ([`idempotency_core::sql::Transition`]) and grants the coupon only when it applied, and the
+//! ([`idempotency_sql::Transition`]) and grants the coupon only when it applied, and the
 //! layer stores the answer as the key's record and commits: the record and the business writes
 //! commit or roll back together (the post-mortem's iron rule: same database, same transaction).
 //! The state machine is the second guard: a payment with another trade number for a paid order
@@ -24,7 +24,7 @@ pub use postgres::PostgresRepo;
 pub use sqlite::SqliteRepo;
 
 use idempotency_core::BoxFuture;
-use idempotency_core::sql::{TransitionOutcome, validate_identifier};
+use idempotency_sql::{TransitionOutcome, validate_identifier};
 
 use super::model::{NewOrder, Order, OrderId, OrderStatus};
 use super::repo::{PaymentsRepo, RepoError, Transition};

@@ -1,7 +1,7 @@
 //! Orders and coupons in MySQL / MariaDB.
 
 use idempotency_core::BoxFuture;
-use idempotency_core::sql::{Transition as StateTransition, TransitionOutcome};
+use idempotency_sql::{Transition as StateTransition, TransitionOutcome};
 use sqlx::{MySql, MySqlConnection, MySqlPool};
 
 use super::{

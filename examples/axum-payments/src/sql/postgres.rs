@@ -1,7 +1,7 @@
 //! Orders and coupons in PostgreSQL.
 
 use idempotency_core::BoxFuture;
-use idempotency_core::sql::{Transition as StateTransition, TransitionOutcome};
+use idempotency_sql::{Transition as StateTransition, TransitionOutcome};
 use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::{

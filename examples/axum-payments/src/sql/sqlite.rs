@@ -1,7 +1,7 @@
 //! Orders and coupons in SQLite.
 
 use idempotency_core::BoxFuture;
-use idempotency_core::sql::{Transition as StateTransition, TransitionOutcome};
+use idempotency_sql::{Transition as StateTransition, TransitionOutcome};
 use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
 use super::{

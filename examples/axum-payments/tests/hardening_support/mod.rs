@@ -225,13 +225,13 @@ pub async fn retry_until_done(addr: SocketAddr, key: &str) -> (Reply, usize) {
 pub async fn postgres_store(
     options: sqlx::postgres::PgPoolOptions,
     prefix: &str,
-) -> Option<(idempotency_core::sql::PostgresStore, impl AsyncFnOnce())> {
+) -> Option<(idempotency_sql::PostgresStore, impl AsyncFnOnce())> {
     if !reachable("PostgreSQL", &postgres_url()) {
         return None;
     }
     let pool = options.connect(&postgres_url()).await.unwrap();
     let table = unique(prefix);
-    let store = idempotency_core::sql::PostgresStore::new(pool.clone())
+    let store = idempotency_sql::PostgresStore::new(pool.clone())
         .with_table_name(&table)
         .unwrap();
     store.migrate().await.unwrap();
@@ -248,13 +248,13 @@ pub async fn postgres_store(
 pub async fn mysql_store(
     options: sqlx::mysql::MySqlPoolOptions,
     prefix: &str,
-) -> Option<(idempotency_core::sql::MySqlStore, impl AsyncFnOnce())> {
+) -> Option<(idempotency_sql::MySqlStore, impl AsyncFnOnce())> {
     if !reachable("MySQL", &mysql_url()) {
         return None;
     }
     let pool = options.connect(&mysql_url()).await.unwrap();
     let table = unique(prefix);
-    let store = idempotency_core::sql::MySqlStore::new(pool.clone())
+    let store = idempotency_sql::MySqlStore::new(pool.clone())
         .with_table_name(&table)
         .unwrap();
     store.migrate().await.unwrap();
@@ -271,7 +271,7 @@ pub async fn mysql_store(
 pub async fn sqlite_store(
     options: sqlx::sqlite::SqlitePoolOptions,
     prefix: &str,
-) -> (idempotency_core::sql::SqliteStore, impl AsyncFnOnce()) {
+) -> (idempotency_sql::SqliteStore, impl AsyncFnOnce()) {
     use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
     let path = temp_path(prefix, "db");
     let connect = SqliteConnectOptions::new()
@@ -280,7 +280,7 @@ pub async fn sqlite_store(
         .journal_mode(SqliteJournalMode::Wal)
         .busy_timeout(Duration::from_secs(60));
     let pool = options.connect_with(connect).await.unwrap();
-    let store = idempotency_core::sql::SqliteStore::new(pool.clone());
+    let store = idempotency_sql::SqliteStore::new(pool.clone());
     store.migrate().await.unwrap();
     let remove = async move || {
         pool.close().await;

@@ -20,10 +20,10 @@
 //! Only the first (same database, [`TxStore::claim_in_tx`] + [`TxStore::complete_in_tx`]) grants
 //! exactly one coupon. If the business data must stay in another database, move the dedup
 //! record there (or drive the business change by a state transition on its own row, see
-//! `idempotency_core::sql::Transition`), instead of trying to pair two commits.
+//! `idempotency_sql::Transition`), instead of trying to pair two commits.
 //!
 //! When the coupons belong to another service with its own database, the fourth way is the one
-//! that works across databases: a transactional outbox (`idempotency_core::sql::Outbox`, the
+//! that works across databases: a transactional outbox (`idempotency_outbox::Outbox`, the
 //! grant enqueued in the callback's transaction), a relay (`idempotency-outbox`), and the coupon
 //! service claiming the message id in its own transaction. `outbox_demo` (feature `outbox`)
 //! runs it through a crash at every boundary.
@@ -31,8 +31,8 @@
 
 use std::path::{Path, PathBuf};
 
-use idempotency_core::sql::{SqliteStore, TxClaim, TxStore};
 use idempotency_core::{Fingerprint, IdempotencyKey, Outcome, Scope, StoreError};
+use idempotency_sql::{SqliteStore, TxClaim, TxStore};
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 

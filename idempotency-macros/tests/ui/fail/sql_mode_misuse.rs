@@ -1,5 +1,5 @@
 #![allow(unused)]
-use idempotency_core::sql::SqliteStore;
+use idempotency_sql::SqliteStore;
 use idempotency_core::{Error, idempotent};
 use sqlx::{Sqlite, Transaction};
 

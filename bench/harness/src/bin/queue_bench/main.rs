@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idempotency_core::redis::RedisStore;
-use idempotency_core::sql::PostgresStore;
 use idempotency_core::{Idempotency, MemoryStore, Scope, Store};
 use idempotency_queue::two_tier::{SqlTruth, Tx};
 use idempotency_queue::{Handler, Header, IdempotentConsumer, Job, KeyExtractor};
+use idempotency_sql::PostgresStore;
 use sqlx::{PgPool, Postgres};
 
 pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;

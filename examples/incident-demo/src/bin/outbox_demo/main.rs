@@ -3,7 +3,7 @@
 //!
 //! The callback service owns the orders database; the coupon service owns another. The callback
 //! marks the order paid (a state transition) and, only when that transition applied, enqueues a
-//! coupon grant in the **same transaction** (`idempotency_core::sql::Outbox`); a relay
+//! coupon grant in the **same transaction** (`idempotency_outbox::Outbox`); a relay
 //! (`idempotency_outbox::Relay`) publishes committed grants to RabbitMQ with a message id derived
 //! from the trade; the coupon service claims that id in **its own** transaction together with
 //! the coupon (`idempotency_queue::two_tier::SqlTruth`).
@@ -115,7 +115,7 @@ async fn orchestrate() -> Result<bool, Error> {
     for trade in &trade_refs {
         all_one &= ctx.coupons.coupons_of(trade).await? == 1;
     }
-    let dead = idempotency_core::sql::OutboxTable::counts(&ctx.orders.outbox)
+    let dead = idempotency_outbox::OutboxTable::counts(&ctx.orders.outbox)
         .await?
         .dead;
     setup::drop_all(&ctx.run, &ctx.orders, &ctx.coupons).await?;

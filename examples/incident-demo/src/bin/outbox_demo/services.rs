@@ -5,12 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::sql::{OutboxMessage, Transition};
 use idempotency_core::{Idempotency, IdempotencyKey, MemoryStore, Scope};
+use idempotency_outbox::OutboxMessage;
 use idempotency_outbox::Relay;
 use idempotency_outbox::rabbitmq::RabbitMqTarget;
 use idempotency_queue::two_tier::{Json, SqlTruth, TwoTier, Tx};
 use idempotency_queue::{Backoff, Handler, IdempotentConsumer, MessageId, rabbitmq};
+use idempotency_sql::Transition;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
@@ -91,7 +92,7 @@ pub(crate) fn relay(
     db: &OrdersDb,
     amqp_url: String,
     die_after_publish: bool,
-) -> Relay<idempotency_core::sql::Outbox<Postgres>, RabbitMqTarget> {
+) -> Relay<idempotency_outbox::Outbox<Postgres>, RabbitMqTarget> {
     let relay = Relay::new(db.outbox.clone(), RabbitMqTarget::new(amqp_url, ""))
         .with_lease(Duration::from_secs(2))
         .with_backoff(Backoff::new(

@@ -2,7 +2,8 @@
 
 use std::str::FromStr;
 
-use idempotency_core::sql::{Outbox, PostgresStore};
+use idempotency_outbox::Outbox;
+use idempotency_sql::PostgresStore;
 use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
