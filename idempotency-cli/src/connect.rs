@@ -3,9 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "redis")]
+use idempotency_core::operations::TracingAudit;
 use idempotency_core::operations::{Admin, AuditLog, Operations};
 #[cfg(feature = "redis")]
-use idempotency_core::{operations::TracingAudit, redis::RedisStore};
+use idempotency_redis::RedisStore;
 
 use crate::args::Global;
 use crate::failure::Failure;

@@ -123,9 +123,6 @@ mod token;
 #[cfg(feature = "memory")]
 mod memory;
 
-#[cfg(feature = "redis")]
-pub mod redis;
-
 #[cfg(feature = "testing")]
 pub mod testing;
 

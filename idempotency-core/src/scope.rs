@@ -194,7 +194,7 @@ impl StorageKey {
     /// 64 bits that depend on every byte of the key, for choosing shards and table slots. A
     /// digest's bytes are uniform already; a key built by hand (a counter after a common
     /// prefix, say) would otherwise share its shard and slot with every key like it.
-    pub(crate) fn spread(&self) -> u64 {
+    pub fn spread(&self) -> u64 {
         let (words, _) = self.0.as_chunks::<8>();
         let mut mixed = words.iter().fold(0u64, |mixed, word| {
             let mixed = (mixed ^ u64::from_le_bytes(*word)).wrapping_mul(0x9e37_79b9_7f4a_7c15);

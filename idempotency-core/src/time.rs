@@ -3,21 +3,13 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch (saturating, never panics).
-#[allow(dead_code)] // used by the Redis store
 pub(crate) fn unix_millis(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
 }
 
-/// The `SystemTime` for milliseconds since the Unix epoch.
-#[allow(dead_code)] // used by the Redis store
-pub(crate) fn from_unix_millis(millis: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(millis)
-}
-
 /// Microseconds since the Unix epoch (saturating, never panics; 0 before it).
-#[allow(dead_code)] // used by the memory and Redis stores
 pub(crate) fn unix_micros(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
@@ -25,14 +17,12 @@ pub(crate) fn unix_micros(at: SystemTime) -> u64 {
 }
 
 /// The `SystemTime` for microseconds since the Unix epoch.
-#[allow(dead_code)] // used by the memory and Redis stores
 pub(crate) fn from_unix_micros(micros: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_micros(micros)
 }
 
 /// Microseconds since the Unix epoch now, used to seed fencing tokens so they grow across
 /// restarts.
-#[allow(dead_code)] // used by the memory and Redis stores
 pub(crate) fn unix_micros_now() -> u64 {
     unix_micros(SystemTime::now())
 }

@@ -1,7 +1,5 @@
 //! The operations suite (list, count, fenced and audited actions, reconciliation, purge with
-//! archive) on the memory store and a real Redis server (`REDIS_URL`, default
-//! `redis://127.0.0.1:6379`). The Redis Cluster runs it in `redis_cluster.rs`, the SQL stores
-//! in their own test files.
+//! archive) on the memory store. Redis and the SQL stores run it in their own crates' tests.
 #![cfg(feature = "testing")]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -79,29 +77,6 @@ fn gauges_from_a_count() {
         gauge(OLDEST_ABANDONED, None).is_some_and(|age| age >= 1.0),
         "{gauges:?}"
     );
-}
-
-#[cfg(feature = "redis")]
-mod redis {
-    use idempotency_core::redis::RedisStore;
-    use idempotency_core::testing::{operations_suite, unavailable, unique_namespace};
-
-    fn url() -> String {
-        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-    }
-
-    /// On its own prefix, so that the scan reads this test's records only.
-    #[tokio::test]
-    async fn operations_on_one_redis_server() {
-        let store = match RedisStore::connect(&url()).await {
-            Ok(store) => store.with_key_prefix(format!("{}:", unique_namespace("test:ops"))),
-            Err(error) => {
-                unavailable::<()>("Redis", error);
-                return;
-            }
-        };
-        operations_suite(store, 2, true).await;
-    }
 }
 
 /// A purge of the memory store honours the batch size (`--batch`), not a shard per batch, and

@@ -12,9 +12,9 @@ use axum::body::Body;
 use axum::routing::{get, post};
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use idempotency_core::redis::RedisTokenStore;
 use idempotency_core::testing::unavailable;
 use idempotency_core::{DEFAULT_TOKEN_TTL, MemoryTokenStore, Scope, TokenStore};
+use idempotency_redis::RedisTokenStore;
 use idempotency_tower::{IDEMPOTENCY_TOKEN, TokenLayer};
 use tower::ServiceExt;
 

@@ -41,6 +41,11 @@
 
 pub use idempotency_core::*;
 
+/// The Redis store (`idempotency-redis`): [`redis::RedisStore`] on one node, a Cluster or
+/// Valkey, and [`redis::RedisTokenStore`].
+#[cfg(feature = "redis")]
+pub use idempotency_redis as redis;
+
 /// The SQL stores (`idempotency-sql`): `PostgresStore`, `MySqlStore`, `SqliteStore`, claims
 /// in the caller's transaction ([`sql::TxStore`]), state-machine transitions.
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]

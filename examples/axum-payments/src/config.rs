@@ -221,7 +221,7 @@ pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// one Redis, with no other change.
 #[cfg(feature = "redis")]
 async fn redis_backend(env: &impl Fn(&str) -> Option<String>) -> Result<Backend, ConfigError> {
-    use idempotency_core::redis::RedisStore;
+    use idempotency_redis::RedisStore;
     let (target, store) = match env("REDIS_CLUSTER_URLS") {
         Some(nodes) => {
             let list = nodes

@@ -222,7 +222,7 @@ async fn redis() {
     if !reachable("Redis", &redis_url()) {
         return;
     }
-    let store = idempotency_core::redis::RedisStore::connect(&redis_url())
+    let store = idempotency_redis::RedisStore::connect(&redis_url())
         .await
         .unwrap()
         .with_key_prefix(format!("{}:", unique("cancel")));

@@ -86,7 +86,7 @@ fn assert_absent(raw: &str, key: &str, tenants: &[String; 2]) {
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn redis_stores_neither_raw_keys_nor_tenants() {
-    use idempotency_core::redis::{RedisStore, driver};
+    use idempotency_redis::{RedisStore, driver};
     if !reachable("Redis", &redis_url()) {
         return;
     }

@@ -133,7 +133,7 @@ async fn storm_redis() {
     // `RedisStore::connect` bounds each reply at 2 s on its one multiplexed connection; 10 000
     // calls queued behind each other on a loaded 2-core machine take longer than that (they
     // then fail as 503s). Queueing is not a fault here: a connection with a 30 s bound.
-    use idempotency_core::redis::driver;
+    use idempotency_redis::driver;
     let client = driver::Client::open(redis_url()).unwrap();
     let config = driver::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(2)))
@@ -141,7 +141,7 @@ async fn storm_redis() {
     let connection = driver::aio::ConnectionManager::new_with_config(client, config)
         .await
         .unwrap();
-    let store = idempotency_core::redis::RedisStore::new(connection)
+    let store = idempotency_redis::RedisStore::new(connection)
         .with_key_prefix(format!("{}:", unique("storm")))
         .with_call_timeout(Duration::from_secs(30));
     storm("redis", store).await;

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use idempotency_core::redis::RedisStore;
 use idempotency_core::{BoxStore, Idempotency, MemoryStore, Scope};
 use idempotency_queue::two_tier::{Business, Json, SqlTruth, TwoTier, TwoTierConsumer, Tx};
 use idempotency_queue::{JsonField, Verdict};
+use idempotency_redis::RedisStore;
 use idempotency_sql::PostgresStore;
 use serde::{Deserialize, Serialize};
 use sqlx::{PgPool, Postgres};

@@ -350,7 +350,7 @@ async fn a_streaming_method_passes_through() {
 #[cfg(feature = "redis")]
 mod redis_down {
     use super::*;
-    use idempotency_core::redis::RedisStore;
+    use idempotency_redis::RedisStore;
     use std::sync::Mutex;
     use tokio::task::JoinHandle;
 

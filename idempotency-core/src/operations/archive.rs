@@ -87,10 +87,10 @@ pub fn purgeable(record: &Record, now: SystemTime, grace: Duration) -> bool {
     }
 }
 
-/// The purge of one batch by a scan and a fenced delete of each expired record (memory,
-/// Redis): a record renewed or taken over since the scan read it keeps its new token and
-/// stays.
-pub(crate) async fn purge_by_scan<O: Operations + ?Sized>(
+/// The purge of one batch by a scan and a fenced delete of each expired record, for stores
+/// without a native expiring delete (memory, Redis): a record renewed or taken over since the
+/// scan read it keeps its new token and stays.
+pub async fn purge_by_scan<O: Operations + ?Sized>(
     store: &O,
     namespace: Option<&str>,
     cursor: &Cursor,

@@ -55,7 +55,7 @@ mod tiers;
 mod view;
 
 pub use admin::{Admin, DEFAULT_BATCH, Progress, PurgeReport};
-pub use archive::{Archive, Purged, purgeable};
+pub use archive::{Archive, Purged, purge_by_scan, purgeable};
 pub use audit::{AUDIT_TARGET, Action, Actor, AuditEntry, AuditLog, TracingAudit};
 pub use cursor::{Cursor, Page};
 pub use fence::{Acted, Fence, FenceRefusal};
@@ -63,8 +63,6 @@ pub use query::Query;
 pub use status::Status;
 pub use tiers::{Tier, TieredStuck};
 pub use view::{Counts, RecordView};
-
-pub(crate) use archive::purge_by_scan;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -42,7 +42,7 @@
 //!
 //! ```no_run
 //! # #[cfg(all(feature = "sql", feature = "rabbitmq"))]
-//! # async fn demo(pool: sqlx::PgPool, redis: idempotency_core::redis::RedisStore) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo(pool: sqlx::PgPool, redis: idempotency_redis::RedisStore) -> Result<(), Box<dyn std::error::Error>> {
 //! use idempotency_sql::PostgresStore;
 //! use idempotency_core::{Idempotency, Scope};
 //! use idempotency_queue::two_tier::{Json, SqlTruth, TwoTier, Tx};

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::redis::RedisStore;
 use idempotency_core::{Idempotency, Scope};
 use idempotency_queue::two_tier::{Business, SqlTruth, Tx};
 use idempotency_queue::{Handler, Job};
+use idempotency_redis::RedisStore;
 use idempotency_sql::{PostgresStore, TxStore};
 use sqlx::{PgPool, Postgres};
 

@@ -179,7 +179,7 @@ async fn store(name: &str) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
             let proxy = CountingProxy::start(upstream_of(&url)?)
                 .await
                 .map_err(|error| error.to_string())?;
-            let store = idempotency_core::redis::RedisStore::connect(&through(&url, proxy.addr)?)
+            let store = idempotency_redis::RedisStore::connect(&through(&url, proxy.addr)?)
                 .await
                 .map_err(|error| error.to_string())?;
             Ok((BoxStore::new(store), Some(proxy.traffic)))

@@ -132,7 +132,7 @@ pub(super) struct Rig {
 /// The store a rig built.
 enum AnyStore {
     #[cfg(feature = "redis")]
-    Redis(idempotency_core::redis::RedisStore),
+    Redis(idempotency_redis::RedisStore),
     #[cfg(feature = "postgres")]
     Postgres(idempotency_sql::PostgresStore),
     #[cfg(feature = "mysql")]
@@ -340,7 +340,7 @@ fn env_or(name: &str, default: &str) -> String {
 
 #[cfg(feature = "redis")]
 async fn redis(fault: Fault) -> Result<(AnyStore, Injector, Duration), Unavailable> {
-    use idempotency_core::redis::RedisStore;
+    use idempotency_redis::RedisStore;
     let connect = |url: String| async move {
         RedisStore::connect(&url)
             .await

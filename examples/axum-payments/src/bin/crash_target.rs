@@ -82,7 +82,7 @@ async fn store(kind: &str, url: Option<String>, table: &str) -> Result<BoxStore,
         "" | "memory" => Ok(BoxStore::new(MemoryStore::new())),
         #[cfg(feature = "redis")]
         "redis" => {
-            let store = idempotency_core::redis::RedisStore::connect(&url?)
+            let store = idempotency_redis::RedisStore::connect(&url?)
                 .await
                 .map_err(|e| e.to_string())?
                 .with_key_prefix(format!("{table}:"));

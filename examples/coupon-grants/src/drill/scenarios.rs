@@ -7,9 +7,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use idempotency_core::redis::RedisStore;
 use idempotency_core::testing::FaultProxy;
 use idempotency_core::{IdempotencyKey, Mechanism, RecordState, Scope, Store};
+use idempotency_redis::RedisStore;
 
 use super::{Service, Trades};
 

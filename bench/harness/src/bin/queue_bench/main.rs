@@ -16,10 +16,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use idempotency_core::redis::RedisStore;
 use idempotency_core::{Idempotency, MemoryStore, Scope, Store};
 use idempotency_queue::two_tier::{SqlTruth, Tx};
 use idempotency_queue::{Handler, Header, IdempotentConsumer, Job, KeyExtractor};
+use idempotency_redis::RedisStore;
 use idempotency_sql::PostgresStore;
 use sqlx::{PgPool, Postgres};
 

@@ -14,7 +14,7 @@ use super::held::Held;
 use super::unanswered::{Sent, Unanswered};
 use super::{fencing, scripts};
 use crate::time::{unix_micros_now, unix_millis};
-use crate::{
+use idempotency_core::{
     Claim, ClaimId, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Lease, Outcome, Record,
     StorageKey, Store, StoreError,
 };
@@ -103,7 +103,8 @@ pub(super) struct Scripts {
 /// scripts from then on.
 ///
 /// ```no_run
-/// use idempotency_core::{Idempotency, redis::RedisStore};
+/// use idempotency_core::Idempotency;
+/// use idempotency_redis::RedisStore;
 /// # async fn run() -> Result<(), idempotency_core::StoreError> {
 /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
 /// let engine = Idempotency::new(store.with_key_prefix("shop:idem:"));
@@ -117,7 +118,7 @@ pub struct RedisStore<C = ConnectionManager> {
     clock_margin: Duration,
     pub(super) scripts: Arc<Scripts>,
     pub(super) held: Arc<Held>,
-    completed: Arc<crate::CompletedKeys>,
+    completed: Arc<idempotency_core::CompletedKeys>,
     unanswered: Arc<Unanswered>,
 }
 
@@ -196,7 +197,7 @@ where
                 mark_conflict: Script::new(scripts::MARK_CONFLICT),
             }),
             held: Arc::new(Held::new()),
-            completed: Arc::new(crate::CompletedKeys::new()),
+            completed: Arc::new(idempotency_core::CompletedKeys::new()),
             unanswered: Arc::default(),
         }
     }

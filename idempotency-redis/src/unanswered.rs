@@ -1,11 +1,11 @@
 //! The tokens of this process's claims whose answers never came (an error, a timeout, a
-//! dropped call): what [`Store::undo_claim`](crate::Store::undo_claim) names, since a Redis
+//! dropped call): what [`Store::undo_claim`](idempotency_core::Store::undo_claim) names, since a Redis
 //! claim's token is chosen here, before the command is sent.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::{ClaimId, StorageKey};
+use idempotency_core::{ClaimId, StorageKey};
 
 /// The most unanswered claims remembered at once; past it the oldest are forgotten (their
 /// leases end on their own).

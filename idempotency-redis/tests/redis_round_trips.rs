@@ -1,18 +1,17 @@
 //! Each store step costs exactly one round trip to Redis (two for the takeover of an ended
 //! lease), counted by a proxy between the store and the real server (`REDIS_URL`) that parses
 //! every command the client sends; duplicates waiting for one in-flight key cost what one does.
-#![cfg(all(feature = "redis", feature = "testing"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idempotency_core::redis::{RedisStore, RedisTokenStore, connect};
 use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{
     Claim, ClaimRequest, Decision, Fingerprint, Idempotency, InFlightPolicy, Lease, Namespace,
     Outcome, Scope, StorageKey, Store, TokenOutcome, TokenStore,
 };
+use idempotency_redis::{RedisStore, RedisTokenStore, connect};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -141,10 +140,10 @@ fn leased<'a>(
 
 /// Whether the server at `url` has `SET … IFEQ`.
 async fn has_set_ifeq(url: &str) -> bool {
-    let client = idempotency_core::redis::driver::Client::open(url).unwrap();
+    let client = idempotency_redis::driver::Client::open(url).unwrap();
     let mut connection = client.get_multiplexed_async_connection().await.unwrap();
     let probe = format!("test:round-trips:ifeq:{}", unique_key().to_hex());
-    let answer: Result<Option<String>, _> = idempotency_core::redis::driver::cmd("SET")
+    let answer: Result<Option<String>, _> = idempotency_redis::driver::cmd("SET")
         .arg(&probe)
         .arg("v")
         .arg("IFEQ")
@@ -295,7 +294,7 @@ async fn every_step_on(service: &str, upstream: String, native: Option<bool>) {
 
     // A key remembered completed whose record is gone is claimed anew, after the GET.
     let mut connection = store.connection().clone();
-    let deleted: i64 = idempotency_core::redis::driver::cmd("DEL")
+    let deleted: i64 = idempotency_redis::driver::cmd("DEL")
         .arg(store.record_key(&key))
         .query_async(&mut connection)
         .await

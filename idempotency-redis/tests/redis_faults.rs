@@ -1,17 +1,16 @@
 //! Redis going away mid-run: store calls fail fast with `Unavailable`/`Timeout` (no hang, no
 //! panic), and the store recovers by itself once Redis is back. Runs against a `redis-server`
 //! this test starts, pauses and kills on a free loopback port.
-#![cfg(all(feature = "redis", feature = "testing"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use idempotency_core::redis::{RedisStore, RedisTokenStore};
 use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{
     Claim, ClaimRequest, Fingerprint, Lease, Outcome, Scope, Store, StoreError, TokenStore,
 };
+use idempotency_redis::{RedisStore, RedisTokenStore};
 
 /// A `redis-server` child process, killed when dropped.
 struct Server {

@@ -8,7 +8,6 @@
 )]
 
 pub mod pki;
-#[cfg(feature = "redis")]
 pub mod redis_server;
 
 /// A loopback port free right now.

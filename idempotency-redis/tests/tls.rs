@@ -5,20 +5,19 @@
 //!   `redis://` client and a client that does not trust the CA are refused by the same server.
 //!
 //! The SQL stores' TLS is tested in `idempotency-sql`.
-#![cfg(all(feature = "tls", feature = "testing", feature = "redis"))]
+#![cfg(feature = "tls")]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod tls_support;
 
 use tls_support::pki::Pki;
 
-#[cfg(feature = "redis")]
 mod redis {
     use std::sync::Arc;
 
-    use idempotency_core::redis::driver::{Client, TlsCertificates};
-    use idempotency_core::redis::{RedisStore, RedisTokenStore};
     use idempotency_core::testing;
+    use idempotency_redis::driver::{Client, TlsCertificates};
+    use idempotency_redis::{RedisStore, RedisTokenStore};
 
     use super::Pki;
     use crate::tls_support::redis_server::TlsRedis;

@@ -37,7 +37,7 @@ use bytes::Bytes;
 
 use super::fencing;
 use crate::time::from_unix_millis;
-use crate::{
+use idempotency_core::{
     Claim, ClaimRequest, FencingToken, Fingerprint, Lease, Mechanism, Outcome, Record, RecordState,
     StorageKey, StoreError,
 };
@@ -193,13 +193,10 @@ impl<'a> Written<'a> {
     }
 }
 
+/// A mechanism's byte in the record: the first letter of its name (`r`, `f`, `t`, `m`), which
+/// tells every mechanism apart.
 fn mechanism_byte(mechanism: Mechanism) -> u8 {
-    match mechanism {
-        Mechanism::Request => b'r',
-        Mechanism::Function => b'f',
-        Mechanism::Transaction => b't',
-        Mechanism::Message => b'm',
-    }
+    mechanism.as_str().as_bytes()[0]
 }
 
 /// The namespace field read back: the namespace, the mechanism and the key derivation.

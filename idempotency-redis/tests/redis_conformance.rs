@@ -1,9 +1,8 @@
 //! The shared conformance suite against a real Redis server (`REDIS_URL`, default
 //! `redis://127.0.0.1:6379`).
-#![cfg(all(feature = "redis", feature = "testing"))]
 
-use idempotency_core::redis::{RedisStore, RedisTokenStore};
 use idempotency_core::testing::unavailable;
+use idempotency_redis::{RedisStore, RedisTokenStore};
 
 fn url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())

@@ -2,16 +2,15 @@
 //! the native claim and the scripts), the abandoned lease grace, leases decided by the server's
 //! TTL rather than a client clock, and client-issued fencing tokens that stay monotonic past
 //! tokens ahead of the clock.
-#![cfg(all(feature = "redis", feature = "testing"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
-use idempotency_core::redis::{RedisStore, driver};
 use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{
     Claim, ClaimRequest, FencingToken, Fingerprint, Lease, Outcome, RecordState, StorageKey, Store,
 };
+use idempotency_redis::{RedisStore, driver};
 
 const PREFIX: &str = "test:redis-store:";
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ::redis::{ErrorKind, RedisError, ServerErrorKind};
 
-use crate::{Cause, StoreError};
+use idempotency_core::{Cause, StoreError};
 
 /// Maps a Redis error: unreachable, dropped or failing-over servers are
 /// [`StoreError::Unavailable`], I/O time-outs [`StoreError::Timeout`], the rest

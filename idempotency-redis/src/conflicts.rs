@@ -1,4 +1,4 @@
-//! The conflict mark of a Redis record ([`Store::mark_conflict`](crate::Store::mark_conflict)):
+//! The conflict mark of a Redis record ([`Store::mark_conflict`](idempotency_core::Store::mark_conflict)):
 //! one script, one round trip.
 
 use std::time::SystemTime;
@@ -7,7 +7,7 @@ use ::redis::aio::ConnectionLike;
 
 use super::store::RedisStore;
 use crate::time::unix_millis;
-use crate::{StorageKey, StoreError};
+use idempotency_core::{StorageKey, StoreError};
 
 impl<C> RedisStore<C>
 where

@@ -18,8 +18,10 @@ use ::redis::{RedisError, Value};
 use super::codec;
 use super::error::{bounded, map_error};
 use super::store::RedisStore;
-use crate::operations::{Archive, Cursor, Operations, Page, Purged, Query, purge_by_scan};
-use crate::{BoxFuture, FencingToken, StorageKey, StoreError};
+use idempotency_core::operations::{
+    Archive, Cursor, Operations, Page, Purged, Query, purge_by_scan,
+};
+use idempotency_core::{BoxFuture, FencingToken, StorageKey, StoreError};
 
 /// A Cluster node by address: host and port.
 pub type NodeAddress = (String, u16);
@@ -350,10 +352,10 @@ impl<C: ScanConnection> Operations for RedisStore<C> {
         &'a self,
         hex: &'a str,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<crate::Record>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<idempotency_core::Record>, StoreError>> {
         Box::pin(async move {
             let query = Query::all();
-            let batch = crate::operations::DEFAULT_BATCH;
+            let batch = idempotency_core::operations::DEFAULT_BATCH;
             let bound = self.call_timeout().saturating_mul(2 + batch as u32);
             let mut cursor = Cursor::start();
             let mut found = Vec::new();

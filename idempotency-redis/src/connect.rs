@@ -7,7 +7,7 @@ use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
 
 use super::error::map_error;
-use crate::StoreError;
+use idempotency_core::StoreError;
 
 /// How long a connection attempt may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);

@@ -4,13 +4,12 @@
 //! `redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003`). When they are not
 //! reachable and `.ci/redis-cluster.sh` exists, it is run once to start the cluster on the
 //! loopback ports; if that fails too, the suite is skipped (or fails under `CI=true`).
-#![cfg(all(feature = "redis", feature = "testing"))]
 
 use std::sync::OnceLock;
 
 use idempotency_core::StoreError;
-use idempotency_core::redis::{RedisStore, RedisTokenStore, connect_cluster};
 use idempotency_core::testing::unavailable;
+use idempotency_redis::{RedisStore, RedisTokenStore, connect_cluster};
 
 fn nodes() -> Vec<String> {
     std::env::var("REDIS_CLUSTER_URLS")
@@ -44,7 +43,7 @@ fn start_cluster_once() -> &'static Result<(), String> {
     })
 }
 
-async fn connection() -> Result<idempotency_core::redis::ClusterConnection, StoreError> {
+async fn connection() -> Result<idempotency_redis::ClusterConnection, StoreError> {
     match connect_cluster(nodes()).await {
         Ok(connection) => Ok(connection),
         Err(first) => {
@@ -84,7 +83,7 @@ async fn cluster_has_three_masters() {
     }) else {
         return;
     };
-    let nodes: String = idempotency_core::redis::driver::cmd("CLUSTER")
+    let nodes: String = idempotency_redis::driver::cmd("CLUSTER")
         .arg("NODES")
         .query_async(&mut connection)
         .await

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::codec::{self, HEADER};
-use crate::StorageKey;
+use idempotency_core::StorageKey;
 
 /// Most records held at once; leases beyond use the scripts.
 const CAPACITY: usize = 1 << 16;

@@ -4,7 +4,6 @@
 //! key it by its mechanism. With `with_previous_keys(true)` a node claims the previous derivation's
 //! key first: records the previous release wrote are replayed, and a fleet of nodes of both
 //! releases runs each key once. The SQL twin (transactions) is `tx_upgrade` in `idempotency-sql`'s tests.
-#![cfg(all(feature = "memory", feature = "redis", feature = "testing"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -12,12 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idempotency_core::function::{self, Call, STATUS_OK};
-use idempotency_core::redis::RedisStore;
 use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{
     BoxStore, Decision, Error, Fingerprint, Idempotency, InFlightPolicy, Mechanism, MemoryStore,
     Namespace, Outcome, Scope, Store,
 };
+use idempotency_redis::RedisStore;
 
 const NAMESPACE: &str = "coupons";
 

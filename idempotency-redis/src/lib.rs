@@ -14,13 +14,14 @@
 //! (`{<key hex>}`), so both stores run unchanged on Redis Cluster.
 //!
 //! ```no_run
-//! use idempotency_core::redis::{RedisStore, RedisTokenStore, connect};
+//! use idempotency_redis::{RedisStore, RedisTokenStore, connect};
 //! # async fn run() -> Result<(), idempotency_core::StoreError> {
 //! let connection = connect("redis://127.0.0.1:6379").await?;
 //! let store = RedisStore::new(connection.clone());
 //! let tokens = RedisTokenStore::new(connection);
 //! # let _ = (store, tokens); Ok(()) }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod codec;
 mod conflicts;
@@ -31,6 +32,7 @@ mod held;
 mod operations;
 mod scripts;
 mod store;
+mod time;
 mod tokens;
 mod unanswered;
 

@@ -1,13 +1,12 @@
 //! The shared conformance suite against Valkey 8.1 or later (`VALKEY_URL`, default
 //! `redis://127.0.0.1:7379`; `.ci/valkey.sh` starts one), where the Redis store completes a
 //! lease it claimed with the native `SET … IFEQ` rather than a script.
-#![cfg(all(feature = "redis", feature = "testing"))]
 
 use std::time::Duration;
 
-use idempotency_core::redis::RedisStore;
 use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{Claim, ClaimRequest, Fingerprint, Outcome, Store, StoreError};
+use idempotency_redis::RedisStore;
 
 fn url() -> String {
     std::env::var("VALKEY_URL").unwrap_or_else(|_| "redis://127.0.0.1:7379".to_owned())
