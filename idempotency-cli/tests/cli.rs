@@ -18,10 +18,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use idempotency_core::operations::Operations;
-use idempotency_core::testing::{claimed, completed, unavailable, unique_namespace};
 use idempotency_core::{Mechanism, Outcome, RecordState, Scope, Store};
 use idempotency_redis::RedisStore;
 use idempotency_sql::{MySqlStore, PostgresStore, SqlStore, SqliteStore};
+use idempotency_test::{claimed, completed, unavailable, unique_namespace};
 use support::{expect, idempotency_with_env, redis_url};
 
 /// Every subcommand on `store`, which `store_args` (`--store URL` and `--table`/`--prefix`)

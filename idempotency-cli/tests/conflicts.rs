@@ -9,10 +9,10 @@ mod support;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idempotency_core::operations::Operations;
-use idempotency_core::testing::{completed, unavailable, unique_namespace};
 use idempotency_core::{Outcome, Scope, Store};
 use idempotency_redis::RedisStore;
 use idempotency_sql::PostgresStore;
+use idempotency_test::{completed, unavailable, unique_namespace};
 use support::expect;
 
 fn unix_ms(at: SystemTime) -> u64 {

@@ -11,10 +11,10 @@ mod support;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use idempotency_core::testing::{claimed, completed, unavailable, unique_namespace};
 use idempotency_core::{ClaimId, ClaimRequest, Fingerprint, Mechanism, Outcome, Scope, Store};
 use idempotency_redis::RedisStore;
 use idempotency_sql::PostgresStore;
+use idempotency_test::{claimed, completed, unavailable, unique_namespace};
 use support::{expect, redis_url};
 
 fn postgres_url() -> String {

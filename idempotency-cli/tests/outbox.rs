@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use idempotency_core::Scope;
-use idempotency_core::testing::{unavailable, unique_namespace};
+use idempotency_test::{unavailable, unique_namespace};
 use support::{expect, idempotency_with_env};
 
 /// `outbox stats|dead|revive` on a PostgreSQL outbox (`DATABASE_URL`) the test fills: one

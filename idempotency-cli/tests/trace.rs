@@ -7,11 +7,11 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use idempotency_core::testing::{completed, unavailable, unique_namespace};
 use idempotency_core::{IdempotencyKey, Outcome, Scope};
 use idempotency_outbox::table::{Archive, ClaimBatch, OutboxTable, message_id};
 use idempotency_outbox::{Outbox, OutboxMessage};
 use idempotency_sql::{MySqlStore, PostgresStore};
+use idempotency_test::{completed, unavailable, unique_namespace};
 use serde_json::Value;
 
 /// Runs `idempotency` with `args`: its exit code and the JSON objects it printed.

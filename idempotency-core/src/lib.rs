@@ -8,7 +8,7 @@
 //!   tenant can never read another's record and raw keys are never stored.
 //! - [`Fingerprint`]: what the key was first used with; the same key with another payload is refused.
 //! - [`Store`]: the fenced record lifecycle `absent → in_progress → completed`, written once per
-//!   backend and checked by the shared conformance suite (feature `testing`).
+//!   backend and checked by the shared conformance suite (crate `idempotency-test`).
 //! - [`Idempotency`]: the engine that claims a key, keeps the lease alive while work runs, and
 //!   stores or releases the outcome.
 //! - [`operations`]: what operators do with records on every store: list and count dangling
@@ -122,9 +122,6 @@ mod token;
 
 #[cfg(feature = "memory")]
 mod memory;
-
-#[cfg(feature = "testing")]
-pub mod testing;
 
 pub use completed_keys::CompletedKeys;
 pub use engine::{

@@ -73,7 +73,7 @@ pub enum Claim {
 ///   apply only for the current token of an in-progress record; otherwise they change nothing and
 ///   return [`StoreError::LeaseLost`].
 ///
-/// Implementations are checked by the conformance suite in `idempotency_core::testing`.
+/// Implementations are checked by the conformance suite of the crate `idempotency-test`.
 pub trait Store: Send + Sync + 'static {
     /// Takes the key or reports the record that holds it.
     fn claim(

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use idempotency_core::metrics::MEMORY_STORE_FULL;
-use idempotency_core::testing::unique_key;
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, DEFAULT_MEMORY_MAX_BYTES, Fingerprint, MemoryStore, Outcome,
     StorageKey, Store, StoreError,
 };
+use idempotency_test::unique_key;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 fn request<'a>(key: &'a StorageKey, fingerprint: &'a Fingerprint) -> ClaimRequest<'a> {

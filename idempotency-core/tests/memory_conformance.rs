@@ -1,10 +1,9 @@
 //! The shared conformance suite against the memory store.
-#![cfg(feature = "testing")]
 
 use idempotency_core::{MemoryStore, MemoryTokenStore};
 
-idempotency_core::store_conformance_tests!(async { Some(MemoryStore::new()) });
-idempotency_core::token_conformance_tests!(async { Some(MemoryTokenStore::new()) });
+idempotency_test::store_conformance_tests!(async { Some(MemoryStore::new()) });
+idempotency_test::token_conformance_tests!(async { Some(MemoryTokenStore::new()) });
 
 /// With its grace over, a purge removes an abandoned lease; the claim after it is a fresh first
 /// attempt with a greater token.
@@ -14,7 +13,7 @@ async fn abandoned_lease_is_purged_after_its_grace() {
     use std::time::Duration;
 
     let store = MemoryStore::new().with_abandoned_grace(Duration::from_millis(100));
-    let key = idempotency_core::testing::unique_key();
+    let key = idempotency_test::unique_key();
     let fingerprint = Fingerprint::of_bytes(b"a");
     let request = |lease| ClaimRequest {
         key: &key,

@@ -1,12 +1,11 @@
 //! The operations suite (list, count, fenced and audited actions, reconciliation, purge with
 //! archive) on the memory store. Redis and the SQL stores run it in their own crates' tests.
-#![cfg(feature = "testing")]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
 
 use idempotency_core::MemoryStore;
-use idempotency_core::testing::operations_suite;
+use idempotency_test::operations_suite;
 
 #[tokio::test]
 async fn operations_on_the_memory_store() {
@@ -19,7 +18,7 @@ fn gauges_from_a_count() {
     use idempotency_core::Scope;
     use idempotency_core::metrics::{OLDEST_ABANDONED, RECORDS};
     use idempotency_core::operations::{Admin, TracingAudit};
-    use idempotency_core::testing::{claimed, unique_namespace};
+    use idempotency_test::{claimed, unique_namespace};
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
     use std::time::Duration;
 
@@ -87,8 +86,8 @@ fn gauges_from_a_count() {
 #[tokio::test]
 async fn memory_purge_batches_are_bounded_and_resumable() {
     use idempotency_core::operations::{Actor, Admin, Archive, Cursor, Progress};
-    use idempotency_core::testing::{KeptAudit, claimed, completed, unique_namespace};
     use idempotency_core::{Outcome, Scope};
+    use idempotency_test::{KeptAudit, claimed, completed, unique_namespace};
     use std::time::Duration;
 
     let store = Arc::new(MemoryStore::new());

@@ -2,7 +2,6 @@
 //! idempotent function's `idempotency.guard` span (claim → work → complete, then a replay) and
 //! an operator's `idempotency.admin` span carry the documented attribute names, and the raw
 //! key appears nowhere (spans or events).
-#![cfg(feature = "testing")]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
@@ -11,8 +10,8 @@ use std::time::Duration;
 use idempotency_core::function::{self, Call};
 use idempotency_core::operations::{Acted, Actor, Admin, Fence};
 use idempotency_core::telemetry;
-use idempotency_core::testing::{KeptAudit, SpanCapture};
 use idempotency_core::{Decision, Error, Idempotency, MemoryStore};
+use idempotency_test::{KeptAudit, SpanCapture};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idempotency_core::function::Recorded;
-use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{Error, idempotent};
+use idempotency_test::{unavailable, unique_key};
 use serde::{Deserialize, Serialize};
 
 const DUPLICATES: usize = 200;

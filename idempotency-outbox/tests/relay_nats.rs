@@ -32,7 +32,7 @@ impl Fixture {
     async fn new() -> Option<Self> {
         let client = match async_nats::connect(nats_url()).await {
             Ok(client) => client,
-            Err(error) => return idempotency_core::testing::unavailable("NATS", error),
+            Err(error) => return idempotency_test::unavailable("NATS", error),
         };
         let outbox = fresh_outbox().await?;
         let js = jetstream::new(client);
@@ -182,7 +182,7 @@ impl PrivateServer {
             process: None,
         };
         if let Err(error) = server.restart().await {
-            return idempotency_core::testing::unavailable("nats-server", error);
+            return idempotency_test::unavailable("nats-server", error);
         }
         Some(server)
     }

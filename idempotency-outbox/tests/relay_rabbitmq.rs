@@ -10,12 +10,12 @@ use std::collections::HashMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use idempotency_core::testing::{FaultProxy, LinkFault};
 use idempotency_outbox::rabbitmq::RabbitMqTarget;
 use idempotency_outbox::table::OutboxTable;
 use idempotency_outbox::{Outbox, OutboxMessage};
 use idempotency_outbox::{Relay, Round};
 use idempotency_queue::Backoff;
+use idempotency_test::{FaultProxy, LinkFault};
 use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties};
@@ -41,7 +41,7 @@ impl Fixture {
     async fn new() -> Option<Self> {
         let amqp = match Connection::connect(&amqp_url(), ConnectionProperties::default()).await {
             Ok(connection) => connection,
-            Err(error) => return idempotency_core::testing::unavailable("RabbitMQ", error),
+            Err(error) => return idempotency_test::unavailable("RabbitMQ", error),
         };
         let outbox = fresh_outbox().await?;
         let channel = amqp.create_channel().await.unwrap();

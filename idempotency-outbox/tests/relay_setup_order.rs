@@ -105,7 +105,7 @@ mod rabbitmq {
                 let channel = connection.create_channel().await.unwrap();
                 Some((connection, channel))
             }
-            Err(error) => idempotency_core::testing::unavailable("RabbitMQ", error),
+            Err(error) => idempotency_test::unavailable("RabbitMQ", error),
         }
     }
 
@@ -289,7 +289,7 @@ mod nats {
     async fn jetstream() -> Option<jetstream::Context> {
         match async_nats::connect(nats_url()).await {
             Ok(client) => Some(jetstream::new(client)),
-            Err(error) => idempotency_core::testing::unavailable("NATS", error),
+            Err(error) => idempotency_test::unavailable("NATS", error),
         }
     }
 

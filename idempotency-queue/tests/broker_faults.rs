@@ -11,9 +11,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::testing::{FaultProxy, LinkFault};
 use idempotency_core::{Idempotency, MemoryStore, Scope};
 use idempotency_queue::{Header, IdempotentConsumer, Job};
+use idempotency_test::{FaultProxy, LinkFault};
 use support::{Ledger, unique, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(90);
@@ -139,7 +139,7 @@ mod rabbitmq {
         let connection = match Connection::connect(&url, ConnectionProperties::default()).await {
             Ok(connection) => connection,
             Err(error) => {
-                idempotency_core::testing::unavailable::<()>("RabbitMQ", error);
+                idempotency_test::unavailable::<()>("RabbitMQ", error);
                 return;
             }
         };
@@ -252,7 +252,7 @@ mod nats {
         let client = match async_nats::connect(&url).await {
             Ok(client) => client,
             Err(error) => {
-                idempotency_core::testing::unavailable::<()>("NATS", error);
+                idempotency_test::unavailable::<()>("NATS", error);
                 return;
             }
         };

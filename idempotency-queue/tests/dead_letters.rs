@@ -76,7 +76,7 @@ mod rabbitmq {
     async fn connect() -> Option<Connection> {
         match Connection::connect(&url(), ConnectionProperties::default()).await {
             Ok(connection) => Some(connection),
-            Err(error) => idempotency_core::testing::unavailable("RabbitMQ", error),
+            Err(error) => idempotency_test::unavailable("RabbitMQ", error),
         }
     }
 
@@ -384,7 +384,7 @@ mod nats {
                 std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
             let client = match async_nats::connect(&url).await {
                 Ok(client) => client,
-                Err(error) => return idempotency_core::testing::unavailable("NATS", error),
+                Err(error) => return idempotency_test::unavailable("NATS", error),
             };
             let js = jetstream::new(client);
             let name = unique("IDEM-DL");

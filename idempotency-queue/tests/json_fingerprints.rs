@@ -135,7 +135,7 @@ fn counting(runs: Arc<AtomicUsize>) -> Box<dyn DynHandler> {
 async fn connect() -> Option<Connection> {
     match Connection::connect(&url(), ConnectionProperties::default()).await {
         Ok(connection) => Some(connection),
-        Err(error) => idempotency_core::testing::unavailable("RabbitMQ", error),
+        Err(error) => idempotency_test::unavailable("RabbitMQ", error),
     }
 }
 

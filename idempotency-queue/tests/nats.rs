@@ -30,7 +30,7 @@ impl Fixture {
         let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
         let client = match async_nats::connect(&url).await {
             Ok(client) => client,
-            Err(error) => return idempotency_core::testing::unavailable("NATS", error),
+            Err(error) => return idempotency_test::unavailable("NATS", error),
         };
         let js = jetstream::new(client);
         let name = unique("IDEM-TEST");

@@ -71,7 +71,7 @@ async fn rabbitmq_poison(queue_type: &str) {
     let connection = match Connection::connect(&url, ConnectionProperties::default()).await {
         Ok(connection) => connection,
         Err(error) => {
-            return idempotency_core::testing::unavailable("RabbitMQ", error).unwrap_or(());
+            return idempotency_test::unavailable("RabbitMQ", error).unwrap_or(());
         }
     };
     let channel = connection.create_channel().await.unwrap();
@@ -168,7 +168,7 @@ async fn nats_a_message_that_always_fails_is_dead_lettered_after_the_allowed_del
     let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
     let client = match async_nats::connect(&url).await {
         Ok(client) => client,
-        Err(error) => return idempotency_core::testing::unavailable("NATS", error).unwrap_or(()),
+        Err(error) => return idempotency_test::unavailable("NATS", error).unwrap_or(()),
     };
     let js = jetstream::new(client);
     let name = unique("IDEM-POISON");

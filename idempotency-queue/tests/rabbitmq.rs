@@ -24,7 +24,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 async fn connect() -> Option<Connection> {
     match Connection::connect(&url(), ConnectionProperties::default()).await {
         Ok(connection) => Some(connection),
-        Err(error) => idempotency_core::testing::unavailable("RabbitMQ", error),
+        Err(error) => idempotency_test::unavailable("RabbitMQ", error),
     }
 }
 

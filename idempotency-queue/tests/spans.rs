@@ -4,9 +4,9 @@
 //! even as the message id of a consumer keyed by message id.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use idempotency_core::testing::captured;
 use idempotency_core::{Idempotency, MemoryStore, Scope, telemetry};
 use idempotency_queue::{Handled, Header, IdempotentConsumer, Job, Message, MessageId, Verdict};
+use idempotency_test::captured;
 
 const RAW: &str = "raw-trade-no-9034";
 

@@ -12,9 +12,9 @@ mod tiers;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::testing::captured;
 use idempotency_queue::two_tier::{DEFAULT_TRUTH_TTL, TierConfigError, TwoTier};
 use idempotency_queue::{Handler, IdempotentConsumer, Job, JsonField, Message, Verdict};
+use idempotency_test::captured;
 use tiers::Tiers;
 
 const HOUR: Duration = Duration::from_secs(3600);

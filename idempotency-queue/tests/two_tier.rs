@@ -50,7 +50,7 @@ impl Fixture {
     async fn new(redis_db: u8) -> Option<Self> {
         let amqp = match Connection::connect(&amqp_url(), ConnectionProperties::default()).await {
             Ok(connection) => connection,
-            Err(error) => return idempotency_core::testing::unavailable("RabbitMQ", error),
+            Err(error) => return idempotency_test::unavailable("RabbitMQ", error),
         };
         let tiers = Tiers::new(redis_db, "idem-two-tier").await?;
         let channel = amqp.create_channel().await.unwrap();

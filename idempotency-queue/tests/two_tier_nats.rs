@@ -49,7 +49,7 @@ impl Fixture {
     async fn new(redis_db: u8) -> Option<Self> {
         let client = match async_nats::connect(nats_url()).await {
             Ok(client) => client,
-            Err(error) => return idempotency_core::testing::unavailable("NATS", error),
+            Err(error) => return idempotency_test::unavailable("NATS", error),
         };
         let tiers = Tiers::new(redis_db, "idem-two-tier-nats").await?;
         let js = jetstream::new(client);

@@ -43,12 +43,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idempotency_core::testing::unique_key;
 use idempotency_core::{
     Claim, ClaimRequest, Decision, Fingerprint, Idempotency, InFlightPolicy, Namespace, Outcome,
     StorageKey, Store,
 };
 use idempotency_redis::{ConnectionManager, RedisStore, connect, driver};
+use idempotency_test::unique_key;
 
 const LEASE: Duration = Duration::from_secs(60);
 const TTL: Duration = Duration::from_secs(120);

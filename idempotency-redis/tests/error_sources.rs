@@ -5,7 +5,7 @@
 use std::error::Error as _;
 
 use idempotency_core::Error;
-use idempotency_core::testing::unavailable;
+use idempotency_test::unavailable;
 
 #[tokio::test]
 async fn an_unreachable_redis_reaches_the_caller_as_redis_error() {

@@ -3,8 +3,8 @@
 //! Cluster runs it in `redis_cluster.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use idempotency_core::testing::{operations_suite, unavailable, unique_namespace};
 use idempotency_redis::RedisStore;
+use idempotency_test::{operations_suite, unavailable, unique_namespace};
 
 fn url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())

@@ -8,8 +8,8 @@
 use std::sync::OnceLock;
 
 use idempotency_core::StoreError;
-use idempotency_core::testing::unavailable;
 use idempotency_redis::{RedisStore, RedisTokenStore, connect_cluster};
+use idempotency_test::unavailable;
 
 fn nodes() -> Vec<String> {
     std::env::var("REDIS_CLUSTER_URLS")
@@ -58,14 +58,14 @@ async fn connection() -> Result<idempotency_redis::ClusterConnection, StoreError
     }
 }
 
-idempotency_core::store_conformance_tests!(async {
+idempotency_test::store_conformance_tests!(async {
     match connection().await {
         Ok(connection) => Some(RedisStore::new(connection).with_key_prefix("test:cluster:")),
         Err(error) => unavailable("Redis Cluster", error),
     }
 });
 
-idempotency_core::token_conformance_tests!(async {
+idempotency_test::token_conformance_tests!(async {
     match connection().await {
         Ok(connection) => {
             Some(RedisTokenStore::new(connection).with_key_prefix("test:cluster:token:"))
@@ -112,8 +112,8 @@ async fn operations_on_every_master() {
     };
     let prefix = format!(
         "{}:",
-        idempotency_core::testing::unique_namespace("test:cluster:ops")
+        idempotency_test::unique_namespace("test:cluster:ops")
     );
     let store = RedisStore::new(connection).with_key_prefix(prefix);
-    idempotency_core::testing::operations_suite(store, 2, true).await;
+    idempotency_test::operations_suite(store, 2, true).await;
 }

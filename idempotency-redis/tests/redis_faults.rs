@@ -6,11 +6,11 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{
     Claim, ClaimRequest, Fingerprint, Lease, Outcome, Scope, Store, StoreError, TokenStore,
 };
 use idempotency_redis::{RedisStore, RedisTokenStore};
+use idempotency_test::{unavailable, unique_key};
 
 /// A `redis-server` child process, killed when dropped.
 struct Server {

@@ -6,12 +6,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{
     Claim, ClaimRequest, Decision, Fingerprint, Idempotency, InFlightPolicy, Lease, Namespace,
     Outcome, Scope, StorageKey, Store, TokenOutcome, TokenStore,
 };
 use idempotency_redis::{RedisStore, RedisTokenStore, connect};
+use idempotency_test::{unavailable, unique_key};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{
     Claim, ClaimRequest, FencingToken, Fingerprint, Lease, Outcome, RecordState, StorageKey, Store,
 };
 use idempotency_redis::{RedisStore, driver};
+use idempotency_test::{unavailable, unique_key};
 
 const PREFIX: &str = "test:redis-store:";
 

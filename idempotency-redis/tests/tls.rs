@@ -15,9 +15,9 @@ use tls_support::pki::Pki;
 mod redis {
     use std::sync::Arc;
 
-    use idempotency_core::testing;
     use idempotency_redis::driver::{Client, TlsCertificates};
     use idempotency_redis::{RedisStore, RedisTokenStore};
+    use idempotency_test as testing;
 
     use super::Pki;
     use crate::tls_support::redis_server::TlsRedis;

@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idempotency_core::function::{self, Call, STATUS_OK};
-use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{
     BoxStore, Decision, Error, Fingerprint, Idempotency, InFlightPolicy, Mechanism, MemoryStore,
     Namespace, Outcome, Scope, Store,
 };
 use idempotency_redis::RedisStore;
+use idempotency_test::{unavailable, unique_key};
 
 const NAMESPACE: &str = "coupons";
 

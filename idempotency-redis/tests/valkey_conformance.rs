@@ -4,15 +4,15 @@
 
 use std::time::Duration;
 
-use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{Claim, ClaimRequest, Fingerprint, Outcome, Store, StoreError};
 use idempotency_redis::RedisStore;
+use idempotency_test::{unavailable, unique_key};
 
 fn url() -> String {
     std::env::var("VALKEY_URL").unwrap_or_else(|_| "redis://127.0.0.1:7379".to_owned())
 }
 
-idempotency_core::store_conformance_tests!(store());
+idempotency_test::store_conformance_tests!(store());
 
 /// A renewal can reach the server and its answer never come back: a keep-alive dropped
 /// mid-call when the work ends, or a time-out. The record then differs from the one the store

@@ -33,9 +33,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idempotency_core::testing::unique_key;
 use idempotency_core::{Claim, ClaimId, ClaimRequest, Fingerprint, Outcome, StorageKey, Store};
 use idempotency_sql::{MySqlStore, PostgresStore, SqliteStore};
+use idempotency_test::unique_key;
 use sqlx::SqlitePool;
 
 type Op = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;

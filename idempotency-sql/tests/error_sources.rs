@@ -5,9 +5,9 @@
 
 use std::error::Error as _;
 
-use idempotency_core::testing::unavailable;
 use idempotency_core::{Error, Fingerprint, Idempotency, IdempotencyKey, Scope};
 use idempotency_sql::PostgresStore;
+use idempotency_test::unavailable;
 
 fn database_url() -> String {
     std::env::var("DATABASE_URL")

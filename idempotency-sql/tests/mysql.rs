@@ -8,9 +8,9 @@ mod support;
 
 use std::time::Duration;
 
-use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{Claim, ClaimRequest, Fingerprint, Store, StoreError};
 use idempotency_sql::{MySqlStore, Transition, TxStore};
+use idempotency_test::{unavailable, unique_key};
 use sqlx::MySqlPool;
 use sqlx::mysql::MySqlPoolOptions;
 use support::{Dialect, drop_tables, unique_table};
@@ -40,7 +40,7 @@ async fn store() -> Option<MySqlStore> {
     Some(store)
 }
 
-idempotency_core::store_conformance_tests!(store());
+idempotency_test::store_conformance_tests!(store());
 
 /// A store on a fresh table plus a fresh coupons table.
 async fn fresh(max: u32) -> Option<(MySqlStore, MySqlPool, String)> {

@@ -8,9 +8,9 @@ mod support;
 
 use std::time::Duration;
 
-use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_core::{Claim, ClaimRequest, Fingerprint, Store, StoreError};
 use idempotency_sql::{PostgresStore, Transition, TransitionOutcome, TxStore};
+use idempotency_test::{unavailable, unique_key};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use support::{Dialect, unique_table};
@@ -41,7 +41,7 @@ async fn store() -> Option<PostgresStore> {
     Some(store)
 }
 
-idempotency_core::store_conformance_tests!(store());
+idempotency_test::store_conformance_tests!(store());
 
 /// Drops a test's tables (and a store table's token sequence) once it passed.
 async fn drop_tables(pool: &PgPool, tables: &[String]) {

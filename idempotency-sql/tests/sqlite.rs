@@ -8,8 +8,8 @@ mod support;
 use std::time::Duration;
 
 use idempotency_core::StoreError;
-use idempotency_core::testing::unavailable;
 use idempotency_sql::{SqliteStore, Transition};
+use idempotency_test::unavailable;
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use support::{Dialect, drop_tables, unique_table};
@@ -45,7 +45,7 @@ async fn store() -> Option<SqliteStore> {
     Some(store)
 }
 
-idempotency_core::store_conformance_tests!(store());
+idempotency_test::store_conformance_tests!(store());
 
 /// The same suite on an in-memory database (one connection: each connection of `:memory:`
 /// would be its own database).
@@ -63,7 +63,7 @@ mod in_memory {
         Some(store)
     }
 
-    idempotency_core::store_conformance_tests!(store());
+    idempotency_test::store_conformance_tests!(store());
 }
 
 /// A store on a fresh table plus a fresh coupons table.

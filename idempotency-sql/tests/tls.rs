@@ -19,8 +19,8 @@ mod postgres {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use idempotency_core::testing::{self, unavailable, unique_key};
     use idempotency_sql::PostgresStore;
+    use idempotency_test::{self as testing, unavailable, unique_key};
     use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgSslMode};
     use sqlx::{ConnectOptions, Connection, PgPool};
 

@@ -14,11 +14,11 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use idempotency_core::operations::{Admin, Operations, RecordView};
-use idempotency_core::testing::{KeptAudit, claimed, completed, unavailable, unique_namespace};
 use idempotency_core::{
     ClaimId, ClaimRequest, Fingerprint, Mechanism, MemoryStore, Outcome, RecordState, Scope, Store,
 };
 use idempotency_redis::RedisStore;
+use idempotency_test::{KeptAudit, claimed, completed, unavailable, unique_namespace};
 use idempotency_tower::StoredResponse;
 use idempotency_tower::admin::{Operator, admin_router, admin_router_verified};
 use serde_json::{Value, json};

@@ -18,9 +18,9 @@ use axum::routing::post;
 use bytes::Bytes;
 use common::{read, unique};
 use idempotency_core::operations::{Admin, Operations, Query, RecordView, TracingAudit};
-use idempotency_core::testing::unavailable;
 use idempotency_core::{Record, Store};
 use idempotency_redis::RedisStore;
+use idempotency_test::unavailable;
 use idempotency_tower::{ConflictAnswer, IdempotencyLayer};
 use tower::ServiceExt;
 

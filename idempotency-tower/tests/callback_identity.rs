@@ -13,9 +13,9 @@ use axum::body::Body;
 use axum::routing::post;
 use bytes::Bytes;
 use common::{problem, read, unique};
-use idempotency_core::testing::unavailable;
 use idempotency_core::{Mechanism, MemoryStore, Scope, Store};
 use idempotency_redis::RedisStore;
+use idempotency_test::unavailable;
 use idempotency_tower::{Callback, ConflictAnswer, IdempotencyLayer};
 use tower::ServiceExt;
 

@@ -17,9 +17,9 @@ use axum::routing::post;
 use bytes::Bytes;
 use common::{read, unique};
 use idempotency_core::MemoryStore;
-use idempotency_core::testing::unavailable;
 use idempotency_core::{Store, metrics::CONFLICTS};
 use idempotency_redis::RedisStore;
+use idempotency_test::unavailable;
 use idempotency_tower::IdempotencyLayer;
 use tower::ServiceExt;
 

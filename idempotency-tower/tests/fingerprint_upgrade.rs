@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use common::{Calls, post_with_key, read, routes, unique};
-use idempotency_core::testing::unavailable;
 use idempotency_core::{IdempotencyKey, Scope, Store};
 use idempotency_redis::RedisStore;
+use idempotency_test::unavailable;
 use idempotency_tower::{FingerprintSource, IdempotencyLayer};
 use tower::ServiceExt;
 

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use idempotency_core::MemoryStore;
-use idempotency_core::testing::Walk;
+use idempotency_test::Walk;
 use idempotency_tower::{IdempotencyLayer, RequestBody};
 use tower::{Layer, ServiceExt, service_fn};
 

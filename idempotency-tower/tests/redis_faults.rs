@@ -12,9 +12,9 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::post;
 use http::{Request, StatusCode};
-use idempotency_core::testing::unavailable;
 use idempotency_core::{Scope, TokenStore};
 use idempotency_redis::{RedisStore, RedisTokenStore};
+use idempotency_test::unavailable;
 use idempotency_tower::{IDEMPOTENCY_TOKEN, IdempotencyLayer, TokenLayer};
 use tower::ServiceExt;
 

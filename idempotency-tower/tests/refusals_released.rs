@@ -15,9 +15,9 @@ use axum::response::IntoResponse;
 use axum::routing::post;
 use common::{read, unique};
 use http::StatusCode;
-use idempotency_core::testing::unavailable;
 use idempotency_core::{MemoryStore, Store};
 use idempotency_redis::RedisStore;
+use idempotency_test::unavailable;
 use idempotency_tower::IdempotencyLayer;
 use tower::ServiceExt;
 

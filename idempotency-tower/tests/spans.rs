@@ -8,8 +8,8 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::post;
 use http_body_util::BodyExt;
-use idempotency_core::testing::captured;
 use idempotency_core::{Mechanism, MemoryStore, Scope, telemetry};
+use idempotency_test::captured;
 use idempotency_tower::IdempotencyLayer;
 use tower::ServiceExt;
 
@@ -110,7 +110,7 @@ fn a_transactional_request_records_its_decision_and_finish() {
 
     let file = std::env::temp_dir().join(format!(
         "idempotency-spans-{}.db",
-        &idempotency_core::testing::unique_key().to_hex()[..12]
+        &idempotency_test::unique_key().to_hex()[..12]
     ));
     let (statuses, capture) = captured(async {
         let url = format!("sqlite://{}?mode=rwc", file.display());

@@ -18,9 +18,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use idempotency_core::testing::unavailable;
 use idempotency_core::{MemoryStore, Store};
 use idempotency_redis::RedisStore;
+use idempotency_test::unavailable;
 use idempotency_tower::{IdempotencyLayer, IdempotencyLayerBuilder, ScopeChosen};
 use tokio::net::TcpListener;
 use tower::util::MapRequestLayer;
@@ -126,7 +126,7 @@ fn unique(label: &str) -> String {
         "{label}-{}-{}-{}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::SeqCst),
-        idempotency_core::testing::unique_key()
+        idempotency_test::unique_key()
     )
 }
 

@@ -12,9 +12,9 @@ use axum::body::Body;
 use axum::routing::{get, post};
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use idempotency_core::testing::unavailable;
 use idempotency_core::{DEFAULT_TOKEN_TTL, MemoryTokenStore, Scope, TokenStore};
 use idempotency_redis::RedisTokenStore;
+use idempotency_test::unavailable;
 use idempotency_tower::{IDEMPOTENCY_TOKEN, TokenLayer};
 use tower::ServiceExt;
 
@@ -98,7 +98,7 @@ async fn assert_rejected(response: http::Response<Body>) {
 async fn double_submits_are_refused<T: TokenStore>(tokens: Arc<T>) {
     let orders = Arc::new(AtomicUsize::new(0));
     let app = app(tokens, Arc::clone(&orders));
-    let user = format!("user-{}", idempotency_core::testing::unique_key().to_hex());
+    let user = format!("user-{}", idempotency_test::unique_key().to_hex());
 
     // Without a token, the handler never runs.
     assert_rejected(app.clone().oneshot(submit(&user, None)).await.unwrap()).await;

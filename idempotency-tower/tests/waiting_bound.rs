@@ -10,8 +10,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{Calls, post_with_key, problem, read, routes, unique};
-use idempotency_core::testing::unavailable;
 use idempotency_redis::RedisStore;
+use idempotency_test::unavailable;
 use idempotency_tower::IdempotencyLayer;
 use tower::ServiceExt;
 

@@ -65,6 +65,11 @@ pub use idempotency_queue as queue;
 #[cfg(feature = "outbox")]
 pub use idempotency_outbox as outbox;
 
+/// Test support (`idempotency-test`): the store conformance suites, the fault proxy, span
+/// capture.
+#[cfg(feature = "testing")]
+pub use idempotency_test as testing;
+
 pub mod guide;
 
 /// The README's code blocks, compiled and run as doctests so the README stays true.

@@ -24,7 +24,7 @@ async fn holds(backend: Backend, fault: Fault) {
             );
         }
         Err(Unavailable::Missing(reason)) => {
-            idempotency_core::testing::unavailable::<()>(backend.name(), reason);
+            idempotency_test::unavailable::<()>(backend.name(), reason);
         }
         Err(Unavailable::Failed(reason)) => panic!("{}: {reason}", fault.name()),
     }

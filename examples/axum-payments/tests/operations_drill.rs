@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use axum_payments::{CALLBACK_NAMESPACE, OrderStatus, PaymentCallback, gateway};
 use http::StatusCode;
 use idempotency_core::operations::{Actor, Admin, Fence, Query, TracingAudit};
-use idempotency_core::testing::unavailable;
 use idempotency_core::{Mechanism, RecordState, Scope};
 use idempotency_redis::RedisStore;
+use idempotency_test::unavailable;
 
 const PAYMENTS: &str = env!("CARGO_BIN_EXE_payments");
 const PATIENCE: Duration = Duration::from_secs(60);

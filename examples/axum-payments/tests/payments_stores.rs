@@ -126,7 +126,7 @@ async fn redis_store() {
     let backend = match config::backend(StoreKind::Redis, env).await {
         Ok(backend) => backend,
         Err(error) => {
-            idempotency_core::testing::unavailable::<()>("Redis", error);
+            idempotency_test::unavailable::<()>("Redis", error);
             return;
         }
     };
@@ -151,7 +151,7 @@ async fn redis_cluster_store() {
     let backend = match config::backend(StoreKind::Redis, cluster_env).await {
         Ok(backend) => backend,
         Err(error) => {
-            idempotency_core::testing::unavailable::<()>("the Redis Cluster", error);
+            idempotency_test::unavailable::<()>("the Redis Cluster", error);
             return;
         }
     };
@@ -182,7 +182,7 @@ async fn sql_backend(kind: StoreKind, service: &str) -> Option<Backend> {
             assert_eq!(backend.kind, kind);
             Some(backend)
         }
-        Err(error) => idempotency_core::testing::unavailable(service, error),
+        Err(error) => idempotency_test::unavailable(service, error),
     }
 }
 
@@ -250,7 +250,7 @@ async fn redis_records_beside_postgres_business_data() {
     let backend = match config::backend(StoreKind::Redis, with_database).await {
         Ok(backend) => backend,
         Err(error) => {
-            idempotency_core::testing::unavailable::<()>("Redis and PostgreSQL", error);
+            idempotency_test::unavailable::<()>("Redis and PostgreSQL", error);
             return;
         }
     };

@@ -8,7 +8,7 @@ use std::process::Command;
 fn reachable(service: &str, address: &str) -> bool {
     match std::net::TcpStream::connect(address) {
         Ok(_) => true,
-        Err(error) => idempotency_core::testing::unavailable::<()>(service, error).is_some(),
+        Err(error) => idempotency_test::unavailable::<()>(service, error).is_some(),
     }
 }
 

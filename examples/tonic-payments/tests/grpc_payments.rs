@@ -401,14 +401,14 @@ mod redis_down {
             .await
             .map(|mut a| a.next().unwrap())
         else {
-            idempotency_core::testing::unavailable::<()>("Redis", "bad REDIS_URL");
+            idempotency_test::unavailable::<()>("Redis", "bad REDIS_URL");
             return;
         };
         let proxy = Proxy::start(upstream).await;
         let store = match RedisStore::connect(&format!("redis://{}", proxy.addr)).await {
             Ok(store) => store.with_key_prefix(format!("grpc-down-{}", std::process::id())),
             Err(error) => {
-                idempotency_core::testing::unavailable::<()>("Redis", error);
+                idempotency_test::unavailable::<()>("Redis", error);
                 return;
             }
         };

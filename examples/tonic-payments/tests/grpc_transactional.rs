@@ -7,8 +7,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use idempotency_core::testing::{unavailable, unique_key};
 use idempotency_sql::PostgresStore;
+use idempotency_test::{unavailable, unique_key};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tonic::Code;

@@ -1,9 +1,7 @@
 //! The memory store's timestamps: microseconds since the UNIX epoch in 8 bytes, where a
 //! `SystemTime` takes 16 (a record keeps four).
 
-use std::time::{Duration, SystemTime};
-
-use crate::time::{from_unix_micros, unix_micros_now};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Microseconds since the UNIX epoch. `Micros::NEVER` (0) stands for "not yet" where a time
 /// is optional; a clock before 1970 reads as 0 too.
@@ -16,7 +14,22 @@ impl Micros {
 
     /// The current time.
     pub(super) fn now() -> Self {
-        Self(unix_micros_now())
+        Self::of(SystemTime::now())
+    }
+
+    /// `at`, saturating (a time before the epoch is 0).
+    pub(super) fn of(at: SystemTime) -> Self {
+        Self(
+            at.duration_since(UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+                .unwrap_or(0),
+        )
+    }
+
+    /// The microseconds themselves (the seed of fencing tokens, so that they grow across
+    /// restarts).
+    pub(super) fn get(self) -> u64 {
+        self.0
     }
 
     /// `self` plus `duration` (at most the largest time).
@@ -32,7 +45,7 @@ impl Micros {
 
     /// As a `SystemTime`.
     pub(super) fn to_system_time(self) -> SystemTime {
-        from_unix_micros(self.0)
+        UNIX_EPOCH + Duration::from_micros(self.0)
     }
 
     /// As a `SystemTime`, `None` for [`Micros::NEVER`].
@@ -44,13 +57,11 @@ impl Micros {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::unix_micros;
-    use std::time::UNIX_EPOCH;
 
     #[test]
     fn micros_round_trip_to_the_microsecond_and_order_as_times_do() {
         let time = UNIX_EPOCH + Duration::new(1_790_000_000, 123_456_789);
-        let micros = Micros(unix_micros(time));
+        let micros = Micros::of(time);
         assert_eq!(
             micros.to_system_time(),
             UNIX_EPOCH + Duration::new(1_790_000_000, 123_456_000)

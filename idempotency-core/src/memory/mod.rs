@@ -20,7 +20,6 @@ use self::capacity::Capacity;
 use self::conflicts::Marks;
 use self::digest_hashing::DigestHashing;
 use self::micros::Micros;
-use crate::time::unix_micros_now;
 use crate::token::{OneTimeToken, TokenOutcome, TokenStore};
 use crate::{
     Claim, ClaimId, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Fingerprint, Lease,
@@ -312,7 +311,7 @@ impl MemoryStore {
         Self {
             records: Shards::new(),
             // Seeded from the clock so tokens keep growing across restarts of the process.
-            next_token: AtomicU64::new(unix_micros_now()),
+            next_token: AtomicU64::new(Micros::now().get()),
             capacity: Capacity::new(DEFAULT_MEMORY_MAX_RECORDS, DEFAULT_MEMORY_MAX_BYTES),
             abandoned_grace: DEFAULT_ABANDONED_GRACE,
         }

@@ -103,7 +103,7 @@ where
 async fn connect<DB: sqlx::Database>(url: &str, what: &str) -> Option<sqlx::Pool<DB>> {
     match sqlx::Pool::<DB>::connect(url).await {
         Ok(pool) => Some(pool),
-        Err(error) => idempotency_core::testing::unavailable(what, error),
+        Err(error) => idempotency_test::unavailable(what, error),
     }
 }
 
@@ -161,7 +161,7 @@ impl TestOutbox for Outbox<sqlx::Sqlite> {
             .await
         {
             Ok(pool) => pool,
-            Err(error) => return idempotency_core::testing::unavailable("SQLite", error),
+            Err(error) => return idempotency_test::unavailable("SQLite", error),
         };
         let outbox = Outbox::sqlite(pool);
         outbox.migrate().await.unwrap();

@@ -47,11 +47,11 @@ impl Tiers {
     /// business tables. Redis keys go to database `redis_db` under a fresh `prefix`-based prefix.
     pub(crate) async fn new(redis_db: u8, prefix: &str) -> Option<Self> {
         if let Err(error) = RedisStore::connect(&redis_url(redis_db)).await {
-            return idempotency_core::testing::unavailable("Redis", error);
+            return idempotency_test::unavailable("Redis", error);
         }
         let pool = match PgPool::connect(&database_url()).await {
             Ok(pool) => pool,
-            Err(error) => return idempotency_core::testing::unavailable("PostgreSQL", error),
+            Err(error) => return idempotency_test::unavailable("PostgreSQL", error),
         };
         let id = unique("t").replace('-', "_");
         let tiers = Self {

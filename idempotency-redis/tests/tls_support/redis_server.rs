@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use idempotency_core::testing::{unavailable, unique_key};
+use idempotency_test::{unavailable, unique_key};
 
 use super::free_port;
 use super::pki::Pki;

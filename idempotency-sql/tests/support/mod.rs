@@ -26,7 +26,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::testing::{Walk, concurrently, unique_key};
 use idempotency_core::{
     Claim, ClaimRequest, Fingerprint, IdempotencyKey, Mechanism, Outcome, RecordState, Scope,
     Store, StoreError,
@@ -35,6 +34,7 @@ use idempotency_sql::function::TransitionExecutor;
 use idempotency_sql::{
     ListFilter, SCHEMA_TABLE, SCHEMA_VERSION, Transition, TransitionOutcome, TxClaim, TxStore,
 };
+use idempotency_test::{Walk, concurrently, unique_key};
 use sqlx::{Database, Executor, IntoArguments, Pool};
 
 /// A test of the including file running the shared scenario `operations::$scenario` (which

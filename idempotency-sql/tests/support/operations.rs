@@ -7,9 +7,9 @@ use std::time::Duration;
 use idempotency_core::operations::{
     Acted, Actor, Admin, Archive, Cursor, Fence, Operations, Query, TracingAudit,
 };
-use idempotency_core::testing::{claimed, completed, operations_suite, unique_namespace};
 use idempotency_core::{Outcome, Scope, Store};
 use idempotency_sql::{SqlAudit, SqlStore};
+use idempotency_test::{claimed, completed, operations_suite, unique_namespace};
 use sqlx::Pool;
 
 use super::{Dialect, unique_table};

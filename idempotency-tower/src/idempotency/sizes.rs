@@ -9,8 +9,8 @@
 
 use axum::Router;
 use axum::body::Body;
-use idempotency_core::testing::unique_key;
 use idempotency_core::{BoxStore, Decision, Fingerprint, MemoryStore};
+use idempotency_test::unique_key;
 use tower_service::Service;
 
 use super::{IdempotencyLayer, IdempotencyService, execute, gate};

@@ -254,13 +254,12 @@ where
     let pool = match sqlx::PgPool::connect(&url).await {
         Ok(pool) => pool,
         Err(error) => {
-            return idempotency_core::testing::unavailable::<()>("PostgreSQL", error)
-                .unwrap_or_default();
+            return idempotency_test::unavailable::<()>("PostgreSQL", error).unwrap_or_default();
         }
     };
     let table = format!(
         "{prefix}_{}",
-        &idempotency_core::testing::unique_key().to_hex()[..12]
+        &idempotency_test::unique_key().to_hex()[..12]
     );
     let store = idempotency_sql::PostgresStore::new(pool.clone())
         .with_table_name(&table)

@@ -18,9 +18,9 @@ use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use idempotency_core::testing::unique_key;
 use idempotency_core::{IdempotencyKey, InFlightPolicy, RecordState, Scope, Store};
 use idempotency_sql::TxStore;
+use idempotency_test::unique_key;
 use idempotency_tower::transactional::TransactionalLayer;
 use idempotency_tower::{
     ConflictAnswer, Deadline, FingerprintSource, IdempotencyLayer, IdempotencyLayerBuilder,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use idempotency_core::testing::{FaultProxy, LinkFault};
+use idempotency_test::{FaultProxy, LinkFault};
 use tokio::task::JoinHandle;
 
 use super::{Log, Unavailable, app};
@@ -192,10 +192,7 @@ impl Rig {
                 fault.name()
             )));
         }
-        let run_id = format!(
-            "faults_{}",
-            &idempotency_core::testing::unique_key().to_hex()[..12]
-        );
+        let run_id = format!("faults_{}", &idempotency_test::unique_key().to_hex()[..12]);
         let (store, injector, store_timeout) = match backend {
             Backend::Redis => redis(fault).await?,
             Backend::Postgres => postgres(fault, &run_id).await?,

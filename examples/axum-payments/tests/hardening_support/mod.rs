@@ -38,7 +38,7 @@ pub fn host_port(url: &str) -> String {
 }
 
 /// Whether the server of `url` accepts TCP connections; if not, reports it through
-/// `idempotency_core::testing::unavailable` (a failure under `CI=true`, a skip otherwise).
+/// `idempotency_test::unavailable` (a failure under `CI=true`, a skip otherwise).
 pub fn reachable(service: &str, url: &str) -> bool {
     let target = host_port(url);
     let addr: Option<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&target)
@@ -52,7 +52,7 @@ pub fn reachable(service: &str, url: &str) -> bool {
     };
     match result {
         Ok(()) => true,
-        Err(error) => idempotency_core::testing::unavailable::<()>(service, error).is_some(),
+        Err(error) => idempotency_test::unavailable::<()>(service, error).is_some(),
     }
 }
 
@@ -60,7 +60,7 @@ pub fn reachable(service: &str, url: &str) -> bool {
 pub fn unique(prefix: &str) -> String {
     format!(
         "{prefix}_{}",
-        &idempotency_core::testing::unique_key().to_hex()[..12]
+        &idempotency_test::unique_key().to_hex()[..12]
     )
 }
 

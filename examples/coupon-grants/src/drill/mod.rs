@@ -181,4 +181,4 @@ impl Trades {
 }
 
 /// Skips a test whose server is unreachable (`None`), outside CI; fails it under `CI=true`.
-pub use idempotency_core::testing::unavailable;
+pub use idempotency_test::unavailable;

@@ -7,9 +7,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use idempotency_core::testing::FaultProxy;
 use idempotency_core::{IdempotencyKey, Mechanism, RecordState, Scope, Store};
 use idempotency_redis::RedisStore;
+use idempotency_test::FaultProxy;
 
 use super::{Service, Trades};
 

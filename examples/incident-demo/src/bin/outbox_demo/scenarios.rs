@@ -5,8 +5,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idempotency_core::testing::{FaultProxy, LinkFault};
 use idempotency_outbox::OutboxTable;
+use idempotency_test::{FaultProxy, LinkFault};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties};

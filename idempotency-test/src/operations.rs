@@ -6,11 +6,11 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::operations::{
+use idempotency_core::operations::{
     Acted, Action, Actor, Admin, Archive, AuditEntry, AuditLog, Cursor, Fence, FenceRefusal,
     Operations, Query, Status,
 };
-use crate::{
+use idempotency_core::{
     BoxFuture, Claim, ClaimId, ClaimRequest, Fingerprint, Mechanism, Outcome, RecordState, Scope,
     StorageKey, Store, StoreError,
 };
@@ -384,6 +384,6 @@ where
     assert_eq!(purge_entry.namespace.as_deref(), Some(namespace.as_str()));
 }
 
-fn keys(records: &[crate::Record]) -> Vec<StorageKey> {
+fn keys(records: &[idempotency_core::Record]) -> Vec<StorageKey> {
     records.iter().map(|record| record.key).collect()
 }

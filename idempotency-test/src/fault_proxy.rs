@@ -4,7 +4,7 @@
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
 //! use std::time::Duration;
-//! use idempotency_core::testing::{FaultProxy, LinkFault};
+//! use idempotency_test::{FaultProxy, LinkFault};
 //!
 //! let proxy = FaultProxy::start("127.0.0.1:6379").await?;
 //! let url = format!("redis://{}", proxy.addr()); // connect the store here

@@ -1,10 +1,11 @@
-//! The conformance suite every [`Store`] and [`TokenStore`] passes, unchanged.
+//! Test support for the `idempotency` toolkit, as `tower-test` is for tower: the conformance
+//! suite every [`Store`] and [`TokenStore`] passes, unchanged, the fault proxy and span capture.
 //!
 //! A backend's test file needs one line per suite:
 //!
 //! ```text
-//! idempotency_core::store_conformance_tests!(async { Some(MyStore::connect(url).await.unwrap()) });
-//! idempotency_core::token_conformance_tests!(async { Some(MyTokenStore::new()) });
+//! idempotency_test::store_conformance_tests!(async { Some(MyStore::connect(url).await.unwrap()) });
+//! idempotency_test::token_conformance_tests!(async { Some(MyTokenStore::new()) });
 //! ```
 //!
 //! The factory is an `async` expression giving `Option<Store>`; `None` skips the suite (use
@@ -33,11 +34,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::token::{TokenOutcome, TokenStore};
-use crate::{
+use idempotency_core::{
     Claim, ClaimId, ClaimRequest, FencingToken, Fingerprint, Lease, Mechanism, Outcome,
     RecordState, Scope, StorageKey, Store, StoreError,
 };
+use idempotency_core::{TokenOutcome, TokenStore};
 
 /// Lease used by checks that do not wait for expiry.
 const LONG: Duration = Duration::from_secs(30);
@@ -415,7 +416,7 @@ enum Modelled {
 /// replays from its seed.
 ///
 /// ```
-/// use idempotency_core::testing::Walk;
+/// use idempotency_test::Walk;
 /// let (mut a, mut b) = (Walk::new(7), Walk::new(7));
 /// assert_eq!(a.below(10), b.below(10));
 /// ```
@@ -844,7 +845,7 @@ macro_rules! store_conformance_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn $check() {
             if let Some(store) = $make.await {
-                $crate::testing::$check(&store).await;
+                $crate::$check(&store).await;
             }
         }
     )*};
@@ -852,7 +853,7 @@ macro_rules! store_conformance_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn $check() {
             if let Some(store) = $make.await {
-                $crate::testing::$check(::std::sync::Arc::new(store)).await;
+                $crate::$check(::std::sync::Arc::new(store)).await;
             }
         }
     )*};
@@ -866,7 +867,7 @@ macro_rules! token_conformance_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn one_time_tokens() {
             if let Some(tokens) = $make.await {
-                $crate::testing::tokens(::std::sync::Arc::new(tokens)).await;
+                $crate::tokens(::std::sync::Arc::new(tokens)).await;
             }
         }
     };

@@ -3,7 +3,7 @@
 use std::time::SystemTime;
 
 use super::{LONG, PAST_SHORT, SHORT, acquire, binary_outcome, fingerprint, request, unique_key};
-use crate::{Claim, Record, RecordState, Store};
+use idempotency_core::{Claim, Record, RecordState, Store};
 
 /// `record` without its conflict mark: what marking must leave as it was.
 fn unmarked(record: &Record) -> Record {

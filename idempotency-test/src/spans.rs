@@ -1,6 +1,6 @@
 //! [`SpanCapture`]: a `tracing` layer that keeps every span (name, target, attributes as
 //! recorded) and every event, for tests of the documented span names
-//! ([`telemetry`](crate::telemetry)) and of what they must never carry (a raw key).
+//! ([`telemetry`](idempotency_core::telemetry)) and of what they must never carry (a raw key).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
