@@ -1,8 +1,10 @@
 //! [`RedisStore`]: the fenced record lifecycle, a native `SET ... NX GET` for the claim and Lua
 //! scripts for the compare-and-set steps.
 
+mod ops;
+
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use ::redis::cluster_async::ClusterConnection;
@@ -13,9 +15,9 @@ use super::error::{bounded, map_error, millis};
 use super::held::Held;
 use super::unanswered::{Sent, Unanswered};
 use super::{fencing, scripts};
-use crate::time::{unix_micros_now, unix_millis};
+use crate::time::unix_micros_now;
 use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Lease, Outcome, Record,
+    Claim, ClaimId, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Outcome, Record,
     StorageKey, Store, StoreError,
 };
 
@@ -419,159 +421,6 @@ where
         } else {
             Err(StoreError::LeaseLost)
         }
-    }
-}
-
-/// The store's operations, each of one or more round trips; [`Store`] bounds each as a whole.
-impl<C> RedisStore<C>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    async fn claim_op(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        if codec::Written::of(&request).len() > codec::MAX_NAMESPACE {
-            return Err(StoreError::Codec(
-                format!(
-                    "redis: namespaces are limited to {} bytes",
-                    codec::MAX_NAMESPACE - 3
-                )
-                .into(),
-            ));
-        }
-        let record_key = self.record_key(request.key);
-        if self.completed.knows(request.key) {
-            let mut command = ::redis::cmd("GET");
-            command.arg(&record_key);
-            let found: Option<Vec<u8>> = self.query(&command).await?;
-            match found {
-                Some(found) => return self.decide(request, record_key, found).await,
-                // Expired or deleted: claimed with the `SET` below.
-                None => self.completed.forget(request.key),
-            }
-        }
-        let (lease_ms, grace_ms) = (millis(request.lease), millis(self.grace));
-        let now_us = unix_micros_now();
-        let token = fencing::next_at(now_us);
-        let record = codec::in_progress(
-            request.fingerprint,
-            token,
-            now_us / 1000,
-            lease_ms,
-            grace_ms,
-            codec::Written::of(&request),
-        );
-        let mut command = ::redis::Cmd::with_capacity(7, 32 + record_key.len() + record.len());
-        command
-            .arg("SET")
-            .arg(&record_key)
-            .arg(&record[..])
-            .arg("NX")
-            .arg("GET")
-            .arg("PX")
-            .arg(lease_ms.saturating_add(grace_ms));
-        let sent = Sent::new(&self.unanswered, request.claim_id, *request.key, token);
-        let found: Option<Vec<u8>> = self.query(&command).await?;
-        sent.answered();
-        let Some(found) = found else {
-            self.held.hold(request.key, token, record);
-            return Ok(Claim::Acquired(Lease {
-                token: FencingToken::new(token),
-                attempt: 1,
-                took_over: false,
-            }));
-        };
-        self.decide(request, record_key, found).await
-    }
-
-    async fn complete_op(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let ttl_ms = millis(ttl);
-        let now_ms = unix_millis(SystemTime::now());
-        let fields = codec::completed_fields(now_ms, ttl_ms, outcome.status);
-        if self.held.native()
-            && let Some(in_progress) = self.held.take(key, token.get())
-        {
-            let completed = codec::completed_from(&in_progress, &fields, &outcome.body);
-            if let Some(done) = self
-                .compare_and_set(key, completed, &in_progress, ttl_ms)
-                .await
-            {
-                return self.completed(key, done);
-            }
-        }
-        let mut invocation = self.scripts.complete.prepare_invoke();
-        invocation
-            .key(self.record_key(key))
-            .arg(&codec::token_bytes(token)[..])
-            .arg(&fields[..])
-            .arg(&outcome.body[..])
-            .arg(ttl_ms);
-        let done = self.owned_step(invocation).await;
-        self.completed(key, done)
-    }
-
-    async fn release_op(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
-        let mut invocation = self.scripts.release.prepare_invoke();
-        invocation
-            .key(self.record_key(key))
-            .arg(&codec::token_bytes(token)[..]);
-        // The record and its token go (no fence key is kept): this process's later tokens still
-        // exceed it, even if the token was not issued here.
-        fencing::observe(token.get());
-        self.held.forget(key);
-        self.owned_step(invocation).await
-    }
-
-    async fn touch_op(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        let (lease_ms, grace_ms) = (millis(lease), millis(self.grace));
-        let now_ms = unix_millis(SystemTime::now());
-        let fields = codec::lease_fields(now_ms, lease_ms, grace_ms);
-        let px = lease_ms.saturating_add(grace_ms);
-        if self.held.native()
-            && let Some(in_progress) = self.held.get(key, token.get())
-        {
-            let renewed = codec::renewed(&in_progress, &fields);
-            match self.compare_and_set(key, renewed, &in_progress, px).await {
-                Some(Ok(())) => {
-                    self.held.touched(key, token.get(), &fields);
-                    return Ok(());
-                }
-                Some(Err(error)) => {
-                    self.held.forget(key);
-                    return Err(error);
-                }
-                None => {}
-            }
-        }
-        let mut invocation = self.scripts.touch.prepare_invoke();
-        invocation
-            .key(self.record_key(key))
-            .arg(&codec::token_bytes(token)[..])
-            .arg(&fields[..])
-            .arg(px);
-        let touched = self.owned_step(invocation).await;
-        match &touched {
-            Ok(()) => self.held.touched(key, token.get(), &fields),
-            // Lost, or perhaps applied (a time-out): the record is no longer known exactly.
-            Err(_) => self.held.forget(key),
-        }
-        touched
-    }
-
-    async fn get_op(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
-        let mut command = ::redis::cmd("GET");
-        command.arg(self.record_key(key));
-        let stored: Option<Vec<u8>> = self.query(&command).await?;
-        codec::record(key, stored)
     }
 }
 

@@ -1,0 +1,46 @@
+//! The macros that generate one test per conformance check.
+
+/// Generates one `#[tokio::test]` per store check. `$make` is an `async` expression giving
+/// `Option<Store>` (`None` skips; see [`unavailable`]).
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($make:expr) => {
+        $crate::store_conformance_tests!(@tests $make;
+            lifecycle, mismatch, takeover_and_fencing, takeover_with_other_payload,
+            touch_extends_lease, release_and_reclaim, unknown_key_is_refused,
+            completed_expiry_and_purge, abandoned_lease_outlives_purge,
+            ready_claims_answer_as_claim, model_walk, undo_spares_other_claims,
+            conflict_marks);
+        $crate::store_conformance_tests!(@shared $make; keys_are_independent, claim_storm);
+    };
+    (@tests $make:expr; $($check:ident),*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $check() {
+            if let Some(store) = $make.await {
+                $crate::$check(&store).await;
+            }
+        }
+    )*};
+    (@shared $make:expr; $($check:ident),*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $check() {
+            if let Some(store) = $make.await {
+                $crate::$check(::std::sync::Arc::new(store)).await;
+            }
+        }
+    )*};
+}
+
+/// Generates the token conformance test. `$make` is an `async` expression giving
+/// `Option<TokenStore>`.
+#[macro_export]
+macro_rules! token_conformance_tests {
+    ($make:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn one_time_tokens() {
+            if let Some(tokens) = $make.await {
+                $crate::tokens(::std::sync::Arc::new(tokens)).await;
+            }
+        }
+    };
+}
