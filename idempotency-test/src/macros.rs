@@ -1,7 +1,7 @@
 //! The macros that generate one test per conformance check.
 
 /// Generates one `#[tokio::test]` per store check. `$make` is an `async` expression giving
-/// `Option<Store>` (`None` skips; see [`unavailable`]).
+/// `Option<Store>` (`None` skips; see [`unavailable`](crate::unavailable)).
 #[macro_export]
 macro_rules! store_conformance_tests {
     ($make:expr) => {
