@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use super::waits::{DEFAULT_IN_FLIGHT_POLL, DEFAULT_MAX_WAITERS_PER_KEY};
 
+#[cfg(doc)]
+use crate::{Idempotency, InFlightPolicy, Mechanism};
 /// Engine settings. Every default can be changed with the `with_*` methods of [`Idempotency`].
 #[derive(Clone, Debug)]
 pub struct Config {

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use crate::Mechanism;
 use crate::derivation::Origin;
 use crate::metrics::{DecisionLabel, NamespaceCounters, StoreOp, adhoc};
+#[cfg(doc)]
+use crate::{Idempotency, Scope};
 
 /// A namespace prepared once for the engine: its name and its metric keys, built when it is
 /// created rather than on every request. Cheap to clone (one reference count).
