@@ -7,7 +7,7 @@ use idempotency_core::Outcome;
 use crate::body::ResponseBody;
 use crate::codec::{DecodeError, StoredResponse};
 use crate::headers::IDEMPOTENT_REPLAYED;
-use crate::idempotency::Settings;
+use crate::idempotency::config::Settings;
 use crate::refusal::{Refusal, RefusalKind};
 
 /// The replayed response for a stored outcome, with `Idempotent-Replayed: true`. Its header map

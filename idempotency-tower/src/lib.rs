@@ -105,7 +105,6 @@ mod collect;
 mod deadline;
 mod detach;
 mod fingerprint;
-mod future;
 #[cfg(feature = "grpc")]
 mod grpc;
 mod guarded;
@@ -131,10 +130,9 @@ pub use callback::{Callback, ConflictAnswer, PER_ATTEMPT_FIELDS};
 pub use codec::{DecodeError, StoredResponse};
 pub use deadline::Deadline;
 pub use fingerprint::{FingerprintFn, FingerprintSource};
-pub use future::ResponseFuture;
 #[cfg(feature = "grpc")]
 pub use grpc::GrpcStatus;
-pub use guarded::GuardedService;
+pub use guarded::{GuardedService, ResponseFuture};
 pub use headers::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use idempotency::{
     DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DETACHED,

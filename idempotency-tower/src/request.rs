@@ -10,7 +10,7 @@ use tower_service::Service;
 
 use crate::body::{RequestBody, ResponseBody};
 use crate::collect::RequestCollectError;
-use crate::idempotency::Settings;
+use crate::idempotency::config::Settings;
 use crate::json::LazyJson;
 use crate::refusal::{Refusal, RefusalKind};
 

@@ -10,7 +10,7 @@ use crate::body::ResponseBody;
 use crate::codec::{StoredResponse, encode_parts};
 use crate::collect::{Collected, collect_response};
 use crate::headers::{Storable, Survey};
-use crate::idempotency::Settings;
+use crate::idempotency::config::Settings;
 use crate::policy::grpc_code;
 use crate::refusal::{Refusal, RefusalKind};
 

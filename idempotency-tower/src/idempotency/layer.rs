@@ -1,13 +1,12 @@
-//! The layer.
+//! The layer, and what every service it makes shares.
 
 use std::sync::Arc;
 
 use idempotency_core::{Idempotency, Store};
 use tower_layer::Layer;
 
-use super::builder::IdempotencyLayerBuilder;
-use super::service::IdempotencyService;
-use super::settings::Settings;
+use super::config::Settings;
+use crate::guarded::GuardedService;
 
 /// Makes the wrapped service idempotent: see the [crate docs](crate) for what it answers when.
 ///
@@ -54,23 +53,10 @@ impl<S> std::fmt::Debug for IdempotencyLayer<S> {
 }
 
 impl<S: Store> IdempotencyLayer<S> {
-    /// Starts configuring a layer over `store`. Choose the scope of its keys (per principal or
-    /// shared) before [`build`](IdempotencyLayerBuilder::build): see [`IdempotencyLayerBuilder`].
-    pub fn builder(store: S) -> IdempotencyLayerBuilder<S> {
-        IdempotencyLayerBuilder::new(Idempotency::new(store))
-    }
-
-    /// Starts configuring a layer over an engine configured elsewhere (shared with other front
-    /// ends, say). Its lease, TTL, store timeout and keep-alive settings are kept; the layer's
-    /// copy of the engine renews leases inline instead of in a background task, the engine
-    /// passed in is not changed.
-    pub fn builder_with_engine(engine: Idempotency<S>) -> IdempotencyLayerBuilder<S> {
-        IdempotencyLayerBuilder::new(engine)
-    }
-
     /// The engine. Its background keep-alive is off: the layer renews a running handler's lease
     /// while the handler runs ([`Execution::keep_alive_while`](idempotency_core::Execution::keep_alive_while)),
-    /// as configured with [`IdempotencyLayerBuilder::keep_alive`].
+    /// as configured with
+    /// [`IdempotencyLayerBuilder::keep_alive`](super::IdempotencyLayerBuilder::keep_alive).
     pub fn engine(&self) -> &Idempotency<S> {
         &self.shared.engine
     }
@@ -82,10 +68,12 @@ impl<S: Store> IdempotencyLayer<S> {
     }
 }
 
+/// The layer's services are [`IdempotencyService`](super::IdempotencyService)s: the guarded
+/// service, with the layer as its guard (`service`).
 impl<S: Store, T> Layer<T> for IdempotencyLayer<S> {
-    type Service = IdempotencyService<T, S>;
+    type Service = GuardedService<T, Self>;
 
     fn layer(&self, inner: T) -> Self::Service {
-        IdempotencyService::new(inner, self.clone())
+        GuardedService::new(inner, self.clone())
     }
 }

@@ -3,11 +3,10 @@
 use http::request::Parts;
 use idempotency_core::{StorageKey, Store};
 
+use super::config::Settings;
 use super::gate;
 use super::layer::IdempotencyLayer;
-use super::settings::Settings;
-use crate::future::GatedFuture;
-use crate::guarded::{Guard, GuardedService, Handler, ReadBody, StoredBody};
+use crate::guarded::{GatedFuture, Guard, GuardedService, Handler, ReadBody, StoredBody};
 
 /// The middleware [`IdempotencyLayer`] wraps a service in (see [`GuardedService`]).
 pub type IdempotencyService<T, S> = GuardedService<T, IdempotencyLayer<S>>;

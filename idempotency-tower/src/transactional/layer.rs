@@ -7,9 +7,9 @@ use idempotency_sql::TxStore;
 use tower_layer::Layer;
 
 use super::flights::{Claims, Flights};
-use super::service::TransactionalService;
-use crate::idempotency::Settings;
-use crate::{IdempotencyLayerBuilder, ScopeIsChosen};
+use crate::guarded::GuardedService;
+use crate::idempotency::IdempotencyLayerBuilder;
+use crate::idempotency::config::{ScopeIsChosen, Settings, warn_if_shared_unverified};
 
 /// Makes the wrapped handlers idempotent **inside their own database transaction**: the key is
 /// claimed in the request's transaction, the handler does its business writes in it
@@ -80,7 +80,7 @@ impl<S: TxStore, C> IdempotencyLayerBuilder<S, C> {
         C: ScopeIsChosen,
     {
         self.settings.prepare(self.engine.tracker());
-        crate::idempotency::warn_if_shared_unverified(&self.settings);
+        warn_if_shared_unverified(&self.settings);
         let config = self.engine.config();
         let store = self.engine.store().clone();
         let permits = self.claim_permits.unwrap_or_else(|| {
@@ -101,10 +101,12 @@ impl<S: TxStore, C> IdempotencyLayerBuilder<S, C> {
     }
 }
 
+/// The layer's services are [`TransactionalService`](super::TransactionalService)s: the
+/// guarded service, with the layer as its guard (`service`).
 impl<S: TxStore, T> Layer<T> for TransactionalLayer<S> {
-    type Service = TransactionalService<T, S>;
+    type Service = GuardedService<T, Self>;
 
     fn layer(&self, inner: T) -> Self::Service {
-        TransactionalService::new(inner, self.clone())
+        GuardedService::new(inner, self.clone())
     }
 }

@@ -8,9 +8,8 @@ use idempotency_sql::TxStore;
 
 use super::layer::TransactionalLayer;
 use super::run;
-use crate::future::GatedFuture;
-use crate::guarded::{Guard, GuardedService, Handler, ReadBody, StoredBody};
-use crate::idempotency::Settings;
+use crate::guarded::{GatedFuture, Guard, GuardedService, Handler, ReadBody, StoredBody};
+use crate::idempotency::config::Settings;
 
 /// The middleware [`TransactionalLayer`] wraps a service in (see [`GuardedService`]): the
 /// handler finds the request's transaction in its extensions ([`Tx`](super::Tx) takes it).

@@ -1,75 +1,15 @@
-//! The scope of a layer's keys, chosen deliberately before the layer can be built: per
-//! principal (tenant, user, API client) or one scope shared by every caller.
+//! The builder's choice of the scope of keys: per principal (tenant, user, API client) or one
+//! scope shared by every caller. The layer cannot be built before it is made.
 
-use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use http::HeaderName;
 use http::request::Parts;
-use idempotency_core::{Scope, Store};
+use idempotency_core::Store;
 
-use super::builder::IdempotencyLayerBuilder;
-use super::settings::{PrincipalFn, Settings};
-use crate::refusal::{Refusal, RefusalKind};
-
-/// The builder's state before the scope of keys is chosen: it has no `build`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ScopeUnchosen;
-
-/// The builder's state once the scope of keys is chosen: it can be built.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ScopeChosen;
-
-/// Implemented by [`ScopeChosen`] only: a layer is built once its scope of keys is chosen.
-#[diagnostic::on_unimplemented(
-    message = "choose the scope of idempotency keys before building the layer",
-    label = "no scope chosen yet",
-    note = "per principal: `.principal_from_extension::<T>()` (the identity your authentication layer put in the request's extensions), `.principal(|parts| ..)` or `.principal_header(name)`",
-    note = "one scope for every caller: `.shared_scope()` (a gateway's signed callbacks, with `.verify(..)`)"
-)]
-pub trait ScopeIsChosen: sealed::Sealed {}
-
-impl ScopeIsChosen for ScopeChosen {}
-
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for super::ScopeChosen {}
-}
-
-/// Where a layer's keys are scoped.
-#[derive(Clone)]
-pub(crate) enum PrincipalSource {
-    /// One scope for every caller (the namespace's).
-    Shared,
-    /// Each request's principal; a request without one is refused.
-    Each(Arc<PrincipalFn>),
-}
-
-impl Settings {
-    /// The scope of a request: the namespace, and its principal in principal mode (no
-    /// allocation in shared mode). A request without a principal (or with an empty one) is
-    /// refused in principal mode, never folded into the shared scope.
-    pub(crate) fn scope_for(&self, parts: &Parts) -> Result<Cow<'_, Scope>, Refusal> {
-        match &self.principal {
-            PrincipalSource::Shared => Ok(Cow::Borrowed(&self.scope)),
-            PrincipalSource::Each(principal) => match principal(parts) {
-                Some(principal) if !principal.is_empty() => {
-                    Ok(Cow::Owned(self.scope.clone().with_principal(principal)))
-                }
-                _ => Err(Refusal::new(
-                    RefusalKind::Unauthenticated,
-                    "idempotency keys are scoped per principal here, and the request carries none",
-                )),
-            },
-        }
-    }
-
-    /// Whether keys share one scope with no verification of the callers.
-    pub(crate) fn shared_unverified(&self) -> bool {
-        matches!(self.principal, PrincipalSource::Shared) && self.verify.is_none()
-    }
-}
+use super::IdempotencyLayerBuilder;
+use crate::idempotency::config::{PrincipalSource, ScopeChosen};
 
 impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     fn scoped(mut self, principal: PrincipalSource) -> IdempotencyLayerBuilder<S, ScopeChosen> {
@@ -172,17 +112,5 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     /// ```
     pub fn shared_scope(self) -> IdempotencyLayerBuilder<S, ScopeChosen> {
         self.scoped(PrincipalSource::Shared)
-    }
-}
-
-/// Logs, once per layer built, a layer whose keys are shared by callers nobody verifies.
-pub(crate) fn warn_if_shared_unverified(settings: &Settings) {
-    if settings.shared_unverified() {
-        tracing::warn!(
-            namespace = settings.scope.namespace(),
-            "idempotency layer with a shared scope and no `verify`: every caller's key answers \
-             for every other caller, so anyone who knows or guesses a key gets its stored \
-             response; scope keys per principal unless all callers are trusted"
-        );
     }
 }

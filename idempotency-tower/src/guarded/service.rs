@@ -1,20 +1,16 @@
-//! The middleware both idempotency layers wrap a service in: what is guarded is decided here
-//! (by the request's head), what a guarded request runs is the layer's ([`Guard`]).
+//! The service both idempotency layers wrap a handler in: what is guarded is decided here (by
+//! the request's head), what a guarded request runs is the layer's ([`Guard`]).
 
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use http::request::Parts;
 use http::{Request, Response};
-use http_body::Body;
-use idempotency_core::StorageKey;
 use tower_service::Service;
 use tracing::Instrument;
 
+use super::future::ResponseFuture;
+use super::guard::{Guard, Handler, ReadBody, StoredBody};
 use crate::answer::refuse;
 use crate::body::{RequestBody, ResponseBody};
-use crate::future::{GatedFuture, ResponseFuture};
-use crate::idempotency::Settings;
 use crate::request::{Entry, enter, span};
 
 /// The middleware an idempotency layer wraps a service in: [`IdempotencyService`] for
@@ -72,59 +68,6 @@ impl<T, L> GuardedService<T, L> {
         self.inner
     }
 }
-
-/// A layer's part in a [`GuardedService`]: its settings, and what a request it guards runs.
-pub(crate) trait Guard: Clone {
-    /// What is guarded, and how refusals read.
-    fn settings(&self) -> &Settings;
-
-    /// The decision for one guarded request and its answer.
-    fn run<T, B, ResB>(
-        &self,
-        inner: T,
-        parts: Parts,
-        body: B,
-        header_key: Option<StorageKey>,
-    ) -> GatedFuture<ResB, T::Error>
-    where
-        T: Handler<B, ResB>,
-        B: ReadBody,
-        ResB: StoredBody;
-}
-
-/// The service a layer guards: it takes the request with the body the layer read, and its
-/// future and errors may move to another task (a handler whose client left runs on).
-pub(crate) trait Handler<B, ResB>:
-    Service<
-        Request<RequestBody<B>>,
-        Response = Response<ResB>,
-        Future: Send + 'static,
-        Error: Send + 'static,
-    > + Send
-    + 'static
-{
-}
-
-impl<T, B, ResB> Handler<B, ResB> for T
-where
-    T: Service<Request<RequestBody<B>>, Response = Response<ResB>> + Send + 'static,
-    T::Future: Send + 'static,
-    T::Error: Send + 'static,
-{
-}
-
-/// A request body a layer reads (for the key, the fingerprint, the verification).
-pub(crate) trait ReadBody: Body<Data: Send> + Send + 'static {}
-
-impl<B> ReadBody for B where B: Body<Data: Send> + Send + 'static {}
-
-/// A response body a layer stores for replay.
-pub(crate) trait StoredBody:
-    Body<Data = Bytes, Error: Send + 'static> + Send + Unpin + 'static
-{
-}
-
-impl<B> StoredBody for B where B: Body<Data = Bytes, Error: Send + 'static> + Send + Unpin + 'static {}
 
 // `Guard` is the crate's own: implemented by the two layers only.
 #[allow(private_bounds)]

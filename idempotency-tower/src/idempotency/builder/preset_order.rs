@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Response};
 use idempotency_core::{InFlightPolicy, MemoryStore};
 
-use super::builder::IdempotencyLayerBuilder;
+use super::IdempotencyLayerBuilder;
 use crate::IdempotencyLayer;
 use crate::callback::ConflictAnswer;
 use crate::policy::StoragePolicy;

@@ -1,5 +1,6 @@
 //! The layer's settings, shared by every clone of its service.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +11,6 @@ use idempotency_core::metrics as names;
 use idempotency_core::{InFlightPolicy, Namespace, Scope};
 
 use super::explicit::Explicit;
-use super::scoping::PrincipalSource;
 use crate::callback::ConflictAnswer;
 
 use crate::detach::Detached;
@@ -20,11 +20,19 @@ use crate::json::JsonPlan;
 use crate::key_source::KeySource;
 use crate::policy::StoragePolicy;
 use crate::refusal::{ProblemJson, Refusal, RefusalKind, RenderRefusal};
-use idempotency_core::background::Tracker;
 
 /// A user function naming the principal (tenant, user, API client) a request acts for; `None`
 /// refuses the request (401).
 pub type PrincipalFn = dyn Fn(&Parts) -> Option<String> + Send + Sync + 'static;
+
+/// Where a layer's keys are scoped.
+#[derive(Clone)]
+pub(crate) enum PrincipalSource {
+    /// One scope for every caller (the namespace's).
+    Shared,
+    /// Each request's principal; a request without one is refused.
+    Each(Arc<PrincipalFn>),
+}
 
 /// A user function that verifies a request before its key is claimed (a callback's
 /// signature): `Err(detail)` refuses it with 401, and nothing is claimed.
@@ -178,7 +186,7 @@ pub(crate) struct LayerCounters {
 }
 
 impl LayerCounters {
-    fn new(namespace: &str) -> Self {
+    pub(super) fn new(namespace: &str) -> Self {
         use RefusalKind::*;
         let refusals = [
             MissingKey,
@@ -246,40 +254,6 @@ impl LayerCounters {
 }
 
 impl Settings {
-    /// Prepares what is derived from the settings (the engine's namespace, the counters' keys);
-    /// called once when the layer is built.
-    ///
-    /// # Panics
-    ///
-    /// If an `only_paths` entry cannot match any request (see [`super::guarded_paths`]).
-    pub(crate) fn prepare(&mut self, tracker: &Tracker) {
-        self.detached = Arc::new(Detached::new(tracker.clone()));
-        #[cfg(feature = "grpc-descriptor")]
-        if let Some(methods) = &self.grpc_methods {
-            let paths = methods.guarded_paths(self.paths.as_deref(), self.scope.namespace());
-            self.paths = Some(paths.into());
-        }
-        super::guarded_paths::check(self);
-        super::guarded_paths::log(self);
-        self.json = Arc::new(JsonPlan::new(
-            self.key
-                .json_pointer()
-                .into_iter()
-                .chain(self.key_status.as_deref())
-                .chain(self.fingerprint.json_pointers())
-                .chain(
-                    self.previous_fingerprint
-                        .iter()
-                        .flat_map(FingerprintSource::json_pointers),
-                ),
-        ));
-        let namespace = self.scope.namespace();
-        if self.namespace.as_str() != namespace {
-            self.namespace = Namespace::new(namespace);
-            self.counters = Arc::new(LayerCounters::new(namespace));
-        }
-    }
-
     /// Whether a request is guarded at all (method, path, and in gRPC mode the content type).
     pub(crate) fn applies(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
         if !self.methods.contains(method) {
@@ -328,5 +302,30 @@ impl Settings {
     /// The caller's deadline, if it has one ([`Deadline`](crate::Deadline), `grpc-timeout`).
     pub(crate) fn deadline(&self, parts: &Parts) -> Option<std::time::Instant> {
         crate::deadline::of(parts, self.grpc)
+    }
+}
+
+impl Settings {
+    /// The scope of a request: the namespace, and its principal in principal mode (no
+    /// allocation in shared mode). A request without a principal (or with an empty one) is
+    /// refused in principal mode, never folded into the shared scope.
+    pub(crate) fn scope_for(&self, parts: &Parts) -> Result<Cow<'_, Scope>, Refusal> {
+        match &self.principal {
+            PrincipalSource::Shared => Ok(Cow::Borrowed(&self.scope)),
+            PrincipalSource::Each(principal) => match principal(parts) {
+                Some(principal) if !principal.is_empty() => {
+                    Ok(Cow::Owned(self.scope.clone().with_principal(principal)))
+                }
+                _ => Err(Refusal::new(
+                    RefusalKind::Unauthenticated,
+                    "idempotency keys are scoped per principal here, and the request carries none",
+                )),
+            },
+        }
+    }
+
+    /// Whether keys share one scope with no verification of the callers.
+    pub(crate) fn shared_unverified(&self) -> bool {
+        matches!(self.principal, PrincipalSource::Shared) && self.verify.is_none()
     }
 }

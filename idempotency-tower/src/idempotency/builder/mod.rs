@@ -1,4 +1,12 @@
-//! The layer's builder.
+//! The layer's builder: the type, and the settings that are neither a preset (`presets`,
+//! `grpc`) nor the scope of keys (`scoping`).
+
+#[cfg(feature = "grpc")]
+mod grpc;
+#[cfg(test)]
+mod preset_order;
+mod presets;
+mod scoping;
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -9,15 +17,12 @@ use http::request::Parts;
 use http::{HeaderName, Method};
 use idempotency_core::background::Tracker;
 use idempotency_core::{
-    DEFAULT_IN_FLIGHT_WAIT, Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, KeyError,
-    Scope, Store,
+    Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, KeyError, Scope, Store,
 };
 
-use super::explicit::Choice;
+use super::config::{Choice, ScopeIsChosen, ScopeUnchosen, Settings, warn_if_shared_unverified};
 use super::layer::IdempotencyLayer;
-use super::scoping::{ScopeIsChosen, ScopeUnchosen, warn_if_shared_unverified};
-use super::settings::Settings;
-use crate::callback::{Callback, ConflictAnswer, PER_ATTEMPT_FIELDS};
+use crate::callback::ConflictAnswer;
 use crate::fingerprint::FingerprintSource;
 use crate::key_source::KeySource;
 use crate::policy::StoragePolicy;
@@ -60,6 +65,22 @@ impl<S, C> std::fmt::Debug for IdempotencyLayerBuilder<S, C> {
             .field("engine", &self.engine)
             .field("settings", &self.settings)
             .finish()
+    }
+}
+
+impl<S: Store> IdempotencyLayer<S> {
+    /// Starts configuring a layer over `store`. Choose the scope of its keys (per principal or
+    /// shared) before [`build`](IdempotencyLayerBuilder::build): see [`IdempotencyLayerBuilder`].
+    pub fn builder(store: S) -> IdempotencyLayerBuilder<S> {
+        IdempotencyLayerBuilder::new(Idempotency::new(store))
+    }
+
+    /// Starts configuring a layer over an engine configured elsewhere (shared with other front
+    /// ends, say). Its lease, TTL, store timeout and keep-alive settings are kept; the layer's
+    /// copy of the engine renews leases inline instead of in a background task, the engine
+    /// passed in is not changed.
+    pub fn builder_with_engine(engine: Idempotency<S>) -> IdempotencyLayerBuilder<S> {
+        IdempotencyLayerBuilder::new(engine)
     }
 }
 
@@ -205,7 +226,7 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     /// ```
     #[cfg(feature = "grpc-descriptor")]
     pub fn grpc_descriptor(mut self, encoded: &[u8]) -> Self {
-        match super::descriptor::GrpcMethods::decode(encoded) {
+        match super::config::GrpcMethods::decode(encoded) {
             Ok(methods) => self.settings.grpc_methods = Some(Arc::new(methods)),
             Err(error) => panic!("grpc_descriptor: {error}"),
         }
@@ -418,84 +439,6 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
         self.in_flight(InFlightPolicy::Wait { max })
     }
 
-    /// The **callback preset**, for a payment gateway's notifications. `notification` names
-    /// what identifies one ([`Callback`]; a plain JSON Pointer such as `"/trade_no"` is the key
-    /// alone):
-    ///
-    /// - the key is the notification's key field, plus its status field if named, so a refund
-    ///   or `TRADE_FINISHED` notice for a trade is not a duplicate of its payment notice;
-    /// - the fingerprint covers the named business fields (canonical JSON), else the whole body
-    ///   less the gateway's per-attempt fields ([`PER_ATTEMPT_FIELDS`]: `sign`, `notify_time`…),
-    ///   so a re-signed, re-timed or re-serialised retry is a duplicate and gets the stored
-    ///   success;
-    /// - a conflicting notification (same key, another fingerprint: another amount) gets the
-    ///   stored success too, logged at WARN and counted ([`ConflictAnswer::ReplayStored`]; a 422
-    ///   would make the gateway retry for a day); `.on_conflict(ConflictAnswer::Reject)` refuses
-    ///   it instead;
-    /// - only 2xx answers are stored ([`StoragePolicy::SuccessOnly`]), so a callback answered
-    ///   404 (the order not committed yet) or 400 releases its key and the gateway's retry runs
-    ///   again;
-    /// - a duplicate in flight waits for the first ([`DEFAULT_IN_FLIGHT_WAIT`], 5 s) and gets its
-    ///   answer.
-    ///
-    /// Settings made on the builder, before or after, are kept. A gateway's callbacks share one
-    /// scope ([`shared_scope`](Self::shared_scope)); add [`verify`](Self::verify) for the
-    /// gateway's signature.
-    ///
-    /// ```
-    /// use idempotency_core::MemoryStore;
-    /// use idempotency_tower::{Callback, IdempotencyLayer};
-    ///
-    /// // Alipay-style: one trade, several notices (paid, finished, refunded).
-    /// let layer = IdempotencyLayer::builder(MemoryStore::new())
-    ///     .namespace("payments.callback")
-    ///     .callback(
-    ///         Callback::key("/out_trade_no")
-    ///             .status("/trade_status")
-    ///             .fields(["/total_amount", "/refund_fee"]),
-    ///     )
-    ///     .shared_scope() // the gateway is the only caller; add `.verify(..)` for its signature
-    ///     .build();
-    /// # let _ = layer;
-    /// ```
-    pub fn callback(mut self, notification: impl Into<Callback>) -> Self {
-        let Callback {
-            key,
-            status,
-            fields,
-        } = notification.into();
-        self = self.key_from_json(key);
-        self.settings.key_status = status;
-        match fields {
-            Some(fields) => self = self.fingerprint(FingerprintSource::JsonFields(fields)),
-            None if !self.settings.explicit.has(Choice::Fingerprint) => {
-                let left_out: Vec<String> = PER_ATTEMPT_FIELDS
-                    .iter()
-                    .map(|&name| name.to_owned())
-                    .collect();
-                self.settings.fingerprint = FingerprintSource::JsonBodyWithout(left_out.into());
-            }
-            None => {}
-        }
-        self.preset(Choice::Storage, |s| s.storage = StoragePolicy::SuccessOnly);
-        self.preset(Choice::Conflicts, |s| {
-            s.on_conflict = ConflictAnswer::ReplayStored;
-        });
-        self.preset(Choice::InFlight, |s| {
-            s.in_flight = InFlightPolicy::Wait {
-                max: DEFAULT_IN_FLIGHT_WAIT,
-            };
-        });
-        self
-    }
-
-    /// Applies a preset's value of a setting the user did not choose.
-    fn preset(&mut self, choice: Choice, apply: impl FnOnce(&mut Settings)) {
-        if !self.settings.explicit.has(choice) {
-            apply(&mut self.settings);
-        }
-    }
-
     /// Which responses are stored (default [`StoragePolicy::Standard`]).
     pub fn storage_policy(mut self, policy: StoragePolicy) -> Self {
         self.settings.storage = policy;
@@ -545,70 +488,6 @@ impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
     pub fn refusals(mut self, renderer: impl RenderRefusal) -> Self {
         self.settings.renderer = Arc::new(renderer);
         self.settings.explicit.mark(Choice::Refusals);
-        self
-    }
-
-    /// The gRPC preset: key from metadata `idempotency-key`, namespace `"grpc"`, only gRPC
-    /// POSTs guarded (`application/grpc[+…]`; gRPC-Web and everything else pass through), refusals
-    /// as gRPC statuses ([`GrpcStatus`](crate::GrpcStatus)), storage decided by `grpc-status`
-    /// ([`StoragePolicy::Grpc`]), replays with their metadata, message, trailers and
-    /// `idempotent-replayed: true`. A duplicate in flight waits for the first
-    /// ([`DEFAULT_IN_FLIGHT_WAIT`], 5 s, and never past the call's `grpc-timeout`): gRPC
-    /// clients retry on their deadline and read no retry hint, so an `ABORTED` would fail the
-    /// retry of a call that is about to succeed.
-    ///
-    /// Streaming calls must pass through, and the layer cannot tell them from unary calls by
-    /// their headers. So: list the unary methods to guard with [`only_paths`](Self::only_paths)
-    /// (every other call passes through untouched); this is required when the service has
-    /// bidirectional-streaming methods, since the layer would wait for the whole request stream.
-    /// As a safety net, a guarded call whose request is not exactly one message (client
-    /// streaming) passes through unguarded. Without a list every gRPC call is guarded, which suits
-    /// services whose methods are all unary.
-    ///
-    /// The principal that scopes keys must come from a tower layer **outside** this one (see
-    /// [`principal_from_extension`](Self::principal_from_extension)): tonic interceptors run
-    /// inside it, after the replay has been answered, so metadata they verify is unverified
-    /// here.
-    ///
-    /// ```
-    /// use idempotency_core::MemoryStore;
-    /// use idempotency_tower::IdempotencyLayer;
-    ///
-    /// /// Put in the request's extensions by an authentication layer outside this one.
-    /// struct Tenant(String);
-    /// impl AsRef<str> for Tenant {
-    ///     fn as_ref(&self) -> &str {
-    ///         &self.0
-    ///     }
-    /// }
-    ///
-    /// let layer = IdempotencyLayer::builder(MemoryStore::new())
-    ///     .grpc()
-    ///     .namespace("payments.grpc")
-    ///     .principal_from_extension::<Tenant>()
-    ///     .only_paths(["/payments.v1.Payments/Pay", "/payments.v1.Payments/Refund"])
-    ///     .build();
-    /// // tonic: Server::builder().layer(layer).add_service(PaymentsServer::new(service))
-    /// # let _ = layer;
-    /// ```
-    #[cfg(feature = "grpc")]
-    pub fn grpc(mut self) -> Self {
-        self.settings.grpc = true;
-        self.preset(Choice::Namespace, |s| s.scope = Scope::new("grpc"));
-        self.preset(Choice::Key, |s| {
-            s.key = KeySource::Header(crate::headers::IDEMPOTENCY_KEY);
-            s.key_status = None;
-        });
-        self.preset(Choice::Methods, |s| s.methods = vec![Method::POST]);
-        self.preset(Choice::Storage, |s| s.storage = StoragePolicy::Grpc);
-        self.preset(Choice::Refusals, |s| {
-            s.renderer = Arc::new(crate::grpc::GrpcStatus);
-        });
-        self.preset(Choice::InFlight, |s| {
-            s.in_flight = InFlightPolicy::Wait {
-                max: DEFAULT_IN_FLIGHT_WAIT,
-            };
-        });
         self
     }
 }
