@@ -49,20 +49,27 @@ def expand(tree):
     return [prefix + rest for item in items if item for rest in expand(item)]
 
 
-def resolve(segments, here, modules, in_use):
-    """The longest module path that `segments`, written in module `here`, names; or None."""
+def resolve(segments, here, modules, in_use, exports=None):
+    """The module that `segments`, written in module `here`, names (the longest module path, or
+    the module an item re-exported there comes from); or None."""
     if segments[0] == 'crate':
         path, rest = (), segments[1:]
     elif segments[0] in ('super', 'self') or (in_use and here + (segments[0],) in modules):
         path, rest = here, segments
     else:
         return None  # another crate's path, or an item in scope
-    for seg in rest:
+    for i, seg in enumerate(rest):
         if seg in ('super', 'self'):
             path = path[:-1] if seg == 'super' else path
         elif path + (seg,) in modules:
             path += (seg,)
         else:
+            # An item: a `pub use` re-export imports the file that defines it, not the one
+            # that re-exports it.
+            seen = set()
+            while exports and (path, seg) in exports and (path, seg) not in seen:
+                seen.add((path, seg))
+                path, seg = exports[(path, seg)]
             break
     return path
 
@@ -79,6 +86,14 @@ def graph(src):
     for m, ss in spans.items():
         for start, _, name in ss:
             modules[m + tuple(n for s, e, n in ss if s < start < e) + (name,)] = m
+    # (module, name) -> (module, name) it re-exports, from `pub use` and `pub(..) use`.
+    exports = {}
+    for m, text in texts.items():
+        for u in re.finditer(r'\bpub(?:\([^)]*\))?\s+use\s+([^;]+);', text):
+            for segs in expand(u.group(1)):
+                target = resolve(segs[:-1] or segs, m, modules, True) if len(segs) > 1 else None
+                if target is not None:
+                    exports[(m, segs[-1])] = (target, segs[-1])
     edges = {m: set() for m in files}
     for m, text in texts.items():
         refs = [(segs, u.start(), True) for u in USE.finditer(text) for segs in expand(u.group(1))]
@@ -86,7 +101,7 @@ def graph(src):
             refs.append((re.sub(r'\s', '', p.group(1)).split('::'), p.start(), False))
         for segs, offset, in_use in refs:
             here = m + tuple(n for s, e, n in spans[m] if s < offset < e)
-            target = resolve(segs, here, modules, in_use) if segs else None
+            target = resolve(segs, here, modules, in_use, exports) if segs else None
             if target is not None and modules[target] != m:
                 edges[m].add(modules[target])
     return files, edges

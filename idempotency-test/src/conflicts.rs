@@ -2,7 +2,9 @@
 
 use std::time::SystemTime;
 
-use super::{LONG, PAST_SHORT, SHORT, acquire, binary_outcome, fingerprint, request, unique_key};
+use crate::support::{
+    LONG, PAST_SHORT, SHORT, acquire, binary_outcome, fingerprint, request, unique_key,
+};
 use idempotency_core::{Claim, Record, RecordState, Store};
 
 /// `record` without its conflict mark: what marking must leave as it was.

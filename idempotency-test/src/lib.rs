@@ -23,6 +23,7 @@ mod macros;
 mod model;
 mod operations;
 mod spans;
+mod support;
 mod tokens;
 
 pub use conflicts::conflict_marks;
@@ -32,76 +33,17 @@ pub use operations::{
     KeptAudit, SharedBuffer, claimed, completed, operations_suite, unique_namespace,
 };
 pub use spans::{CapturedSpan, SpanCapture, captured};
+use support::{LONG, PAST_SHORT, SHORT, acquire, binary_outcome, fingerprint, request};
+pub use support::{concurrently, unavailable, unique_key};
 pub use tokens::tokens;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, FencingToken, Fingerprint, Lease, Mechanism, Outcome,
-    RecordState, StorageKey, Store, StoreError,
+    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Mechanism, Outcome, RecordState, Store,
+    StoreError,
 };
-
-/// Lease used by checks that do not wait for expiry.
-const LONG: Duration = Duration::from_secs(30);
-/// Lease used by checks that wait for expiry.
-const SHORT: Duration = Duration::from_millis(300);
-/// Comfortably past [`SHORT`].
-const PAST_SHORT: Duration = Duration::from_millis(700);
-
-/// Reports an unreachable service: under `CI=true` it panics (CI must not skip), otherwise it
-/// prints why the suite is skipped and returns `None`.
-pub fn unavailable<T>(service: &str, reason: impl std::fmt::Display) -> Option<T> {
-    if std::env::var("CI").is_ok_and(|value| value == "true" || value == "1") {
-        panic!("{service} is required in CI but unreachable: {reason}");
-    }
-    eprintln!("SKIPPED: {service} unreachable ({reason}); set CI=true to make this a failure");
-    None
-}
-
-/// A fresh random key.
-pub fn unique_key() -> StorageKey {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).expect("randomness");
-    StorageKey(bytes)
-}
-
-fn fingerprint(label: &str) -> Fingerprint {
-    Fingerprint::of_bytes(label.as_bytes())
-}
-
-fn request<'a>(key: &'a StorageKey, fp: &'a Fingerprint, lease: Duration) -> ClaimRequest<'a> {
-    ClaimRequest {
-        key,
-        namespace: "conformance",
-        fingerprint: fp,
-        lease,
-        claim_id: ClaimId::random(),
-        mechanism: Some(Mechanism::Function),
-        key_derivation: Some(2),
-    }
-}
-
-async fn acquire<S: Store>(
-    store: &S,
-    key: &StorageKey,
-    fp: &Fingerprint,
-    lease: Duration,
-) -> Lease {
-    match store.claim(request(key, fp, lease)).await.unwrap() {
-        Claim::Acquired(lease) => lease,
-        other => panic!("expected to acquire the key, got {other:?}"),
-    }
-}
-
-/// A body with every byte value, to prove outcomes are stored as raw bytes.
-fn binary_outcome() -> Outcome {
-    let mut body: Vec<u8> = (0..=255u8).collect();
-    body.extend_from_slice("é ✓ \0 end".as_bytes());
-    Outcome::new(201, Bytes::from(body))
-}
 
 /// A claim answered at once ([`Store::claim_ready`]) is the answer `claim` gives: a new key is
 /// taken (and then in flight for `claim`), a live key reports in flight or another payload's
@@ -539,30 +481,4 @@ pub async fn claim_storm<S: Store>(store: Arc<S>) {
             .iter()
             .all(|claim| *claim == Claim::Completed(outcome.clone()))
     );
-}
-
-/// Runs `count` futures made by `make(index)` as tasks released together (a barrier), and
-/// returns their outputs in index order: the storms of the conformance suite and of the SQL
-/// scenarios.
-pub async fn concurrently<T, F>(count: usize, make: impl Fn(usize) -> F) -> Vec<T>
-where
-    T: Send + 'static,
-    F: std::future::Future<Output = T> + Send + 'static,
-{
-    let barrier = Arc::new(tokio::sync::Barrier::new(count));
-    let tasks: Vec<_> = (0..count)
-        .map(|index| {
-            let barrier = Arc::clone(&barrier);
-            let work = make(index);
-            tokio::spawn(async move {
-                barrier.wait().await;
-                work.await
-            })
-        })
-        .collect();
-    let mut results = Vec::with_capacity(count);
-    for task in tasks {
-        results.push(task.await.unwrap());
-    }
-    results
 }

@@ -5,7 +5,7 @@ use idempotency_core::{
     Claim, FencingToken, Fingerprint, Outcome, RecordState, StorageKey, Store, StoreError,
 };
 
-use super::{LONG, binary_outcome, fingerprint, request, unique_key};
+use crate::support::{LONG, binary_outcome, fingerprint, request, unique_key};
 
 /// What a key holds, as the contract says (no lease expires during a walk).
 #[derive(Clone, Debug, PartialEq)]

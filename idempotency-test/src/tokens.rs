@@ -5,7 +5,7 @@ use std::sync::Arc;
 use idempotency_core::Scope;
 use idempotency_core::{TokenOutcome, TokenStore};
 
-use super::{LONG, PAST_SHORT, SHORT, concurrently, unique_key};
+use crate::support::{LONG, PAST_SHORT, SHORT, concurrently, unique_key};
 
 /// One-time tokens: consumed once, scoped, expiring, and exactly one of 100 concurrent
 /// consumers wins.

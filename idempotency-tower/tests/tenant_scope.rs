@@ -229,6 +229,7 @@ async fn a_principal_header_that_is_not_utf8_is_refused() {
 
 /// The gRPC preset scoped per principal: a call without one is refused `UNAUTHENTICATED`
 /// before anything runs; with one, it runs.
+#[cfg(feature = "grpc")]
 #[tokio::test]
 async fn a_grpc_call_without_a_principal_is_unauthenticated() {
     use tower::{Layer, ServiceExt};

@@ -3,20 +3,7 @@
 use idempotency_core::StoreError;
 use idempotency_sql::from_sqlx as map_err;
 
-use super::{Outbox, attempts};
-
-/// Where one outbox message stands ([`Outbox::find`](Outbox)).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MessageStatus {
-    /// `pending`, `sent` or `dead`.
-    pub state: String,
-    /// Where it goes.
-    pub topic: String,
-    /// Failed deliveries so far.
-    pub attempts: u32,
-    /// The last failure, if any.
-    pub last_error: Option<String>,
-}
+use super::{MessageStatus, Outbox, attempts};
 
 /// The row `find` reads.
 type StatusRow = (String, String, i64, Option<String>);

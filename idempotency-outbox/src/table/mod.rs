@@ -90,8 +90,6 @@ use serde::{Deserialize, Serialize};
 pub use idempotency_core::operations::Archive;
 use idempotency_core::{IdempotencyKey, Scope, StoreError};
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-pub use lookup::MessageStatus;
-
 use idempotency_sql::validate_identifier;
 
 /// The default outbox table.
@@ -219,6 +217,19 @@ pub struct ArchivedMessage {
     pub sent_at_ms: Option<u64>,
     /// When it was archived, Unix milliseconds.
     pub archived_at_ms: u64,
+}
+
+/// Where one outbox message stands ([`Outbox::find`](Outbox)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessageStatus {
+    /// `pending`, `sent` or `dead`.
+    pub state: String,
+    /// Where it goes.
+    pub topic: String,
+    /// Failed deliveries so far.
+    pub attempts: u32,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
 }
 
 /// How many messages an outbox holds per state.
