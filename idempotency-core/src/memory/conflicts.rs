@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 
-use super::MemoryStore;
 use super::micros::Micros;
 use crate::{FencingToken, Record, StorageKey};
 
@@ -49,7 +48,7 @@ impl Marks {
     }
 
     /// Counts one more conflict on the record of `key`, whose fencing token is `token`.
-    fn add(&mut self, key: StorageKey, token: FencingToken, now: Micros) {
+    pub(super) fn add(&mut self, key: StorageKey, token: FencingToken, now: Micros) {
         let mark = self.0.entry(key).or_insert(Mark {
             token,
             conflicts: 0,
@@ -64,17 +63,5 @@ impl Marks {
         }
         mark.conflicts = mark.conflicts.saturating_add(1);
         mark.last = now;
-    }
-}
-
-impl MemoryStore {
-    /// Marks the record of `key`, if there is one.
-    pub(super) fn mark_conflict_now(&self, key: &StorageKey) -> bool {
-        let mut shard = self.records.lock(key);
-        let Some(token) = shard.get(key).map(|entry| entry.token) else {
-            return false;
-        };
-        shard.marks.add(*key, token, Micros::now());
-        true
     }
 }

@@ -21,16 +21,12 @@ pub use self::capacity::{DEFAULT_MEMORY_MAX_BYTES, DEFAULT_MEMORY_MAX_RECORDS};
 
 use self::capacity::Capacity;
 use self::micros::Micros;
-use self::shards::{SHARDS, Shards, Slot};
+use self::shards::{SHARDS, Shards, SharedName, Slot};
 pub use self::tokens::MemoryTokenStore;
 use crate::{
     Claim, ClaimId, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Fingerprint, Lease,
     Outcome, Record, RecordState, StorageKey, Store, StoreError,
 };
-
-/// A namespace shared by the records of a shard: one pointer (8 bytes, where an `Arc<str>`
-/// takes 16).
-type SharedName = Arc<Box<str>>;
 
 /// What the store keeps per key: a [`Record`] without its key (the [`Keyed`] box's), packed:
 /// a shared namespace, times in microseconds (8 bytes each, not 16), and the outcome's status
@@ -483,5 +479,17 @@ impl Store for MemoryStore {
             purged += expired.len();
         }
         Ok(purged as u64)
+    }
+}
+
+impl MemoryStore {
+    /// Marks the record of `key`, if there is one.
+    pub(super) fn mark_conflict_now(&self, key: &StorageKey) -> bool {
+        let mut shard = self.records.lock(key);
+        let Some(token) = shard.get(key).map(|entry| entry.token) else {
+            return false;
+        };
+        shard.marks.add(*key, token, Micros::now());
+        true
     }
 }

@@ -5,7 +5,6 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use hashbrown::{HashTable, hash_table};
 
-use super::SharedName;
 use super::conflicts::Marks;
 use super::digest_hashing::DigestHashing;
 use crate::StorageKey;
@@ -178,3 +177,7 @@ impl<V> Shards<V> {
             .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
+
+/// A namespace shared by the records of a shard: one pointer (8 bytes, where an `Arc<str>`
+/// takes 16).
+pub(super) type SharedName = std::sync::Arc<Box<str>>;

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::{
-    Acted, Action, Actor, Archive, AuditEntry, AuditLog, AuditedStep, Counts, Cursor, Fence,
-    FenceRefusal, Operations, Page, Query, RecordView, Step,
+    Acted, Action, Actor, Archive, AuditEntry, AuditLog, AuditedStep, Counts, Cursor,
+    DEFAULT_BATCH, Fence, FenceRefusal, Operations, Page, Query, RecordView, Step,
 };
 use crate::{Mechanism, Outcome, Record, RecordState, Scope, StorageKey, StoreError, telemetry};
 use tracing::Instrument;
@@ -50,9 +50,6 @@ fn record_outcome(span: &tracing::Span, acted: &Result<Acted, StoreError>) {
         Err(error) => span.record(telemetry::ERROR_TYPE, telemetry::error_type(error)),
     };
 }
-
-/// Records examined per batch unless set otherwise ([`Admin::with_batch`]).
-pub const DEFAULT_BATCH: usize = 500;
 
 /// How far a long scan or purge has come, reported after each batch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::{Duration, SystemTime};
 
-use super::{Cursor, Operations, Query, RecordView};
+use super::{Cursor, RecordView};
 use crate::{Record, RecordState, StoreError};
 
 /// Where a purge copies each record (or sent outbox message) before deleting it. Archives hold
@@ -85,45 +85,4 @@ pub fn purgeable(record: &Record, now: SystemTime, grace: Duration) -> bool {
         RecordState::Completed => record.expires_at <= now,
         RecordState::InProgress => record.expires_at + grace <= now,
     }
-}
-
-/// The purge of one batch by a scan and a fenced delete of each expired record, for stores
-/// without a native expiring delete (memory, Redis): a record renewed or taken over since the
-/// scan read it keeps its new token and stays.
-pub async fn purge_by_scan<O: Operations + ?Sized>(
-    store: &O,
-    namespace: Option<&str>,
-    cursor: &Cursor,
-    batch: usize,
-    archive: &mut Archive,
-) -> Result<Purged, StoreError> {
-    if let Archive::Table(_) = archive {
-        return Err(StoreError::Config(
-            "an archive table needs a SQL store; archive to JSON lines instead".to_owned(),
-        ));
-    }
-    let query = Query {
-        namespace: namespace.map(str::to_owned),
-        ..Query::default()
-    };
-    let page = store.page(&query, cursor, batch).await?;
-    let now = SystemTime::now();
-    let grace = store.abandoned_grace();
-    let expired: Vec<Record> = page
-        .records
-        .into_iter()
-        .filter(|record| purgeable(record, now, grace))
-        .collect();
-    archive.write_lines(&expired, now)?;
-    let mut purged = 0;
-    for record in &expired {
-        if store.delete_fenced(&record.key, record.token).await? {
-            purged += 1;
-        }
-    }
-    Ok(Purged {
-        purged,
-        examined: page.examined,
-        next: page.next,
-    })
 }
