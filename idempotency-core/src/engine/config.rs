@@ -2,11 +2,16 @@
 
 use std::time::Duration;
 
-use super::waits::{DEFAULT_IN_FLIGHT_POLL, DEFAULT_MAX_WAITERS_PER_KEY};
+/// How many duplicates of one in-flight key may wait in one engine by default
+/// ([`Config::max_waiters_per_key`](crate::Config::max_waiters_per_key)); more are answered
+/// "in flight" at once.
+pub const DEFAULT_MAX_WAITERS_PER_KEY: usize = 128;
 
-#[cfg(doc)]
-use crate::{Idempotency, InFlightPolicy, Mechanism};
-/// Engine settings. Every default can be changed with the `with_*` methods of [`Idempotency`].
+/// The longest pause, by default, between two reads of an in-flight key's record while
+/// duplicates wait for it ([`Config::in_flight_poll`](crate::Config::in_flight_poll)).
+pub const DEFAULT_IN_FLIGHT_POLL: Duration = Duration::from_millis(250);
+
+/// Engine settings. Every default can be changed with the `with_*` methods of [`Idempotency`](crate::Idempotency).
 #[derive(Clone, Debug)]
 pub struct Config {
     /// How long a claim holds before a crashed owner may be taken over. Default 60 s.
@@ -20,15 +25,15 @@ pub struct Config {
     /// The longest any single store call may take before it counts as failed. Default 2 s.
     pub store_timeout: Duration,
     /// Whether claims whose key derivation changed in this release (functions, [`Call`],
-    /// `#[idempotent]`; consumers, [`Idempotency::claim_key`]) also claim, first, the key the
+    /// `#[idempotent]`; consumers, [`Idempotency::claim_key`](crate::Idempotency::claim_key)) also claim, first, the key the
     /// previous derivation gave them, so that a fleet running the previous release and this
     /// one side by side never runs one twice, and records the previous release wrote are
-    /// replayed. On for one TTL after such an upgrade (see [`Mechanism`]). Default off.
+    /// replayed. On for one TTL after such an upgrade (see [`Mechanism`](crate::Mechanism)). Default off.
     ///
     /// [`Call`]: crate::function::Call
     pub previous_keys: bool,
     /// How many duplicates of one in-flight key may wait for it at once in this engine
-    /// ([`InFlightPolicy::Wait`]); more are answered in flight at once. They share one wait:
+    /// ([`InFlightPolicy::Wait`](crate::InFlightPolicy::Wait)); more are answered in flight at once. They share one wait:
     /// one read of the record per tick, however many they are. Default
     /// [`DEFAULT_MAX_WAITERS_PER_KEY`] (128).
     pub max_waiters_per_key: usize,

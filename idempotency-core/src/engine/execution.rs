@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
+use super::handle::Idempotency;
 use super::namespace::Namespace;
-use super::{Idempotency, recovery};
+use super::recovery;
 use crate::metrics::StoreOp;
 use crate::telemetry;
 use crate::{FencingToken, Lease, Outcome, StorageKey, Store, StoreError};

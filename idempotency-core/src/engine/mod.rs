@@ -4,18 +4,20 @@
 
 mod config;
 mod execution;
+mod handle;
 mod namespace;
 mod previous_keys;
 mod recovery;
+mod waiting;
 mod waits;
 
-pub use config::Config;
+pub use config::{Config, DEFAULT_IN_FLIGHT_POLL, DEFAULT_MAX_WAITERS_PER_KEY};
 pub use execution::Execution;
 use execution::poll_once;
+use handle::Engine;
+pub use handle::Idempotency;
 pub use namespace::Namespace;
 use namespace::NamespaceRef;
-
-pub use waits::{DEFAULT_IN_FLIGHT_POLL, DEFAULT_MAX_WAITERS_PER_KEY};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -46,51 +48,6 @@ pub enum Decision<S: Store> {
     },
     /// The key was used with another payload.
     Mismatch,
-}
-
-/// The idempotency engine over a store. Cheap to clone.
-///
-/// See the crate docs for a complete example.
-pub struct Idempotency<S> {
-    /// One allocation, so that a clone (one per claim and per execution) is one reference
-    /// count, not two.
-    inner: Arc<Engine<S>>,
-}
-
-struct Engine<S> {
-    store: Arc<S>,
-    config: Config,
-    /// The duplicates waiting for in-flight keys, one flight per key.
-    waits: Arc<waits::Waits>,
-    /// The work that goes on after its caller has its answer.
-    tracker: Tracker,
-}
-
-impl<S> Clone for Engine<S> {
-    fn clone(&self) -> Self {
-        Self {
-            store: Arc::clone(&self.store),
-            config: self.config.clone(),
-            waits: Arc::clone(&self.waits),
-            tracker: self.tracker.clone(),
-        }
-    }
-}
-
-impl<S> Clone for Idempotency<S> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: Arc::clone(&self.inner),
-        }
-    }
-}
-
-impl<S> std::fmt::Debug for Idempotency<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Idempotency")
-            .field("config", &self.inner.config)
-            .finish_non_exhaustive()
-    }
 }
 
 impl<S: Store> Idempotency<S> {

@@ -5,14 +5,12 @@ use std::sync::Arc;
 use crate::Mechanism;
 use crate::derivation::Origin;
 use crate::metrics::{DecisionLabel, NamespaceCounters, StoreOp, adhoc};
-#[cfg(doc)]
-use crate::{Idempotency, Scope};
 
 /// A namespace prepared once for the engine: its name and its metric keys, built when it is
 /// created rather than on every request. Cheap to clone (one reference count).
 ///
-/// A front end keeps one per namespace it serves and claims with [`Idempotency::claim`];
-/// [`Idempotency::begin`] takes the namespace from a [`Scope`] and counts the same metrics.
+/// A front end keeps one per namespace it serves and claims with [`Idempotency::claim`](crate::Idempotency::claim);
+/// [`Idempotency::begin`](crate::Idempotency::begin) takes the namespace from a [`Scope`](crate::Scope) and counts the same metrics.
 #[derive(Clone)]
 pub struct Namespace(NamespaceRepr);
 
@@ -33,7 +31,7 @@ pub(super) struct PreparedNamespace {
 
 impl Namespace {
     /// Prepares `name` for requests (HTTP, gRPC, direct engine calls:
-    /// [`Mechanism::Request`], whose keys [`Scope::storage_key`] derives).
+    /// [`Mechanism::Request`](crate::Mechanism::Request), whose keys [`Scope::storage_key`](crate::Scope::storage_key) derives).
     pub fn new(name: &str) -> Self {
         Self::for_mechanism(Mechanism::Request, name)
     }

@@ -9,7 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Idempotency, Namespace, StoreOp};
+use super::handle::Idempotency;
+use super::namespace::Namespace;
+use crate::metrics::StoreOp;
 use crate::{ClaimId, Lease, Outcome, RecordState, StorageKey, Store, StoreError};
 
 /// The first pause between attempts; it doubles up to [`LONGEST_PAUSE`].

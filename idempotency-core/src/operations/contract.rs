@@ -28,7 +28,7 @@ pub trait Operations: DynStore {
         token: FencingToken,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
-    /// How long after its lease ended an abandoned record is kept ([`purgeable`]).
+    /// How long after its lease ended an abandoned record is kept ([`purgeable`](super::purgeable)).
     fn abandoned_grace(&self) -> Duration;
 
     /// The records whose storage key, in lowercase hex, starts with `hex` (at most `limit`):
@@ -59,7 +59,7 @@ pub trait Operations: DynStore {
 
     /// The counts of `query` when the store can count without reading every record (the SQL
     /// stores, through their index, for queries by namespace and last write); `None`, the
-    /// default: [`Admin::count`] scans.
+    /// default: [`Admin::count`](super::Admin::count) scans.
     fn count_fast<'a>(
         &'a self,
         query: &'a Query,
@@ -75,7 +75,7 @@ pub trait Operations: DynStore {
         Box::pin(std::future::ready(Ok(None)))
     }
 
-    /// Purges one batch of expired records ([`purgeable`]) from `cursor`, copying them to
+    /// Purges one batch of expired records ([`purgeable`](super::purgeable)) from `cursor`, copying them to
     /// `archive` first.
     fn purge_page<'a>(
         &'a self,
