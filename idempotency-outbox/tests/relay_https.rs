@@ -6,9 +6,6 @@
 #![cfg(all(feature = "postgres", feature = "tls"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../idempotency-sql/tests/tls_support/pki.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod pki;
 mod support;
 
 use std::convert::Infallible;
@@ -22,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use idempotency_outbox::Relay;
 use idempotency_outbox::http::{HttpTarget, rustls};
 use idempotency_outbox::table::OutboxTable;
-use pki::Pki;
+use idempotency_test::pki::Pki;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use support::{enqueue_committed, fresh_outbox, message};

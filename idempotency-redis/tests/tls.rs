@@ -10,7 +10,7 @@
 
 mod tls_support;
 
-use tls_support::pki::Pki;
+use idempotency_test::pki::Pki;
 
 mod redis {
     use std::sync::Arc;

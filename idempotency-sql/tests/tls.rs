@@ -11,7 +11,7 @@
 
 mod tls_support;
 
-use tls_support::pki::Pki;
+use idempotency_test::pki::Pki;
 
 #[cfg(feature = "postgres")]
 mod postgres {

@@ -22,6 +22,8 @@ mod fault_proxy;
 mod macros;
 mod model;
 mod operations;
+#[cfg(feature = "tls")]
+pub mod pki;
 mod spans;
 mod support;
 mod tokens;

@@ -7,7 +7,6 @@
     dead_code
 )]
 
-pub mod pki;
 pub mod redis_server;
 
 /// A loopback port free right now.

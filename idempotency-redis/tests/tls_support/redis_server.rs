@@ -9,7 +9,7 @@ use std::time::Duration;
 use idempotency_test::{unavailable, unique_key};
 
 use super::free_port;
-use super::pki::Pki;
+use idempotency_test::pki::Pki;
 
 /// The running server and its files.
 pub struct TlsRedis {

@@ -9,4 +9,3 @@
 )]
 
 pub mod pg_proxy;
-pub mod pki;

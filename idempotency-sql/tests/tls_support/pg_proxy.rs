@@ -11,7 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
-use super::pki::Pki;
+use idempotency_test::pki::Pki;
 
 /// The `SSLRequest` message: its length (8) and code (1234 << 16 | 5679).
 const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];

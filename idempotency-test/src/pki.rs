@@ -1,5 +1,5 @@
 //! A throw-away certificate authority and a server certificate it signed, for `127.0.0.1` and
-//! `localhost`, made fresh by each test: no client trusts it unless told to.
+//! `localhost`, made fresh by each test: no client trusts it unless told to (feature `tls`).
 
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -22,21 +22,25 @@ pub struct Pki {
 impl Pki {
     /// A new CA (ECDSA P-256) and a server certificate for `127.0.0.1` and `localhost`.
     pub fn generate() -> Self {
-        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("a test certificate");
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca.distinguished_name
             .push(DnType::CommonName, "idempotency TLS test CA");
         ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("a test certificate"))
+            .expect("a test certificate");
 
         let mut server =
-            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+                .expect("a test certificate");
         server
             .distinguished_name
             .push(DnType::CommonName, "127.0.0.1");
         server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let server_key = KeyPair::generate().unwrap();
-        let server_cert = server.signed_by(&server_key, &ca).unwrap();
+        let server_key = KeyPair::generate().expect("a test certificate");
+        let server_cert = server
+            .signed_by(&server_key, &ca)
+            .expect("a test certificate");
 
         Self {
             ca_pem: ca.pem(),
@@ -54,10 +58,10 @@ impl Pki {
         let config =
             ServerConfig::builder_with_provider(std::sync::Arc::new(ring::default_provider()))
                 .with_safe_default_protocol_versions()
-                .unwrap()
+                .expect("a test certificate")
                 .with_no_client_auth()
                 .with_single_cert(chain, key)
-                .unwrap();
+                .expect("a test certificate");
         tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))
     }
 
