@@ -138,6 +138,44 @@ pub(crate) struct FenceArgs {
     pub(crate) updated_at_ms: Option<u64>,
 }
 
+/// Where a business key went: `--store` is the sender's database (its record and its outbox,
+/// `--outbox-table`), `--receiver-store` the receiver's. Exit 0 when the receiver has a record of the message,
+/// 5 (not found) when the trail stops before it (each hop is printed either way).
+#[cfg(feature = "sql")]
+#[derive(Debug, Args)]
+pub(crate) struct TraceArgs {
+    /// The business key, as the sender enqueued it (a trade number).
+    #[arg(long)]
+    pub(crate) key: String,
+    /// The principal the sender scoped its record with, if any (with --namespace).
+    #[arg(long)]
+    pub(crate) principal: Option<String>,
+    /// The front end that wrote the sender's record: http (or grpc), function, transaction,
+    /// consumer.
+    #[arg(long, default_value = "http")]
+    pub(crate) mechanism: String,
+    /// The namespace of the message's scope, as the sender built it
+    /// (`OutboxMessage::new(&Scope::new("coupon.grant"), …)`): the message id derives from it.
+    #[arg(long)]
+    pub(crate) message_namespace: String,
+    /// The receiver's store. Read from IDEMPOTENCY_RECEIVER_STORE_URL if not given.
+    #[arg(long, env = "IDEMPOTENCY_RECEIVER_STORE_URL", hide_env_values = true)]
+    pub(crate) receiver_store: String,
+    /// The receiver's record table (SQL stores).
+    #[arg(long)]
+    pub(crate) receiver_table: Option<String>,
+    /// The namespace the receiver's consumer claims messages in.
+    #[arg(long)]
+    pub(crate) receiver_namespace: String,
+    /// The principal the receiver scoped its record with, if any.
+    #[arg(long)]
+    pub(crate) receiver_principal: Option<String>,
+    /// The front end of the receiver's record: consumer for a queue consumer, http for an
+    /// HTTP receiver.
+    #[arg(long, default_value = "consumer")]
+    pub(crate) receiver_mechanism: String,
+}
+
 /// The outbox's operations.
 #[derive(Debug, Subcommand)]
 pub(crate) enum OutboxCommand {
@@ -287,7 +325,7 @@ pub(crate) enum Command {
     /// message and the receiver's record, each found by deriving its key (also after the
     /// outbox row was purged). Exit 5 when the receiver has no record.
     #[cfg(feature = "sql")]
-    Trace(crate::commands::trace::TraceArgs),
+    Trace(TraceArgs),
     /// Each given key's state, attempts and outcome status (absent: no record), in order.
     Reconcile {
         /// A raw key (repeat for several).

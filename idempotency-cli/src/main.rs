@@ -26,6 +26,7 @@ mod failure;
 mod output;
 #[cfg(feature = "sql")]
 mod sql_stores;
+mod store;
 mod terminal;
 
 use std::io::IsTerminal;

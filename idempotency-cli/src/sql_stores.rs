@@ -11,8 +11,8 @@ use idempotency_sql::{Dialect, SqlAudit, SqlStore};
 use sqlx::Pool;
 
 use crate::args::Global;
-use crate::connect::{Audited, Kind, kind_of, not_built_for, store_url};
 use crate::failure::{Failure, sqlx_failure};
+use crate::store::{Audited, Kind, kind_of, not_built_for, store_url};
 
 /// How long connecting to a store may take before it counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -2,12 +2,13 @@
 //! the runtime's `function` module ([`crate::krate::runtime`]), with the original body as an `async move` block.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{ToTokens, format_ident, quote, quote_spanned};
+use quote::{format_ident, quote, quote_spanned};
+use syn::ItemFn;
 use syn::spanned::Spanned;
-use syn::{Expr, ItemFn};
 
-use crate::attr::{Args, DurationArg, OnError};
+use crate::attr::{Args, OnError};
 use crate::check::FnInfo;
+use crate::shared::{KEY_HINT, call_builder, map_err, required};
 
 /// Expands `#[idempotent(args)] item`.
 pub(crate) fn expand(args: Args, item: ItemFn) -> syn::Result<TokenStream> {
@@ -65,20 +66,9 @@ fn dedup(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<TokenStream> {
     })
 }
 
-pub(crate) const KEY_HINT: &str = "name the idempotency key with an expression over the \
-     arguments, e.g. `key = event.trade_no`";
+/// The hint for a missing `store = …` in the dedup mode (the engine).
 const STORE_HINT: &str = "name the engine, e.g. `store = self.engine` or `store = state.idempotency` \
      (an `idempotency_core::Idempotency` or an `Arc` of a store)";
-
-/// The argument, or an error on the attribute saying what to add.
-pub(crate) fn required<'a, T>(value: Option<&'a T>, name: &str, hint: &str) -> syn::Result<&'a T> {
-    value.ok_or_else(|| {
-        syn::Error::new(
-            Span::call_site(),
-            format!("`#[idempotent]` is missing `{name} = …`: {hint}"),
-        )
-    })
-}
 
 /// Arguments of the state-machine mode are refused elsewhere.
 fn reject_state_args(args: &Args) -> syn::Result<()> {
@@ -95,53 +85,6 @@ fn reject_state_args(args: &Args) -> syn::Result<()> {
         ));
     }
     Ok(())
-}
-
-/// `Call::new(namespace, &(key)).principal(..).ttl(..).lease(..).wait(..).fingerprint(..)…`
-pub(crate) fn call_builder(args: &Args, info: &FnInfo, key: &Expr) -> syn::Result<TokenStream> {
-    let runtime = crate::krate::runtime();
-    let namespace = namespace(args, info);
-    let mut call = quote!(#runtime::function::Call::new(#namespace, &(#key)));
-    if let Some(principal) = &args.principal {
-        info.check_root(principal, "principal")?;
-        call.extend(quote!(.principal(&(#principal))));
-    }
-    for (name, value) in [
-        ("ttl", &args.ttl),
-        ("lease", &args.lease),
-        ("wait", &args.wait),
-    ] {
-        if let Some(DurationArg { millis, span }) = value {
-            let method = format_ident!("{name}", span = *span);
-            call.extend(quote!(.#method(::core::time::Duration::from_millis(#millis))));
-        }
-    }
-    for part in args.fingerprint.iter().flatten() {
-        info.check_root(part, "fingerprint")?;
-        let name = part.to_token_stream().to_string();
-        call.extend(quote_spanned!(part.span()=> .fingerprint(#name, &(#part))));
-    }
-    Ok(call)
-}
-
-/// The `namespace = "…"`, or `module_path!()::fn_name`.
-pub(crate) fn namespace(args: &Args, info: &FnInfo) -> TokenStream {
-    match &args.namespace {
-        Some(namespace) => namespace.to_token_stream(),
-        None => {
-            let name = info.name.to_string();
-            quote!(::core::concat!(::core::module_path!(), "::", #name))
-        }
-    }
-}
-
-/// `map_err = path`, or `From::from`, spanned on the return type so that a missing
-/// `From<Error>` is reported there.
-pub(crate) fn map_err(args: &Args, output: &syn::Type) -> TokenStream {
-    match &args.map_err {
-        Some(map_err) => map_err.to_token_stream(),
-        None => quote_spanned!(output.span()=> ::core::convert::From::from),
-    }
 }
 
 #[cfg(test)]

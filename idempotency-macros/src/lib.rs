@@ -11,6 +11,7 @@ mod check;
 mod duration;
 mod expand;
 mod krate;
+mod shared;
 mod state;
 mod tx;
 

@@ -8,7 +8,7 @@ use syn::{ItemFn, Lit, LitStr};
 
 use crate::attr::{Args, Transition};
 use crate::check::FnInfo;
-use crate::expand::map_err;
+use crate::shared::map_err;
 
 const TRANSITION_HINT: &str = "write transition(table = \"orders\", id = order_id, \
      from = \"WAIT_PAY\", to = \"PAID\") (optional: column = \"status\", id_column = \"id\")";

@@ -7,7 +7,7 @@ use syn::ItemFn;
 
 use crate::attr::{Args, OnError};
 use crate::check::FnInfo;
-use crate::expand::{KEY_HINT, call_builder, map_err, required};
+use crate::shared::{KEY_HINT, call_builder, map_err, required};
 
 const STORE_HINT: &str = "name the SQL store the record is written by, e.g. `store = self.store` \
      (a `PostgresStore`, `SqliteStore` or `MySqlStore` on the transaction's database)";

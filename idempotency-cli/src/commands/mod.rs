@@ -9,14 +9,15 @@ mod outbox;
 mod purge;
 mod resolve;
 #[cfg(feature = "sql")]
-pub(crate) mod trace;
+mod trace;
 
 use idempotency_core::DEFAULT_ABANDONED_GRACE;
 
 use crate::args::{Cli, Command, Global};
-use crate::connect::{Audited, connect};
+use crate::connect::connect;
 use crate::failure::Failure;
 use crate::output::Output;
+use crate::store::{Audited, Kind, kind_of};
 
 /// Runs the command line's subcommand.
 pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
@@ -148,10 +149,7 @@ fn truth_of(
     truth: String,
     truth_table: Option<String>,
 ) -> Result<Global, Failure> {
-    if matches!(
-        crate::connect::kind_of(&truth)?,
-        crate::connect::Kind::Redis | crate::connect::Kind::RedisCluster
-    ) {
+    if matches!(kind_of(&truth)?, Kind::Redis | Kind::RedisCluster) {
         return Err(Failure::Usage(
             "--truth: the SQL truth of a two-tier consumer (postgres://, mysql://, sqlite://); \
              its fast tier is --store"

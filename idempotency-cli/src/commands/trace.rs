@@ -4,54 +4,17 @@
 
 use std::time::SystemTime;
 
-use clap::Args;
 use idempotency_core::operations::{Admin, RecordView};
 use idempotency_core::{DEFAULT_ABANDONED_GRACE, IdempotencyKey, Mechanism, Scope};
 use idempotency_outbox::table::{MessageStatus, message_id};
 use serde::Serialize;
 
-use crate::args::Global;
-use crate::connect::{Audited, connect};
+use crate::args::{Global, TraceArgs};
+use crate::connect::connect;
 use crate::failure::Failure;
 use crate::output::Output;
 use crate::sql_stores::{OutboxStore, connect_outbox};
-
-/// Where a business key went: `--store` is the sender's database (its record and its outbox,
-/// `--outbox-table`), `--receiver-store` the receiver's. Exit 0 when the receiver has a record of the message,
-/// 5 (not found) when the trail stops before it (each hop is printed either way).
-#[derive(Debug, Args)]
-pub(crate) struct TraceArgs {
-    /// The business key, as the sender enqueued it (a trade number).
-    #[arg(long)]
-    key: String,
-    /// The principal the sender scoped its record with, if any (with --namespace).
-    #[arg(long)]
-    principal: Option<String>,
-    /// The front end that wrote the sender's record: http (or grpc), function, transaction,
-    /// consumer.
-    #[arg(long, default_value = "http")]
-    mechanism: String,
-    /// The namespace of the message's scope, as the sender built it
-    /// (`OutboxMessage::new(&Scope::new("coupon.grant"), …)`): the message id derives from it.
-    #[arg(long)]
-    message_namespace: String,
-    /// The receiver's store. Read from IDEMPOTENCY_RECEIVER_STORE_URL if not given.
-    #[arg(long, env = "IDEMPOTENCY_RECEIVER_STORE_URL", hide_env_values = true)]
-    receiver_store: String,
-    /// The receiver's record table (SQL stores).
-    #[arg(long)]
-    receiver_table: Option<String>,
-    /// The namespace the receiver's consumer claims messages in.
-    #[arg(long)]
-    receiver_namespace: String,
-    /// The principal the receiver scoped its record with, if any.
-    #[arg(long)]
-    receiver_principal: Option<String>,
-    /// The front end of the receiver's record: consumer for a queue consumer, http for an
-    /// HTTP receiver.
-    #[arg(long, default_value = "consumer")]
-    receiver_mechanism: String,
-}
+use crate::store::Audited;
 
 /// One hop of the trail.
 #[derive(Serialize)]
