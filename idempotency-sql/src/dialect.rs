@@ -1,20 +1,52 @@
-//! What a database brings to [`SqlStore`]: its statements and the steps that differ, over the
-//! statements every database runs alike.
+//! [`SqlStore`], the one SQL store, generic over its [`Dialect`], and what a database brings to
+//! it: its statements and the steps that differ, over the statements every database runs alike.
+//! The store's type is declared beside the dialect traits whose steps take it; what it does is in
+//! `store`.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{Arguments, Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::Pool;
 
-use super::common::{RecordRow, RowsAffected, map_err, unix_micros};
+use super::common::Settings;
 use super::schema::Steps;
-use super::store::SqlStore;
 use super::tx::{TxClaim, TxClaimRequest};
-use idempotency_core::RecordState;
-use idempotency_core::operations::{Archive, AuditEntry, Counts};
-use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, FencingToken, Outcome, Record, StorageKey, StoreError,
-};
+use idempotency_core::{Claim, ClaimRequest, FencingToken, Outcome, StorageKey, StoreError};
+
+/// A [`Store`](idempotency_core::Store) on a SQL database through sqlx, also usable inside the caller's transactions
+/// ([`TxStore`](super::TxStore)). Named by its database: [`PostgresStore`](super::PostgresStore),
+/// [`MySqlStore`](super::MySqlStore), [`SqliteStore`](super::SqliteStore), whose docs say how
+/// each claims, waits and keeps time.
+///
+/// Every SQL store has the same settings: [`new`](Self::new) on a pool, the table name, the
+/// lease, TTL and in-flight policy of transactional claims, the abandoned grace and whether
+/// previous keys are read; [`migrate`](Self::migrate) once at start-up, [`list`](Self::list) for
+/// reconciliation.
+pub struct SqlStore<D: Dialect> {
+    pub(super) pool: Pool<D>,
+    pub(super) settings: Settings,
+    pub(super) sql: Arc<TableSql<D::Own>>,
+}
+
+impl<D: Dialect> Clone for SqlStore<D> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            settings: self.settings.clone(),
+            sql: Arc::clone(&self.sql),
+        }
+    }
+}
+
+impl<D: Dialect> std::fmt::Debug for SqlStore<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("database", &D::NAME)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
 
 /// A database a [`SqlStore`] runs on: sqlx's `Postgres`, `MySql` and `Sqlite` (features
 /// `postgres`, `mysql`, `sqlite`). Sealed: the store's statements are written for these three.
@@ -141,126 +173,13 @@ pub(crate) mod sealed {
         fn statement<'a>(sql: &'a TableSql<Self::Own>, name: &str) -> Option<&'a str>;
     }
 
-    /// The statements every database runs alike, written once over sqlx's traits.
-    pub trait Shared: Database {
-        /// Runs a statement on `conn` that takes a key and a fencing token; rows affected.
-        fn fenced(
-            conn: &mut Self::Connection,
-            sql: &str,
-            key: &StorageKey,
-            token: i64,
-        ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    mod params;
+    mod shared;
+    pub(crate) use params::{Clock, PurgeBatch, PurgeSql};
+    pub(crate) use shared::Shared;
 
-        /// Runs a statement on `pool` that takes a key and a claim id; rows affected.
-        fn of_claimer(
-            pool: &Pool<Self>,
-            sql: &str,
-            key: &StorageKey,
-            claim_id: ClaimId,
-        ) -> impl Future<Output = Result<u64, StoreError>> + Send;
-
-        /// The record a statement that takes a key selects, if any.
-        fn record(
-            pool: &Pool<Self>,
-            sql: &str,
-            key: &StorageKey,
-        ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
-
-        /// The records `select` (ending in a condition) selects under `filter`, oldest
-        /// `updated_at` first; `time` wraps each bound time parameter ([`Steps::LIST_TIME`]).
-        fn records(
-            pool: &Pool<Self>,
-            select: &str,
-            filter: &super::super::ListFilter,
-            time: (&'static str, &'static str),
-        ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send;
-
-        /// The records `select` selects under `filter` after the storage key `after`, in the
-        /// order of their storage keys: one page of an operations scan.
-        fn records_after(
-            pool: &Pool<Self>,
-            select: &str,
-            filter: &super::super::ListFilter,
-            after: Option<&StorageKey>,
-            time: (&'static str, &'static str),
-        ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send;
-
-        /// One purge batch in one transaction: the expired records after `batch.after`
-        /// selected and locked, copied to `archive`, deleted (if still expired); the records
-        /// and how many were deleted.
-        fn purge_batch(
-            pool: &Pool<Self>,
-            sql: PurgeSql<'_>,
-            batch: PurgeBatch<'_>,
-            archive: &mut Archive,
-        ) -> impl Future<Output = Result<(Vec<Record>, u64), StoreError>> + Send;
-
-        /// Runs one statement without parameters.
-        fn run(pool: &Pool<Self>, sql: &str)
-        -> impl Future<Output = Result<(), StoreError>> + Send;
-
-        /// The records of `table` (quoted) under `filter` (its state ignored) per status at
-        /// `now`, and the oldest abandoned one's last write: three counts, each served by the
-        /// `(namespace, state, updated_at)` index.
-        fn count_records(
-            pool: &Pool<Self>,
-            table: &str,
-            filter: &super::super::ListFilter,
-            clock: Clock,
-            time: (&'static str, &'static str),
-        ) -> impl Future<Output = Result<Counts, StoreError>> + Send;
-
-        /// The database's time now, as Unix microseconds, by `clock` (the host's where the
-        /// store keeps the host clock).
-        fn now_micros(
-            pool: &Pool<Self>,
-            clock: Clock,
-        ) -> impl Future<Output = Result<i64, StoreError>> + Send;
-
-        /// Inserts one audit entry into `table` (quoted) on `conn` (in a transaction, with the
-        /// action it records).
-        fn write_audit(
-            conn: &mut Self::Connection,
-            table: &str,
-            entry: &AuditEntry,
-        ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    }
-
-    /// The statements of a purge batch, as the dialect writes them.
-    #[derive(Clone, Copy)]
-    pub struct PurgeSql<'a> {
-        /// The record table's `select_records`.
-        pub select: &'a str,
-        /// The record table (unquoted).
-        pub table: &'a str,
-        /// How identifiers are quoted.
-        pub quote: (&'static str, &'static str),
-        /// [`Steps::LOCK_ROWS`].
-        pub lock: &'static str,
-        /// [`Steps::NOW`].
-        pub now: &'static str,
-        /// [`Steps::BEGIN`].
-        pub begin: Option<&'static str>,
-        /// The clock expiry is judged by.
-        pub clock: Clock,
-    }
-
-    /// The clock a purge, a count or a listing judges expiry by: the database's
-    /// ([`Steps::CLOCK_MINUS`]), or the host's.
-    #[derive(Clone, Copy)]
-    pub struct Clock {
-        /// [`Steps::CLOCK_MINUS`].
-        pub minus: Option<(&'static str, &'static str)>,
-        /// [`Steps::NOW`].
-        pub now: &'static str,
-        /// [`Steps::MICROS`].
-        pub micros: (&'static str, &'static str),
-        /// [`Steps::LIST_TIME`].
-        pub time: (&'static str, &'static str),
-        /// The host's time, read once for the operation (used where `minus` is `None`).
-        pub host_now: std::time::SystemTime,
-    }
-
+    // Here rather than beside `Clock`: it reads the constants of `Steps`, and `params` stays a
+    // leaf below this file.
     impl Clock {
         /// The clock of dialect `D`, the host's time read now.
         pub fn of<D: Steps>() -> Self {
@@ -272,54 +191,5 @@ pub(crate) mod sealed {
                 host_now: std::time::SystemTime::now(),
             }
         }
-
-        /// Appends "now minus `micros`" by this clock, in the type of the time columns.
-        fn push_minus<DB: Database>(
-            &self,
-            sql: &mut String,
-            args: &mut DB::Arguments<'_>,
-            micros: i64,
-        ) -> Result<(), StoreError>
-        where
-            i64: for<'q> Encode<'q, DB> + Type<DB>,
-        {
-            match self.minus {
-                Some((before, after)) => push_bind(sql, args, before, micros, after),
-                None => {
-                    let at = unix_micros(self.host_now).saturating_sub(micros);
-                    push_bind(sql, args, self.time.0, at, self.time.1)
-                }
-            }
-        }
-
-        /// A query of the database's time now in Unix microseconds, where it keeps the clock
-        /// (twice: the row type every dialect decodes, as a count's).
-        fn now_sql(&self) -> Option<String> {
-            self.minus.map(|_| {
-                let now = format!("{}{}{}", self.micros.0, self.now, self.micros.1);
-                format!("SELECT {now}, {now}")
-            })
-        }
     }
-
-    /// Which records one purge batch takes.
-    #[derive(Clone, Copy)]
-    pub struct PurgeBatch<'a> {
-        /// Only this namespace.
-        pub namespace: Option<&'a str>,
-        /// After this storage key (the previous batch's last).
-        pub after: Option<&'a StorageKey>,
-        /// At most this many.
-        pub limit: usize,
-        /// When the host archived the batch (JSON lines' `archived_at`); expiry is judged by
-        /// [`PurgeSql::clock`].
-        pub now: std::time::SystemTime,
-        /// The store's abandoned grace.
-        pub grace: Duration,
-        /// The TTL the table is configured with: younger records (by their last write) stay.
-        pub floor: Duration,
-    }
-
-    mod shared;
-    use shared::push_bind;
 }

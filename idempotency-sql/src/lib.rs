@@ -93,10 +93,9 @@ mod sqlite;
 
 pub use audit::{SqlAudit, audit_table_for};
 pub use common::{ListFilter, validate_identifier};
-pub use dialect::Dialect;
+pub use dialect::{Dialect, SqlStore};
 pub use error::from_sqlx;
 pub use schema::{SCHEMA_TABLE, SCHEMA_VERSION};
-pub use store::SqlStore;
 pub use transition::{StateValue, Transition, TransitionOutcome};
 pub use tx::{InTransaction, TxClaim, TxClaimRequest, TxLease, TxStore};
 

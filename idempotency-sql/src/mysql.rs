@@ -8,9 +8,8 @@ use sqlx::{MySql, MySqlConnection};
 
 use super::common::{ClaimRow, map_err, micros, owned, token_param};
 use super::conflicts::MarkSql;
-use super::dialect::{TableSql, sealed::Steps};
+use super::dialect::{SqlStore, TableSql, sealed::Steps};
 use super::schema::{self, VersionSql};
-use super::store::SqlStore;
 use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, StoreError,

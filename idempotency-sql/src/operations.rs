@@ -8,9 +8,8 @@ use super::ListFilter;
 use super::TxStore;
 use super::audit::database_of;
 use super::common::{token_param, validate_identifier};
-use super::dialect::Dialect;
 use super::dialect::sealed::{Clock, PurgeBatch, PurgeSql};
-use super::store::SqlStore;
+use super::dialect::{Dialect, SqlStore};
 use idempotency_core::operations::{
     Archive, AuditedStep, Counts, Cursor, Operations, Page, Purged, Query, Step,
 };

@@ -6,9 +6,8 @@ use sqlx::{PgConnection, Postgres};
 
 use super::common::{ClaimRow, map_err, micros, owned, token_param};
 use super::conflicts::MarkSql;
-use super::dialect::{TableSql, sealed::Steps};
+use super::dialect::{SqlStore, TableSql, sealed::Steps};
 use super::schema::{self, VersionSql};
-use super::store::SqlStore;
 use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, FencingToken, Lease, Mechanism, Outcome, StorageKey, StoreError,

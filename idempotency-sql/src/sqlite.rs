@@ -6,9 +6,8 @@ use sqlx::{Sqlite, SqliteConnection};
 
 use super::common::{ClaimRow, map_err, micros, owned, token_param, unix_micros};
 use super::conflicts::MarkSql;
-use super::dialect::{TableSql, sealed::Steps};
+use super::dialect::{SqlStore, TableSql, sealed::Steps};
 use super::schema::{self, VersionSql};
-use super::store::SqlStore;
 use super::tx::{TxClaim, TxClaimRequest, tx_claim};
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, StoreError,

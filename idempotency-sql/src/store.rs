@@ -1,4 +1,5 @@
-//! [`SqlStore`]: the one SQL store, generic over its [`Dialect`].
+//! What [`SqlStore`] does: its settings, migration and listing, and the [`Store`] and
+//! [`TxStore`] it is on every [`Dialect`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,46 +8,12 @@ use sqlx::Pool;
 
 use super::ListFilter;
 use super::common::{Settings, map_err, owned, token_param, validate_identifier};
-use super::dialect::{Dialect, TableSql};
+use super::dialect::{Dialect, SqlStore};
 use super::tx::{InTransaction, TxClaim, TxClaimRequest, TxLease, TxStore, previous_request};
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, FencingToken, Fingerprint, Outcome, Record, StorageKey, Store,
     StoreError,
 };
-
-/// A [`Store`] on a SQL database through sqlx, also usable inside the caller's transactions
-/// ([`TxStore`]). Named by its database: [`PostgresStore`](super::PostgresStore),
-/// [`MySqlStore`](super::MySqlStore), [`SqliteStore`](super::SqliteStore), whose docs say how
-/// each claims, waits and keeps time.
-///
-/// Every SQL store has the same settings: [`new`](Self::new) on a pool, the table name, the
-/// lease, TTL and in-flight policy of transactional claims, the abandoned grace and whether
-/// previous keys are read; [`migrate`](Self::migrate) once at start-up, [`list`](Self::list) for
-/// reconciliation.
-pub struct SqlStore<D: Dialect> {
-    pub(super) pool: Pool<D>,
-    pub(super) settings: Settings,
-    pub(super) sql: Arc<TableSql<D::Own>>,
-}
-
-impl<D: Dialect> Clone for SqlStore<D> {
-    fn clone(&self) -> Self {
-        Self {
-            pool: self.pool.clone(),
-            settings: self.settings.clone(),
-            sql: Arc::clone(&self.sql),
-        }
-    }
-}
-
-impl<D: Dialect> std::fmt::Debug for SqlStore<D> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqlStore")
-            .field("database", &D::NAME)
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
 
 impl<D: Dialect> SqlStore<D> {
     /// A store on `pool`, table `idempotency_records`. Call [`migrate`](Self::migrate) once.

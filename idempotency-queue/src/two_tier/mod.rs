@@ -73,13 +73,15 @@
 //! ```
 
 mod builder;
+mod config;
 mod error;
 mod input;
 mod truth;
 mod tx;
 
-pub(crate) use builder::check_fast_tier;
-pub use builder::{TierConfigError, TwoTier, TwoTierConsumer};
+pub use builder::{TwoTier, TwoTierConsumer};
+pub use config::TierConfigError;
+pub(crate) use config::check_fast_tier;
 pub use error::TruthError;
 pub use input::{FromJob, Json};
 pub use truth::{Business, DEFAULT_TRUTH_TTL, SqlTruth, UNDEFERRED_TRUTH};

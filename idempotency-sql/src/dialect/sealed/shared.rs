@@ -1,6 +1,97 @@
 //! The statements every database runs alike ([`Shared`]), written once over sqlx's traits.
 
-use super::*;
+use std::future::Future;
+
+use idempotency_core::operations::{Archive, AuditEntry, Counts};
+use idempotency_core::{ClaimId, Record, RecordState, StorageKey, StoreError};
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+
+use super::params::{Clock, PurgeBatch, PurgeSql, push_bind};
+use crate::common::{RecordRow, RowsAffected, map_err, unix_micros};
+
+/// The statements every database runs alike, written once over sqlx's traits.
+pub trait Shared: Database {
+    /// Runs a statement on `conn` that takes a key and a fencing token; rows affected.
+    fn fenced(
+        conn: &mut Self::Connection,
+        sql: &str,
+        key: &StorageKey,
+        token: i64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Runs a statement on `pool` that takes a key and a claim id; rows affected.
+    fn of_claimer(
+        pool: &Pool<Self>,
+        sql: &str,
+        key: &StorageKey,
+        claim_id: ClaimId,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// The record a statement that takes a key selects, if any.
+    fn record(
+        pool: &Pool<Self>,
+        sql: &str,
+        key: &StorageKey,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+
+    /// The records `select` (ending in a condition) selects under `filter`, oldest
+    /// `updated_at` first; `time` wraps each bound time parameter ([`Steps::LIST_TIME`](super::Steps::LIST_TIME)).
+    fn records(
+        pool: &Pool<Self>,
+        select: &str,
+        filter: &crate::ListFilter,
+        time: (&'static str, &'static str),
+    ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send;
+
+    /// The records `select` selects under `filter` after the storage key `after`, in the
+    /// order of their storage keys: one page of an operations scan.
+    fn records_after(
+        pool: &Pool<Self>,
+        select: &str,
+        filter: &crate::ListFilter,
+        after: Option<&StorageKey>,
+        time: (&'static str, &'static str),
+    ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send;
+
+    /// One purge batch in one transaction: the expired records after `batch.after`
+    /// selected and locked, copied to `archive`, deleted (if still expired); the records
+    /// and how many were deleted.
+    fn purge_batch(
+        pool: &Pool<Self>,
+        sql: PurgeSql<'_>,
+        batch: PurgeBatch<'_>,
+        archive: &mut Archive,
+    ) -> impl Future<Output = Result<(Vec<Record>, u64), StoreError>> + Send;
+
+    /// Runs one statement without parameters.
+    fn run(pool: &Pool<Self>, sql: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The records of `table` (quoted) under `filter` (its state ignored) per status at
+    /// `now`, and the oldest abandoned one's last write: three counts, each served by the
+    /// `(namespace, state, updated_at)` index.
+    fn count_records(
+        pool: &Pool<Self>,
+        table: &str,
+        filter: &crate::ListFilter,
+        clock: Clock,
+        time: (&'static str, &'static str),
+    ) -> impl Future<Output = Result<Counts, StoreError>> + Send;
+
+    /// The database's time now, as Unix microseconds, by `clock` (the host's where the
+    /// store keeps the host clock).
+    fn now_micros(
+        pool: &Pool<Self>,
+        clock: Clock,
+    ) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// Inserts one audit entry into `table` (quoted) on `conn` (in a transaction, with the
+    /// action it records).
+    fn write_audit(
+        conn: &mut Self::Connection,
+        table: &str,
+        entry: &AuditEntry,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
 
 impl<DB> Shared for DB
 where
@@ -366,26 +457,5 @@ where
     clock.push_minus::<DB>(sql, args, grace)?;
     sql.push_str(") AND updated_at <= ");
     clock.push_minus::<DB>(sql, args, floor)?;
-    Ok(())
-}
-
-/// Appends `before`, a placeholder for `value` (bound in `args`) and `after` to `sql`.
-pub(super) fn push_bind<'q, DB, T>(
-    sql: &mut String,
-    args: &mut DB::Arguments<'q>,
-    before: &str,
-    value: T,
-    after: &str,
-) -> Result<(), StoreError>
-where
-    DB: Database,
-    T: 'q + Encode<'q, DB> + Type<DB>,
-{
-    sql.push_str(before);
-    args.add(value)
-        .map_err(|error| StoreError::Codec(error.to_string().into()))?;
-    args.format_placeholder(sql)
-        .map_err(|error| StoreError::Codec(error.to_string().into()))?;
-    sql.push_str(after);
     Ok(())
 }
