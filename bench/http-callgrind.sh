@@ -52,7 +52,7 @@ stop() {
 }
 trap 'stop; if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && find "$work" -name '*.on*' -o -name '*.off*' -o -name '*.reference*' | xargs cp -t "$KEEP"; fi; rm -rf "$work"' EXIT
 
-post() { curl -sf -X POST "$url$1" -H 'Content-Type: application/json' ${2:+-H "Idempotency-Key: $2"} -d "$3"; }
+post() { curl -sf -X POST "$url$1" -H 'Content-Type: application/json' -H 'Authorization: Bearer bench' ${2:+-H "Idempotency-Key: $2"} -d "$3"; }
 
 cache=()
 if [ "${CACHE:-0}" = 1 ]; then

@@ -49,7 +49,7 @@ start() { # $1 = on|off
 }
 
 post() { # path key body -> response body
-  curl -sf -X POST "$url$1" -H 'Content-Type: application/json' ${2:+-H "Idempotency-Key: $2"} -d "$3"
+  curl -sf -X POST "$url$1" -H 'Content-Type: application/json' -H 'Authorization: Bearer bench' ${2:+-H "Idempotency-Key: $2"} -d "$3"
 }
 
 prepare() { # scenario -> wrk script arguments

@@ -10,6 +10,7 @@ function request()
   sequence = sequence + 1
   return wrk.format("POST", "/orders", {
     ["Content-Type"] = "application/json",
+    ["Authorization"] = "Bearer bench",
     ["Idempotency-Key"] = string.format("wrk-%d-%d-%d", run, id, sequence),
   }, '{"user_id": 7, "amount_cents": 1299}')
 end
