@@ -15,7 +15,7 @@
 //! [`FaultProxy`] fails the link to a real server (latency, black hole, reset, refusal) for the
 //! fault tests of every front end. [`SpanCapture`] keeps the spans and events a test emits.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod conflicts;
 mod fault_proxy;
