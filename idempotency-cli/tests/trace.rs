@@ -2,6 +2,7 @@
 //! service's record and outbox (real PostgreSQL, `DATABASE_URL`) to the coupon service's record
 //! (real MariaDB/MySQL, `MYSQL_URL`), also after the outbox row was purged; a trade that never
 //! reached the receiver exits 5 (not found).
+#![cfg(all(feature = "postgres", feature = "mysql"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::process::{Command, Stdio};
