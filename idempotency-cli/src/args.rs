@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use idempotency_core::operations::Actor;
+use idempotency_operations::Actor;
 
 use crate::duration::parse_duration;
 

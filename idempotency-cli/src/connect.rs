@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[cfg(feature = "redis")]
-use idempotency_core::operations::TracingAudit;
-use idempotency_core::operations::{Admin, AuditLog, Operations};
+use idempotency_operations::TracingAudit;
+use idempotency_operations::{Admin, AuditLog, Operations};
 #[cfg(feature = "redis")]
 use idempotency_redis::RedisStore;
 

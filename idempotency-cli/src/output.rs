@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use idempotency_core::operations::{RecordView, Tier};
+use idempotency_operations::{RecordView, Tier};
 use serde::Serialize;
 
 use crate::failure::Failure;

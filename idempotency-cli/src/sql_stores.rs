@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::operations::{AuditLog, Operations, TracingAudit};
+use idempotency_operations::{AuditLog, Operations, TracingAudit};
 use idempotency_outbox::Outbox;
 use idempotency_outbox::table::DEFAULT_OUTBOX_TABLE;
 use idempotency_sql::{Dialect, SqlAudit, SqlStore};

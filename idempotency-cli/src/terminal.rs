@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use idempotency_core::operations::Progress;
+use idempotency_operations::Progress;
 
 use crate::failure::Failure;
 

@@ -17,8 +17,8 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
-use idempotency_core::operations::Operations;
 use idempotency_core::{Mechanism, Outcome, RecordState, Scope, Store};
+use idempotency_operations::Operations;
 use idempotency_redis::RedisStore;
 use idempotency_sql::{MySqlStore, PostgresStore, SqlStore, SqliteStore};
 use idempotency_test::{claimed, completed, unavailable, unique_namespace};

@@ -8,8 +8,8 @@ mod support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idempotency_core::operations::Operations;
 use idempotency_core::{Outcome, Scope, Store};
+use idempotency_operations::Operations;
 use idempotency_redis::RedisStore;
 use idempotency_sql::PostgresStore;
 use idempotency_test::{completed, unavailable, unique_namespace};

@@ -11,9 +11,9 @@
 //!   backend and checked by the shared conformance suite (crate `idempotency-test`).
 //! - [`Idempotency`]: the engine that claims a key, keeps the lease alive while work runs, and
 //!   stores or releases the outcome.
-//! - [`operations`]: what operators do with records on every store: list and count dangling
-//!   (abandoned) records, inspect, reconcile, release or complete by hand (fenced and audited),
-//!   purge with an archive.
+//!
+//! What operators do with records on every store (list and count dangling records, inspect,
+//! reconcile, release or complete by hand, purge with an archive) is in `idempotency-operations`.
 //!
 //! # Glossary
 //!
@@ -48,12 +48,12 @@
 //! - **settle** (queue consumers only): ack, requeue or reject a delivery, by its verdict.
 //! - **abandoned**: an in-progress record whose lease ended (its owner crashed or hangs): a
 //!   **dangling** record until a claim takes it over or an operator releases it
-//!   ([`operations::Status::Abandoned`]).
+//!   (`idempotency_operations::Status::Abandoned`).
 //! - **fence** (operations): the record as an operator listed it (its fencing token and last
 //!   write); an operator's release, complete or delete applies only while the record is still
-//!   that one ([`operations::Fence`]).
+//!   that one (`idempotency_operations::Fence`).
 //! - **audit**: the entry every operator action leaves: who, why, when, what, the record as it
-//!   was ([`operations::AuditLog`]).
+//!   was (`idempotency_operations::AuditLog`).
 //! - **purge**: deleting expired records (completed past their TTL, abandoned past the grace)
 //!   in bounded batches; an **archive** is the copy a purge makes first (a table, or JSON
 //!   lines), opt-in since stored bodies may be personal data.
@@ -94,7 +94,7 @@
 //! on each claim (`execute`, `takeover`, `replay`, `in_flight`, `mismatch`, as the `decision`
 //! label of [`metrics::DECISIONS`]), with `attempt` and `fencing_token` when it executes and
 //! `status` when it replays; store failures add `op` and `error`. Operator actions are events
-//! of the target [`operations::AUDIT_TARGET`]. The spans of guarded operations and operator
+//! of the target `idempotency_operations::AUDIT_TARGET`. The spans of guarded operations and operator
 //! actions, with OpenTelemetry-style attribute names (`idempotency.namespace`,
 //! `idempotency.decision`, `idempotency.key_hash`, `error.type`, …), are listed in
 //! [`telemetry`].
@@ -111,13 +111,11 @@ pub mod function;
 mod in_flight;
 mod key;
 pub mod metrics;
-pub mod operations;
 mod record;
 mod scope;
 mod store;
 mod sweeper;
 pub mod telemetry;
-mod time;
 mod token;
 
 #[cfg(feature = "memory")]

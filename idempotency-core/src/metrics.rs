@@ -27,27 +27,12 @@ pub const REFUSALS: &str = "idempotency_refusals_total";
 pub const CONFLICTS: &str = "idempotency_conflicts_total";
 
 /// Gauge of records per namespace and `state` (`in_progress` | `abandoned` | `completed`), as
-/// an operations count last found them ([`Admin::publish_gauges`](crate::operations::Admin::publish_gauges):
+/// an operations count last found them (`idempotency_operations::Admin::publish_gauges`:
 /// a SQL store counts through its index, Redis by a bounded scan of every record).
 pub const RECORDS: &str = "idempotency_records";
 /// Gauge of the age, in seconds since its last write, of a namespace's oldest abandoned record
 /// (0 when there is none), as the same count found it.
 pub const OLDEST_ABANDONED: &str = "idempotency_oldest_abandoned_seconds";
-
-/// Sets [`RECORDS`] and [`OLDEST_ABANDONED`] of `namespace` (`""` for every namespace) from
-/// `counts`.
-pub fn publish_counts(namespace: &str, counts: &crate::operations::Counts) {
-    for (state, count) in [
-        ("in_progress", counts.in_progress),
-        ("abandoned", counts.abandoned),
-        ("completed", counts.completed),
-    ] {
-        metrics::gauge!(RECORDS, "namespace" => namespace.to_owned(), "state" => state)
-            .set(count as f64);
-    }
-    let oldest = counts.oldest_abandoned_ms.unwrap_or(0) as f64 / 1000.0;
-    metrics::gauge!(OLDEST_ABANDONED, "namespace" => namespace.to_owned()).set(oldest);
-}
 
 /// Registers descriptions of the metrics above with the installed recorder.
 pub fn describe() {

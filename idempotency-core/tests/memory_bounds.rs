@@ -103,8 +103,7 @@ async fn room_comes_back_as_records_go() {
     // A record deleted, or released, gives its room back.
     let fingerprint = Fingerprint::of_bytes(b"order");
     let held = store.get(&a).await.unwrap().unwrap();
-    let deleted = idempotency_core::operations::Operations::delete_fenced(&store, &a, held.token);
-    assert!(deleted.await.unwrap());
+    assert!(store.delete_fenced(&a, held.token));
     assert_eq!((store.len(), store.stored_bytes()), (1, 60));
     let Claim::Acquired(lease) = store.claim(request(&c, &fingerprint)).await.unwrap() else {
         panic!("room for one more");

@@ -1,17 +1,12 @@
 //! The spans of `idempotency_core::telemetry`, as a real `tracing` subscriber sees them: an
-//! idempotent function's `idempotency.guard` span (claim → work → complete, then a replay) and
-//! an operator's `idempotency.admin` span carry the documented attribute names, and the raw
-//! key appears nowhere (spans or events).
+//! idempotent function's `idempotency.guard` span (claim → work → complete, then a replay)
+//! carries the documented attribute names, and the raw key appears nowhere (spans or events).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use idempotency_core::function::{self, Call};
-use idempotency_core::operations::{Acted, Actor, Admin, Fence};
 use idempotency_core::telemetry;
-use idempotency_core::{Decision, Error, Idempotency, MemoryStore};
-use idempotency_test::{KeptAudit, SpanCapture};
+use idempotency_core::{Error, Idempotency, MemoryStore};
+use idempotency_test::SpanCapture;
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -107,41 +102,6 @@ fn a_failed_call_is_released_and_a_mismatch_is_named() {
             (Some("mismatch"), None),
         ]
     );
-    assert!(!capture.text().contains(RAW), "{}", capture.text());
-}
-
-#[test]
-fn an_operator_release_runs_in_an_admin_span_with_its_fence_and_result() {
-    let engine = Idempotency::new(MemoryStore::new()).with_lease(Duration::from_secs(600));
-    let call = Call::new("payments.callback", RAW);
-    let key = call.storage_key();
-    let (_, capture) = with_capture(|| {
-        block_on(async {
-            let Ok(Decision::Execute(execution)) = call.begin(engine.clone()).await else {
-                panic!("a new key executes");
-            };
-            let admin = Admin::from_shared(engine.shared_store(), Arc::new(KeptAudit::default()));
-            let record = admin.inspect(&key).await.unwrap().unwrap();
-            let actor = Actor::new("oncall", "INC-7: a stuck callback");
-            let acted = admin.release(&key, Fence::of(&record), &actor).await;
-            assert!(matches!(acted, Ok(Acted::Applied)), "{acted:?}");
-            // The same fence again: the record is gone, refused and named so.
-            let again = admin.release(&key, Fence::of(&record), &actor).await;
-            assert!(matches!(again, Ok(Acted::Refused { .. })), "{again:?}");
-            drop(execution);
-            record.token.get()
-        })
-    });
-    let spans = capture.named(telemetry::ADMIN_SPAN);
-    assert_eq!(spans.len(), 2, "{spans:?}");
-    let token = spans[0].field(telemetry::FENCING_TOKEN).unwrap().to_owned();
-    for (span, result) in spans.iter().zip(["applied", "absent"]) {
-        assert_eq!(span.target, telemetry::TARGET);
-        assert_eq!(span.field(telemetry::ADMIN_ACTION), Some("release"));
-        assert_eq!(span.field(telemetry::KEY_HASH), Some(key.to_hex().as_str()));
-        assert_eq!(span.field(telemetry::FENCING_TOKEN), Some(token.as_str()));
-        assert_eq!(span.field(telemetry::ADMIN_RESULT), Some(result));
-    }
     assert!(!capture.text().contains(RAW), "{}", capture.text());
 }
 

@@ -551,7 +551,7 @@ async fn a_consumer_killed_with_sigkill_mid_message_processes_it_once_after_rest
 /// conflict and marks its own record.
 #[tokio::test]
 async fn a_conflicting_copy_marks_the_record_on_both_tiers() {
-    use idempotency_core::operations::{Admin, Operations, Query, TracingAudit};
+    use idempotency_operations::{Admin, Operations, Query, TracingAudit};
 
     let Some(fixture) = Fixture::new(0).await else {
         return;

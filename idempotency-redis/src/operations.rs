@@ -18,10 +18,8 @@ use ::redis::{RedisError, Value};
 use super::codec;
 use super::error::{bounded, map_error};
 use super::store::RedisStore;
-use idempotency_core::operations::{
-    Archive, Cursor, Operations, Page, Purged, Query, purge_by_scan,
-};
 use idempotency_core::{BoxFuture, FencingToken, StorageKey, StoreError};
+use idempotency_operations::{Archive, Cursor, Operations, Page, Purged, Query, purge_by_scan};
 
 /// A Cluster node by address: host and port.
 pub type NodeAddress = (String, u16);
@@ -355,7 +353,7 @@ impl<C: ScanConnection> Operations for RedisStore<C> {
     ) -> BoxFuture<'a, Result<Vec<idempotency_core::Record>, StoreError>> {
         Box::pin(async move {
             let query = Query::all();
-            let batch = idempotency_core::operations::DEFAULT_BATCH;
+            let batch = idempotency_operations::DEFAULT_BATCH;
             let bound = self.call_timeout().saturating_mul(2 + batch as u32);
             let mut cursor = Cursor::start();
             let mut found = Vec::new();

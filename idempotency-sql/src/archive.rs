@@ -2,8 +2,8 @@
 
 use std::time::SystemTime;
 
-use idempotency_core::operations::{Archive, RecordView};
 use idempotency_core::{Error, Record};
+use idempotency_operations::{Archive, RecordView};
 
 /// Writes `items` as JSON lines to `archive` if it is [`Archive::JsonLines`] (nothing for the
 /// other archives), and flushes them: a batch is on disk before it is deleted.

@@ -5,8 +5,8 @@ use sqlx::Pool;
 use super::common::{map_err, validate_identifier};
 use super::dialect::Dialect;
 
-use idempotency_core::operations::{AuditEntry, AuditLog};
 use idempotency_core::{BoxFuture, StoreError};
+use idempotency_operations::{AuditEntry, AuditLog};
 
 /// An [`AuditLog`] table in the store's database: one row per operator action (`id`,
 /// `at_ms` Unix milliseconds, `actor`, `reason`, `action`, `namespace`, `key_hash` (hex, never
@@ -16,7 +16,7 @@ use idempotency_core::{BoxFuture, StoreError};
 /// ```no_run
 /// # #[cfg(feature = "postgres")]
 /// # async fn demo(pool: sqlx::PgPool) -> Result<(), idempotency_core::Error> {
-/// use idempotency_core::operations::Admin;
+/// use idempotency_operations::Admin;
 /// use idempotency_sql::{PostgresStore, SqlAudit};
 ///
 /// let store = PostgresStore::new(pool.clone());
@@ -89,7 +89,7 @@ impl<D: Dialect> SqlAudit<D> {
 }
 
 /// A store in the same database (the same connection URL) writes each action and its entry
-/// in one transaction ([`Operations::act_audited`](idempotency_core::operations::Operations::act_audited)).
+/// in one transaction ([`Operations::act_audited`](idempotency_operations::Operations::act_audited)).
 impl<D: Dialect> AuditLog for SqlAudit<D> {
     fn write<'a>(&'a self, entry: &'a AuditEntry) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {

@@ -10,10 +10,10 @@ use super::audit::database_of;
 use super::common::{token_param, validate_identifier};
 use super::dialect::sealed::{Clock, PurgeBatch, PurgeSql};
 use super::dialect::{Dialect, SqlStore};
-use idempotency_core::operations::{
+use idempotency_core::{BoxFuture, FencingToken, Record, StorageKey, StoreError};
+use idempotency_operations::{
     Archive, AuditedStep, Counts, Cursor, Operations, Page, Purged, Query, Step,
 };
-use idempotency_core::{BoxFuture, FencingToken, Record, StorageKey, StoreError};
 
 /// The storage key a SQL cursor names (the last key of the previous page).
 fn after(cursor: &Cursor) -> Result<Option<StorageKey>, StoreError> {

@@ -6,13 +6,13 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idempotency_core::operations::{
-    Acted, Action, Actor, Admin, Archive, AuditEntry, AuditLog, Cursor, Fence, FenceRefusal,
-    Operations, Query, Status,
-};
 use idempotency_core::{
     BoxFuture, Claim, ClaimId, ClaimRequest, Fingerprint, Mechanism, Outcome, RecordState, Scope,
     StorageKey, Store, StoreError,
+};
+use idempotency_operations::{
+    Acted, Action, Actor, Admin, Archive, AuditEntry, AuditLog, Cursor, Fence, FenceRefusal,
+    Operations, Query, Status,
 };
 
 /// An [`AuditLog`] that keeps its entries in memory, for tests to read back.

@@ -13,10 +13,10 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use idempotency_core::operations::{Admin, Operations, RecordView};
 use idempotency_core::{
     ClaimId, ClaimRequest, Fingerprint, Mechanism, MemoryStore, Outcome, RecordState, Scope, Store,
 };
+use idempotency_operations::{Admin, Operations, RecordView};
 use idempotency_redis::RedisStore;
 use idempotency_test::{KeptAudit, claimed, completed, unavailable, unique_namespace};
 use idempotency_tower::StoredResponse;

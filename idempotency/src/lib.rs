@@ -41,6 +41,10 @@
 
 pub use idempotency_core::*;
 
+/// Operations on records (`idempotency-operations`): list and count dangling records, inspect,
+/// reconcile, release or complete by hand (fenced and audited), purge with an archive.
+pub use idempotency_operations as operations;
+
 /// The Redis store (`idempotency-redis`): [`redis::RedisStore`] on one node, a Cluster or
 /// Valkey, and [`redis::RedisTokenStore`].
 #[cfg(feature = "redis")]

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use axum_payments::{CALLBACK_NAMESPACE, OrderStatus, PaymentCallback, gateway};
 use http::StatusCode;
-use idempotency_core::operations::{Actor, Admin, Fence, Query, TracingAudit};
 use idempotency_core::{Mechanism, RecordState, Scope};
+use idempotency_operations::{Actor, Admin, Fence, Query, TracingAudit};
 use idempotency_redis::RedisStore;
 use idempotency_test::unavailable;
 

@@ -3,8 +3,8 @@
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use idempotency_core::operations::{Acted, Admin, Fence, RecordView};
 use idempotency_core::{FencingToken, Outcome};
+use idempotency_operations::{Acted, Admin, Fence, RecordView};
 use idempotency_tower::StoredResponse;
 use serde::Serialize;
 

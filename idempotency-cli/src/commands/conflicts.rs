@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use idempotency_core::operations::{Query, RecordView};
+use idempotency_operations::{Query, RecordView};
 
 use super::list::{namespace_of, nothing_to_scan, scan};
 use crate::args::Global;

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use idempotency_core::Record;
-use idempotency_core::operations::{Query, RecordView, Tier};
+use idempotency_operations::{Query, RecordView, Tier};
 use serde::Serialize;
 
 use crate::args::Global;
@@ -135,7 +135,7 @@ struct Stats<'a> {
     scanned: &'a str,
     namespace: Option<&'a str>,
     #[serde(flatten)]
-    counts: idempotency_core::operations::Counts,
+    counts: idempotency_operations::Counts,
 }
 
 /// Counts records per state.

@@ -4,8 +4,8 @@ use std::io::BufRead;
 use std::path::Path;
 use std::time::SystemTime;
 
-use idempotency_core::operations::{Admin, RecordView};
 use idempotency_core::{Mechanism, Scope, StorageKey};
+use idempotency_operations::{Admin, RecordView};
 use serde::Serialize;
 
 use super::resolve::{Found, by_id, candidates, mechanism_name};

@@ -3,7 +3,7 @@
 
 use base64::Engine;
 use idempotency_core::StoreError;
-use idempotency_core::operations::{Action, AuditEntry, AuditLog};
+use idempotency_operations::{Action, AuditEntry, AuditLog};
 use idempotency_outbox::Outbox;
 use idempotency_outbox::table::{DeadMessage, OutboxTable};
 use idempotency_sql::Dialect;

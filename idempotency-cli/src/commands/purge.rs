@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use idempotency_core::operations::{Admin, Archive, Cursor};
+use idempotency_operations::{Admin, Archive, Cursor};
 use serde::Serialize;
 
 use crate::args::{ActionArgs, Global};

@@ -1,8 +1,8 @@
 //! From what an operator names (a raw key, or a storage key as listed) to the record, and
 //! which front end wrote it, without the operator knowing how each front end derives its keys.
 
-use idempotency_core::operations::Admin;
 use idempotency_core::{Mechanism, Record, Scope, StorageKey};
+use idempotency_operations::Admin;
 
 use crate::args::{Global, KeyArgs};
 use crate::failure::Failure;

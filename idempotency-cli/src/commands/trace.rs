@@ -4,8 +4,8 @@
 
 use std::time::SystemTime;
 
-use idempotency_core::operations::{Admin, RecordView};
 use idempotency_core::{DEFAULT_ABANDONED_GRACE, IdempotencyKey, Mechanism, Scope};
+use idempotency_operations::{Admin, RecordView};
 use idempotency_outbox::table::{MessageStatus, message_id};
 use serde::Serialize;
 

@@ -4,7 +4,7 @@ mod capacity;
 mod conflicts;
 mod digest_hashing;
 mod micros;
-mod operations;
+mod scan;
 mod shards;
 #[cfg(test)]
 mod tests;

@@ -87,8 +87,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use idempotency_core::operations::Archive;
 use idempotency_core::{IdempotencyKey, Scope, StoreError};
+pub use idempotency_operations::Archive;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 use idempotency_sql::validate_identifier;
 

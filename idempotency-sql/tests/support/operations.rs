@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::operations::{
+use idempotency_core::{Outcome, Scope, Store};
+use idempotency_operations::{
     Acted, Actor, Admin, Archive, Cursor, Fence, Operations, Query, TracingAudit,
 };
-use idempotency_core::{Outcome, Scope, Store};
 use idempotency_sql::{SqlAudit, SqlStore};
 use idempotency_test::{claimed, completed, operations_suite, unique_namespace};
 use sqlx::Pool;
@@ -45,7 +45,7 @@ where
         .await
         .unwrap()
         .expect("SQL stores count without a scan");
-    let mut scanned = idempotency_core::operations::Counts::default();
+    let mut scanned = idempotency_operations::Counts::default();
     let now = std::time::SystemTime::now();
     for record in Admin::new(store.clone(), TracingAudit)
         .list(&in_archive_namespace, 100, &mut |_| {})
@@ -211,7 +211,7 @@ where
         let query = Query::all().namespace(scope.namespace());
         let counts = admin.count(&query, &mut |_| {}).await.unwrap();
         let stuck = Query {
-            statuses: vec![idempotency_core::operations::Status::Abandoned],
+            statuses: vec![idempotency_operations::Status::Abandoned],
             ..query
         };
         let stuck = admin.list(&stuck, 100, &mut |_| {}).await.unwrap().len();

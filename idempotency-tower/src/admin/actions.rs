@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use bytes::Bytes;
 use http::StatusCode;
-use idempotency_core::operations::{Acted, Actor, Admin, Archive, Cursor, Fence};
 use idempotency_core::{Outcome, StorageKey};
+use idempotency_operations::{Acted, Actor, Admin, Archive, Cursor, Fence};
 use serde::Deserialize;
 use serde_json::json;
 

@@ -1,10 +1,10 @@
-//! The admin API (feature `admin`): the operations of [`idempotency_core::operations`] as an
+//! The admin API (feature `admin`): the operations of [`idempotency_operations`] as an
 //! axum [`Router`](axum::Router) of JSON endpoints, to mount behind the service's own
 //! authentication.
 //!
 //! It lives here, beside the layers, because the services that mount it already depend on
 //! this crate for their HTTP front end and hold the
-//! [`Admin`](idempotency_core::operations::Admin) of the store their layers use; the
+//! [`Admin`](idempotency_operations::Admin) of the store their layers use; the
 //! `idempotency` command line (package `idempotency-cli`) is the same operations for
 //! operators, with its own dependencies (clap), which a service should not carry.
 //!
@@ -24,7 +24,7 @@
 //! `function`, `transaction`, `message`; a key with records of several is refused, 400,
 //! naming each one's `key_hash`) or `{"key_hash"}`; a **fence** is the
 //! `{"token", "updated_at_ms"}` of the record as listed. Views are
-//! [`RecordView`](idempotency_core::operations::RecordView)s: storage keys, never raw keys (a
+//! [`RecordView`](idempotency_operations::RecordView)s: storage keys, never raw keys (a
 //! reconciliation answers by index), and a stored body only for one record asked for by its
 //! key.
 //!
@@ -38,7 +38,7 @@
 //!
 //! ```
 //! use idempotency_core::MemoryStore;
-//! use idempotency_core::operations::{Admin, TracingAudit};
+//! use idempotency_operations::{Admin, TracingAudit};
 //! use idempotency_tower::admin::{Operator, admin_router, admin_router_verified};
 //!
 //! let admin = Admin::new(std::sync::Arc::new(MemoryStore::new()), TracingAudit);

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::Json;
 use axum::extract::{Query as QueryString, State};
-use idempotency_core::operations::{Admin, Counts, Cursor, Query, RecordView};
+use idempotency_operations::{Admin, Counts, Cursor, Query, RecordView};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

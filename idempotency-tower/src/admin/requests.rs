@@ -2,8 +2,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use idempotency_core::operations::{Actor, Admin, Fence, Query, Status};
 use idempotency_core::{FencingToken, Mechanism, Record, Scope, StorageKey};
+use idempotency_operations::{Actor, Admin, Fence, Query, Status};
 use serde::Deserialize;
 
 use super::error::ApiError;

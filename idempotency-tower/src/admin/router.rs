@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::{get, post};
 use http::request::Parts;
-use idempotency_core::operations::Admin;
+use idempotency_operations::Admin;
 
 use super::requests::Operator;
 use super::{actions, auth, error, reads};

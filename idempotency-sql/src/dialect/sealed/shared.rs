@@ -2,8 +2,8 @@
 
 use std::future::Future;
 
-use idempotency_core::operations::{Archive, AuditEntry, Counts};
 use idempotency_core::{ClaimId, Record, RecordState, StorageKey, StoreError};
+use idempotency_operations::{Archive, AuditEntry, Counts};
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use super::params::{Clock, PurgeBatch, PurgeSql, push_bind};

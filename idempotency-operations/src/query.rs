@@ -3,13 +3,13 @@
 use std::time::{Duration, SystemTime};
 
 use super::Status;
-use crate::{Record, RecordState};
+use idempotency_core::{Record, RecordState};
 
 /// Which records to list, count or purge: by namespace, status, last update, attempts and
 /// conflicts. Every condition set must hold.
 ///
 /// ```
-/// use idempotency_core::operations::{Query, Status};
+/// use idempotency_operations::{Query, Status};
 /// use std::time::Duration;
 ///
 /// // What `idempotency stuck --older-than 10m` looks for in one namespace.
@@ -87,7 +87,7 @@ impl Query {
     }
 
     /// Only records that met at least `conflicts` conflicting duplicates (1: every record
-    /// marked by [`Store::mark_conflict`](crate::Store::mark_conflict)).
+    /// marked by [`Store::mark_conflict`](idempotency_core::Store::mark_conflict)).
     pub fn min_conflicts(mut self, conflicts: u32) -> Self {
         self.min_conflicts = Some(conflicts);
         self

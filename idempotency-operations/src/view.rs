@@ -7,8 +7,9 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 use super::Status;
-use crate::Record;
 use crate::time::unix_millis;
+use idempotency_core::Record;
+use idempotency_core::metrics::{OLDEST_ABANDONED, RECORDS};
 
 /// One record as operations show it: its storage key (a digest, never the raw key), status,
 /// attempts and times; the stored outcome's body only when asked for ([`RecordView::with_body`]),
@@ -125,5 +126,22 @@ impl Counts {
     /// All records counted.
     pub fn total(&self) -> u64 {
         self.in_progress + self.abandoned + self.completed
+    }
+}
+
+impl Counts {
+    /// Sets the gauges [`RECORDS`] and [`OLDEST_ABANDONED`] of `namespace` (`""` for every
+    /// namespace) from these counts.
+    pub(crate) fn publish(&self, namespace: &str) {
+        for (state, count) in [
+            ("in_progress", self.in_progress),
+            ("abandoned", self.abandoned),
+            ("completed", self.completed),
+        ] {
+            metrics::gauge!(RECORDS, "namespace" => namespace.to_owned(), "state" => state)
+                .set(count as f64);
+        }
+        let oldest = self.oldest_abandoned_ms.unwrap_or(0) as f64 / 1000.0;
+        metrics::gauge!(OLDEST_ABANDONED, "namespace" => namespace.to_owned()).set(oldest);
     }
 }

@@ -7,7 +7,9 @@ use super::{
     Acted, Action, Actor, Archive, AuditEntry, AuditLog, AuditedStep, Counts, Cursor,
     DEFAULT_BATCH, Fence, FenceRefusal, Operations, Page, Query, RecordView, Step,
 };
-use crate::{Mechanism, Outcome, Record, RecordState, Scope, StorageKey, StoreError, telemetry};
+use idempotency_core::{
+    Mechanism, Outcome, Record, RecordState, Scope, StorageKey, StoreError, telemetry,
+};
 use tracing::Instrument;
 
 impl Step<'_> {
@@ -24,7 +26,7 @@ impl Step<'_> {
         &self,
         store: &dyn Operations,
         key: &StorageKey,
-        token: crate::FencingToken,
+        token: idempotency_core::FencingToken,
     ) -> Result<bool, StoreError> {
         match self {
             Self::Release => store.release_dyn(key, token).await.map(|()| true),
@@ -193,8 +195,8 @@ impl Admin {
     }
 
     /// [`count`](Self::count)s the records of `namespace` (every namespace: `None`) and sets the
-    /// gauges [`RECORDS`](crate::metrics::RECORDS) and
-    /// [`OLDEST_ABANDONED`](crate::metrics::OLDEST_ABANDONED) from the counts: call it on a
+    /// gauges [`RECORDS`](idempotency_core::metrics::RECORDS) and
+    /// [`OLDEST_ABANDONED`](idempotency_core::metrics::OLDEST_ABANDONED) from the counts: call it on a
     /// timer (a minute, say) where the store counts cheaply (SQL), less often on Redis (a scan
     /// of every record).
     pub async fn publish_gauges(&self, namespace: Option<&str>) -> Result<Counts, StoreError> {
@@ -203,7 +205,7 @@ impl Admin {
             ..Query::default()
         };
         let counts = self.count(&query, &mut |_| {}).await?;
-        crate::metrics::publish_counts(namespace.unwrap_or(""), &counts);
+        counts.publish(namespace.unwrap_or(""));
         Ok(counts)
     }
 

@@ -1,6 +1,6 @@
 //! Where a scan in bounded batches stands.
 
-use crate::Record;
+use idempotency_core::Record;
 
 /// Where a scan continues: opaque text a store wrote (a Redis `SCAN` cursor per node, the
 /// last storage key a SQL page ended at, a memory shard and the last key taken from it), printable so that a long scan or

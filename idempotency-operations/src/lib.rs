@@ -1,28 +1,29 @@
-//! Operations on records: find and resolve dangling records, reconcile, purge with archive.
+//! Operations on idempotency records: find and resolve dangling records, reconcile, purge with
+//! an archive.
 //!
 //! A crash between a claim and its completion leaves an **abandoned** record: in progress,
 //! its lease ended ([`Status::Abandoned`]). The next claim of its key takes it over, but until
 //! a retry comes every duplicate waits on it, and finance may ask whether it was processed.
 //! This module lets an operator see such records and decide about them, on every store:
 //!
-//! - [`Operations`]: what a store brings, implemented by the memory store, `RedisStore` (one
+//! - [`Operations`]: what a store brings, implemented by the memory store (here), `RedisStore` (one
 //!   node: `SCAN`; Cluster: `SCAN` on every master in turn) and the SQL stores (pages by
 //!   storage key): a scan in bounded batches, a delete fenced by the fencing token, and a
 //!   purge of one batch with its [`Archive`].
 //! - [`Admin`]: the operations themselves over any such store: list and count by [`Query`]
 //!   (namespace, [`Status`], last update, attempts, conflicts: the records a conflicting
-//!   duplicate met, [`Store::mark_conflict`](crate::Store::mark_conflict)), inspect one record, reconcile a list of
+//!   duplicate met, [`Store::mark_conflict`](idempotency_core::Store::mark_conflict)), inspect one record, reconcile a list of
 //!   keys, and the operator's actions, each **fenced** ([`Fence`]: applied only to the record
 //!   as it was listed, refused when it moved on) and **audited** ([`AuditLog`]: who, why,
 //!   when, the record as it was): release, complete by hand, delete, purge.
 //!
 //! Records are shown as [`RecordView`]s: storage keys (digests), never raw keys, and a stored
 //! body only when one record is asked for by its key. A raw key becomes a storage key exactly
-//! as the service derived it: by its [`Scope`](crate::Scope) (namespace, principal) and
-//! [`Mechanism`](crate::Mechanism) ([`Admin::storage_key`]).
+//! as the service derived it: by its [`Scope`](idempotency_core::Scope) (namespace, principal) and
+//! [`Mechanism`](idempotency_core::Mechanism) ([`Admin::storage_key`]).
 //!
 //! ```
-//! use idempotency_core::operations::{Actor, Admin, Fence, Query, TracingAudit};
+//! use idempotency_operations::{Actor, Admin, Fence, Query, TracingAudit};
 //! use idempotency_core::{Fingerprint, Idempotency, IdempotencyKey, MemoryStore, Mechanism, Scope};
 //! use std::sync::Arc;
 //!
@@ -43,16 +44,20 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod admin;
 mod archive;
 mod audit;
 mod contract;
 mod cursor;
 mod fence;
+mod memory;
 mod purge;
 mod query;
 mod status;
 mod tiers;
+mod time;
 mod view;
 
 pub use admin::{Admin, Progress, PurgeReport};

@@ -4,7 +4,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Record, RecordState};
+use idempotency_core::{Record, RecordState};
 
 /// A record's status as operations report it: the stored state, with in-progress records
 /// split by whether their lease has ended.

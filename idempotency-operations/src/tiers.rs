@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Admin, Progress, Query};
-use crate::{Record, RecordState, StoreError};
+use idempotency_core::{Record, RecordState, StoreError};
 
 /// Which store of a two-tier consumer a record is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -3,13 +3,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::{MemoryStore, SHARDS};
-use crate::operations::{Archive, Cursor, Operations, Page, Purged, Query, purge_by_scan};
-use crate::{BoxFuture, FencingToken, StorageKey, StoreError};
+use idempotency_core::{BoxFuture, FencingToken, MemoryStore, StorageKey, StoreError};
 
-/// A batch is at most `batch` records of one of the 64 shards, taken in storage-key order (the
-/// shard's lock is held while they are chosen and copied); the cursor names the shard and the
-/// last key taken, so a scan resumes after it whatever was inserted or removed meanwhile.
+use crate::{Archive, Cursor, Operations, Page, Purged, Query, purge_by_scan};
+
+/// A batch is at most `batch` records of one of the memory store's shards, in storage-key order
+/// ([`MemoryStore::scan_shard`]); the cursor names the shard and the last key taken.
 impl Operations for MemoryStore {
     fn page<'a>(
         &'a self,
@@ -19,38 +18,20 @@ impl Operations for MemoryStore {
     ) -> BoxFuture<'a, Result<Page, StoreError>> {
         let page = parse_cursor(cursor).map(|(index, after)| {
             let now = SystemTime::now();
-            let batch = batch.max(1);
-            let shard = self.records.lock_index(index);
-            let mut taken: Vec<_> = shard
-                .map
-                .iter()
-                .filter(|slot| after.is_none_or(|after| slot.keyed.key > after))
-                .collect();
-            let more = taken.len() > batch;
-            if more {
-                taken.select_nth_unstable_by_key(batch - 1, |slot| slot.keyed.key);
-                taken.truncate(batch);
-            }
-            taken.sort_unstable_by_key(|slot| slot.keyed.key);
+            let (taken, more) = self.scan_shard(index, after, batch);
             let next = match taken.last() {
-                Some(last) if more => Some(Cursor::from_text(format!(
-                    "{index}:{}",
-                    last.keyed.key.to_hex()
-                ))),
-                _ => (index + 1 < SHARDS).then(|| Cursor::from_text((index + 1).to_string())),
+                Some(last) if more => {
+                    Some(Cursor::from_text(format!("{index}:{}", last.key.to_hex())))
+                }
+                _ => (index + 1 < MemoryStore::SHARDS)
+                    .then(|| Cursor::from_text((index + 1).to_string())),
             };
-            let records = taken
-                .iter()
-                .map(|slot| {
-                    shard
-                        .marks
-                        .apply(slot.keyed.value.to_record(slot.keyed.key))
-                })
-                .filter(|record| query.matches(record, now))
-                .collect();
             Page {
-                records,
                 examined: taken.len() as u64,
+                records: taken
+                    .into_iter()
+                    .filter(|record| query.matches(record, now))
+                    .collect(),
                 next,
             }
         });
@@ -62,16 +43,13 @@ impl Operations for MemoryStore {
         key: &'a StorageKey,
         token: FencingToken,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        let mut shard = self.records.lock(key);
-        let deleted = shard.get(key).is_some_and(|entry| entry.token == token);
-        if deleted && let Some(removed) = shard.remove(key) {
-            self.forget(&removed);
-        }
-        Box::pin(std::future::ready(Ok(deleted)))
+        Box::pin(std::future::ready(Ok(MemoryStore::delete_fenced(
+            self, key, token,
+        ))))
     }
 
     fn abandoned_grace(&self) -> Duration {
-        self.abandoned_grace
+        MemoryStore::abandoned_grace(self)
     }
 
     fn purge_page<'a>(
@@ -100,7 +78,7 @@ fn parse_cursor(cursor: &Cursor) -> Result<(usize, Option<StorageKey>), StoreErr
     let index = shard
         .parse::<usize>()
         .ok()
-        .filter(|index| *index < SHARDS)
+        .filter(|index| *index < MemoryStore::SHARDS)
         .ok_or_else(bad)?;
     match after {
         None => Ok((index, None)),

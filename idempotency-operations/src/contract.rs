@@ -4,9 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Archive, AuditEntry, AuditLog, Counts, Cursor, Page, Purged, Query};
-use crate::{BoxFuture, DynStore, FencingToken, Outcome, Record, StorageKey, StoreError};
+use idempotency_core::{
+    BoxFuture, DynStore, FencingToken, Outcome, Record, StorageKey, StoreError,
+};
 
-/// What a store brings to operations, beyond [`Store`](crate::Store) (whose `get`, `release`
+/// What a store brings to operations, beyond [`Store`](idempotency_core::Store) (whose `get`, `release`
 /// and `complete` the fenced actions use): object-safe, so a store chosen at run time (the
 /// command line's `--store URL`) is one `Arc<dyn Operations>`.
 pub trait Operations: DynStore {
@@ -39,7 +41,7 @@ pub trait Operations: DynStore {
         &'a self,
         hex: &'a str,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<crate::Record>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<idempotency_core::Record>, StoreError>> {
         Box::pin(records_by_prefix(self, hex, limit))
     }
 
@@ -135,7 +137,7 @@ pub enum Step<'a> {
     Delete,
 }
 
-impl<O: Operations + crate::Store> Operations for Arc<O> {
+impl<O: Operations + idempotency_core::Store> Operations for Arc<O> {
     fn page<'a>(
         &'a self,
         query: &'a Query,
@@ -161,7 +163,7 @@ impl<O: Operations + crate::Store> Operations for Arc<O> {
         &'a self,
         hex: &'a str,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<crate::Record>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<idempotency_core::Record>, StoreError>> {
         (**self).by_key_prefix(hex, limit)
     }
 

@@ -17,7 +17,7 @@ async fn operations_on_the_memory_store() {
 fn gauges_from_a_count() {
     use idempotency_core::Scope;
     use idempotency_core::metrics::{OLDEST_ABANDONED, RECORDS};
-    use idempotency_core::operations::{Admin, TracingAudit};
+    use idempotency_operations::{Admin, TracingAudit};
     use idempotency_test::{claimed, unique_namespace};
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
     use std::time::Duration;
@@ -85,8 +85,8 @@ fn gauges_from_a_count() {
 /// no live one.
 #[tokio::test]
 async fn memory_purge_batches_are_bounded_and_resumable() {
-    use idempotency_core::operations::{Actor, Admin, Archive, Cursor, Progress};
     use idempotency_core::{Outcome, Scope};
+    use idempotency_operations::{Actor, Admin, Archive, Cursor, Progress};
     use idempotency_test::{KeptAudit, claimed, completed, unique_namespace};
     use std::time::Duration;
 

@@ -3,7 +3,7 @@
 use std::time::SystemTime;
 
 use super::{Archive, Cursor, Operations, Purged, Query, purgeable};
-use crate::{Record, StoreError};
+use idempotency_core::{Record, StoreError};
 
 /// The purge of one batch by a scan and a fenced delete of each expired record, for stores
 /// without a native expiring delete (memory, Redis): a record renewed or taken over since the

@@ -3,7 +3,7 @@
 use std::time::SystemTime;
 
 use crate::time::unix_millis;
-use crate::{FencingToken, Record};
+use idempotency_core::{FencingToken, Record};
 
 /// The record an operator decided about, as it was listed: its fencing token and when it
 /// was last written. An action applies only while the record is still exactly that one.

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use super::{Cursor, RecordView};
-use crate::{Record, RecordState, StoreError};
+use idempotency_core::{Record, RecordState, StoreError};
 
 /// Where a purge copies each record (or sent outbox message) before deleting it. Archives hold
 /// stored bodies and message payloads, which may be personal data: an archive is opt-in ([`Archive::None`] deletes without a copy, as the

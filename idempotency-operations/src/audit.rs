@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::RecordView;
 use crate::time::unix_millis;
-use crate::{BoxFuture, StorageKey, StoreError};
+use idempotency_core::{BoxFuture, StorageKey, StoreError};
 
 /// The tracing target of audit entries written by [`TracingAudit`].
 pub const AUDIT_TARGET: &str = "idempotency::audit";
