@@ -1,18 +1,16 @@
 //! The spans of `idempotency_core::telemetry`, as a real `tracing` subscriber sees them: an
-//! idempotent function's `idempotency.guard` span (claim → work → complete, then a replay) and
-//! an operator's `idempotency.admin` span carry the documented attribute names, and the raw
-//! key appears nowhere (spans or events).
+//! operator's `idempotency.admin` span carries the documented attribute names, and the raw key
+//! appears nowhere (spans or events). An idempotent function's `idempotency.guard` span is
+//! checked in `idempotency-function`'s tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::function::{self, Call};
 use idempotency_core::operations::{Acted, Actor, Admin, Fence};
 use idempotency_core::telemetry;
-use idempotency_core::{Decision, Error, Idempotency, MemoryStore};
+use idempotency_core::{Decision, Fingerprint, Idempotency, IdempotencyKey, MemoryStore, Scope};
 use idempotency_test::{KeptAudit, SpanCapture};
-use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 
 const RAW: &str = "raw-trade-number-7781";
@@ -33,91 +31,16 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 }
 
 #[test]
-fn a_function_call_runs_in_one_guard_span_with_the_documented_attributes() {
-    let engine = Idempotency::new(MemoryStore::new());
-    let call = || Call::new("payments.refund", RAW);
-    let storage_key = call().storage_key().to_hex();
-    let (outputs, capture) = with_capture(|| {
-        block_on(async {
-            let mut outputs = Vec::new();
-            for _ in 0..2 {
-                let output: Result<u32, Error> =
-                    function::run(engine.clone(), call(), |e| e, async { Ok(42) }).await;
-                outputs.push(output.unwrap());
-            }
-            outputs
-        })
-    });
-    assert_eq!(outputs, [42, 42]);
-    let spans = capture.named(telemetry::GUARD_SPAN);
-    assert_eq!(spans.len(), 2, "{spans:?}");
-    let (first, replay) = (&spans[0], &spans[1]);
-    assert_eq!(first.target, telemetry::TARGET);
-    assert_eq!(first.field(telemetry::NAMESPACE), Some("payments.refund"));
-    assert_eq!(first.field(telemetry::KEY_HASH), Some(storage_key.as_str()));
-    assert_eq!(first.field(telemetry::DECISION), Some("execute"));
-    assert_eq!(first.field(telemetry::ATTEMPT), Some("1"));
-    assert!(first.field(telemetry::FENCING_TOKEN).is_some(), "{first:?}");
-    assert_eq!(first.field(telemetry::FINISH), Some("completed"));
-    assert_eq!(first.field(telemetry::ERROR_TYPE), None);
-    assert_eq!(replay.field(telemetry::DECISION), Some("replay"));
-    assert_eq!(
-        replay.field(telemetry::KEY_HASH),
-        Some(storage_key.as_str())
-    );
-    assert_eq!(replay.field(telemetry::ATTEMPT), None);
-    let text = capture.text();
-    assert!(text.contains(&storage_key), "{text}");
-    assert!(!text.contains(RAW), "the raw key appears: {text}");
-}
-
-#[test]
-fn a_failed_call_is_released_and_a_mismatch_is_named() {
-    let engine = Idempotency::new(MemoryStore::new());
-    let (_, capture) = with_capture(|| {
-        block_on(async {
-            let failed: Result<u32, Error> = function::run(
-                engine.clone(),
-                Call::new("payments.refund", RAW),
-                |e| e,
-                async { Err(Error::Backend("card network down".into())) },
-            )
-            .await;
-            assert!(failed.is_err());
-            let refund = |amount: u32| {
-                let call = Call::new("payments.refund", RAW).fingerprint("amount", &amount);
-                function::run(engine.clone(), call, |e| e, async move { Ok(amount) })
-            };
-            let ok: Result<u32, Error> = refund(1).await;
-            assert_eq!(ok.unwrap(), 1);
-            let other: Result<u32, Error> = refund(2).await;
-            assert!(matches!(other, Err(Error::Mismatch)), "{other:?}");
-        })
-    });
-    let spans = capture.named(telemetry::GUARD_SPAN);
-    let decisions: Vec<_> = spans
-        .iter()
-        .map(|s| (s.field(telemetry::DECISION), s.field(telemetry::FINISH)))
-        .collect();
-    assert_eq!(
-        decisions,
-        [
-            (Some("execute"), Some("released")),
-            (Some("execute"), Some("completed")),
-            (Some("mismatch"), None),
-        ]
-    );
-    assert!(!capture.text().contains(RAW), "{}", capture.text());
-}
-
-#[test]
 fn an_operator_release_runs_in_an_admin_span_with_its_fence_and_result() {
     let engine = Idempotency::new(MemoryStore::new()).with_lease(Duration::from_secs(600));
-    let call = Call::new("payments.callback", RAW);
-    let key = call.storage_key();
+    let scope = Scope::new("payments.callback");
+    let raw = IdempotencyKey::parse(RAW).unwrap();
+    let key = scope.storage_key(&raw);
     let (_, capture) = with_capture(|| {
         block_on(async {
-            let Ok(Decision::Execute(execution)) = call.begin(engine.clone()).await else {
+            let fingerprint = Fingerprint::of_bytes(b"paid");
+            let Ok(Decision::Execute(execution)) = engine.begin(&scope, &raw, &fingerprint).await
+            else {
                 panic!("a new key executes");
             };
             let admin = Admin::from_shared(engine.shared_store(), Arc::new(KeptAudit::default()));
@@ -143,31 +66,4 @@ fn an_operator_release_runs_in_an_admin_span_with_its_fence_and_result() {
         assert_eq!(span.field(telemetry::ADMIN_RESULT), Some(result));
     }
     assert!(!capture.text().contains(RAW), "{}", capture.text());
-}
-
-#[test]
-fn the_guard_span_is_at_debug_level() {
-    let seen = |level| {
-        let capture = SpanCapture::new();
-        let subscriber = tracing_subscriber::registry().with(
-            capture
-                .clone()
-                .with_filter(tracing_subscriber::filter::LevelFilter::from_level(level)),
-        );
-        let engine = Idempotency::new(MemoryStore::new());
-        tracing::subscriber::with_default(subscriber, || {
-            block_on(async {
-                let output: Result<u32, Error> =
-                    function::run(engine, Call::new("ns", RAW), |e| e, async { Ok(1) }).await;
-                output.unwrap();
-            })
-        });
-        capture.named(telemetry::GUARD_SPAN).len()
-    };
-    assert_eq!(
-        seen(tracing::Level::INFO),
-        0,
-        "a service logging at INFO pays nothing"
-    );
-    assert_eq!(seen(tracing::Level::DEBUG), 1);
 }
