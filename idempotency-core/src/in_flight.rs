@@ -17,7 +17,7 @@ pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(5);
 /// | HTTP layer, callback preset | wait 5 s | 409 + `Retry-After` |
 /// | gRPC preset | wait 5 s, bounded by `grpc-timeout` | `ABORTED` |
 /// | transactional HTTP / gRPC | the layer's preset | as the layer |
-/// | `#[idempotent]`, [`Call`](crate::function::Call) | [`Reject`](Self::Reject) | [`Error::InFlight`](crate::Error::InFlight) |
+/// | `#[idempotent]`, `idempotency_function::Call` | [`Reject`](Self::Reject) | [`Error::InFlight`](crate::Error::InFlight) |
 /// | `idempotency_sql::TxStore` claims | wait 5 s on the first one's uncommitted record | `TxClaim::InFlight` |
 /// | queue consumers (`IdempotentConsumer`) | wait 5 s; two tiers: the SQL record's wait on the first one's transaction | requeue after a delay |
 ///

@@ -107,7 +107,6 @@ mod engine;
 mod error;
 mod fingerprint;
 mod framing;
-pub mod function;
 mod in_flight;
 mod key;
 pub mod metrics;
@@ -116,7 +115,6 @@ mod scope;
 mod store;
 mod sweeper;
 pub mod telemetry;
-mod token;
 
 #[cfg(feature = "memory")]
 mod memory;
@@ -136,12 +134,6 @@ pub use store::{
     BoxFuture, BoxStore, Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, DynStore, Lease, Store,
 };
 pub use sweeper::{Sweeper, spawn_sweeper};
-pub use token::{DEFAULT_TOKEN_TTL, OneTimeToken, TokenOutcome, TokenStore};
 
 #[cfg(feature = "memory")]
-pub use memory::{
-    DEFAULT_MEMORY_MAX_BYTES, DEFAULT_MEMORY_MAX_RECORDS, MemoryStore, MemoryTokenStore,
-};
-
-#[cfg(feature = "macros")]
-pub use idempotency_macros::idempotent;
+pub use memory::{DEFAULT_MEMORY_MAX_BYTES, DEFAULT_MEMORY_MAX_RECORDS, MemoryStore};

@@ -33,7 +33,7 @@ pub enum Mechanism {
     /// HTTP and gRPC requests (the layer and transactional HTTP) and direct engine calls
     /// ([`Scope::storage_key`]).
     Request,
-    /// `#[idempotent]` functions and [`Call`](crate::function::Call)s, transactional ones
+    /// `#[idempotent]` functions and `Call`s (crate `idempotency-function`), transactional ones
     /// included.
     Function,
     /// Claims taken by hand in a transaction (`idempotency_sql::TxStore::claim_in_tx`).

@@ -2,7 +2,7 @@
 //!
 //! Every guarded operation runs in one span named [`GUARD_SPAN`] (`idempotency.guard`),
 //! whatever its front end: an HTTP or gRPC request behind the tower layer, an `#[idempotent]`
-//! function (or a [`function::run`](crate::function::run)), a queue delivery. It covers the
+//! function (or an `idempotency_function::run`), a queue delivery. It covers the
 //! claim, the work, and the complete or release. Every operator action (release, complete,
 //! delete, purge) runs in one span named [`ADMIN_SPAN`] (`idempotency.admin`). Both have the
 //! target [`TARGET`] (`idempotency`). The guard span is at level DEBUG, as `tower-http`'s request
@@ -102,7 +102,7 @@ pub fn http_span(namespace: &str, method: &str, path: &str) -> Span {
 }
 
 /// The [`GUARD_SPAN`] of an idempotent function call (`#[idempotent]`,
-/// [`function::run`](crate::function::run)).
+/// `idempotency_function::run`).
 pub fn function_span(namespace: &str) -> Span {
     guard_span!(namespace)
 }

@@ -1,9 +1,8 @@
 //! The shared conformance suite against the memory store.
 
-use idempotency_core::{MemoryStore, MemoryTokenStore};
+use idempotency_core::MemoryStore;
 
 idempotency_test::store_conformance_tests!(async { Some(MemoryStore::new()) });
-idempotency_test::token_conformance_tests!(async { Some(MemoryTokenStore::new()) });
 
 /// With its grace over, a purge removes an abandoned lease; the claim after it is a fresh first
 /// attempt with a greater token.

@@ -13,7 +13,8 @@ use axum::extract::{Json, State};
 use axum::http::{Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use idempotency_core::{Error, Idempotency, MemoryStore, idempotent};
+use idempotency_core::{Error, Idempotency, MemoryStore};
+use idempotency_function::idempotent;
 use serde::{Deserialize, Serialize};
 use tower::ServiceExt;
 

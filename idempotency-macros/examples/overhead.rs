@@ -6,7 +6,8 @@
 
 use std::time::Instant;
 
-use idempotency_core::{Error, Idempotency, MemoryStore, idempotent};
+use idempotency_core::{Error, Idempotency, MemoryStore};
+use idempotency_function::idempotent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 //! The expansion: the function keeps its signature; its body becomes one call into
-//! the runtime's `function` module ([`crate::krate::runtime`]), with the original body as an `async move` block.
+//! the function runtime ([`crate::krate::runtime`]), with the original body as an `async move` block.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -52,10 +52,10 @@ fn dedup(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<TokenStream> {
         #vis #sig {
             let #call_var = #call;
             let #engine_var = {
-                use #runtime::function::AsEngine as _;
+                use #runtime::AsEngine as _;
                 #engine
             };
-            #runtime::function::#runner::<#output, _, _, _>(
+            #runtime::#runner::<#output, _, _, _>(
                 #engine_var,
                 #call_var,
                 #map_err,
@@ -112,11 +112,12 @@ mod tests {
         let expanded = super::expand(args, item).unwrap().to_string();
         for part in [
             "# [doc = \"kept\"] pub (crate) async fn handle < T : Send > (& self , event : Event , extra : T) -> Result < u64 , AppError > where T : Sync {",
-            ":: idempotency_core :: function :: Call :: new (:: core :: concat ! (:: core :: module_path ! () , \"::\" , \"handle\") , & (event . trade_no))",
+            ":: idempotency_function :: Call :: new (:: core :: concat ! (:: core :: module_path ! () , \"::\" , \"handle\") , & (event . trade_no))",
             ". ttl (:: core :: time :: Duration :: from_millis (3600000u64))",
             ". fingerprint (\"event . amount\" , & (event . amount))",
             "(self . engine) . idempotency_engine ()",
-            ":: idempotency_core :: function :: run :: < Result < u64 , AppError > , _ , _ , _ > (",
+            "{ use :: idempotency_function :: AsEngine as _ ;",
+            ":: idempotency_function :: run :: < Result < u64 , AppError > , _ , _ , _ > (",
             ":: core :: convert :: From :: from , async move { Ok (event . amount) } ,) . await",
         ] {
             assert!(expanded.contains(part), "{part}\n--- in ---\n{expanded}");

@@ -4,11 +4,12 @@ use proc_macro_crate::{FoundCrate, crate_name};
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
 
-/// `::idempotency` when the calling crate depends on the facade (under whatever name it gave
-/// it), else `::idempotency_core`: the generated code reaches `function` through whichever of
-/// the two the caller has, so depending on the facade alone is enough.
+/// The runtime of idempotent functions: `::idempotency::function` when the calling crate
+/// depends on the facade (under whatever name it gave it), else `::idempotency_function`, so
+/// depending on the facade alone is enough.
 pub(crate) fn runtime() -> TokenStream {
-    first_of(&["idempotency", "idempotency-core"], &[]).unwrap_or(quote!(::idempotency_core))
+    first_of(&["idempotency", "idempotency-function"], &["function"])
+        .unwrap_or(quote!(::idempotency_function))
 }
 
 /// The SQL runtime of the transactional and state-machine modes: `::idempotency::sql` when the

@@ -1,9 +1,9 @@
 //! The `#[idempotent]` attribute: run an `async fn` once per key (dedup), in the caller's SQL
 //! transaction (transactional), or once per state transition (state machine).
 //!
-//! Use it through `idempotency::idempotent` (feature `macros`; `idempotency_core::idempotent`
-//! works too); the generated code calls the runtime's `function` module through whichever of the
-//! two crates the caller depends on. See [`idempotent`] for the arguments, the modes and examples.
+//! Use it through `idempotency::idempotent` (feature `macros`; `idempotency_function::idempotent`
+//! works too); the generated code calls the function runtime through whichever of the two crates
+//! the caller depends on (`idempotency::function` or `idempotency_function`). See [`idempotent`] for the arguments, the modes and examples.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod attr;
@@ -19,10 +19,12 @@ use proc_macro::TokenStream;
 
 /// Runs an `async fn … -> Result<T, E>` once per key.
 ///
-/// Use it through `idempotency::idempotent` (feature `macros`). The smallest use:
+/// Use it through `idempotency::idempotent` (feature `macros`) or `idempotency_function::idempotent`.
+/// The smallest use:
 ///
 /// ```
-/// use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
+/// use idempotency_core::{Idempotency, Error, MemoryStore};
+/// use idempotency_function::idempotent;
 ///
 /// #[idempotent(key = trade_no, store = engine)]
 /// async fn grant_coupon(engine: &Idempotency<MemoryStore>, trade_no: &str) -> Result<u64, Error> {
@@ -77,7 +79,8 @@ use proc_macro::TokenStream;
 ///
 /// ```no_run
 /// use idempotency_sql::SqliteStore;
-/// use idempotency_core::{Error, idempotent};
+/// use idempotency_core::Error;
+/// use idempotency_function::idempotent;
 ///
 /// #[idempotent(tx = tx, key = trade_no, store = store, namespace = "pay.callback")]
 /// async fn grant(store: &SqliteStore, tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, trade_no: &str)
@@ -110,7 +113,8 @@ use proc_macro::TokenStream;
 /// to = 20` for a `TINYINT`/`INT` status column), not both in one transition.
 ///
 /// ```no_run
-/// use idempotency_core::{Error, idempotent};
+/// use idempotency_core::Error;
+/// use idempotency_function::idempotent;
 ///
 /// #[idempotent(transition(table = "orders", id = order_id, from = "WAIT_PAY", to = "PAID"),
 ///              executor = tx, already = "success")]
@@ -132,10 +136,10 @@ use proc_macro::TokenStream;
 ///
 /// ```text
 /// async fn on_paid(&self, event: Event) -> Result<Coupon, AppError> {
-///     let call = ::idempotency_core::function::Call::new("pay.callback", &(event.trade_no))
+///     let call = ::idempotency_function::Call::new("pay.callback", &(event.trade_no))
 ///         .ttl(::core::time::Duration::from_millis(86400000u64));
-///     let engine = { use ::idempotency_core::function::AsEngine as _; (self.engine).idempotency_engine() };
-///     ::idempotency_core::function::run::<Result<Coupon, AppError>, _, _, _>(
+///     let engine = { use ::idempotency_function::AsEngine as _; (self.engine).idempotency_engine() };
+///     ::idempotency_function::run::<Result<Coupon, AppError>, _, _, _>(
 ///         engine, call, ::core::convert::From::from, async move { /* the body */ },
 ///     ).await
 /// }

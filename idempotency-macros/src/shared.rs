@@ -28,7 +28,7 @@ pub(crate) fn required<'a, T>(value: Option<&'a T>, name: &str, hint: &str) -> s
 pub(crate) fn call_builder(args: &Args, info: &FnInfo, key: &Expr) -> syn::Result<TokenStream> {
     let runtime = crate::krate::runtime();
     let namespace = namespace(args, info);
-    let mut call = quote!(#runtime::function::Call::new(#namespace, &(#key)));
+    let mut call = quote!(#runtime::Call::new(#namespace, &(#key)));
     if let Some(principal) = &args.principal {
         info.check_root(principal, "principal")?;
         call.extend(quote!(.principal(&(#principal))));

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idempotency_core::{Error, Idempotency, MemoryStore, idempotent};
+use idempotency_core::{Error, Idempotency, MemoryStore};
+use idempotency_function::idempotent;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Barrier, Notify};
 

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idempotency_core::function::Recorded;
-use idempotency_core::{Error, idempotent};
+use idempotency_core::Error;
+use idempotency_function::Recorded;
+use idempotency_function::idempotent;
 use idempotency_test::{unavailable, unique_key};
 use serde::{Deserialize, Serialize};
 

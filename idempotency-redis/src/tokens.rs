@@ -9,8 +9,8 @@ use ::redis::cluster_async::ClusterConnection;
 use super::error::{bounded, map_error, millis};
 use super::store::DEFAULT_CALL_TIMEOUT;
 use crate::time::unix_millis;
-use idempotency_core::{OneTimeToken, TokenOutcome, TokenStore};
 use idempotency_core::{Scope, StorageKey, StoreError};
+use idempotency_token::{OneTimeToken, TokenOutcome, TokenStore};
 
 /// Default prefix of token keys.
 pub const DEFAULT_TOKEN_PREFIX: &str = "idempotency:token:";
@@ -18,7 +18,7 @@ pub const DEFAULT_TOKEN_PREFIX: &str = "idempotency:token:";
 /// One-time tokens in Redis or Redis Cluster (see [`TokenStore`]).
 ///
 /// A token is kept under the hash of (scope, token) — never the raw token — with a native TTL
-/// (the `ttl` given to [`issue`](TokenStore::issue); [`idempotency_core::DEFAULT_TOKEN_TTL`] is 30
+/// (the `ttl` given to [`issue`](TokenStore::issue); [`idempotency_token::DEFAULT_TOKEN_TTL`] is 30
 /// minutes). [`consume`](TokenStore::consume) is one `DEL`, which checks and deletes in one
 /// atomic step (it answers how many keys it removed), so of any number of concurrent submits
 /// exactly one is [`TokenOutcome::Consumed`]: no script, and no `GET` before the delete.
@@ -27,8 +27,9 @@ pub const DEFAULT_TOKEN_PREFIX: &str = "idempotency:token:";
 /// redeliveries and RPC retries carry no token: guard them with idempotency keys.
 ///
 /// ```no_run
-/// use idempotency_core::{DEFAULT_TOKEN_TTL, Scope, TokenOutcome, TokenStore};
+/// use idempotency_core::Scope;
 /// use idempotency_redis::RedisTokenStore;
+/// use idempotency_token::{DEFAULT_TOKEN_TTL, TokenOutcome, TokenStore};
 /// # async fn run() -> Result<(), idempotency_core::StoreError> {
 /// let tokens = RedisTokenStore::connect("redis://127.0.0.1:6379").await?;
 /// let scope = Scope::new("checkout").with_principal("user-7");

@@ -7,10 +7,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use idempotency_core::{
-    Claim, ClaimRequest, Fingerprint, Lease, Outcome, Scope, Store, StoreError, TokenStore,
+    Claim, ClaimRequest, Fingerprint, Lease, Outcome, Scope, Store, StoreError,
 };
 use idempotency_redis::{RedisStore, RedisTokenStore};
 use idempotency_test::{unavailable, unique_key};
+use idempotency_token::{TokenOutcome, TokenStore};
 
 /// A `redis-server` child process, killed when dropped.
 struct Server {
@@ -191,7 +192,7 @@ async fn store_fails_fast_while_redis_is_down_and_recovers() {
     let token = tokens.issue(&scope, Duration::from_secs(60)).await.unwrap();
     assert_eq!(
         tokens.consume(&scope, &token.value).await.unwrap(),
-        idempotency_core::TokenOutcome::Consumed
+        TokenOutcome::Consumed
     );
 }
 

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use idempotency_core::{
     Claim, ClaimRequest, Decision, Fingerprint, Idempotency, InFlightPolicy, Lease, Namespace,
-    Outcome, Scope, StorageKey, Store, TokenOutcome, TokenStore,
+    Outcome, Scope, StorageKey, Store,
 };
 use idempotency_redis::{RedisStore, RedisTokenStore, connect};
 use idempotency_test::{unavailable, unique_key};
+use idempotency_token::{TokenOutcome, TokenStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idempotency_core::function::{self, Call, STATUS_OK};
 use idempotency_core::{
     BoxStore, Decision, Error, Fingerprint, Idempotency, InFlightPolicy, Mechanism, MemoryStore,
     Namespace, Outcome, Scope, Store,
 };
+use idempotency_function::{self as function, Call, STATUS_OK};
 use idempotency_redis::RedisStore;
 use idempotency_test::{unavailable, unique_key};
 

@@ -1,6 +1,7 @@
 //! Runtime of the transactional (`tx = …`) and state-machine (`transition(…)`) modes of
 //! `#[idempotent]`, on top of [`TxStore`] and [`Transition`]: the generated code calls it
-//! (through `idempotency::sql::function` or `idempotency_sql::function`).
+//! (through `idempotency::sql::function` or `idempotency_sql::function`). A call is an
+//! [`idempotency_function::Call`], as in the dedup mode, whose runtime is `idempotency_function`.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -10,8 +11,8 @@ use serde::de::DeserializeOwned;
 
 use crate::tx::KeyedClaim;
 use crate::{InTransaction, Transition, TransitionOutcome, TxClaim, TxLease, TxStore};
-use idempotency_core::function::{Call, FnResult, STATUS_OK};
 use idempotency_core::{BoxFuture, Error, Mechanism, Outcome, StoreError};
+use idempotency_function::{Call, FnResult, STATUS_OK};
 
 /// What a transactional `#[idempotent]`'s `store = …` may evaluate to: a [`TxStore`]
 /// (`PostgresStore`, `SqliteStore`, `MySqlStore`), or anything that derefs to one (`Arc`, `&`).

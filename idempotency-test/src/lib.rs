@@ -1,5 +1,5 @@
 //! Test support for the `idempotency` toolkit, as `tower-test` is for tower: the conformance
-//! suite every [`Store`] and [`TokenStore`](idempotency_core::TokenStore) passes, unchanged, the fault proxy and span capture.
+//! suite every [`Store`] and [`TokenStore`](idempotency_token::TokenStore) passes, unchanged, the fault proxy and span capture.
 //!
 //! A backend's test file needs one line per suite:
 //!

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use idempotency_core::Scope;
-use idempotency_core::{TokenOutcome, TokenStore};
+use idempotency_token::{TokenOutcome, TokenStore};
 
 use crate::support::{LONG, PAST_SHORT, SHORT, concurrently, unique_key};
 

@@ -12,9 +12,10 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::post;
 use http::{Request, StatusCode};
-use idempotency_core::{Scope, TokenStore};
+use idempotency_core::Scope;
 use idempotency_redis::{RedisStore, RedisTokenStore};
 use idempotency_test::unavailable;
+use idempotency_token::TokenStore;
 use idempotency_tower::{IDEMPOTENCY_TOKEN, IdempotencyLayer, TokenLayer};
 use tower::ServiceExt;
 

@@ -12,9 +12,10 @@ use axum::body::Body;
 use axum::routing::{get, post};
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use idempotency_core::{DEFAULT_TOKEN_TTL, MemoryTokenStore, Scope, TokenStore};
+use idempotency_core::Scope;
 use idempotency_redis::RedisTokenStore;
 use idempotency_test::unavailable;
+use idempotency_token::{DEFAULT_TOKEN_TTL, MemoryTokenStore, TokenStore};
 use idempotency_tower::{IDEMPOTENCY_TOKEN, TokenLayer};
 use tower::ServiceExt;
 

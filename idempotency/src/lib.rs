@@ -2,9 +2,10 @@
 //! effects happen once.
 //!
 //! This crate is the one dependency a service needs: it re-exports the engine
-//! ([`idempotency_core`], at the root), the SQL stores ([`sql`]), the HTTP and gRPC layers
-//! ([`tower`]), the queue consumers ([`queue`]) and the outbox ([`outbox`]), each behind the
-//! feature of its store or source of duplicates.
+//! ([`idempotency_core`], at the root), one-time tokens ([`token`]), the SQL stores ([`sql`]),
+//! idempotent functions ([`function`]), the HTTP and gRPC layers ([`tower`]), the queue consumers
+//! ([`queue`]) and the outbox ([`outbox`]), each behind the feature of its store or source of
+//! duplicates.
 //!
 //! | duplicates from | use | features |
 //! |---|---|---|
@@ -14,7 +15,7 @@
 //! | handlers writing to SQL (the iron rule) | `build_transactional()`, `tower::transactional::Tx` | `axum` + `postgres` / `mysql` / `sqlite` |
 //! | at-least-once queues | `queue::two_tier::TwoTier`, `queue::rabbitmq`, `queue::nats` | `rabbitmq` or `nats`, + `redis`, `postgres` |
 //! | a change in another service's database | `outbox::Outbox`, `outbox::Relay` | `outbox` + `postgres` + a broker |
-//! | front-end double submits (only these) | one-time tokens: `TokenStore`, `tower::TokenLayer` | `tower` |
+//! | front-end double submits (only these) | one-time tokens: `token::TokenStore`, `tower::TokenLayer` | `tower` |
 //!
 //! ```
 //! use idempotency::{Idempotency, MemoryStore, Error};
@@ -44,6 +45,18 @@ pub use idempotency_core::*;
 /// Operations on records (`idempotency-operations`): list and count dangling records, inspect,
 /// reconcile, release or complete by hand (fenced and audited), purge with an archive.
 pub use idempotency_operations as operations;
+
+/// One-time tokens against double submits (`idempotency-token`): [`token::TokenStore`],
+/// [`token::MemoryTokenStore`].
+pub use idempotency_token as token;
+
+/// Idempotent functions (`idempotency-function`): the runtime of `#[idempotent]`
+/// ([`function::Call`], [`function::run`], [`function::Recorded`]).
+#[cfg(feature = "macros")]
+pub use idempotency_function as function;
+
+#[cfg(feature = "macros")]
+pub use idempotency_function::idempotent;
 
 /// The Redis store (`idempotency-redis`): [`redis::RedisStore`] on one node, a Cluster or
 /// Valkey, and [`redis::RedisTokenStore`].

@@ -24,13 +24,11 @@ pub struct Config {
     pub keep_alive_ceiling: Duration,
     /// The longest any single store call may take before it counts as failed. Default 2 s.
     pub store_timeout: Duration,
-    /// Whether claims whose key derivation changed in this release (functions, [`Call`],
-    /// `#[idempotent]`; consumers, [`Idempotency::claim_key`](crate::Idempotency::claim_key)) also claim, first, the key the
+    /// Whether claims whose key derivation changed in this release (functions,
+    /// `idempotency_function::Call`, `#[idempotent]`; consumers, [`Idempotency::claim_key`](crate::Idempotency::claim_key)) also claim, first, the key the
     /// previous derivation gave them, so that a fleet running the previous release and this
     /// one side by side never runs one twice, and records the previous release wrote are
     /// replayed. On for one TTL after such an upgrade (see [`Mechanism`](crate::Mechanism)). Default off.
-    ///
-    /// [`Call`]: crate::function::Call
     pub previous_keys: bool,
     /// How many duplicates of one in-flight key may wait for it at once in this engine
     /// ([`InFlightPolicy::Wait`](crate::InFlightPolicy::Wait)); more are answered in flight at once. They share one wait:

@@ -209,10 +209,27 @@ impl<S: Store> Idempotency<S> {
         Some(claim.map(|claim| self.decide(namespace, key, claim)))
     }
 
-    /// [`claim_key`](Self::claim_key) of `mechanism` in the namespace of `scope`, given by
-    /// name (counters built per event): for front ends that claim in a namespace once per
-    /// call, as [`Call`](crate::function::Call).
-    pub(crate) async fn claim_named(
+    /// [`claim_key`](Self::claim_key) of `mechanism` in the namespace of `scope`, named rather
+    /// than prepared: its metric keys are built per event instead of once by a [`Namespace`].
+    /// For front ends that claim in a namespace once per call, such as idempotent functions
+    /// (`idempotency_function::Call`); while previous keys are read
+    /// ([`with_previous_keys`](Self::with_previous_keys)), the previous key derivation's key is
+    /// claimed first, as by `claim_key`.
+    ///
+    /// ```
+    /// use idempotency_core::{Decision, Fingerprint, Idempotency, InFlightPolicy, Mechanism, MemoryStore, Scope};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idempotency_core::Error> {
+    /// let engine = Idempotency::new(MemoryStore::new());
+    /// let scope = Scope::new("coupons").with_principal("tenant-1");
+    /// let fingerprint = Fingerprint::of_bytes(b"amount=100");
+    /// let decision = engine
+    ///     .claim_named(&scope, Mechanism::Function, "T1", &fingerprint, InFlightPolicy::Reject)
+    ///     .await?;
+    /// assert!(matches!(decision, Decision::Execute(_)));
+    /// # Ok(()) }
+    /// ```
+    pub async fn claim_named(
         &self,
         scope: &Scope,
         mechanism: Mechanism,

@@ -8,7 +8,6 @@ mod scan;
 mod shards;
 #[cfg(test)]
 mod tests;
-mod tokens;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +21,6 @@ pub use self::capacity::{DEFAULT_MEMORY_MAX_BYTES, DEFAULT_MEMORY_MAX_RECORDS};
 use self::capacity::Capacity;
 use self::micros::Micros;
 use self::shards::{SHARDS, Shards, SharedName, Slot};
-pub use self::tokens::MemoryTokenStore;
 use crate::{
     Claim, ClaimId, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Fingerprint, Lease,
     Outcome, Record, RecordState, StorageKey, Store, StoreError,

@@ -1,4 +1,4 @@
-//! The sharded hash tables behind the memory stores: keys spread over 64 locked shards.
+//! The sharded hash tables behind the memory store: keys spread over 64 locked shards.
 
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -94,15 +94,6 @@ impl<V> Shard<V> {
         (entry, &mut self.namespace)
     }
 
-    pub(super) fn insert(&mut self, key: StorageKey, value: V) {
-        match self.entry_and_namespace(&key).0 {
-            hash_table::Entry::Occupied(mut slot) => slot.get_mut().keyed.value = value,
-            hash_table::Entry::Vacant(slot) => {
-                slot.insert(Slot::new(key, value));
-            }
-        }
-    }
-
     pub(super) fn remove(&mut self, key: &StorageKey) -> Option<V> {
         self.marks.forget(key);
         let word = word_of(key);
@@ -110,10 +101,6 @@ impl<V> Shard<V> {
             .find_entry(self.hashing.hash_one(word), matches(word, key))
             .ok()
             .map(|slot| slot.remove().0.keyed.value)
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.map.len()
     }
 
     pub(super) fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {

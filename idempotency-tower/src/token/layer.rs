@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, Method};
-use idempotency_core::TokenStore;
+use idempotency_token::TokenStore;
 
 use crate::idempotency::config::PrincipalFn;
 use crate::refusal::{ProblemJson, RenderRefusal};

@@ -16,7 +16,8 @@
 //!
 //! ```
 //! use axum::{Router, routing::post};
-//! use idempotency_core::{DEFAULT_TOKEN_TTL, MemoryTokenStore, Scope, TokenStore};
+//! use idempotency_core::Scope;
+//! use idempotency_token::{DEFAULT_TOKEN_TTL, MemoryTokenStore, TokenStore};
 //! use idempotency_tower::{IDEMPOTENCY_TOKEN, TokenLayer};
 //! use std::sync::Arc;
 //! use tower::ServiceExt;

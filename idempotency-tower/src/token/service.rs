@@ -7,7 +7,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use idempotency_core::{Scope, TokenOutcome, TokenStore};
+use idempotency_core::Scope;
+use idempotency_token::{TokenOutcome, TokenStore};
 use tower_layer::Layer;
 use tower_service::Service;
 

@@ -559,8 +559,8 @@ pub async fn misuse_and_outage<H: Harness>(harness: &H) {
 /// namespace of one table never answer for each other (they used to read each other's record,
 /// and a callback then answered 422 and granted nothing).
 pub async fn mechanisms_never_collide<H: Harness>(harness: &H) {
-    use idempotency_core::function::{self, Call};
     use idempotency_core::{Fingerprint, Idempotency, Outcome};
+    use idempotency_function::{self as function, Call};
     use idempotency_sql::TxClaim;
 
     let counters = Arc::new(Counters::default());

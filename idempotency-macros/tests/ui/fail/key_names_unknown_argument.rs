@@ -1,5 +1,6 @@
 #![allow(unused)]
-use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
+use idempotency_core::{Idempotency, Error, MemoryStore};
+use idempotency_function::idempotent;
 
 #[idempotent(key = event.trade_no, store = engine)]
 async fn typo(engine: &Idempotency<MemoryStore>, evt: String) -> Result<u64, Error> {

@@ -1,5 +1,6 @@
 #![allow(unused)]
-use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
+use idempotency_core::{Idempotency, Error, MemoryStore};
+use idempotency_function::idempotent;
 
 #[idempotent(key = id, store = engine)]
 async fn returns_a_plain_value(engine: &Idempotency<MemoryStore>, id: u64) -> u64 {

@@ -1,6 +1,7 @@
 #![allow(unused)]
 use idempotency_sql::SqliteStore;
-use idempotency_core::{Error, idempotent};
+use idempotency_core::Error;
+use idempotency_function::idempotent;
 use sqlx::{Sqlite, Transaction};
 
 #[idempotent(tx = tx, key = id, store = store, ttl = "1h")]

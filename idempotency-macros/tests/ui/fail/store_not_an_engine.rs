@@ -1,5 +1,6 @@
 #![allow(unused)]
-use idempotency_core::{Error, idempotent};
+use idempotency_core::Error;
+use idempotency_function::idempotent;
 
 struct Settings {
     retries: u32,

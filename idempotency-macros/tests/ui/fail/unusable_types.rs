@@ -1,5 +1,6 @@
 #![allow(unused)]
-use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
+use idempotency_core::{Idempotency, Error, MemoryStore};
+use idempotency_function::idempotent;
 
 struct NotStorable;
 

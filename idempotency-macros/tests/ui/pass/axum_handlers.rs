@@ -4,7 +4,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
+use idempotency_core::{Idempotency, Error, MemoryStore};
+use idempotency_function::idempotent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone)]

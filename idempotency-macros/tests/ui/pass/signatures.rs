@@ -3,7 +3,8 @@
 //! `Result` aliases, and every argument of the dedup mode.
 use std::sync::Arc;
 
-use idempotency_core::{Idempotency, Error, MemoryStore, Store, idempotent};
+use idempotency_core::{Idempotency, Error, MemoryStore, Store};
+use idempotency_function::idempotent;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -1,5 +1,6 @@
 //! `#[tracing::instrument]` stacked on either side, with `err` and `skip`.
-use idempotency_core::{Idempotency, Error, MemoryStore, idempotent};
+use idempotency_core::{Idempotency, Error, MemoryStore};
+use idempotency_function::idempotent;
 
 #[tracing::instrument(skip(engine), err)]
 #[idempotent(key = order_id, store = engine, namespace = "orders.pay")]

@@ -1,11 +1,12 @@
-//! The spans of `idempotency_core::telemetry`, as a real `tracing` subscriber sees them: an
-//! idempotent function's `idempotency.guard` span (claim → work → complete, then a replay)
-//! carries the documented attribute names, and the raw key appears nowhere (spans or events).
+//! The span of an idempotent function, as a real `tracing` subscriber sees it: a call's
+//! `idempotency.guard` span (claim → work → complete, then a replay) carries the attribute names
+//! of `idempotency_core::telemetry`, a failed call is released, a mismatch is named, and the raw
+//! key appears nowhere (spans or events).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use idempotency_core::function::{self, Call};
 use idempotency_core::telemetry;
 use idempotency_core::{Error, Idempotency, MemoryStore};
+use idempotency_function::{self as function, Call};
 use idempotency_test::SpanCapture;
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;

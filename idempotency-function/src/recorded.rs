@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// value (the same JSON as `value`), so switching a function to it keeps its records readable.
 ///
 /// ```
-/// use idempotency_core::function::{self, Call, Recorded};
+/// use idempotency_function::{self as function, Call, Recorded};
 /// use idempotency_core::{Error, Idempotency, MemoryStore};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {

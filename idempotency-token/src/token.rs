@@ -1,16 +1,12 @@
-//! One-time tokens against front-end double submits.
-//!
-//! A page asks for a token ([`TokenStore::issue`]) when it renders a form and sends it back once
-//! with the submit; [`TokenStore::consume`] accepts it exactly once, atomically. Tokens only
-//! protect against a user submitting the same form twice: payment callbacks, queue redeliveries
-//! and RPC retries never carry a token — guard those with idempotency keys.
+//! The token contract: a token, what consuming it found, and the stores that issue and consume
+//! them.
 
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 
-use crate::{Scope, StorageKey, StoreError};
+use idempotency_core::{Scope, StorageKey, StoreError};
 
 /// Default token lifetime: 30 minutes, longer than a typical front-end session's form.
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(30 * 60);
