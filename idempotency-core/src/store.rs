@@ -81,15 +81,6 @@ pub trait Store: Send + Sync + 'static {
         request: ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Claim, StoreError>> + Send;
 
-    /// The answer [`claim`](Store::claim) would give, given at once, by a store that answers
-    /// without awaiting anything (the memory store): front ends then set up no future for the
-    /// claim (a replay through the HTTP layer costs 4 % more instructions without it;
-    /// `BENCHMARKS.md`). `None`, the default, means: call `claim`.
-    fn claim_ready(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
-        let _ = request;
-        None
-    }
-
     /// Stores the outcome and keeps it for `ttl`.
     fn complete(
         &self,
@@ -173,7 +164,6 @@ pub trait DynStore: Send + Sync + 'static {
         &'a self,
         request: ClaimRequest<'a>,
     ) -> BoxFuture<'a, Result<Claim, StoreError>>;
-    fn claim_ready_dyn(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>>;
     fn complete_dyn<'a>(
         &'a self,
         key: &'a StorageKey,
@@ -215,9 +205,6 @@ impl<S: Store> DynStore for S {
         request: ClaimRequest<'a>,
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(self.claim(request))
-    }
-    fn claim_ready_dyn(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
-        self.claim_ready(request)
     }
     fn complete_dyn<'a>(
         &'a self,
@@ -297,9 +284,6 @@ impl Store for BoxStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.0.claim_dyn(request).await
     }
-    fn claim_ready(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
-        self.0.claim_ready_dyn(request)
-    }
     async fn complete(
         &self,
         key: &StorageKey,
@@ -343,9 +327,6 @@ impl<S: Store> Store for Arc<S> {
         request: ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Claim, StoreError>> + Send {
         (**self).claim(request)
-    }
-    fn claim_ready(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
-        (**self).claim_ready(request)
     }
     fn complete(
         &self,

@@ -1,9 +1,9 @@
 //! The [`Operations`] contract a store implements, and the audited step it takes.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use super::{Archive, AuditEntry, AuditLog, Counts, Cursor, Page, Purged, Query};
+use super::{Archive, AuditEntry, AuditLog, Counts, Cursor, Page, Purged, Query, purgeable};
 use idempotency_core::{
     BoxFuture, DynStore, FencingToken, Outcome, Record, StorageKey, StoreError,
 };
@@ -77,15 +77,20 @@ pub trait Operations: DynStore {
         Box::pin(std::future::ready(Ok(None)))
     }
 
-    /// Purges one batch of expired records ([`purgeable`](super::purgeable)) from `cursor`, copying them to
-    /// `archive` first.
+    /// Purges one batch of expired records ([`purgeable`](super::purgeable)) from `cursor`,
+    /// copying them to `archive` first. The default, for stores without an expiring delete
+    /// (memory, Redis): a scan, then a fenced delete of each expired record, so a record
+    /// renewed or taken over since the scan read it keeps its new token and stays; JSON lines
+    /// archives only. The SQL stores delete a batch in one statement, archiving to a table too.
     fn purge_page<'a>(
         &'a self,
         namespace: Option<&'a str>,
         cursor: &'a Cursor,
         batch: usize,
         archive: &'a mut Archive,
-    ) -> BoxFuture<'a, Result<Purged, StoreError>>;
+    ) -> BoxFuture<'a, Result<Purged, StoreError>> {
+        Box::pin(purge_by_scan(self, namespace, cursor, batch, archive))
+    }
 
     /// Applies `act`'s step and writes its audit entry in one transaction, so that an action
     /// is never applied without its audit row: where the audit log is a table in this store's
@@ -233,4 +238,44 @@ async fn records_by_prefix<O: Operations + ?Sized>(
     }
     found.truncate(limit);
     Ok(found)
+}
+
+/// The purge of one batch by a scan and a fenced delete of each expired record
+/// ([`Operations::purge_page`]'s default).
+pub(crate) async fn purge_by_scan<O: Operations + ?Sized>(
+    store: &O,
+    namespace: Option<&str>,
+    cursor: &Cursor,
+    batch: usize,
+    archive: &mut Archive,
+) -> Result<Purged, StoreError> {
+    if let Archive::Table(_) = archive {
+        return Err(StoreError::Config(
+            "an archive table needs a SQL store; archive to JSON lines instead".to_owned(),
+        ));
+    }
+    let query = Query {
+        namespace: namespace.map(str::to_owned),
+        ..Query::default()
+    };
+    let page = store.page(&query, cursor, batch).await?;
+    let now = SystemTime::now();
+    let grace = store.abandoned_grace();
+    let expired: Vec<Record> = page
+        .records
+        .into_iter()
+        .filter(|record| purgeable(record, now, grace))
+        .collect();
+    archive.write_lines(&expired, now)?;
+    let mut purged = 0;
+    for record in &expired {
+        if store.delete_fenced(&record.key, record.token).await? {
+            purged += 1;
+        }
+    }
+    Ok(Purged {
+        purged,
+        examined: page.examined,
+        next: page.next,
+    })
 }

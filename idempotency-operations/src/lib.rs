@@ -53,7 +53,6 @@ mod contract;
 mod cursor;
 mod fence;
 mod memory;
-mod purge;
 mod query;
 mod status;
 mod tiers;
@@ -66,7 +65,6 @@ pub use audit::{AUDIT_TARGET, Action, Actor, AuditEntry, AuditLog, TracingAudit}
 pub use contract::{AuditedStep, DEFAULT_BATCH, Operations, Step};
 pub use cursor::{Cursor, Page};
 pub use fence::{Acted, Fence, FenceRefusal};
-pub use purge::purge_by_scan;
 pub use query::Query;
 pub use status::Status;
 pub use tiers::{Tier, TieredStuck};

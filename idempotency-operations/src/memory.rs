@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use idempotency_core::{BoxFuture, FencingToken, MemoryStore, StorageKey, StoreError};
 
-use crate::{Archive, Cursor, Operations, Page, Purged, Query, purge_by_scan};
+use crate::{Cursor, Operations, Page, Query};
 
 /// A batch is at most `batch` records of one of the memory store's shards, in storage-key order
 /// ([`MemoryStore::scan_shard`]); the cursor names the shard and the last key taken.
@@ -50,16 +50,6 @@ impl Operations for MemoryStore {
 
     fn abandoned_grace(&self) -> Duration {
         MemoryStore::abandoned_grace(self)
-    }
-
-    fn purge_page<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        cursor: &'a Cursor,
-        batch: usize,
-        archive: &'a mut Archive,
-    ) -> BoxFuture<'a, Result<Purged, StoreError>> {
-        Box::pin(purge_by_scan(self, namespace, cursor, batch, archive))
     }
 }
 

@@ -19,7 +19,7 @@ use super::codec;
 use super::error::{bounded, map_error};
 use super::store::RedisStore;
 use idempotency_core::{BoxFuture, FencingToken, StorageKey, StoreError};
-use idempotency_operations::{Archive, Cursor, Operations, Page, Purged, Query, purge_by_scan};
+use idempotency_operations::{Cursor, Operations, Page, Query};
 
 /// A Cluster node by address: host and port.
 pub type NodeAddress = (String, u16);
@@ -384,16 +384,6 @@ impl<C: ScanConnection> Operations for RedisStore<C> {
 
     fn source(&self) -> String {
         format!("keys under {}", self.prefix())
-    }
-
-    fn purge_page<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        cursor: &'a Cursor,
-        batch: usize,
-        archive: &'a mut Archive,
-    ) -> BoxFuture<'a, Result<Purged, StoreError>> {
-        Box::pin(purge_by_scan(self, namespace, cursor, batch, archive))
     }
 }
 

@@ -47,45 +47,6 @@ use idempotency_core::{
     StoreError,
 };
 
-/// A claim answered at once ([`Store::claim_ready`]) is the answer `claim` gives: a new key is
-/// taken (and then in flight for `claim`), a live key reports in flight or another payload's
-/// mismatch, a completed key its outcome. A store that does not answer at once has nothing to
-/// check here.
-pub async fn ready_claims_answer_as_claim<S: Store>(store: &S) {
-    let key = unique_key();
-    let fp = fingerprint("ready");
-    let Some(first) = store.claim_ready(request(&key, &fp, LONG)) else {
-        return;
-    };
-    let lease = match first.unwrap() {
-        Claim::Acquired(lease) => lease,
-        other => panic!("expected to acquire a new key at once, got {other:?}"),
-    };
-    assert_eq!((lease.attempt, lease.took_over), (1, false));
-    let awaited = store.claim(request(&key, &fp, LONG)).await.unwrap();
-    assert!(matches!(awaited, Claim::InProgress { .. }), "{awaited:?}");
-    if let Some(ready) = store.claim_ready(request(&key, &fp, LONG)) {
-        let ready = ready.unwrap();
-        assert!(matches!(ready, Claim::InProgress { .. }), "{ready:?}");
-    }
-    let other = fingerprint("other");
-    if let Some(ready) = store.claim_ready(request(&key, &other, LONG)) {
-        assert_eq!(ready.unwrap(), Claim::Mismatch);
-    }
-    let outcome = binary_outcome();
-    store
-        .complete(&key, lease.token, &outcome, LONG)
-        .await
-        .unwrap();
-    if let Some(ready) = store.claim_ready(request(&key, &fp, LONG)) {
-        assert_eq!(ready.unwrap(), Claim::Completed(outcome.clone()));
-    }
-    assert_eq!(
-        store.claim(request(&key, &fp, LONG)).await.unwrap(),
-        Claim::Completed(outcome)
-    );
-}
-
 /// absent → in_progress → completed, with replay of the exact outcome.
 pub async fn lifecycle<S: Store>(store: &S) {
     let key = unique_key();

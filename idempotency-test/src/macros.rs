@@ -9,7 +9,7 @@ macro_rules! store_conformance_tests {
             lifecycle, mismatch, takeover_and_fencing, takeover_with_other_payload,
             touch_extends_lease, release_and_reclaim, unknown_key_is_refused,
             completed_expiry_and_purge, abandoned_lease_outlives_purge,
-            ready_claims_answer_as_claim, model_walk, undo_spares_other_claims,
+            model_walk, undo_spares_other_claims,
             conflict_marks);
         $crate::store_conformance_tests!(@shared $make; keys_are_independent, claim_storm);
     };

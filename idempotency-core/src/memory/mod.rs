@@ -220,7 +220,7 @@ impl MemoryStore {
     /// Claims `request`'s key; a new key takes room within the bounds, and when there is none,
     /// expired records are evicted and the claim tried once more before it is refused. Keys
     /// the store holds are answered whether it is full or not.
-    fn claim_now(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+    pub(crate) fn claim_now(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         if let Some(claim) = self.claim_within_bounds(request) {
             return Ok(claim);
         }
@@ -390,10 +390,6 @@ mod origin {
 impl Store for MemoryStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.claim_now(request)
-    }
-
-    fn claim_ready(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
-        Some(self.claim_now(request))
     }
 
     async fn complete(

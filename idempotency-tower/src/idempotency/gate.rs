@@ -23,8 +23,7 @@ type BoxedClaim<S> = Pin<Box<dyn Future<Output = Result<Decision<S>, StoreError>
 
 /// Claims the key for a request: one store call (or, in wait mode, a bounded poll).
 ///
-/// A store that answers at once ([`Store::claim_ready`]) is answered here, with no future set
-/// up; except for an in-flight key in wait mode, which is then awaited as below.
+/// A store that answers at once (the memory store) is answered here, with no future set up; except for an in-flight key in wait mode, which is then awaited as below.
 ///
 /// A conflict (another fingerprint) where the layer answers it with the stored response
 /// ([`ConflictAnswer::ReplayStored`]), or reads the previous fingerprint too (`previous`), is
