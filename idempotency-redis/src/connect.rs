@@ -81,3 +81,42 @@ where
         .await
         .map_err(|error| map_error(error, CONNECT_TIMEOUT))
 }
+
+/// The constructors of a store type that open its connection (`$store::new(connection)` takes
+/// an open one): one Redis server (`connect`, `from_client`) or a Cluster (`connect_cluster`).
+/// `RedisStore` and `RedisTokenStore` both have them.
+macro_rules! connecting_constructors {
+    ($store:ident) => {
+        impl $store<::redis::aio::ConnectionManager> {
+            /// Connects to one Redis server, as [`connect`](crate::connect) does but with no
+            /// timer on each reply at the connection level: the store bounds each call itself
+            /// ([`with_call_timeout`](Self::with_call_timeout)).
+            pub async fn connect(url: &str) -> Result<Self, idempotency_core::StoreError> {
+                Ok(Self::new(crate::connect::connect_store_url(url).await?))
+            }
+
+            /// Connects through a [`Client`](::redis::Client) you configured yourself, as
+            /// [`connect`](Self::connect) does.
+            pub async fn from_client(
+                client: ::redis::Client,
+            ) -> Result<Self, idempotency_core::StoreError> {
+                Ok(Self::new(crate::connect::connect_store(client).await?))
+            }
+        }
+
+        impl $store<::redis::cluster_async::ClusterConnection> {
+            /// Connects to a Redis Cluster through some of its nodes (see
+            /// [`connect_cluster`](crate::connect_cluster)).
+            pub async fn connect_cluster<I, U>(
+                nodes: I,
+            ) -> Result<Self, idempotency_core::StoreError>
+            where
+                I: IntoIterator<Item = U>,
+                U: AsRef<str>,
+            {
+                Ok(Self::new(crate::connect_cluster(nodes).await?))
+            }
+        }
+    };
+}
+pub(crate) use connecting_constructors;

@@ -47,7 +47,8 @@ pub trait ScanConnection: ConnectionLike + Clone + Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<ScanStep, RedisError>>;
 
     /// The values of `keys` (`None` for a key gone since the scan), in order, read in one
-    /// round trip where the keys live on one `node` (as one step's do).
+    /// round trip where the keys live on one `node` (as one step's do). Never asked for no
+    /// keys.
     fn values<'a>(
         &'a self,
         keys: &'a [String],
@@ -117,9 +118,6 @@ macro_rules! single_node {
                 _node: Option<&'a NodeAddress>,
             ) -> BoxFuture<'a, Result<Vec<Option<Vec<u8>>>, RedisError>> {
                 Box::pin(async move {
-                    if keys.is_empty() {
-                        return Ok(Vec::new());
-                    }
                     ::redis::cmd("MGET")
                         .arg(keys)
                         .query_async(&mut self.clone())
@@ -216,9 +214,6 @@ impl ScanConnection for ClusterConnection {
         node: Option<&'a NodeAddress>,
     ) -> BoxFuture<'a, Result<Vec<Option<Vec<u8>>>, RedisError>> {
         Box::pin(async move {
-            if keys.is_empty() {
-                return Ok(Vec::new());
-            }
             if let Some((host, port)) = node {
                 let mut pipeline = ::redis::pipe();
                 for key in keys {
@@ -305,10 +300,14 @@ impl<C: ScanConnection> RedisStore<C> {
             .filter_map(|key| self.storage_key_of(&key).map(|storage| (key, storage)))
             .collect();
         let names: Vec<String> = keys.iter().map(|(key, _)| key.clone()).collect();
-        let values = connection
-            .values(&names, node.as_ref())
-            .await
-            .map_err(|error| map_error(error, timeout))?;
+        let values = if names.is_empty() {
+            Vec::new()
+        } else {
+            connection
+                .values(&names, node.as_ref())
+                .await
+                .map_err(|error| map_error(error, timeout))?
+        };
         let now = SystemTime::now();
         let mut records = Vec::new();
         for ((_, key), value) in keys.iter().zip(values) {

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, ConnectionManager};
-use ::redis::cluster_async::ClusterConnection;
 use ::redis::{FromRedisValue, Script, Value};
 
 use super::codec::{self, Existing};
@@ -93,7 +92,7 @@ pub(super) struct Scripts {
 /// - **Faults**: each call, all its round trips, is bounded by
 ///   [`with_call_timeout`](Self::with_call_timeout); an
 ///   unreachable server yields [`StoreError::Unavailable`] or [`StoreError::Timeout`], and the
-///   connection ([`ConnectionManager`] or [`ClusterConnection`]) reconnects by itself. A call
+///   connection ([`ConnectionManager`] or [`ClusterConnection`](crate::ClusterConnection)) reconnects by itself. A call
 ///   that timed out may still have been applied; leases make that safe.
 ///
 /// Redis 7.0 is required (`SET` with both `NX` and `GET`); Valkey works too. Redis 7 has no
@@ -151,38 +150,14 @@ impl<C> std::fmt::Debug for RedisStore<C> {
     }
 }
 
-impl RedisStore<ConnectionManager> {
-    /// Connects to one Redis server, as [`super::connect`] does but with no timer on each
-    /// reply at the connection level: the store bounds each call itself
-    /// ([`with_call_timeout`](Self::with_call_timeout)).
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        Ok(Self::new(super::connect::connect_store_url(url).await?))
-    }
-
-    /// Connects through a [`Client`](::redis::Client) you configured yourself, as
-    /// [`connect`](Self::connect) does.
-    pub async fn from_client(client: ::redis::Client) -> Result<Self, StoreError> {
-        Ok(Self::new(super::connect::connect_store(client).await?))
-    }
-}
-
-impl RedisStore<ClusterConnection> {
-    /// Connects to a Redis Cluster through some of its nodes (see [`super::connect_cluster`]).
-    pub async fn connect_cluster<I, U>(nodes: I) -> Result<Self, StoreError>
-    where
-        I: IntoIterator<Item = U>,
-        U: AsRef<str>,
-    {
-        Ok(Self::new(super::connect_cluster(nodes).await?))
-    }
-}
+super::connect::connecting_constructors!(RedisStore);
 
 impl<C> RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// A store over an open connection: a [`ConnectionManager`], a
-    /// [`MultiplexedConnection`](::redis::aio::MultiplexedConnection) or a [`ClusterConnection`].
+    /// [`MultiplexedConnection`](::redis::aio::MultiplexedConnection) or a [`ClusterConnection`](crate::ClusterConnection).
     pub fn new(connection: C) -> Self {
         Self {
             connection,

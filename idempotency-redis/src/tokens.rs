@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, ConnectionManager};
-use ::redis::cluster_async::ClusterConnection;
 
 use super::error::{bounded, map_error, millis};
 use super::store::DEFAULT_CALL_TIMEOUT;
@@ -62,31 +61,7 @@ impl<C> std::fmt::Debug for RedisTokenStore<C> {
     }
 }
 
-impl RedisTokenStore<ConnectionManager> {
-    /// Connects to one Redis server, as [`super::connect`] does but with no timer on each
-    /// reply at the connection level: the store bounds each call itself
-    /// ([`with_call_timeout`](Self::with_call_timeout)).
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        Ok(Self::new(super::connect::connect_store_url(url).await?))
-    }
-
-    /// Connects through a [`Client`](::redis::Client) you configured yourself, as
-    /// [`connect`](Self::connect) does.
-    pub async fn from_client(client: ::redis::Client) -> Result<Self, StoreError> {
-        Ok(Self::new(super::connect::connect_store(client).await?))
-    }
-}
-
-impl RedisTokenStore<ClusterConnection> {
-    /// Connects to a Redis Cluster through some of its nodes (see [`super::connect_cluster`]).
-    pub async fn connect_cluster<I, U>(nodes: I) -> Result<Self, StoreError>
-    where
-        I: IntoIterator<Item = U>,
-        U: AsRef<str>,
-    {
-        Ok(Self::new(super::connect_cluster(nodes).await?))
-    }
-}
+super::connect::connecting_constructors!(RedisTokenStore);
 
 impl<C> RedisTokenStore<C>
 where
