@@ -67,7 +67,7 @@
 //!   **dead**: kept for an operator, never dropped.
 //!
 //! ```
-//! use idempotency_core::{Decision, Fingerprint, Idempotency, IdempotencyKey, MemoryStore, Outcome, Scope};
+//! use idempotency_core::{Decision, Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, MemoryStore, Outcome, Scope};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let engine = Idempotency::new(MemoryStore::new());
@@ -75,7 +75,7 @@
 //! let key = IdempotencyKey::parse("T1")?;
 //! let fingerprint = Fingerprint::of_bytes(b"order 42");
 //!
-//! match engine.begin(&scope, &key, &fingerprint).await? {
+//! match engine.claim(&scope, &key, &fingerprint, InFlightPolicy::Reject).await? {
 //!     Decision::Execute(execution) => {
 //!         // ... grant the coupon exactly once ...
 //!         execution.complete(Outcome::new(200, "granted")).await?;
@@ -109,7 +109,9 @@ mod fingerprint;
 mod framing;
 mod in_flight;
 mod key;
+mod mechanism;
 pub mod metrics;
+mod namespace;
 mod record;
 mod scope;
 mod store;
@@ -122,14 +124,15 @@ mod memory;
 pub use completed_keys::CompletedKeys;
 pub use engine::{
     Config, DEFAULT_IN_FLIGHT_POLL, DEFAULT_MAX_WAITERS_PER_KEY, Decision, Execution, Idempotency,
-    Namespace,
 };
 pub use error::{Cause, Error, StoreError};
 pub use fingerprint::{Fingerprint, FingerprintBuilder, canonical_json};
 pub use in_flight::{DEFAULT_IN_FLIGHT_WAIT, InFlightPolicy};
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
+pub use mechanism::Mechanism;
+pub use namespace::Namespace;
 pub use record::{ClaimId, FencingToken, Outcome, Record, RecordState};
-pub use scope::{Mechanism, Scope, StorageKey};
+pub use scope::{ClaimKey, Scope, StorageKey};
 pub use store::{
     BoxFuture, BoxStore, Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, DynStore, Lease, Store,
 };

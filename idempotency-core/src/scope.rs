@@ -2,91 +2,8 @@
 
 use std::fmt;
 
-use crate::IdempotencyKey;
 use crate::framing::FramedHasher;
-
-/// Which kind of front end a record belongs to.
-///
-/// The mechanism is part of the stored key, so records written by different mechanisms never
-/// answer for each other, even in one namespace of one table: an HTTP response is never replayed
-/// to a function, nor a function's value to a consumer, nor a layer's claim mistaken for a
-/// transaction's. Each record says which mechanism wrote it ([`Record::mechanism`](crate::Record::mechanism)).
-///
-/// How a key becomes a storage key is versioned (the key derivation, which each record names:
-/// [`Record::key_derivation`](crate::Record::key_derivation)):
-///
-/// | version | keys |
-/// |---|---|
-/// | 1 | every mechanism keyed as a request, as release 0.1 did |
-/// | 2 | functions and transactions keyed by their mechanism; consumers as requests in their fast tier, as transactions in their SQL truth |
-/// | 3 | consumers keyed as messages in both tiers |
-///
-/// After an upgrade that changed a derivation, nodes with previous keys read
-/// ([`Idempotency::with_previous_keys`](crate::Idempotency::with_previous_keys), the SQL
-/// stores' `with_previous_keys`) claim the previous derivation's key first and then their own,
-/// for one TTL: a retry in flight during the rolling deploy, or a record the previous release
-/// completed, is then never run a second time. Only the previous derivation is read: upgrade
-/// one release at a time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Mechanism {
-    /// HTTP and gRPC requests (the layer and transactional HTTP) and direct engine calls
-    /// ([`Scope::storage_key`]).
-    Request,
-    /// `#[idempotent]` functions and `Call`s (crate `idempotency-function`), transactional ones
-    /// included.
-    Function,
-    /// Claims taken by hand in a transaction (`idempotency_sql::TxStore::claim_in_tx`).
-    Transaction,
-    /// Queue consumers' records, in both tiers (the fast tier's, through
-    /// [`Idempotency::claim_key`](crate::Idempotency::claim_key), and the SQL truth's, through
-    /// `idempotency_sql::TxStore::claim_key_in_tx`): one message has one storage key in
-    /// both, so the two records of a message are found, and joined, by it. Key derivation 2
-    /// keyed consumers as requests in their fast tier and as transactions in their truth:
-    /// read with previous keys on ([`Idempotency::with_previous_keys`](crate::Idempotency::with_previous_keys)
-    /// on the fast tier's engine, `with_previous_keys` on the truth's SQL store) for one TTL
-    /// after the upgrade, so that a redelivery during the rolling deploy is still a duplicate.
-    Message,
-}
-
-impl Mechanism {
-    /// Every mechanism.
-    pub const ALL: [Self; 4] = [
-        Self::Request,
-        Self::Function,
-        Self::Transaction,
-        Self::Message,
-    ];
-
-    /// `"request"`, `"function"`, `"transaction"` or `"message"`: its name on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Request => "request",
-            Self::Function => "function",
-            Self::Transaction => "transaction",
-            Self::Message => "message",
-        }
-    }
-
-    /// Parses [`Mechanism::as_str`]'s output.
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|mechanism| mechanism.as_str() == text)
-    }
-
-    /// The domain tag hashed in front of the key: short, so that a short namespace and a UUID
-    /// key hash in one BLAKE3 block (64 bytes with their length bytes). `Request` keeps the
-    /// tag records had before mechanisms were told apart.
-    fn tag(self) -> &'static [u8] {
-        match self {
-            Self::Request => b"record",
-            Self::Function => b"function",
-            Self::Transaction => b"transaction",
-            Self::Message => b"message",
-        }
-    }
-}
+use crate::{IdempotencyKey, Mechanism, Namespace};
 
 /// Where a key is valid: a namespace (an endpoint, a consumer, a function) and an optional
 /// principal (tenant, user, API client).
@@ -103,17 +20,28 @@ impl Mechanism {
 /// let b = Scope::new("orders").with_principal("tenant-b").storage_key(&key);
 /// assert_ne!(a, b);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub struct Scope {
-    namespace: String,
+    namespace: Namespace,
     principal: Option<String>,
 }
 
 impl Scope {
-    /// A scope for `namespace` with no principal.
+    /// A scope for requests ([`Mechanism::Request`]) in `namespace`, with no principal. A front
+    /// end that claims in one namespace over and over prepares it once instead
+    /// ([`Namespace::scope`]).
     pub fn new(namespace: impl Into<String>) -> Self {
+        Self::for_mechanism(Mechanism::Request, namespace)
+    }
+
+    /// A scope for the front end of `mechanism` in `namespace`, with no principal.
+    pub fn for_mechanism(mechanism: Mechanism, namespace: impl Into<String>) -> Self {
+        Self::of(Namespace::named(mechanism, namespace.into()))
+    }
+
+    pub(crate) fn of(namespace: Namespace) -> Self {
         Self {
-            namespace: namespace.into(),
+            namespace,
             principal: None,
         }
     }
@@ -124,9 +52,20 @@ impl Scope {
         self
     }
 
-    /// The namespace, stored in the clear for reconciliation.
+    /// The namespace's name, stored in the clear for reconciliation.
     pub fn namespace(&self) -> &str {
+        self.namespace.as_str()
+    }
+
+    /// The namespace, with its metric keys when it was prepared ([`Namespace::scope`]).
+    pub(crate) fn prepared(&self) -> &Namespace {
         &self.namespace
+    }
+
+    /// The front end whose keys the scope holds: what [`storage_key`](Self::storage_key)
+    /// derives for, and what the records claimed in it say ([`Record::mechanism`](crate::Record::mechanism)).
+    pub fn mechanism(&self) -> Mechanism {
+        self.namespace.mechanism()
     }
 
     /// The principal, if any (never stored in the clear).
@@ -134,10 +73,10 @@ impl Scope {
         self.principal.as_deref()
     }
 
-    /// The hashed key under which a store keeps the record of a request (HTTP, gRPC, a direct
-    /// engine call) for `key` in this scope: [`Mechanism::Request`].
+    /// The hashed key under which a store keeps the record of `key` in this scope, for its
+    /// front end ([`Scope::mechanism`]).
     pub fn storage_key(&self, key: &IdempotencyKey) -> StorageKey {
-        self.storage_key_for(Mechanism::Request, key.as_str())
+        self.storage_key_for(self.mechanism(), key.as_str())
     }
 
     /// The hashed key under which a store keeps the record of `mechanism` for `key` in this
@@ -157,7 +96,7 @@ impl Scope {
         let mut hasher = FramedHasher::new();
         for part in [
             tag,
-            self.namespace.as_bytes(),
+            self.namespace().as_bytes(),
             self.principal.as_deref().unwrap_or("").as_bytes(),
             value,
         ] {
@@ -166,6 +105,69 @@ impl Scope {
         // A principal of "" and no principal must differ.
         hasher.raw(&[u8::from(self.principal.is_some())]);
         StorageKey(hasher.finish())
+    }
+}
+
+impl PartialEq for Scope {
+    fn eq(&self, other: &Self) -> bool {
+        self.namespace() == other.namespace()
+            && self.mechanism() == other.mechanism()
+            && self.principal == other.principal
+    }
+}
+
+impl Eq for Scope {}
+
+impl std::hash::Hash for Scope {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.namespace(), self.mechanism(), &self.principal).hash(state);
+    }
+}
+
+impl fmt::Debug for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scope")
+            .field("namespace", &self.namespace())
+            .field("mechanism", &self.mechanism())
+            .field("principal", &self.principal.as_ref().map(|_| "…"))
+            .finish()
+    }
+}
+
+/// The key a claim takes in its [`Scope`] ([`Idempotency::claim`](crate::Idempotency::claim)):
+/// as it was sent, or already derived by the scope.
+#[derive(Clone, Copy, Debug)]
+pub enum ClaimKey<'a> {
+    /// A key as sent: the engine derives its storage key for the scope's front end and, while
+    /// previous keys are read ([`Idempotency::with_previous_keys`](crate::Idempotency::with_previous_keys)),
+    /// the previous key derivation's too.
+    Sent(&'a str),
+    /// A key the same scope derived already ([`Scope::storage_key`]), as a front end that read
+    /// and hashed it straight from a request holds it. Claimed under this key only.
+    Derived(StorageKey),
+}
+
+impl<'a> From<&'a str> for ClaimKey<'a> {
+    fn from(key: &'a str) -> Self {
+        Self::Sent(key)
+    }
+}
+
+impl<'a> From<&'a String> for ClaimKey<'a> {
+    fn from(key: &'a String) -> Self {
+        Self::Sent(key)
+    }
+}
+
+impl<'a> From<&'a IdempotencyKey> for ClaimKey<'a> {
+    fn from(key: &'a IdempotencyKey) -> Self {
+        Self::Sent(key.as_str())
+    }
+}
+
+impl From<StorageKey> for ClaimKey<'_> {
+    fn from(key: StorageKey) -> Self {
+        Self::Derived(key)
     }
 }
 

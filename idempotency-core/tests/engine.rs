@@ -21,22 +21,38 @@ async fn first_call_executes_duplicate_replays_other_payload_mismatches() {
     let scope = Scope::new("engine");
     let fp = Fingerprint::of_bytes(b"a");
 
-    let Decision::Execute(execution) = engine.begin(&scope, &key("k"), &fp).await.unwrap() else {
+    let Decision::Execute(execution) = engine
+        .claim(&scope, &key("k"), &fp, InFlightPolicy::Reject)
+        .await
+        .unwrap()
+    else {
         panic!("first call must execute");
     };
     assert!(matches!(
-        engine.begin(&scope, &key("k"), &fp).await.unwrap(),
+        engine
+            .claim(&scope, &key("k"), &fp, InFlightPolicy::Reject)
+            .await
+            .unwrap(),
         Decision::InFlight { .. }
     ));
     execution.complete(Outcome::new(201, "made")).await.unwrap();
 
-    match engine.begin(&scope, &key("k"), &fp).await.unwrap() {
+    match engine
+        .claim(&scope, &key("k"), &fp, InFlightPolicy::Reject)
+        .await
+        .unwrap()
+    {
         Decision::Replay(outcome) => assert_eq!(outcome, Outcome::new(201, "made")),
         other => panic!("expected a replay, got {other:?}"),
     }
     assert!(matches!(
         engine
-            .begin(&scope, &key("k"), &Fingerprint::of_bytes(b"b"))
+            .claim(
+                &scope,
+                &key("k"),
+                &Fingerprint::of_bytes(b"b"),
+                InFlightPolicy::Reject
+            )
             .await
             .unwrap(),
         Decision::Mismatch
@@ -48,12 +64,19 @@ async fn release_lets_the_retry_run_again() {
     let engine = Idempotency::new(MemoryStore::new());
     let scope = Scope::new("engine");
     let fp = Fingerprint::of_bytes(b"a");
-    let Decision::Execute(execution) = engine.begin(&scope, &key("k"), &fp).await.unwrap() else {
+    let Decision::Execute(execution) = engine
+        .claim(&scope, &key("k"), &fp, InFlightPolicy::Reject)
+        .await
+        .unwrap()
+    else {
         panic!("first call must execute");
     };
     execution.release().await.unwrap();
     assert!(matches!(
-        engine.begin(&scope, &key("k"), &fp).await.unwrap(),
+        engine
+            .claim(&scope, &key("k"), &fp, InFlightPolicy::Reject)
+            .await
+            .unwrap(),
         Decision::Execute(_)
     ));
 }
@@ -63,7 +86,10 @@ async fn dropping_an_unfinished_execution_releases_the_key() {
     let engine = Idempotency::new(MemoryStore::new());
     let scope = Scope::new("engine");
     let fp = Fingerprint::of_bytes(b"a");
-    let decision = engine.begin(&scope, &key("k"), &fp).await.unwrap();
+    let decision = engine
+        .claim(&scope, &key("k"), &fp, InFlightPolicy::Reject)
+        .await
+        .unwrap();
     assert!(matches!(decision, Decision::Execute(_)));
     drop(decision);
     let storage_key = scope.storage_key(&key("k"));
@@ -82,14 +108,20 @@ async fn keep_alive_protects_a_slow_execution_from_takeover() {
     let engine = Idempotency::new(MemoryStore::new()).with_lease(Duration::from_millis(600));
     let scope = Scope::new("engine");
     let fp = Fingerprint::of_bytes(b"a");
-    let Decision::Execute(execution) = engine.begin(&scope, &key("slow"), &fp).await.unwrap()
+    let Decision::Execute(execution) = engine
+        .claim(&scope, &key("slow"), &fp, InFlightPolicy::Reject)
+        .await
+        .unwrap()
     else {
         panic!("first call must execute");
     };
     // Four leases long: without renewal it would be taken over.
     tokio::time::sleep(Duration::from_millis(2400)).await;
     assert!(matches!(
-        engine.begin(&scope, &key("slow"), &fp).await.unwrap(),
+        engine
+            .claim(&scope, &key("slow"), &fp, InFlightPolicy::Reject)
+            .await
+            .unwrap(),
         Decision::InFlight { .. }
     ));
     execution.complete(Outcome::new(200, "slow")).await.unwrap();
@@ -102,11 +134,19 @@ async fn without_keep_alive_a_stale_owner_is_fenced_off() {
         .with_keep_alive(false, Duration::ZERO);
     let scope = Scope::new("engine");
     let fp = Fingerprint::of_bytes(b"a");
-    let Decision::Execute(stale) = engine.begin(&scope, &key("k"), &fp).await.unwrap() else {
+    let Decision::Execute(stale) = engine
+        .claim(&scope, &key("k"), &fp, InFlightPolicy::Reject)
+        .await
+        .unwrap()
+    else {
         panic!("first call must execute");
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let Decision::Execute(fresh) = engine.begin(&scope, &key("k"), &fp).await.unwrap() else {
+    let Decision::Execute(fresh) = engine
+        .claim(&scope, &key("k"), &fp, InFlightPolicy::Reject)
+        .await
+        .unwrap()
+    else {
         panic!("an expired lease must be taken over");
     };
     assert!(fresh.lease().took_over);
@@ -116,7 +156,11 @@ async fn without_keep_alive_a_stale_owner_is_fenced_off() {
         Err(StoreError::LeaseLost)
     ));
     fresh.complete(Outcome::new(200, "fresh")).await.unwrap();
-    match engine.begin(&scope, &key("k"), &fp).await.unwrap() {
+    match engine
+        .claim(&scope, &key("k"), &fp, InFlightPolicy::Reject)
+        .await
+        .unwrap()
+    {
         Decision::Replay(outcome) => assert_eq!(outcome.body, "fresh"),
         other => panic!("expected the fresh outcome, got {other:?}"),
     }
@@ -127,7 +171,11 @@ async fn waiting_mode_replays_the_first_outcome() {
     let engine = Idempotency::new(MemoryStore::new());
     let scope = Scope::new("engine");
     let fp = Fingerprint::of_bytes(b"a");
-    let Decision::Execute(execution) = engine.begin(&scope, &key("k"), &fp).await.unwrap() else {
+    let Decision::Execute(execution) = engine
+        .claim(&scope, &key("k"), &fp, InFlightPolicy::Reject)
+        .await
+        .unwrap()
+    else {
         panic!("first call must execute");
     };
     let waiter = {
@@ -135,8 +183,8 @@ async fn waiting_mode_replays_the_first_outcome() {
         tokio::spawn(async move {
             engine
                 .claim(
-                    &Namespace::new(scope.namespace()),
-                    scope.storage_key(&key("k")),
+                    &scope,
+                    &key("k"),
                     &fp,
                     InFlightPolicy::wait(Duration::from_secs(5)),
                 )
@@ -160,11 +208,14 @@ async fn waiting_is_bounded() {
     let engine = Idempotency::new(MemoryStore::new());
     let scope = Scope::new("engine");
     let fp = Fingerprint::of_bytes(b"a");
-    let _running = engine.begin(&scope, &key("k"), &fp).await.unwrap();
+    let _running = engine
+        .claim(&scope, &key("k"), &fp, InFlightPolicy::Reject)
+        .await
+        .unwrap();
     let decision = engine
         .claim(
-            &Namespace::new(scope.namespace()),
-            scope.storage_key(&key("k")),
+            &scope,
+            &key("k"),
             &fp,
             InFlightPolicy::wait(Duration::from_millis(100)),
         )
@@ -233,10 +284,11 @@ impl Store for SlowStore {
 async fn a_hung_store_times_out() {
     let engine = Idempotency::new(SlowStore::hung()).with_store_timeout(Duration::from_millis(50));
     let result = engine
-        .begin(
+        .claim(
             &Scope::new("engine"),
             &key("k"),
             &Fingerprint::of_bytes(b"a"),
+            InFlightPolicy::Reject,
         )
         .await;
     assert!(matches!(result, Err(StoreError::Timeout(_))));
@@ -250,7 +302,7 @@ async fn a_store_bound_within_the_store_timeout_replaces_the_engines_timer() {
         let engine = Idempotency::new(store).with_store_timeout(store_timeout);
         let (scope, key, fingerprint) =
             (Scope::new("engine"), key("k"), Fingerprint::of_bytes(b"a"));
-        let begun = engine.begin(&scope, &key, &fingerprint);
+        let begun = engine.claim(&scope, &key, &fingerprint, InFlightPolicy::Reject);
         tokio::time::timeout(Duration::from_secs(5), begun)
             .await
             .expect("every claim here ends within 5 s")
@@ -298,8 +350,8 @@ async fn concurrent_duplicates_execute_once() {
                 let scope = Scope::new("engine");
                 let decision = engine
                     .claim(
-                        &Namespace::new(scope.namespace()),
-                        scope.storage_key(&key("once")),
+                        &scope,
+                        &key("once"),
                         &Fingerprint::of_bytes(b"a"),
                         InFlightPolicy::wait(Duration::from_secs(10)),
                     )
@@ -386,13 +438,12 @@ async fn bounded_memory_store_refuses_rather_than_evicting_live_records() {
 /// awaited claim gives; any other store (here one chosen at run time) says to await `claim`.
 #[tokio::test]
 async fn claims_on_the_memory_store_are_answered_at_once_as_claim_answers() {
-    let namespace = Namespace::new("at-once");
-    let scope = Scope::new("at-once");
+    let scope = Namespace::new("at-once").scope();
     let (key, fingerprint) = (scope.storage_key(&key("K1")), Fingerprint::of_bytes(b"p"));
     let shared = Idempotency::new(Arc::new(MemoryStore::new()));
     let at_once = |engine: &Idempotency<Arc<MemoryStore>>, fingerprint: &Fingerprint| {
         engine
-            .claim_at_once(&namespace, key, fingerprint)
+            .claim_at_once(&scope, key, fingerprint)
             .expect("the memory store answers at once")
             .unwrap()
     };
@@ -416,18 +467,14 @@ async fn claims_on_the_memory_store_are_answered_at_once_as_claim_answers() {
     };
     assert_eq!(outcome.body, "granted");
     let awaited = shared
-        .claim(&namespace, key, &fingerprint, InFlightPolicy::Reject)
+        .claim(&scope, key, &fingerprint, InFlightPolicy::Reject)
         .await
         .unwrap();
     assert!(matches!(awaited, Decision::Replay(_)));
 
     let owned = Idempotency::new(MemoryStore::new());
-    let first = owned.claim_at_once(&namespace, key, &fingerprint);
+    let first = owned.claim_at_once(&scope, key, &fingerprint);
     assert!(matches!(first, Some(Ok(Decision::Execute(_)))));
     let chosen = Idempotency::new(BoxStore::new(MemoryStore::new()));
-    assert!(
-        chosen
-            .claim_at_once(&namespace, key, &fingerprint)
-            .is_none()
-    );
+    assert!(chosen.claim_at_once(&scope, key, &fingerprint).is_none());
 }

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, Decision, FencingToken, Fingerprint, Idempotency, IdempotencyKey,
-    MemoryStore, Outcome, Record, RecordState, Scope, StorageKey, Store, StoreError,
+    InFlightPolicy, MemoryStore, Outcome, Record, RecordState, Scope, StorageKey, Store,
+    StoreError,
 };
 
 /// The memory store, whose next calls of one kind time out: `lost` of them after doing their
@@ -101,7 +102,12 @@ impl Case {
 
     async fn begin(&self) -> Result<Decision<Faulty>, StoreError> {
         self.engine
-            .begin(&self.scope, &self.key, &self.fingerprint)
+            .claim(
+                &self.scope,
+                &self.key,
+                &self.fingerprint,
+                InFlightPolicy::Reject,
+            )
             .await
     }
 

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use idempotency_core::{
-    Decision, Fingerprint, Idempotency, IdempotencyKey, MemoryStore, Outcome, Scope,
+    Decision, Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, MemoryStore, Outcome, Scope,
 };
 
 /// The formatted events, kept.
@@ -44,8 +44,10 @@ fn claim_events_name_their_fields_and_hide_the_raw_key() {
         runtime.block_on(async {
             let engine = Idempotency::new(MemoryStore::new());
             let fingerprint = Fingerprint::of_bytes(b"order 42");
-            let Decision::Execute(execution) =
-                engine.begin(&scope, &key, &fingerprint).await.unwrap()
+            let Decision::Execute(execution) = engine
+                .claim(&scope, &key, &fingerprint, InFlightPolicy::Reject)
+                .await
+                .unwrap()
             else {
                 panic!("a fresh key executes");
             };
@@ -54,7 +56,10 @@ fn claim_events_name_their_fields_and_hide_the_raw_key() {
                 .complete(Outcome::new(200, "granted"))
                 .await
                 .unwrap();
-            let replay = engine.begin(&scope, &key, &fingerprint).await.unwrap();
+            let replay = engine
+                .claim(&scope, &key, &fingerprint, InFlightPolicy::Reject)
+                .await
+                .unwrap();
             assert!(matches!(replay, Decision::Replay(_)));
             token
         })

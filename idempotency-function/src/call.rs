@@ -37,7 +37,7 @@ impl Call {
     /// key; only an empty key is refused) in the namespace `namespace`.
     pub fn new(namespace: &str, key: impl Display) -> Self {
         Self {
-            scope: Scope::new(namespace),
+            scope: Scope::for_mechanism(Mechanism::Function, namespace),
             key: key.to_string(),
             fingerprint: Fingerprint::builder(),
             ttl: None,
@@ -121,9 +121,7 @@ impl Call {
         let engine = self.engine(engine);
         let in_flight = self.in_flight;
         let (scope, key, fingerprint) = self.into_parts()?;
-        engine
-            .claim_named(&scope, Mechanism::Function, &key, &fingerprint, in_flight)
-            .await
+        engine.claim(&scope, &key, &fingerprint, in_flight).await
     }
 
     /// The call's scope, key and fingerprint, or the error met while building it (an empty

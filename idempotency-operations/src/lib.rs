@@ -34,7 +34,7 @@
 //! // ... a record of "T1" dangles after a crash ...
 //! # let engine = Idempotency::new(Arc::clone(&store));
 //! # let scope = Scope::new("payments.callback");
-//! # let _claimed = engine.begin(&scope, &IdempotencyKey::parse("T1")?, &Fingerprint::of_bytes(b"x")).await?;
+//! # let _claimed = engine.claim(&scope, &IdempotencyKey::parse("T1")?, &Fingerprint::of_bytes(b"x"), InFlightPolicy::Reject).await?;
 //! let stuck = admin.list(&Query::stuck(Some(std::time::Duration::ZERO)), 100, &mut |_| {}).await?;
 //! for record in &stuck {
 //!     let acted = admin.release(&record.key, Fence::of(record), &Actor::new("ops", "INC-42")).await?;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use idempotency_core::telemetry;
 use idempotency_core::{
-    Decision, Fingerprint, Idempotency, IdempotencyKey, Mechanism, MemoryStore, Scope,
+    Decision, Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, Mechanism, MemoryStore,
+    Scope,
 };
 use idempotency_operations::{Acted, Actor, Admin, Fence};
 use idempotency_test::{KeptAudit, SpanCapture};
@@ -31,7 +32,12 @@ fn an_operator_release_runs_in_an_admin_span_with_its_fence_and_result() {
         runtime.block_on(async {
             let raw = IdempotencyKey::parse(RAW).unwrap();
             let begun = engine
-                .begin(&scope, &raw, &Fingerprint::of_bytes(b"x"))
+                .claim(
+                    &scope,
+                    &raw,
+                    &Fingerprint::of_bytes(b"x"),
+                    InFlightPolicy::Reject,
+                )
                 .await;
             let Ok(Decision::Execute(execution)) = begun else {
                 panic!("a new key executes");

@@ -77,7 +77,6 @@ pub struct IdempotentConsumer<S: Store, K, H> {
     /// The fast tier; `None` for a consumer whose handler's own record decides alone.
     engine: Option<Idempotency<S>>,
     scope: Scope,
-    namespace: Namespace,
     in_flight: InFlightPolicy,
     extractor: K,
     handler: H,
@@ -143,9 +142,8 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         let guarded_handler = handler.guards_itself();
         Self {
             engine,
-            namespace: Namespace::for_mechanism(Mechanism::Message, scope.namespace()),
             in_flight: InFlightPolicy::wait(DEFAULT_IN_FLIGHT_WAIT),
-            scope,
+            scope: for_messages(&scope),
             extractor,
             handler,
             fingerprint: MessageFingerprint::Payload,
@@ -293,7 +291,8 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
         self.engine.as_ref()
     }
 
-    /// The scope keys are claimed in.
+    /// The scope keys are claimed in: the one it was built with, for messages
+    /// ([`Mechanism::Message`]).
     pub fn scope(&self) -> &Scope {
         &self.scope
     }
@@ -363,13 +362,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
             self.in_flight
         };
         // Keyed as a message, as the truth keys it: one storage key in both tiers.
-        let claim = engine.claim_key(
-            &self.namespace,
-            &self.scope,
-            key.as_str(),
-            &fingerprint,
-            in_flight,
-        );
+        let claim = engine.claim(&self.scope, &key, &fingerprint, in_flight);
         let execution = match claim.await {
             Ok(Decision::Execute(execution)) => execution,
             Ok(Decision::Replay(outcome)) => {
@@ -493,7 +486,7 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     async fn mark_conflict(&self, engine: &Idempotency<S>, key: &IdempotencyKey) {
         // Keyed as a message, as the claim keys it; under the previous derivation's key (a
         // request's) where the engine reads previous keys and the message is not found.
-        let storage_key = self.scope.storage_key_for(Mechanism::Message, key.as_str());
+        let storage_key = self.scope.storage_key(key);
         let timeout = engine.config().store_timeout;
         let fast = async {
             let mark = async {
@@ -501,7 +494,9 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
                 if matches!(marked, Ok(false)) && engine.config().previous_keys {
                     return engine
                         .store()
-                        .mark_conflict(&self.scope.storage_key(key))
+                        .mark_conflict(
+                            &self.scope.storage_key_for(Mechanism::Request, key.as_str()),
+                        )
                         .await;
                 }
                 marked
@@ -569,5 +564,15 @@ fn delivery_number(message: &Message) -> Attempt {
     Attempt {
         number: counted.unwrap_or(if message.redelivered() { 2 } else { 1 }),
         counted,
+    }
+}
+
+/// `scope` for messages ([`Mechanism::Message`]), its namespace prepared once: a message has one
+/// storage key in both tiers, and the namespace's metric keys are not built per message.
+fn for_messages(scope: &Scope) -> Scope {
+    let prepared = Namespace::for_mechanism(Mechanism::Message, scope.namespace()).scope();
+    match scope.principal() {
+        Some(principal) => prepared.with_principal(principal),
+        None => prepared,
     }
 }

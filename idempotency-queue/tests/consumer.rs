@@ -390,10 +390,11 @@ async fn an_unavailable_store_requeues_and_never_runs_the_handler() {
     let store = MemoryStore::with_capacity(1);
     let engine = Idempotency::new(store);
     let hold = engine
-        .begin(
+        .claim(
             &Scope::new("other"),
             &IdempotencyKey::parse("held").unwrap(),
             &idempotency_core::Fingerprint::of_bytes(b""),
+            InFlightPolicy::Reject,
         )
         .await
         .unwrap();
@@ -423,10 +424,11 @@ async fn an_unavailable_store_requeues_and_never_runs_the_handler() {
 async fn a_guarded_handler_still_runs_when_the_fast_path_store_fails() {
     let engine = Idempotency::new(MemoryStore::with_capacity(1));
     let _hold = engine
-        .begin(
+        .claim(
             &Scope::new("other"),
             &IdempotencyKey::parse("held").unwrap(),
             &idempotency_core::Fingerprint::of_bytes(b""),
+            InFlightPolicy::Reject,
         )
         .await
         .unwrap();
@@ -572,10 +574,11 @@ async fn a_mismatch_reported_by_the_handler_rejects_and_keeps_the_key_free() {
 async fn a_guarded_handler_reporting_a_mismatch_rejects_while_the_fast_path_is_down() {
     let engine = Idempotency::new(MemoryStore::with_capacity(1));
     let _hold = engine
-        .begin(
+        .claim(
             &Scope::new("other"),
             &IdempotencyKey::parse("held").unwrap(),
             &Fingerprint::of_bytes(b""),
+            InFlightPolicy::Reject,
         )
         .await
         .unwrap();

@@ -11,8 +11,7 @@ mod tiers;
 
 use bytes::Bytes;
 use idempotency_core::{
-    Decision, Fingerprint, IdempotencyKey, InFlightPolicy, Mechanism, Namespace, Outcome, Scope,
-    Store,
+    Decision, Fingerprint, IdempotencyKey, InFlightPolicy, Mechanism, Outcome, Scope, Store,
 };
 use idempotency_queue::two_tier::TwoTier;
 use idempotency_queue::{Header, Message, Verdict};
@@ -40,14 +39,8 @@ async fn a_fast_tier_record_of_the_previous_release_is_a_duplicate_with_previous
     let scope = Scope::new(SCOPE);
     let previous = tiers.fast_path().await;
     for key in ["T1", "T2"] {
-        let old_key = scope.storage_key(&IdempotencyKey::parse(key).unwrap());
         let claimed = previous
-            .claim(
-                &Namespace::new(SCOPE),
-                old_key,
-                &fingerprint(key),
-                InFlightPolicy::Reject,
-            )
+            .claim(&scope, key, &fingerprint(key), InFlightPolicy::Reject)
             .await
             .unwrap();
         let Decision::Execute(execution) = claimed else {

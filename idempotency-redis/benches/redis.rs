@@ -275,7 +275,7 @@ async fn engine_claim_complete(
     seconds: Duration,
 ) -> Run {
     let engine = Idempotency::new(Arc::clone(&store));
-    let namespace = Arc::new(Namespace::new(NAMESPACE));
+    let namespace = Arc::new(Namespace::new(NAMESPACE).scope());
     let fingerprint = Fingerprint::of_bytes(b"bench");
     let outcome = outcome();
     let salt = salt();

@@ -395,7 +395,7 @@ async fn waiting_round(
     log: &Log,
     waiters: usize,
 ) -> Vec<String> {
-    let namespace = Namespace::new("in-flight-waits");
+    let namespace = Namespace::new("in-flight-waits").scope();
     let key = unique_key();
     let fingerprint = Fingerprint::of_bytes(b"order 42");
     let claim = owner.claim(&namespace, key, &fingerprint, InFlightPolicy::Reject);
@@ -481,7 +481,7 @@ async fn duplicates_beyond_the_bound_are_answered_in_flight_at_once() {
     let engine = Idempotency::new(store)
         .with_keep_alive(false, Duration::from_secs(600))
         .with_max_waiters_per_key(3);
-    let namespace = Namespace::new("in-flight-waits");
+    let namespace = Namespace::new("in-flight-waits").scope();
     let (key, fingerprint) = (unique_key(), Fingerprint::of_bytes(b"order 7"));
     let claim = engine.claim(&namespace, key, &fingerprint, InFlightPolicy::Reject);
     let Decision::Execute(execution) = claim.await.unwrap() else {

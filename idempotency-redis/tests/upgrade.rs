@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use idempotency_core::{
     BoxStore, Decision, Error, Fingerprint, Idempotency, InFlightPolicy, Mechanism, MemoryStore,
-    Namespace, Outcome, Scope, Store,
+    Outcome, Scope, Store,
 };
 use idempotency_function::{self as function, Call, STATUS_OK};
 use idempotency_redis::RedisStore;
@@ -69,11 +69,14 @@ async fn grant_as_0_1(
     grants: &Grants,
     trade_no: &str,
 ) -> Result<u32, Error> {
-    let key = Scope::new(NAMESPACE).storage_key_for(Mechanism::Request, trade_no);
-    let namespace = Namespace::new(NAMESPACE);
     let fingerprint = fingerprint_of(100);
     match engine
-        .claim(&namespace, key, &fingerprint, InFlightPolicy::Reject)
+        .claim(
+            &Scope::new(NAMESPACE),
+            trade_no,
+            &fingerprint,
+            InFlightPolicy::Reject,
+        )
         .await?
     {
         Decision::Execute(execution) => {
@@ -130,8 +133,8 @@ async fn records_and_claims_of_0_1_are_honoured() {
         let running = trade();
         let held = old
             .claim(
-                &Namespace::new(NAMESPACE),
-                Scope::new(NAMESPACE).storage_key_for(Mechanism::Request, &running),
+                &Scope::new(NAMESPACE),
+                &running,
                 &fingerprint_of(100),
                 InFlightPolicy::Reject,
             )

@@ -49,11 +49,11 @@
 //! let engine = Idempotency::new(store);
 //! let (scope, key) = (Scope::new("payments"), IdempotencyKey::parse("T1")?);
 //! let fingerprint = Fingerprint::of_bytes(b"{\"amount\":100}");
-//! let Decision::Execute(execution) = engine.begin(&scope, &key, &fingerprint).await? else {
+//! let Decision::Execute(execution) = engine.claim(&scope, &key, &fingerprint, InFlightPolicy::Reject).await? else {
 //!     panic!("a new key runs");
 //! };
 //! execution.complete(Outcome::new(200, b"paid".to_vec())).await?;
-//! let again = engine.begin(&scope, &key, &fingerprint).await?;
+//! let again = engine.claim(&scope, &key, &fingerprint, InFlightPolicy::Reject).await?;
 //! assert!(matches!(again, Decision::Replay(outcome) if &outcome.body[..] == b"paid"));
 //! # Ok(()) }
 //! # #[cfg(not(feature = "sqlite"))] fn main() {}

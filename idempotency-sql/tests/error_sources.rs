@@ -5,7 +5,7 @@
 
 use std::error::Error as _;
 
-use idempotency_core::{Error, Fingerprint, Idempotency, IdempotencyKey, Scope};
+use idempotency_core::{Error, Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, Scope};
 use idempotency_sql::PostgresStore;
 use idempotency_test::unavailable;
 
@@ -26,10 +26,11 @@ async fn a_database_error_reaches_the_caller_as_sqlx_error() {
         .unwrap();
     let engine = Idempotency::new(store);
     let error = match engine
-        .begin(
+        .claim(
             &Scope::new("sources"),
             &IdempotencyKey::parse("k-1").unwrap(),
             &Fingerprint::of_bytes(b"{}"),
+            InFlightPolicy::Reject,
         )
         .await
     {

@@ -9,7 +9,9 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use idempotency_core::{Fingerprint, Idempotency, IdempotencyKey, MemoryStore, Scope, Store};
+use idempotency_core::{
+    Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, MemoryStore, Scope, Store,
+};
 use prost::Message as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -294,10 +296,11 @@ async fn an_unavailable_store_is_unavailable_and_runs_nothing() {
     // failure, the same path as a store that cannot be reached.
     let store = Arc::new(MemoryStore::with_capacity(1));
     let hold = Idempotency::new(Arc::clone(&store))
-        .begin(
+        .claim(
             &Scope::new("elsewhere"),
             &IdempotencyKey::parse("held").unwrap(),
             &Fingerprint::of_bytes(b""),
+            InFlightPolicy::Reject,
         )
         .await
         .unwrap();

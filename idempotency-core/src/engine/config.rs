@@ -25,7 +25,7 @@ pub struct Config {
     /// The longest any single store call may take before it counts as failed. Default 2 s.
     pub store_timeout: Duration,
     /// Whether claims whose key derivation changed in this release (functions,
-    /// `idempotency_function::Call`, `#[idempotent]`; consumers, [`Idempotency::claim_key`](crate::Idempotency::claim_key)) also claim, first, the key the
+    /// `idempotency_function::Call`, `#[idempotent]`; consumers) also claim, first, the key the
     /// previous derivation gave them, so that a fleet running the previous release and this
     /// one side by side never runs one twice, and records the previous release wrote are
     /// replayed. On for one TTL after such an upgrade (see [`Mechanism`](crate::Mechanism)). Default off.

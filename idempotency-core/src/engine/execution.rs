@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use super::handle::Idempotency;
-use super::namespace::Namespace;
 use super::recovery;
+use crate::Namespace;
 use crate::metrics::StoreOp;
 use crate::telemetry;
 use crate::{FencingToken, Lease, Outcome, StorageKey, Store, StoreError};

@@ -5,19 +5,17 @@
 mod config;
 mod execution;
 mod handle;
-mod namespace;
 mod previous_keys;
 mod recovery;
 mod waiting;
 mod waits;
 
+use crate::namespace::NamespaceRef;
 pub use config::{Config, DEFAULT_IN_FLIGHT_POLL, DEFAULT_MAX_WAITERS_PER_KEY};
 pub use execution::Execution;
 use execution::poll_once;
 use handle::Engine;
 pub use handle::Idempotency;
-pub use namespace::Namespace;
-use namespace::NamespaceRef;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -26,12 +24,11 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::background::Tracker;
-use crate::derivation::Origin;
 use crate::metrics::{DecisionLabel, StoreOp};
 use crate::telemetry;
 use crate::{
-    Claim, ClaimId, ClaimRequest, Fingerprint, IdempotencyKey, InFlightPolicy, Mechanism, Outcome,
-    Scope, StorageKey, Store, StoreError,
+    Claim, ClaimId, ClaimKey, ClaimRequest, Fingerprint, InFlightPolicy, Outcome, Scope,
+    StorageKey, Store, StoreError,
 };
 
 /// What to do with a request.
@@ -144,64 +141,62 @@ impl<S: Store> Idempotency<S> {
         Arc::clone(&self.inner.store)
     }
 
-    /// Claims `key` in `scope` for a request with `fingerprint` (the hashed key
-    /// [`Scope::storage_key`]); a duplicate in flight is answered at once. Shorthand for
-    /// [`claim`](Self::claim) with [`InFlightPolicy::Reject`].
-    pub async fn begin(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-    ) -> Result<Decision<S>, StoreError> {
-        let origin = Origin::current(Some(Mechanism::Request));
-        let namespace = NamespaceRef::Name(scope.namespace(), origin);
-        self.claim_once(namespace, scope.storage_key(key), fingerprint)
-            .await
-    }
-
-    /// Claims a hashed key (see [`Scope::storage_key_for`]) in a prepared [`Namespace`]: the
-    /// entry point of every front end. While another owner is in flight, `in_flight` answers
-    /// [`Decision::InFlight`] at once ([`InFlightPolicy::Reject`]), or waits up to its bound and
-    /// then answers with the first owner's outcome (or runs, if it was released). Duplicates of
-    /// one key share one wait in an engine, bounded in number ([`Config::max_waiters_per_key`]).
+    /// Claims `key` in `scope` for a request with `fingerprint`: the one way every front end
+    /// claims. While another owner is in flight, `in_flight` answers [`Decision::InFlight`] at
+    /// once ([`InFlightPolicy::Reject`]), or waits up to its bound and then answers with the
+    /// first owner's outcome (or runs, if it was released). Duplicates of one key share one
+    /// wait in an engine, bounded in number ([`Config::max_waiters_per_key`]).
+    ///
+    /// A key as sent ([`ClaimKey::Sent`]: a `&str` or an [`IdempotencyKey`]) is derived for
+    /// the scope's front end ([`Scope::mechanism`]) and, while previous keys are read
+    /// ([`with_previous_keys`](Self::with_previous_keys)), the previous key derivation's key is
+    /// claimed first ([`previous_keys`]). A front end that claims in one namespace over and over
+    /// prepares it once ([`Namespace::scope`]); its metric keys are then built once.
     ///
     /// ```
-    /// use idempotency_core::{Decision, Fingerprint, Idempotency, InFlightPolicy, MemoryStore, Namespace, Scope};
+    /// use idempotency_core::{Decision, Fingerprint, Idempotency, InFlightPolicy, MemoryStore, Namespace};
     /// use std::time::Duration;
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idempotency_core::Error> {
     /// let engine = Idempotency::new(MemoryStore::new());
-    /// let namespace = Namespace::new("payments.callback"); // once, at start-up
-    /// let key = Scope::new("payments.callback").storage_key_for(idempotency_core::Mechanism::Request, "T1");
+    /// let callbacks = Namespace::new("payments.callback"); // once, at start-up
+    /// let scope = callbacks.scope().with_principal("merchant-7");
+    /// let fingerprint = Fingerprint::of_bytes(b"order 42");
     /// let wait = InFlightPolicy::wait(Duration::from_secs(5));
-    /// let decision = engine.claim(&namespace, key, &Fingerprint::of_bytes(b"order 42"), wait).await?;
+    /// let decision = engine.claim(&scope, "T1", &fingerprint, wait).await?;
     /// assert!(matches!(decision, Decision::Execute(_)));
     /// # Ok(()) }
     /// ```
-    pub async fn claim(
+    pub async fn claim<'k>(
         &self,
-        namespace: &Namespace,
-        key: StorageKey,
+        scope: &Scope,
+        key: impl Into<ClaimKey<'k>>,
         fingerprint: &Fingerprint,
         in_flight: InFlightPolicy,
     ) -> Result<Decision<S>, StoreError> {
-        self.claim_in(namespace.by_ref(), key, fingerprint, in_flight)
-            .await
+        let namespace = scope.prepared().by_ref();
+        match key.into() {
+            ClaimKey::Derived(key) => self.claim_in(namespace, key, fingerprint, in_flight).await,
+            ClaimKey::Sent(key) => {
+                self.claim_derived(namespace, scope, key, fingerprint, in_flight)
+                    .await
+            }
+        }
     }
 
-    /// [`claim`](Self::claim) answered at once, for the workspace's HTTP layer, which would
-    /// otherwise box the claim's future: `Some` where the store answers without awaiting
-    /// (the memory store), `None` otherwise (then await `claim`). A duplicate in flight is
-    /// answered at once. Not part of the API: a fast path kept because a replay through the
-    /// layer costs 4 % more instructions without it (`BENCHMARKS.md`).
+    /// [`claim`](Self::claim) of a derived key, answered at once, for the workspace's HTTP
+    /// layer, which would otherwise box the claim's future: `Some` where the store answers
+    /// without awaiting (the memory store), `None` otherwise (then await `claim`). A duplicate
+    /// in flight is answered at once. Not part of the API: a fast path kept because a replay
+    /// through the layer costs 4 % more instructions without it (`BENCHMARKS.md`).
     #[doc(hidden)]
     pub fn claim_at_once(
         &self,
-        namespace: &Namespace,
+        scope: &Scope,
         key: StorageKey,
         fingerprint: &Fingerprint,
     ) -> Option<Result<Decision<S>, StoreError>> {
-        let namespace = namespace.by_ref();
+        let namespace = scope.prepared().by_ref();
         let request = self.claim_request(namespace, &key, fingerprint, ClaimId::random());
         let claim = self.claim_ready(request)?;
         if let Err(error) = &claim {
@@ -229,39 +224,6 @@ impl<S: Store> Idempotency<S> {
         #[cfg(not(feature = "memory"))]
         let _ = request;
         None
-    }
-
-    /// [`claim_key`](Self::claim_key) of `mechanism` in the namespace of `scope`, named rather
-    /// than prepared: its metric keys are built per event instead of once by a [`Namespace`].
-    /// For front ends that claim in a namespace once per call, such as idempotent functions
-    /// (`idempotency_function::Call`); while previous keys are read
-    /// ([`with_previous_keys`](Self::with_previous_keys)), the previous key derivation's key is
-    /// claimed first, as by `claim_key`.
-    ///
-    /// ```
-    /// use idempotency_core::{Decision, Fingerprint, Idempotency, InFlightPolicy, Mechanism, MemoryStore, Scope};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idempotency_core::Error> {
-    /// let engine = Idempotency::new(MemoryStore::new());
-    /// let scope = Scope::new("coupons").with_principal("tenant-1");
-    /// let fingerprint = Fingerprint::of_bytes(b"amount=100");
-    /// let decision = engine
-    ///     .claim_named(&scope, Mechanism::Function, "T1", &fingerprint, InFlightPolicy::Reject)
-    ///     .await?;
-    /// assert!(matches!(decision, Decision::Execute(_)));
-    /// # Ok(()) }
-    /// ```
-    pub async fn claim_named(
-        &self,
-        scope: &Scope,
-        mechanism: Mechanism,
-        key: &str,
-        fingerprint: &Fingerprint,
-        in_flight: InFlightPolicy,
-    ) -> Result<Decision<S>, StoreError> {
-        let namespace = NamespaceRef::Name(scope.namespace(), Origin::current(Some(mechanism)));
-        self.claim_derived(namespace, mechanism, scope, key, fingerprint, in_flight)
-            .await
     }
 
     async fn claim_in(
@@ -462,7 +424,10 @@ mod tests {
             .with_keep_alive(false, Duration::from_secs(60));
         let (scope, key) = (Scope::new("t"), IdempotencyKey::parse("k").unwrap());
         let fingerprint = Fingerprint::of_bytes(b"x");
-        let Decision::Execute(execution) = engine.begin(&scope, &key, &fingerprint).await.unwrap()
+        let Decision::Execute(execution) = engine
+            .claim(&scope, &key, &fingerprint, InFlightPolicy::Reject)
+            .await
+            .unwrap()
         else {
             panic!("a new key runs");
         };
@@ -471,7 +436,10 @@ mod tests {
         let work = async move {
             // Three leases later the key is still held: renewed inline.
             tokio::time::sleep(Duration::from_millis(1_500)).await;
-            rival.begin(&scope2, &key2, &fingerprint).await.unwrap()
+            rival
+                .claim(&scope2, &key2, &fingerprint, InFlightPolicy::Reject)
+                .await
+                .unwrap()
         };
         let seen = execution.keep_alive_while(work).await;
         assert!(matches!(seen, Decision::InFlight { .. }), "{seen:?}");

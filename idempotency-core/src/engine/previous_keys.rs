@@ -13,61 +13,23 @@
 //! Both records are completed (the previous key first: nodes of the previous release look only
 //! there) or released together.
 
-use super::{Decision, Idempotency, Namespace, NamespaceRef};
+use super::{Decision, Idempotency, NamespaceRef};
 use crate::derivation::{self, Origin, Tier};
-use crate::{Fingerprint, InFlightPolicy, Mechanism, Scope, Store, StoreError};
+use crate::{Fingerprint, InFlightPolicy, Scope, Store, StoreError};
 
 impl<S: Store> Idempotency<S> {
-    /// Claims `key` in `scope` for the front end `namespace` was prepared for
-    /// ([`Namespace::for_mechanism`]; [`Mechanism::Request`] by default): the storage key this
-    /// release derives for it ([`Scope::storage_key_for`]), and first, while previous keys are
-    /// read ([`with_previous_keys`](Self::with_previous_keys)), the one the previous key
-    /// derivation gave it. Otherwise as [`claim`](Self::claim).
-    ///
-    /// ```
-    /// use idempotency_core::{Decision, Fingerprint, Idempotency, InFlightPolicy, Mechanism, MemoryStore, Namespace, Scope};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idempotency_core::Error> {
-    /// let engine = Idempotency::new(MemoryStore::new()).with_previous_keys(true);
-    /// let namespace = Namespace::for_mechanism(Mechanism::Message, "trade-notify");
-    /// let scope = Scope::new("trade-notify");
-    /// let fingerprint = Fingerprint::of_bytes(b"paid");
-    /// let decision = engine
-    ///     .claim_key(&namespace, &scope, "T1", &fingerprint, InFlightPolicy::Reject)
-    ///     .await?;
-    /// assert!(matches!(decision, Decision::Execute(_)));
-    /// # Ok(()) }
-    /// ```
-    pub async fn claim_key(
-        &self,
-        namespace: &Namespace,
-        scope: &Scope,
-        key: &str,
-        fingerprint: &Fingerprint,
-        in_flight: InFlightPolicy,
-    ) -> Result<Decision<S>, StoreError> {
-        let mechanism = namespace.mechanism();
-        self.claim_derived(
-            namespace.by_ref(),
-            mechanism,
-            scope,
-            key,
-            fingerprint,
-            in_flight,
-        )
-        .await
-    }
-
-    /// [`claim_key`](Self::claim_key) for `mechanism` in a namespace as one call sees it.
+    /// [`claim`](Self::claim) of a key as sent in `scope` (whose namespace is `namespace`):
+    /// the key this release derives for it and first, while previous keys are read, the one
+    /// the previous key derivation gave it.
     pub(super) async fn claim_derived(
         &self,
         namespace: NamespaceRef<'_>,
-        mechanism: Mechanism,
         scope: &Scope,
         key: &str,
         fingerprint: &Fingerprint,
         in_flight: InFlightPolicy,
     ) -> Result<Decision<S>, StoreError> {
+        let mechanism = scope.mechanism();
         let own = scope.storage_key_for(mechanism, key);
         let namespace = namespace.with_origin(Origin::current(Some(mechanism)));
         let previous = derivation::previous(mechanism, Tier::Engine)

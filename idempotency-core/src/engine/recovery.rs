@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use super::handle::Idempotency;
-use super::namespace::Namespace;
+use crate::Namespace;
 use crate::metrics::StoreOp;
 use crate::{ClaimId, Lease, Outcome, RecordState, StorageKey, Store, StoreError};
 

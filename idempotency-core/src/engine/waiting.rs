@@ -6,9 +6,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::Decision;
 use super::handle::Idempotency;
-use super::namespace::NamespaceRef;
 use super::waits::{FlightReads, Join, Landing};
 use crate::metrics::StoreOp;
+use crate::namespace::NamespaceRef;
 use crate::{Claim, Fingerprint, RecordState, StorageKey, Store, StoreError};
 
 impl<S: Store> Idempotency<S> {

@@ -42,7 +42,7 @@ fn claim<S: Store>(
     let engine = &layer.shared.engine;
     let replay_conflicts = layer.settings().on_conflict == ConflictAnswer::ReplayStored;
     let resolve_conflicts = replay_conflicts || previous.is_some();
-    match engine.claim_at_once(&layer.settings().namespace, storage_key, &fingerprint) {
+    match engine.claim_at_once(&layer.settings().scope, storage_key, &fingerprint) {
         Some(Ok(Decision::InFlight { .. })) if in_flight != InFlightPolicy::Reject => {}
         Some(Ok(Decision::Mismatch)) if resolve_conflicts => {}
         Some(decision) => return ClaimGuard::Ready(Some(decision)),
@@ -52,10 +52,10 @@ fn claim<S: Store>(
     let tracker = engine.tracker().clone();
     ClaimGuard::Pending(
         Some(Box::pin(async move {
-            let namespace = &shared.settings.namespace;
+            let scope = &shared.settings.scope;
             match shared
                 .engine
-                .claim(namespace, storage_key, &fingerprint, in_flight)
+                .claim(scope, storage_key, &fingerprint, in_flight)
                 .await
             {
                 Ok(Decision::Mismatch) if resolve_conflicts => {

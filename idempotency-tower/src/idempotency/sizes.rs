@@ -60,7 +60,7 @@ async fn boxed_futures_fit_the_allocators_thread_cache() {
     let fingerprint = Fingerprint::of_bytes(b"work");
     let Ok(Decision::Execute(execution)) = engine
         .claim(
-            &orders.settings().namespace,
+            &orders.settings().scope,
             unique_key(),
             &fingerprint,
             idempotency_core::InFlightPolicy::Reject,

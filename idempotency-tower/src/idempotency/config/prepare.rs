@@ -40,10 +40,8 @@ impl Settings {
                 ),
         ));
         let namespace = self.scope.namespace();
-        if self.namespace.as_str() != namespace {
-            self.namespace = Namespace::new(namespace);
-            self.counters = Arc::new(LayerCounters::new(namespace));
-        }
+        self.counters = Arc::new(LayerCounters::new(namespace));
+        self.scope = Namespace::new(namespace).scope();
     }
 }
 

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, Method};
 use idempotency_core::metrics as names;
-use idempotency_core::{InFlightPolicy, Namespace, Scope};
+use idempotency_core::{InFlightPolicy, Scope};
 
 use super::explicit::Explicit;
 use crate::callback::ConflictAnswer;
@@ -56,9 +56,9 @@ pub const DEFAULT_MAX_STORED_HEADER_BYTES: usize = 64 * 1024;
 /// Everything a layer is configured with, shared by its services.
 #[derive(Clone)]
 pub(crate) struct Settings {
+    /// The layer's scope, its namespace prepared for the engine once built (see
+    /// [`Settings::prepare`]).
     pub(crate) scope: Scope,
-    /// The scope's namespace, prepared for the engine (see [`Settings::prepare`]).
-    pub(crate) namespace: Namespace,
     pub(crate) counters: Arc<LayerCounters>,
     /// The JSON fields the key and the fingerprint read (see [`Settings::prepare`]).
     pub(crate) json: Arc<JsonPlan>,
@@ -103,7 +103,6 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             scope: Scope::new("http"),
-            namespace: Namespace::new("http"),
             counters: Arc::new(LayerCounters::new("http")),
             json: Arc::default(),
             key: KeySource::Header(IDEMPOTENCY_KEY),

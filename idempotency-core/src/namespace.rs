@@ -2,31 +2,32 @@
 
 use std::sync::Arc;
 
-use crate::Mechanism;
 use crate::derivation::Origin;
 use crate::metrics::{DecisionLabel, NamespaceCounters, StoreOp, adhoc};
+use crate::{Mechanism, Scope};
 
 /// A namespace prepared once for the engine: its name and its metric keys, built when it is
 /// created rather than on every request. Cheap to clone (one reference count).
 ///
-/// A front end keeps one per namespace it serves and claims with [`Idempotency::claim`](crate::Idempotency::claim);
-/// [`Idempotency::begin`](crate::Idempotency::begin) takes the namespace from a [`Scope`](crate::Scope) and counts the same metrics.
+/// A front end keeps one per namespace it serves and claims in its scopes ([`Namespace::scope`]);
+/// a [`Scope::new`] names its namespace for itself and counts the same metrics, building their
+/// keys per event.
 #[derive(Clone)]
 pub struct Namespace(NamespaceRepr);
 
 #[derive(Clone)]
-pub(super) enum NamespaceRepr {
+pub(crate) enum NamespaceRepr {
     /// Built by [`Namespace::new`]: counters ready.
     Prepared(Arc<PreparedNamespace>),
-    /// Taken from a `&str` for one execution: counters built per event.
-    Adhoc(Arc<str>),
+    /// Named by a [`Scope`] of its own: counters built per event.
+    Adhoc(Arc<str>, Mechanism),
 }
 
-pub(super) struct PreparedNamespace {
-    pub(super) name: Box<str>,
-    pub(super) counters: NamespaceCounters,
+pub(crate) struct PreparedNamespace {
+    pub(crate) name: Box<str>,
+    pub(crate) counters: NamespaceCounters,
     /// The front end claiming in it, kept with the records it writes.
-    pub(super) mechanism: Mechanism,
+    pub(crate) mechanism: Mechanism,
 }
 
 impl Namespace {
@@ -46,11 +47,22 @@ impl Namespace {
         })))
     }
 
+    /// A namespace named for one scope ([`Scope::for_mechanism`]).
+    pub(crate) fn named(mechanism: Mechanism, name: String) -> Self {
+        Self(NamespaceRepr::Adhoc(name.into(), mechanism))
+    }
+
+    /// The scope of this namespace with no principal ([`Scope::with_principal`] adds one):
+    /// what a front end claims in.
+    pub fn scope(&self) -> Scope {
+        Scope::of(self.clone())
+    }
+
     /// The front end it was prepared for ([`Namespace::for_mechanism`]).
     pub fn mechanism(&self) -> Mechanism {
         match &self.0 {
             NamespaceRepr::Prepared(prepared) => prepared.mechanism,
-            NamespaceRepr::Adhoc(_) => Mechanism::Request,
+            NamespaceRepr::Adhoc(_, mechanism) => *mechanism,
         }
     }
 
@@ -58,16 +70,18 @@ impl Namespace {
     pub fn as_str(&self) -> &str {
         match &self.0 {
             NamespaceRepr::Prepared(prepared) => &prepared.name,
-            NamespaceRepr::Adhoc(name) => name,
+            NamespaceRepr::Adhoc(name, _) => name,
         }
     }
 
-    pub(super) fn by_ref(&self) -> NamespaceRef<'_> {
+    pub(crate) fn by_ref(&self) -> NamespaceRef<'_> {
         match &self.0 {
             NamespaceRepr::Prepared(prepared) => {
                 NamespaceRef::Prepared(self, prepared, Origin::current(Some(prepared.mechanism)))
             }
-            NamespaceRepr::Adhoc(name) => NamespaceRef::Name(name, Origin::current(None)),
+            NamespaceRepr::Adhoc(name, mechanism) => {
+                NamespaceRef::Name(name, Origin::current(Some(*mechanism)))
+            }
         }
     }
 }
@@ -87,62 +101,65 @@ impl std::fmt::Display for Namespace {
 /// A namespace as one call sees it: prepared, or a name only; with the origin of the keys
 /// it claims (kept with the records they write).
 #[derive(Clone, Copy)]
-pub(super) enum NamespaceRef<'a> {
+pub(crate) enum NamespaceRef<'a> {
     Prepared(&'a Namespace, &'a PreparedNamespace, Origin),
     Name(&'a str, Origin),
 }
 
 impl<'a> NamespaceRef<'a> {
-    pub(super) fn as_str(self) -> &'a str {
+    pub(crate) fn as_str(self) -> &'a str {
         match self {
             Self::Prepared(_, prepared, _) => &prepared.name,
             Self::Name(name, _) => name,
         }
     }
 
-    pub(super) fn origin(self) -> Origin {
+    pub(crate) fn origin(self) -> Origin {
         match self {
             Self::Prepared(_, _, origin) | Self::Name(_, origin) => origin,
         }
     }
 
     /// The same namespace, claiming keys of `origin`.
-    pub(super) fn with_origin(self, origin: Origin) -> Self {
+    pub(crate) fn with_origin(self, origin: Origin) -> Self {
         match self {
             Self::Prepared(namespace, prepared, _) => Self::Prepared(namespace, prepared, origin),
             Self::Name(name, _) => Self::Name(name, origin),
         }
     }
 
-    pub(super) fn to_owned(self) -> Namespace {
+    pub(crate) fn to_owned(self) -> Namespace {
         match self {
             Self::Prepared(namespace, _, _) => namespace.clone(),
-            Self::Name(name, _) => Namespace(NamespaceRepr::Adhoc(Arc::from(name))),
+            Self::Name(name, origin) => Namespace(NamespaceRepr::Adhoc(
+                Arc::from(name),
+                origin.mechanism.unwrap_or(Mechanism::Request),
+            )),
         }
     }
 
-    pub(super) fn count_decision(self, decision: DecisionLabel) {
+    pub(crate) fn count_decision(self, decision: DecisionLabel) {
         match self {
             Self::Prepared(_, prepared, _) => prepared.counters.decision(decision),
             Self::Name(name, _) => adhoc::decision(name, decision),
         }
     }
 
-    pub(super) fn count_released(self) {
+    pub(crate) fn count_released(self) {
         match self {
             Self::Prepared(_, prepared, _) => prepared.counters.released(),
             Self::Name(name, _) => adhoc::released(name),
         }
     }
 
-    pub(super) fn count_store_error(self, op: StoreOp) {
+    pub(crate) fn count_store_error(self, op: StoreOp) {
         match self {
             Self::Prepared(_, prepared, _) => prepared.counters.store_error(op),
             Self::Name(name, _) => adhoc::store_error(name, op),
         }
     }
 
-    pub(super) fn count_stale_owner(self, op: StoreOp) {
+    pub(crate) fn count_stale_owner(self, op: StoreOp) {
         match self {
             Self::Prepared(_, prepared, _) => prepared.counters.stale_owner(op),
             Self::Name(name, _) => adhoc::stale_owner(name, op),
