@@ -134,7 +134,8 @@ pub use namespace::Namespace;
 pub use record::{ClaimId, FencingToken, Outcome, Record, RecordState};
 pub use scope::{ClaimKey, Scope, StorageKey};
 pub use store::{
-    BoxFuture, BoxStore, Claim, ClaimRequest, DEFAULT_ABANDONED_GRACE, DynStore, Lease, Store,
+    BoxFuture, BoxStore, Claim, ClaimRequest, CompleteRequest, DEFAULT_ABANDONED_GRACE, DynStore,
+    Lease, Store, TouchRequest,
 };
 pub use sweeper::{Sweeper, spawn_sweeper};
 

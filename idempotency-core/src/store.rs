@@ -34,6 +34,32 @@ pub struct ClaimRequest<'a> {
     pub key_derivation: Option<u8>,
 }
 
+/// What [`Store::complete`] is asked to store: `outcome` for `key`, kept for `ttl`, if the
+/// claim of `token` still holds it.
+#[derive(Clone, Copy, Debug)]
+pub struct CompleteRequest<'a> {
+    /// The hashed, scoped key.
+    pub key: &'a StorageKey,
+    /// The owner's fencing token.
+    pub token: FencingToken,
+    /// The outcome to replay to duplicates.
+    pub outcome: &'a Outcome,
+    /// How long the outcome is kept.
+    pub ttl: Duration,
+}
+
+/// What [`Store::touch`] is asked to renew: the lease of `key` to `lease` from now, if the
+/// claim of `token` still holds it.
+#[derive(Clone, Copy, Debug)]
+pub struct TouchRequest<'a> {
+    /// The hashed, scoped key.
+    pub key: &'a StorageKey,
+    /// The owner's fencing token.
+    pub token: FencingToken,
+    /// The lease's new length, from now.
+    pub lease: Duration,
+}
+
 /// A lease on a key: the right to execute and then complete or release it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lease {
@@ -84,10 +110,7 @@ pub trait Store: Send + Sync + 'static {
     /// Stores the outcome and keeps it for `ttl`.
     fn complete(
         &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
+        request: CompleteRequest<'_>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The longest any call of this store takes, if the store bounds each call (all its round
@@ -118,9 +141,7 @@ pub trait Store: Send + Sync + 'static {
     /// Renews the lease to `lease` from now (keep-alive of a running handler).
     fn touch(
         &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
+        request: TouchRequest<'_>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Reads a record as it is (expired records included until purged).
@@ -166,10 +187,7 @@ pub trait DynStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Claim, StoreError>>;
     fn complete_dyn<'a>(
         &'a self,
-        key: &'a StorageKey,
-        token: FencingToken,
-        outcome: &'a Outcome,
-        ttl: Duration,
+        request: CompleteRequest<'a>,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
     fn release_dyn<'a>(
         &'a self,
@@ -181,12 +199,7 @@ pub trait DynStore: Send + Sync + 'static {
         key: &'a StorageKey,
         claim_id: ClaimId,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
-    fn touch_dyn<'a>(
-        &'a self,
-        key: &'a StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn touch_dyn<'a>(&'a self, request: TouchRequest<'a>) -> BoxFuture<'a, Result<(), StoreError>>;
     fn get_dyn<'a>(
         &'a self,
         key: &'a StorageKey,
@@ -208,12 +221,9 @@ impl<S: Store> DynStore for S {
     }
     fn complete_dyn<'a>(
         &'a self,
-        key: &'a StorageKey,
-        token: FencingToken,
-        outcome: &'a Outcome,
-        ttl: Duration,
+        request: CompleteRequest<'a>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.complete(key, token, outcome, ttl))
+        Box::pin(self.complete(request))
     }
     fn release_dyn<'a>(
         &'a self,
@@ -229,13 +239,8 @@ impl<S: Store> DynStore for S {
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(self.undo_claim(key, claim_id))
     }
-    fn touch_dyn<'a>(
-        &'a self,
-        key: &'a StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.touch(key, token, lease))
+    fn touch_dyn<'a>(&'a self, request: TouchRequest<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.touch(request))
     }
     fn get_dyn<'a>(
         &'a self,
@@ -284,14 +289,8 @@ impl Store for BoxStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.0.claim_dyn(request).await
     }
-    async fn complete(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        self.0.complete_dyn(key, token, outcome, ttl).await
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<(), StoreError> {
+        self.0.complete_dyn(request).await
     }
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
         self.0.release_dyn(key, token).await
@@ -299,13 +298,8 @@ impl Store for BoxStore {
     async fn undo_claim(&self, key: &StorageKey, claim_id: ClaimId) -> Result<bool, StoreError> {
         self.0.undo_claim_dyn(key, claim_id).await
     }
-    async fn touch(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        self.0.touch_dyn(key, token, lease).await
+    async fn touch(&self, request: TouchRequest<'_>) -> Result<(), StoreError> {
+        self.0.touch_dyn(request).await
     }
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         self.0.get_dyn(key).await
@@ -330,12 +324,9 @@ impl<S: Store> Store for Arc<S> {
     }
     fn complete(
         &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
+        request: CompleteRequest<'_>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).complete(key, token, outcome, ttl)
+        (**self).complete(request)
     }
     fn release(
         &self,
@@ -353,11 +344,9 @@ impl<S: Store> Store for Arc<S> {
     }
     fn touch(
         &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
+        request: TouchRequest<'_>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).touch(key, token, lease)
+        (**self).touch(request)
     }
     fn get(
         &self,

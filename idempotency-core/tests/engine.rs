@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idempotency_core::{
-    BoxStore, Claim, ClaimRequest, Decision, FencingToken, Fingerprint, Idempotency,
-    IdempotencyKey, InFlightPolicy, MemoryStore, Namespace, Outcome, Record, Scope, StorageKey,
-    Store, StoreError,
+    BoxStore, Claim, ClaimRequest, CompleteRequest, Decision, FencingToken, Fingerprint,
+    Idempotency, IdempotencyKey, InFlightPolicy, MemoryStore, Namespace, Outcome, Record, Scope,
+    StorageKey, Store, StoreError, TouchRequest,
 };
 
 fn key(text: &str) -> IdempotencyKey {
@@ -250,13 +250,7 @@ impl Store for SlowStore {
     fn call_bound(&self) -> Option<Duration> {
         self.bound
     }
-    async fn complete(
-        &self,
-        _: &StorageKey,
-        _: FencingToken,
-        _: &Outcome,
-        _: Duration,
-    ) -> Result<(), StoreError> {
+    async fn complete(&self, _: CompleteRequest<'_>) -> Result<(), StoreError> {
         std::future::pending().await
     }
     async fn release(&self, _: &StorageKey, _: FencingToken) -> Result<(), StoreError> {
@@ -269,7 +263,7 @@ impl Store for SlowStore {
     ) -> Result<bool, StoreError> {
         std::future::pending().await
     }
-    async fn touch(&self, _: &StorageKey, _: FencingToken, _: Duration) -> Result<(), StoreError> {
+    async fn touch(&self, _: TouchRequest<'_>) -> Result<(), StoreError> {
         std::future::pending().await
     }
     async fn get(&self, _: &StorageKey) -> Result<Option<Record>, StoreError> {

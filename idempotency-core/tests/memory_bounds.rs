@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use idempotency_core::metrics::MEMORY_STORE_FULL;
 use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, DEFAULT_MEMORY_MAX_BYTES, Fingerprint, MemoryStore, Outcome,
-    StorageKey, Store, StoreError,
+    Claim, ClaimId, ClaimRequest, CompleteRequest, DEFAULT_MEMORY_MAX_BYTES, Fingerprint,
+    MemoryStore, Outcome, StorageKey, Store, StoreError,
 };
 use idempotency_test::unique_key;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -34,7 +34,12 @@ async fn store_one(store: &MemoryStore, key: &StorageKey, len: usize) -> Result<
     };
     let outcome = Outcome::new(201, Bytes::from(vec![b'x'; len]));
     store
-        .complete(key, lease.token, &outcome, Duration::from_secs(60))
+        .complete(CompleteRequest {
+            key,
+            token: lease.token,
+            outcome: &outcome,
+            ttl: Duration::from_secs(60),
+        })
         .await
 }
 

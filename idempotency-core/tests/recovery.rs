@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, Decision, FencingToken, Fingerprint, Idempotency, IdempotencyKey,
-    InFlightPolicy, MemoryStore, Outcome, Record, RecordState, Scope, StorageKey, Store,
-    StoreError,
+    Claim, ClaimId, ClaimRequest, CompleteRequest, Decision, FencingToken, Fingerprint,
+    Idempotency, IdempotencyKey, InFlightPolicy, MemoryStore, Outcome, Record, RecordState, Scope,
+    StorageKey, Store, StoreError, TouchRequest,
 };
 
 /// The memory store, whose next calls of one kind time out: `lost` of them after doing their
@@ -42,17 +42,11 @@ impl Store for Faulty {
         }
         claim
     }
-    async fn complete(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<(), StoreError> {
         if take(&self.unsent_completes) {
             return Err(TIMED_OUT);
         }
-        let done = self.inner.complete(key, token, outcome, ttl).await;
+        let done = self.inner.complete(request).await;
         if take(&self.lost_completes) {
             return Err(TIMED_OUT);
         }
@@ -67,13 +61,8 @@ impl Store for Faulty {
     async fn undo_claim(&self, key: &StorageKey, claim_id: ClaimId) -> Result<bool, StoreError> {
         self.inner.undo_claim(key, claim_id).await
     }
-    async fn touch(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        self.inner.touch(key, token, lease).await
+    async fn touch(&self, request: TouchRequest<'_>) -> Result<(), StoreError> {
+        self.inner.touch(request).await
     }
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         self.inner.get(key).await

@@ -8,7 +8,8 @@ use super::{
     DEFAULT_BATCH, Fence, FenceRefusal, Operations, Page, Query, RecordView, Step,
 };
 use idempotency_core::{
-    Mechanism, Outcome, Record, RecordState, Scope, StorageKey, StoreError, telemetry,
+    CompleteRequest, Mechanism, Outcome, Record, RecordState, Scope, StorageKey, StoreError,
+    telemetry,
 };
 use tracing::Instrument;
 
@@ -31,7 +32,12 @@ impl Step<'_> {
         match self {
             Self::Release => store.release_dyn(key, token).await.map(|()| true),
             Self::Complete(outcome, ttl) => store
-                .complete_dyn(key, token, outcome, *ttl)
+                .complete_dyn(CompleteRequest {
+                    key,
+                    token,
+                    outcome,
+                    ttl: *ttl,
+                })
                 .await
                 .map(|()| true),
             Self::Delete => store.delete_fenced(key, token).await,

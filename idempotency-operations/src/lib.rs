@@ -24,7 +24,7 @@
 //!
 //! ```
 //! use idempotency_operations::{Actor, Admin, Fence, Query, TracingAudit};
-//! use idempotency_core::{Fingerprint, Idempotency, IdempotencyKey, MemoryStore, Mechanism, Scope};
+//! use idempotency_core::{Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, MemoryStore, Mechanism, Scope};
 //! use std::sync::Arc;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idempotency_core::Error> {

@@ -44,8 +44,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idempotency_core::{
-    Claim, ClaimRequest, Decision, Fingerprint, Idempotency, InFlightPolicy, Namespace, Outcome,
-    StorageKey, Store,
+    Claim, ClaimRequest, CompleteRequest, Decision, Fingerprint, Idempotency, InFlightPolicy,
+    Namespace, Outcome, StorageKey, Store,
 };
 use idempotency_redis::{ConnectionManager, RedisStore, connect, driver};
 use idempotency_test::unique_key;
@@ -253,7 +253,12 @@ async fn store_claim_complete(
                 panic!("fresh key");
             };
             store
-                .complete(&key, lease.token, &outcome, TTL)
+                .complete(CompleteRequest {
+                    key: &key,
+                    token: lease.token,
+                    outcome: &outcome,
+                    ttl: TTL,
+                })
                 .await
                 .unwrap();
         }
@@ -425,7 +430,12 @@ async fn store_replay(
             panic!("fresh key");
         };
         store
-            .complete(key, lease.token, &outcome, TTL)
+            .complete(CompleteRequest {
+                key,
+                token: lease.token,
+                outcome: &outcome,
+                ttl: TTL,
+            })
             .await
             .unwrap();
     }

@@ -16,8 +16,8 @@ use super::unanswered::{Sent, Unanswered};
 use super::{fencing, scripts};
 use crate::time::unix_micros_now;
 use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Outcome, Record,
-    StorageKey, Store, StoreError,
+    Claim, ClaimId, ClaimRequest, CompleteRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Record,
+    StorageKey, Store, StoreError, TouchRequest,
 };
 
 /// Default prefix of every key the store writes.
@@ -407,16 +407,10 @@ where
         bounded(self.call_timeout, self.claim_op(request)).await
     }
 
-    async fn complete(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<(), StoreError> {
         bounded(
             self.call_timeout,
-            self.complete_op(key, token, outcome, ttl),
+            self.complete_op(request.key, request.token, request.outcome, request.ttl),
         )
         .await
     }
@@ -447,12 +441,8 @@ where
         Ok(undone)
     }
 
-    async fn touch(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
+    async fn touch(&self, request: TouchRequest<'_>) -> Result<(), StoreError> {
+        let TouchRequest { key, token, lease } = request;
         bounded(self.call_timeout, self.touch_op(key, token, lease)).await
     }
 

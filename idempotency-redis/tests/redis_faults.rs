@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use idempotency_core::{
-    Claim, ClaimRequest, Fingerprint, Lease, Outcome, Scope, Store, StoreError,
+    Claim, ClaimRequest, CompleteRequest, Fingerprint, Lease, Outcome, Scope, Store, StoreError,
 };
 use idempotency_redis::{RedisStore, RedisTokenStore};
 use idempotency_test::{unavailable, unique_key};
@@ -108,12 +108,12 @@ async fn acquire(store: &RedisStore, fp: &Fingerprint) -> Result<Lease, StoreErr
     match store.claim(request(&key, fp)).await? {
         Claim::Acquired(lease) => {
             store
-                .complete(
-                    &key,
-                    lease.token,
-                    &Outcome::new(200, "ok"),
-                    Duration::from_secs(30),
-                )
+                .complete(CompleteRequest {
+                    key: &key,
+                    token: lease.token,
+                    outcome: &Outcome::new(200, "ok"),
+                    ttl: Duration::from_secs(30),
+                })
                 .await?;
             Ok(lease)
         }
@@ -222,12 +222,12 @@ async fn store_calls_end_at_their_bound_while_redis_is_paused() {
     assert!(timed_out(claimed.as_ref().err()), "{claimed:?}");
     let completed = tokio::time::timeout(
         guard,
-        store.complete(
-            &held,
-            held_lease.token,
-            &Outcome::new(200, "ok"),
-            Duration::from_secs(30),
-        ),
+        store.complete(CompleteRequest {
+            key: &held,
+            token: held_lease.token,
+            outcome: &Outcome::new(200, "ok"),
+            ttl: Duration::from_secs(30),
+        }),
     )
     .await
     .expect("a complete to a paused server ends at its bound");

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idempotency_core::{
-    Claim, ClaimRequest, Decision, Fingerprint, Idempotency, InFlightPolicy, Lease, Namespace,
-    Outcome, Scope, StorageKey, Store,
+    Claim, ClaimRequest, CompleteRequest, Decision, Fingerprint, Idempotency, InFlightPolicy,
+    Lease, Namespace, Outcome, Scope, StorageKey, Store, TouchRequest,
 };
 use idempotency_redis::{RedisStore, RedisTokenStore, connect};
 use idempotency_test::{unavailable, unique_key};
@@ -201,13 +201,25 @@ async fn every_step_on(service: &str, upstream: String, native: Option<bool>) {
     let Claim::Acquired(lease) = store.claim(request(&warm, &fingerprint)).await.unwrap() else {
         panic!("warm-up claim");
     };
-    store.touch(&warm, lease.token, ttl).await.unwrap();
+    store
+        .touch(TouchRequest {
+            key: &warm,
+            token: lease.token,
+            lease: ttl,
+        })
+        .await
+        .unwrap();
     store.release(&warm, lease.token).await.unwrap();
     let Claim::Acquired(lease) = store.claim(request(&warm, &fingerprint)).await.unwrap() else {
         panic!("warm-up claim");
     };
     store
-        .complete(&warm, lease.token, &outcome, ttl)
+        .complete(CompleteRequest {
+            key: &warm,
+            token: lease.token,
+            outcome: &outcome,
+            ttl,
+        })
         .await
         .unwrap();
     let scope = Scope::new("round-trips");
@@ -229,7 +241,15 @@ async fn every_step_on(service: &str, upstream: String, native: Option<bool>) {
     }
     let owned_step = if has_ifeq { "SET" } else { "EVALSHA" };
 
-    let (touched, sent) = commands_of(&log, store.touch(&key, lease.token, ttl)).await;
+    let (touched, sent) = commands_of(
+        &log,
+        store.touch(TouchRequest {
+            key: &key,
+            token: lease.token,
+            lease: ttl,
+        }),
+    )
+    .await;
     touched.unwrap();
     assert_eq!(
         sent,
@@ -241,8 +261,16 @@ async fn every_step_on(service: &str, upstream: String, native: Option<bool>) {
     assert!(matches!(in_progress.unwrap(), Claim::InProgress { .. }));
     assert_eq!(sent, ["SET"], "claim of a live lease");
 
-    let (completed, sent) =
-        commands_of(&log, store.complete(&key, lease.token, &outcome, ttl)).await;
+    let (completed, sent) = commands_of(
+        &log,
+        store.complete(CompleteRequest {
+            key: &key,
+            token: lease.token,
+            outcome: &outcome,
+            ttl,
+        }),
+    )
+    .await;
     completed.unwrap();
     assert_eq!(
         sent,

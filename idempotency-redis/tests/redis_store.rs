@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use idempotency_core::{
-    Claim, ClaimRequest, FencingToken, Fingerprint, Lease, Outcome, RecordState, StorageKey, Store,
+    Claim, ClaimRequest, CompleteRequest, FencingToken, Fingerprint, Lease, Outcome, RecordState,
+    StorageKey, Store, TouchRequest,
 };
 use idempotency_redis::{RedisStore, driver};
 use idempotency_test::{unavailable, unique_key};
@@ -95,12 +96,12 @@ async fn records_are_one_packed_binary_string_with_a_native_ttl() {
     let lease = acquire(&store, &key, &fp, Duration::from_secs(30)).await;
     let body: Vec<u8> = (0..=255u8).collect();
     store
-        .complete(
-            &key,
-            lease.token,
-            &Outcome::new(201, body.clone()),
-            Duration::from_secs(60),
-        )
+        .complete(CompleteRequest {
+            key: &key,
+            token: lease.token,
+            outcome: &Outcome::new(201, body.clone()),
+            ttl: Duration::from_secs(60),
+        })
         .await
         .unwrap();
 
@@ -257,7 +258,11 @@ async fn the_native_claim_and_the_claim_script_write_one_layout() {
         (RecordState::InProgress, second.token, 2)
     );
     store
-        .touch(&key, second.token, Duration::from_secs(20))
+        .touch(TouchRequest {
+            key: &key,
+            token: second.token,
+            lease: Duration::from_secs(20),
+        })
         .await
         .unwrap();
     let touched = raw(&store, &key).await.unwrap();
@@ -265,12 +270,12 @@ async fn the_native_claim_and_the_claim_script_write_one_layout() {
     assert_eq!(touched[..53], scripted[..53]);
     assert_eq!(touched[69..], scripted[69..]);
     store
-        .complete(
-            &key,
-            second.token,
-            &Outcome::new(201, "done"),
-            Duration::from_secs(60),
-        )
+        .complete(CompleteRequest {
+            key: &key,
+            token: second.token,
+            outcome: &Outcome::new(201, "done"),
+            ttl: Duration::from_secs(60),
+        })
         .await
         .unwrap();
     let record = store.get(&key).await.unwrap().unwrap();
@@ -320,7 +325,11 @@ async fn leases_end_by_the_server_ttl_not_by_the_stored_lease_end() {
     );
     assert_eq!(store.get(&key).await.unwrap().unwrap().token, owner.token);
     store
-        .touch(&key, owner.token, Duration::from_secs(30))
+        .touch(TouchRequest {
+            key: &key,
+            token: owner.token,
+            lease: Duration::from_secs(30),
+        })
         .await
         .unwrap();
 
@@ -409,7 +418,12 @@ async fn a_remembered_key_claimed_again_elsewhere_answers_what_is_there_now() {
     let token = acquire(&first, &key, &fp, lease).await.token;
     let old = Outcome::new(201, "first run");
     first
-        .complete(&key, token, &old, Duration::from_millis(100))
+        .complete(CompleteRequest {
+            key: &key,
+            token,
+            outcome: &old,
+            ttl: Duration::from_millis(100),
+        })
         .await
         .unwrap();
     let replay = first.claim(request(&key, &fp, lease)).await.unwrap();
@@ -430,7 +444,12 @@ async fn a_remembered_key_claimed_again_elsewhere_answers_what_is_there_now() {
     );
     let new = Outcome::new(201, "second run");
     second
-        .complete(&key, token, &new, Duration::from_secs(30))
+        .complete(CompleteRequest {
+            key: &key,
+            token,
+            outcome: &new,
+            ttl: Duration::from_secs(30),
+        })
         .await
         .unwrap();
     assert_eq!(

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use idempotency_core::{Claim, ClaimRequest, Fingerprint, Outcome, Store, StoreError};
+use idempotency_core::{
+    Claim, ClaimRequest, CompleteRequest, Fingerprint, Outcome, Store, StoreError, TouchRequest,
+};
 use idempotency_redis::RedisStore;
 use idempotency_test::{unavailable, unique_key};
 
@@ -39,13 +41,22 @@ async fn a_lease_renewed_unbeknown_to_the_store_still_completes() {
     };
     tokio::time::sleep(Duration::from_millis(5)).await;
     other
-        .touch(&key, lease.token, Duration::from_secs(60))
+        .touch(TouchRequest {
+            key: &key,
+            token: lease.token,
+            lease: Duration::from_secs(60),
+        })
         .await
         .unwrap();
     let outcome = Outcome::new(200, "done");
     let ttl = Duration::from_secs(30);
     owner
-        .complete(&key, lease.token, &outcome, ttl)
+        .complete(CompleteRequest {
+            key: &key,
+            token: lease.token,
+            outcome: &outcome,
+            ttl,
+        })
         .await
         .unwrap();
     assert_eq!(
@@ -55,7 +66,14 @@ async fn a_lease_renewed_unbeknown_to_the_store_still_completes() {
     // A stale owner is still refused.
     let again = Outcome::new(200, "again");
     assert!(matches!(
-        owner.complete(&key, lease.token, &again, ttl).await,
+        owner
+            .complete(CompleteRequest {
+                key: &key,
+                token: lease.token,
+                outcome: &again,
+                ttl
+            })
+            .await,
         Err(StoreError::LeaseLost)
     ));
 }

@@ -33,7 +33,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idempotency_core::{Claim, ClaimId, ClaimRequest, Fingerprint, Outcome, StorageKey, Store};
+use idempotency_core::{
+    Claim, ClaimId, ClaimRequest, CompleteRequest, Fingerprint, Outcome, StorageKey, Store,
+};
 use idempotency_sql::{MySqlStore, PostgresStore, SqliteStore};
 use idempotency_test::unique_key;
 use sqlx::SqlitePool;
@@ -166,7 +168,12 @@ async fn store_claim_complete<S: Store>(store: &S, key: StorageKey) {
         panic!("fresh key");
     };
     store
-        .complete(&key, lease.token, &outcome(), TTL)
+        .complete(CompleteRequest {
+            key: &key,
+            token: lease.token,
+            outcome: &outcome(),
+            ttl: TTL,
+        })
         .await
         .unwrap();
 }

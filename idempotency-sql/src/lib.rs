@@ -40,7 +40,7 @@
 //! # #[cfg(feature = "sqlite")]
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use idempotency_core::{Decision, Fingerprint, Idempotency, IdempotencyKey, Outcome, Scope};
+//! use idempotency_core::{Decision, Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, Outcome, Scope};
 //! use idempotency_sql::SqliteStore;
 //!
 //! let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;

@@ -11,8 +11,8 @@ use super::common::{Settings, map_err, owned, token_param, validate_identifier};
 use super::dialect::{Dialect, SqlStore};
 use super::tx::{InTransaction, TxClaim, TxClaimRequest, TxLease, TxStore, previous_request};
 use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, FencingToken, Fingerprint, Outcome, Record, StorageKey, Store,
-    StoreError,
+    Claim, ClaimId, ClaimRequest, CompleteRequest, FencingToken, Fingerprint, Outcome, Record,
+    StorageKey, Store, StoreError, TouchRequest,
 };
 
 impl<D: Dialect> SqlStore<D> {
@@ -147,15 +147,17 @@ impl<D: Dialect> Store for SqlStore<D> {
         D::claim_on(self, &mut conn, request).await
     }
 
-    async fn complete(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<(), StoreError> {
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        D::complete_on(self, &mut conn, key, token, outcome, ttl).await
+        D::complete_on(
+            self,
+            &mut conn,
+            request.key,
+            request.token,
+            request.outcome,
+            request.ttl,
+        )
+        .await
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
@@ -167,12 +169,8 @@ impl<D: Dialect> Store for SqlStore<D> {
         Ok(D::of_claimer(&self.pool, &self.sql.undo, key, claim_id).await? > 0)
     }
 
-    async fn touch(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
+    async fn touch(&self, request: TouchRequest<'_>) -> Result<(), StoreError> {
+        let TouchRequest { key, token, lease } = request;
         D::touch(self, key, token, lease).await
     }
 

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 use crate::support::{
     LONG, PAST_SHORT, SHORT, acquire, binary_outcome, fingerprint, request, unique_key,
 };
-use idempotency_core::{Claim, Record, RecordState, Store};
+use idempotency_core::{Claim, CompleteRequest, Record, RecordState, Store, TouchRequest};
 
 /// `record` without its conflict mark: what marking must leave as it was.
 fn unmarked(record: &Record) -> Record {
@@ -39,10 +39,22 @@ pub async fn conflict_marks<S: Store>(store: &S) {
     assert_eq!(unmarked(&marked), before, "marking changed only the mark");
 
     // The owner keeps its lease: it renews and completes as before, the mark stays.
-    store.touch(&key, lease.token, LONG).await.unwrap();
+    store
+        .touch(TouchRequest {
+            key: &key,
+            token: lease.token,
+            lease: LONG,
+        })
+        .await
+        .unwrap();
     let outcome = binary_outcome();
     store
-        .complete(&key, lease.token, &outcome, LONG)
+        .complete(CompleteRequest {
+            key: &key,
+            token: lease.token,
+            outcome: &outcome,
+            ttl: LONG,
+        })
         .await
         .unwrap();
     let completed = store.get(&key).await.unwrap().unwrap();
@@ -81,7 +93,12 @@ pub async fn conflict_marks<S: Store>(store: &S) {
     let expiring = unique_key();
     let lease = acquire(store, &expiring, &fp, LONG).await;
     store
-        .complete(&expiring, lease.token, &binary_outcome(), SHORT)
+        .complete(CompleteRequest {
+            key: &expiring,
+            token: lease.token,
+            outcome: &binary_outcome(),
+            ttl: SHORT,
+        })
         .await
         .unwrap();
     assert!(store.mark_conflict(&expiring).await.unwrap());

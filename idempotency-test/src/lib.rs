@@ -43,8 +43,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Mechanism, Outcome, RecordState, Store,
-    StoreError,
+    Claim, ClaimId, ClaimRequest, CompleteRequest, FencingToken, Lease, Mechanism, Outcome,
+    RecordState, Store, StoreError, TouchRequest,
 };
 
 /// absent → in_progress → completed, with replay of the exact outcome.
@@ -80,7 +80,12 @@ pub async fn lifecycle<S: Store>(store: &S) {
 
     let outcome = binary_outcome();
     store
-        .complete(&key, lease.token, &outcome, LONG)
+        .complete(CompleteRequest {
+            key: &key,
+            token: lease.token,
+            outcome: &outcome,
+            ttl: LONG,
+        })
         .await
         .unwrap();
     for _ in 0..2 {
@@ -106,7 +111,14 @@ pub async fn lifecycle<S: Store>(store: &S) {
     // A completed record cannot be completed or released again.
     let again = Outcome::new(200, "other");
     assert!(matches!(
-        store.complete(&key, lease.token, &again, LONG).await,
+        store
+            .complete(CompleteRequest {
+                key: &key,
+                token: lease.token,
+                outcome: &again,
+                ttl: LONG
+            })
+            .await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -127,7 +139,12 @@ pub async fn mismatch<S: Store>(store: &S) {
     );
     let outcome = Outcome::new(200, "done");
     store
-        .complete(&key, lease.token, &outcome, LONG)
+        .complete(CompleteRequest {
+            key: &key,
+            token: lease.token,
+            outcome: &outcome,
+            ttl: LONG,
+        })
         .await
         .unwrap();
     assert_eq!(
@@ -155,11 +172,24 @@ pub async fn takeover_and_fencing<S: Store>(store: &S) {
 
     let stale = Outcome::new(200, "stale");
     assert!(matches!(
-        store.complete(&key, first.token, &stale, LONG).await,
+        store
+            .complete(CompleteRequest {
+                key: &key,
+                token: first.token,
+                outcome: &stale,
+                ttl: LONG
+            })
+            .await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
-        store.touch(&key, first.token, LONG).await,
+        store
+            .touch(TouchRequest {
+                key: &key,
+                token: first.token,
+                lease: LONG
+            })
+            .await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -169,7 +199,12 @@ pub async fn takeover_and_fencing<S: Store>(store: &S) {
 
     let fresh = Outcome::new(200, "fresh");
     store
-        .complete(&key, second.token, &fresh, LONG)
+        .complete(CompleteRequest {
+            key: &key,
+            token: second.token,
+            outcome: &fresh,
+            ttl: LONG,
+        })
         .await
         .unwrap();
     let record = store.get(&key).await.unwrap().unwrap();
@@ -213,7 +248,11 @@ pub async fn touch_extends_lease<S: Store>(store: &S) {
     tokio::time::sleep(SHORT / 2).await;
     let touched_at = std::time::SystemTime::now();
     store
-        .touch(&key, lease.token, Duration::from_secs(5))
+        .touch(TouchRequest {
+            key: &key,
+            token: lease.token,
+            lease: Duration::from_secs(5),
+        })
         .await
         .unwrap();
     // The record says so too: renewed now, its lease ending 5 s on (to the millisecond).
@@ -233,7 +272,12 @@ pub async fn touch_extends_lease<S: Store>(store: &S) {
         other => panic!("expected in progress, got {other:?}"),
     }
     store
-        .complete(&key, lease.token, &Outcome::new(200, "ok"), LONG)
+        .complete(CompleteRequest {
+            key: &key,
+            token: lease.token,
+            outcome: &Outcome::new(200, "ok"),
+            ttl: LONG,
+        })
         .await
         .unwrap();
 }
@@ -263,12 +307,22 @@ pub async fn release_and_reclaim<S: Store>(store: &S) {
     assert!(second.token > first.token, "tokens never go backwards");
     assert!(matches!(
         store
-            .complete(&key, first.token, &Outcome::new(200, "x"), LONG)
+            .complete(CompleteRequest {
+                key: &key,
+                token: first.token,
+                outcome: &Outcome::new(200, "x"),
+                ttl: LONG
+            })
             .await,
         Err(StoreError::LeaseLost)
     ));
     store
-        .complete(&key, second.token, &Outcome::new(200, "y"), LONG)
+        .complete(CompleteRequest {
+            key: &key,
+            token: second.token,
+            outcome: &Outcome::new(200, "y"),
+            ttl: LONG,
+        })
         .await
         .unwrap();
 }
@@ -299,7 +353,12 @@ pub async fn undo_spares_other_claims<S: Store>(store: &S) {
     let record = store.get(&key).await.unwrap().expect("the claim stays");
     assert_eq!(record.state, RecordState::InProgress);
     store
-        .complete(&key, lease.token, &Outcome::new(200, "ok"), LONG)
+        .complete(CompleteRequest {
+            key: &key,
+            token: lease.token,
+            outcome: &Outcome::new(200, "ok"),
+            ttl: LONG,
+        })
         .await
         .unwrap();
     assert!(!undo(claim_id).await.unwrap(), "a completed record");
@@ -313,12 +372,23 @@ pub async fn unknown_key_is_refused<S: Store>(store: &S) {
     let token = FencingToken::new(1);
     assert!(matches!(
         store
-            .complete(&key, token, &Outcome::new(200, "x"), LONG)
+            .complete(CompleteRequest {
+                key: &key,
+                token,
+                outcome: &Outcome::new(200, "x"),
+                ttl: LONG
+            })
             .await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
-        store.touch(&key, token, LONG).await,
+        store
+            .touch(TouchRequest {
+                key: &key,
+                token,
+                lease: LONG
+            })
+            .await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -356,7 +426,12 @@ pub async fn completed_expiry_and_purge<S: Store>(store: &S) {
     let fp = fingerprint("a");
     let lease = acquire(store, &key, &fp, LONG).await;
     store
-        .complete(&key, lease.token, &Outcome::new(200, "old"), SHORT)
+        .complete(CompleteRequest {
+            key: &key,
+            token: lease.token,
+            outcome: &Outcome::new(200, "old"),
+            ttl: SHORT,
+        })
         .await
         .unwrap();
     tokio::time::sleep(PAST_SHORT).await;
@@ -365,7 +440,12 @@ pub async fn completed_expiry_and_purge<S: Store>(store: &S) {
     assert_eq!(next.attempt, 1);
     assert!(next.token > lease.token);
     store
-        .complete(&key, next.token, &Outcome::new(200, "new"), SHORT)
+        .complete(CompleteRequest {
+            key: &key,
+            token: next.token,
+            outcome: &Outcome::new(200, "new"),
+            ttl: SHORT,
+        })
         .await
         .unwrap();
 
@@ -385,7 +465,12 @@ pub async fn keys_are_independent<S: Store>(store: Arc<S>) {
                 let lease = acquire(&*store, &key, &fp, LONG).await;
                 let outcome = Outcome::new(200, format!("value {index}"));
                 store
-                    .complete(&key, lease.token, &outcome, LONG)
+                    .complete(CompleteRequest {
+                        key: &key,
+                        token: lease.token,
+                        outcome: &outcome,
+                        ttl: LONG,
+                    })
                     .await
                     .unwrap();
                 assert_eq!(
@@ -431,7 +516,12 @@ pub async fn claim_storm<S: Store>(store: Arc<S>) {
 
     let outcome = Outcome::new(200, "once");
     store
-        .complete(&key, winners[0].token, &outcome, LONG)
+        .complete(CompleteRequest {
+            key: &key,
+            token: winners[0].token,
+            outcome: &outcome,
+            ttl: LONG,
+        })
         .await
         .unwrap();
     let replays = concurrently(CALLERS, |_| {

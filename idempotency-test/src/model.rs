@@ -2,7 +2,8 @@
 //! record lifecycle.
 
 use idempotency_core::{
-    Claim, FencingToken, Fingerprint, Outcome, RecordState, StorageKey, Store, StoreError,
+    Claim, CompleteRequest, FencingToken, Fingerprint, Outcome, RecordState, StorageKey, Store,
+    StoreError, TouchRequest,
 };
 
 use crate::support::{LONG, binary_outcome, fingerprint, request, unique_key};
@@ -147,7 +148,14 @@ pub async fn model_walk<S: Store>(store: &S) {
             }
             2 => {
                 let outcome = &outcomes[walk.below(outcomes.len())];
-                let answer = store.complete(key, token, outcome, LONG).await;
+                let answer = store
+                    .complete(CompleteRequest {
+                        key,
+                        token,
+                        outcome,
+                        ttl: LONG,
+                    })
+                    .await;
                 match (owns, answer) {
                     (true, Ok(())) => {
                         let Modelled::InProgress { fp, .. } = model[k] else {
@@ -179,7 +187,16 @@ pub async fn model_walk<S: Store>(store: &S) {
                     panic!("{at}: release with {token:?} (owner: {owns}) answered {answer:?}")
                 }
             },
-            4 => match (owns, store.touch(key, token, LONG).await) {
+            4 => match (
+                owns,
+                store
+                    .touch(TouchRequest {
+                        key,
+                        token,
+                        lease: LONG,
+                    })
+                    .await,
+            ) {
                 (true, Ok(())) => *seen.entry("touch").or_default() += 1,
                 (false, Err(StoreError::LeaseLost)) => {
                     *seen.entry("touch refused").or_default() += 1;

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idempotency_core::{
-    BoxFuture, Claim, ClaimId, ClaimRequest, Fingerprint, Mechanism, Outcome, RecordState, Scope,
-    StorageKey, Store, StoreError,
+    BoxFuture, Claim, ClaimId, ClaimRequest, CompleteRequest, Fingerprint, Mechanism, Outcome,
+    RecordState, Scope, StorageKey, Store, StoreError, TouchRequest,
 };
 use idempotency_operations::{
     Acted, Action, Actor, Admin, Archive, AuditEntry, AuditLog, Cursor, Fence, FenceRefusal,
@@ -101,7 +101,12 @@ pub async fn completed<S: Store>(
     let key = claimed(store, scope, raw, Duration::from_secs(30)).await;
     let record = store.get(&key).await.expect("get").expect("claimed");
     store
-        .complete(&key, record.token, outcome, ttl)
+        .complete(CompleteRequest {
+            key: &key,
+            token: record.token,
+            outcome,
+            ttl,
+        })
         .await
         .expect("complete");
     key
@@ -230,7 +235,11 @@ where
     let before = store.get(&running).await.expect("get").expect("running");
     tokio::time::sleep(Duration::from_millis(5)).await;
     store
-        .touch(&running, before.token, long)
+        .touch(TouchRequest {
+            key: &running,
+            token: before.token,
+            lease: long,
+        })
         .await
         .expect("touch");
     let refused = admin

@@ -7,13 +7,12 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use axum::body::Body;
 use common::{Calls, read, routes, unique};
 use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, FencingToken, InFlightPolicy, MemoryStore, Outcome, Record,
-    StorageKey, Store, StoreError,
+    Claim, ClaimId, ClaimRequest, CompleteRequest, FencingToken, InFlightPolicy, MemoryStore,
+    Record, StorageKey, Store, StoreError, TouchRequest,
 };
 use idempotency_tower::{IdempotencyLayer, StoragePolicy};
 use tower::ServiceExt;
@@ -38,14 +37,8 @@ impl Store for CountingClaims {
         self.claims.fetch_add(1, Ordering::SeqCst);
         self.inner.claim(request).await
     }
-    async fn complete(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        self.inner.complete(key, token, outcome, ttl).await
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<(), StoreError> {
+        self.inner.complete(request).await
     }
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
         self.inner.release(key, token).await
@@ -53,13 +46,8 @@ impl Store for CountingClaims {
     async fn undo_claim(&self, key: &StorageKey, claim_id: ClaimId) -> Result<bool, StoreError> {
         self.inner.undo_claim(key, claim_id).await
     }
-    async fn touch(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        self.inner.touch(key, token, lease).await
+    async fn touch(&self, request: TouchRequest<'_>) -> Result<(), StoreError> {
+        self.inner.touch(request).await
     }
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         self.inner.get(key).await

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
-use idempotency_core::MemoryStore;
+use idempotency_core::{CompleteRequest, MemoryStore, TouchRequest};
 use idempotency_tower::{IdempotencyLayer, RequestBody};
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -219,12 +219,9 @@ impl idempotency_core::Store for HeldClaim {
     }
     async fn complete(
         &self,
-        key: &idempotency_core::StorageKey,
-        token: idempotency_core::FencingToken,
-        outcome: &idempotency_core::Outcome,
-        ttl: Duration,
+        request: CompleteRequest<'_>,
     ) -> Result<(), idempotency_core::StoreError> {
-        self.inner.complete(key, token, outcome, ttl).await
+        self.inner.complete(request).await
     }
     async fn release(
         &self,
@@ -240,13 +237,8 @@ impl idempotency_core::Store for HeldClaim {
     ) -> Result<bool, idempotency_core::StoreError> {
         self.inner.undo_claim(key, claim_id).await
     }
-    async fn touch(
-        &self,
-        key: &idempotency_core::StorageKey,
-        token: idempotency_core::FencingToken,
-        lease: Duration,
-    ) -> Result<(), idempotency_core::StoreError> {
-        self.inner.touch(key, token, lease).await
+    async fn touch(&self, request: TouchRequest<'_>) -> Result<(), idempotency_core::StoreError> {
+        self.inner.touch(request).await
     }
     async fn get(
         &self,

@@ -15,7 +15,8 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use idempotency_core::{
-    ClaimId, ClaimRequest, Fingerprint, IdempotencyKey, MemoryStore, Outcome, Scope, Store,
+    ClaimId, ClaimRequest, CompleteRequest, Fingerprint, IdempotencyKey, MemoryStore, Outcome,
+    Scope, Store,
 };
 use idempotency_tower::{IdempotencyLayer, IdempotencyLayerBuilder, ScopeChosen};
 use tower::ServiceExt;
@@ -128,12 +129,12 @@ async fn an_undecodable_stored_response_is_never_run_again_even_failing_open() {
     };
     let garbled = Outcome::new(201, Bytes::from_static(b"not a stored response"));
     store
-        .complete(
-            &key,
-            lease.token,
-            &garbled,
-            std::time::Duration::from_secs(60),
-        )
+        .complete(CompleteRequest {
+            key: &key,
+            token: lease.token,
+            outcome: &garbled,
+            ttl: std::time::Duration::from_secs(60),
+        })
         .await
         .unwrap();
 

@@ -12,7 +12,9 @@ use super::recovery;
 use crate::Namespace;
 use crate::metrics::StoreOp;
 use crate::telemetry;
-use crate::{FencingToken, Lease, Outcome, StorageKey, Store, StoreError};
+use crate::{
+    CompleteRequest, FencingToken, Lease, Outcome, StorageKey, Store, StoreError, TouchRequest,
+};
 
 /// The right to run the work for a claimed key, with its lease renewed in the background.
 ///
@@ -105,8 +107,12 @@ impl<S: Store> Execution<S> {
             let ttl = engine.inner.config.ttl;
             let store = &engine.inner.store;
             let result = {
-                let call =
-                    std::pin::pin!(store.complete(&self.key, self.lease.token, &outcome, ttl));
+                let call = std::pin::pin!(store.complete(CompleteRequest {
+                    key: &self.key,
+                    token: self.lease.token,
+                    outcome: &outcome,
+                    ttl
+                }));
                 engine
                     .timed(StoreOp::Complete, self.namespace.by_ref(), call)
                     .await
@@ -191,11 +197,11 @@ impl<S: Store> Execution<S> {
                 tracing::warn!(namespace = %self.namespace, key = %self.key, "keep-alive ceiling reached; the lease may be taken over");
                 return work.await;
             }
-            let call = std::pin::pin!(self.engine.inner.store.touch(
-                &self.key,
-                self.lease.token,
-                config.lease
-            ));
+            let call = std::pin::pin!(self.engine.inner.store.touch(TouchRequest {
+                key: &self.key,
+                token: self.lease.token,
+                lease: config.lease
+            }));
             let touch = self
                 .engine
                 .timed(StoreOp::Touch, self.namespace.by_ref(), call);
@@ -268,7 +274,11 @@ pub(super) fn spawn_keep_alive<S: Store>(
                 tracing::warn!(namespace = %namespace, key = %key, "keep-alive ceiling reached; the lease may be taken over");
                 return;
             }
-            let call = std::pin::pin!(engine.inner.store.touch(&key, token, config.lease));
+            let call = std::pin::pin!(engine.inner.store.touch(TouchRequest {
+                key: &key,
+                token,
+                lease: config.lease
+            }));
             let touched = engine.timed(StoreOp::Touch, namespace.by_ref(), call).await;
             if let Err(StoreError::LeaseLost) = touched {
                 return;

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 use super::handle::Idempotency;
 use crate::Namespace;
 use crate::metrics::StoreOp;
-use crate::{ClaimId, Lease, Outcome, RecordState, StorageKey, Store, StoreError};
+use crate::{
+    ClaimId, CompleteRequest, Lease, Outcome, RecordState, StorageKey, Store, StoreError,
+    TouchRequest,
+};
 
 /// The first pause between attempts; it doubles up to [`LONGEST_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(25);
@@ -108,7 +111,7 @@ pub(super) fn retry_finish<S: Store>(
             }
             attempts += 1;
             if attempts > 1 && Instant::now() + length / 3 > ends {
-                let call = std::pin::pin!(engine.store().touch(&key, lease.token, length));
+                let call = std::pin::pin!(engine.store().touch(TouchRequest { key: &key, token: lease.token, lease: length }));
                 match engine.timed(StoreOp::Touch, namespace.by_ref(), call).await {
                     Ok(()) => ends = Instant::now() + length,
                     Err(StoreError::LeaseLost) => break,
@@ -122,7 +125,7 @@ pub(super) fn retry_finish<S: Store>(
                 Finish::Complete(outcome) => {
                     let ttl = engine.config().ttl;
                     let call =
-                        std::pin::pin!(engine.store().complete(&key, lease.token, outcome, ttl));
+                        std::pin::pin!(engine.store().complete(CompleteRequest { key: &key, token: lease.token, outcome, ttl }));
                     engine
                         .timed(StoreOp::Complete, namespace.by_ref(), call)
                         .await

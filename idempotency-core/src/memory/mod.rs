@@ -22,8 +22,8 @@ use self::capacity::Capacity;
 use self::micros::Micros;
 use self::shards::{SHARDS, Shards, SharedName, Slot};
 use crate::{
-    Claim, ClaimId, ClaimRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Fingerprint, Lease,
-    Outcome, Record, RecordState, StorageKey, Store, StoreError,
+    Claim, ClaimId, ClaimRequest, CompleteRequest, DEFAULT_ABANDONED_GRACE, FencingToken,
+    Fingerprint, Lease, Outcome, Record, RecordState, StorageKey, Store, StoreError, TouchRequest,
 };
 
 /// What the store keeps per key: a [`Record`] without its key (the [`Keyed`] box's), packed:
@@ -392,14 +392,8 @@ impl Store for MemoryStore {
         self.claim_now(request)
     }
 
-    async fn complete(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        self.complete_now(key, token, outcome, ttl)
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<(), StoreError> {
+        self.complete_now(request.key, request.token, request.outcome, request.ttl)
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
@@ -428,12 +422,8 @@ impl Store for MemoryStore {
         Ok(undone)
     }
 
-    async fn touch(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
+    async fn touch(&self, request: TouchRequest<'_>) -> Result<(), StoreError> {
+        let TouchRequest { key, token, lease } = request;
         self.update_owned(key, token, |record, now| {
             record.expires_at = now.plus(lease);
             record.updated_at = now;

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use crate::CompleteRequest;
 use crate::memory::shards::{Keyed, shard_of};
 
 fn request<'a>(
@@ -45,7 +46,12 @@ async fn keys_alike_in_the_hashed_word_stay_apart() {
         if n % 2 == 0 {
             let outcome = Outcome::new(200, bytes::Bytes::from(vec![n as u8]));
             store
-                .complete(key, lease.token, &outcome, Duration::from_secs(60))
+                .complete(CompleteRequest {
+                    key,
+                    token: lease.token,
+                    outcome: &outcome,
+                    ttl: Duration::from_secs(60),
+                })
                 .await
                 .unwrap();
         }

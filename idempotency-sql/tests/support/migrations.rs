@@ -1,6 +1,7 @@
 //! Versioned migrations, and the shared scenarios as `#[tokio::test]`s.
 
 use super::*;
+use idempotency_core::CompleteRequest;
 
 /// The transactional, purge and sweeper scenarios above as `#[tokio::test]`s, for a test file
 /// with `fresh(max_connections) -> Option<(store, pool, coupons table)>` and
@@ -45,7 +46,12 @@ pub async fn migrations_are_versioned<S, M>(
     };
     let outcome = Outcome::new(200, "before the upgrade");
     store
-        .complete(&key, lease.token, &outcome, Duration::from_secs(3600))
+        .complete(CompleteRequest {
+            key: &key,
+            token: lease.token,
+            outcome: &outcome,
+            ttl: Duration::from_secs(3600),
+        })
         .await
         .unwrap();
 

@@ -1,6 +1,7 @@
 //! Purges, listings, the sweeper and the owner's rollback under a storm of duplicates.
 
 use super::*;
+use idempotency_core::CompleteRequest;
 
 /// Purge in bounded batches, and reconciliation listing by namespace, state and time.
 pub async fn purge_batches_and_list<S: Store>(
@@ -30,12 +31,12 @@ pub async fn purge_batches_and_list<S: Store>(
         };
         if index < 5 {
             store
-                .complete(
-                    &key,
-                    lease.token,
-                    &Outcome::new(200, "ok"),
-                    Duration::from_millis(200),
-                )
+                .complete(CompleteRequest {
+                    key: &key,
+                    token: lease.token,
+                    outcome: &Outcome::new(200, "ok"),
+                    ttl: Duration::from_millis(200),
+                })
                 .await
                 .unwrap();
         }
@@ -121,12 +122,12 @@ pub async fn sweeper_purges<S: Store>(store: S) {
         panic!("fresh key");
     };
     store
-        .complete(
-            &key,
-            lease.token,
-            &Outcome::new(200, "ok"),
-            Duration::from_millis(100),
-        )
+        .complete(CompleteRequest {
+            key: &key,
+            token: lease.token,
+            outcome: &Outcome::new(200, "ok"),
+            ttl: Duration::from_millis(100),
+        })
         .await
         .unwrap();
     // An owner that crashed: its lease ends, and the store's (short) abandoned grace after it.

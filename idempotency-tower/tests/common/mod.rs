@@ -14,7 +14,8 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use idempotency_core::{
-    Claim, ClaimRequest, FencingToken, MemoryStore, Outcome, Record, StorageKey, Store, StoreError,
+    Claim, ClaimRequest, CompleteRequest, FencingToken, MemoryStore, Record, StorageKey, Store,
+    StoreError, TouchRequest,
 };
 use serde::Deserialize;
 use tokio::sync::Notify;
@@ -189,15 +190,9 @@ impl Store for Partitionable {
         }
         self.inner.claim(request).await
     }
-    async fn complete(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<(), StoreError> {
         self.gate().await;
-        self.inner.complete(key, token, outcome, ttl).await
+        self.inner.complete(request).await
     }
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {
         self.gate().await;
@@ -211,14 +206,9 @@ impl Store for Partitionable {
         self.gate().await;
         self.inner.undo_claim(key, claim_id).await
     }
-    async fn touch(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
+    async fn touch(&self, request: TouchRequest<'_>) -> Result<(), StoreError> {
         self.gate().await;
-        self.inner.touch(key, token, lease).await
+        self.inner.touch(request).await
     }
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         self.gate().await;
