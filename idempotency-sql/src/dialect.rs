@@ -244,7 +244,7 @@ pub(crate) mod sealed {
 
     mod params;
     mod shared;
-    pub(crate) use params::{Clock, Param, PurgeBatch, PurgeSql, Values};
+    pub(crate) use params::{Clock, Order, Param, PurgeBatch, PurgeSql, Values};
     pub(crate) use shared::Shared;
 
     // Here rather than beside `Clock`: it reads the constants of `Steps`, and `params` stays a

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use sqlx::{PgConnection, Postgres};
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::QueryAs;
+use sqlx::{FromRow, PgConnection, Postgres};
 
 use super::common::{ClaimRow, map_err, micros};
 use super::conflicts::MarkSql;
@@ -295,6 +297,28 @@ fn statements(table: &str) -> TableSql<Sql> {
     }
 }
 
+/// `sql` (`insert_fresh` or `claim_bounded`) with the values of a transactional claim bound:
+/// key, namespace, fingerprint, lease, a fresh claim id (never undone: the transaction rolls a
+/// failed claim back), the lock wait, what wrote the record.
+fn tx_claim_query<'q, O>(
+    sql: &'q str,
+    request: TxClaimRequest<'q>,
+    wait: &'q str,
+) -> QueryAs<'q, Postgres, O, PgArguments>
+where
+    O: for<'r> FromRow<'r, PgRow>,
+{
+    sqlx::query_as(sql)
+        .bind(request.key.0.as_slice())
+        .bind(request.namespace)
+        .bind(request.fingerprint.0.as_slice())
+        .bind(micros(request.lease))
+        .bind(ClaimId::random().as_bytes().to_vec())
+        .bind(wait)
+        .bind(request.mechanism.map(Mechanism::as_str))
+        .bind(request.key_derivation.map(i16::from))
+}
+
 impl Steps for Postgres {
     type Own = Sql;
 
@@ -337,17 +361,10 @@ impl Steps for Postgres {
         let sql = &store.sql.own;
         let millis = request.in_flight.max_wait().as_millis().max(1);
         let wait = format!("{millis}ms");
-        let fresh: Result<(Option<i64>, String), sqlx::Error> = sqlx::query_as(&sql.insert_fresh)
-            .bind(request.key.0.as_slice())
-            .bind(request.namespace)
-            .bind(request.fingerprint.0.as_slice())
-            .bind(micros(request.lease))
-            .bind(ClaimId::random().as_bytes().as_slice())
-            .bind(&wait)
-            .bind(request.mechanism.map(Mechanism::as_str))
-            .bind(request.key_derivation.map(i16::from))
-            .fetch_one(&mut *conn)
-            .await;
+        let fresh: Result<(Option<i64>, String), sqlx::Error> =
+            tx_claim_query(&sql.insert_fresh, request, &wait)
+                .fetch_one(&mut *conn)
+                .await;
         match fresh {
             Ok((Some(token), _)) => {
                 let lease = Lease {
@@ -367,17 +384,10 @@ impl Steps for Postgres {
             }
             Err(error) => return Err(map_err(error)),
         }
-        let row: Result<Option<ClaimRow>, sqlx::Error> = sqlx::query_as(&sql.claim_bounded)
-            .bind(request.key.0.as_slice())
-            .bind(request.namespace)
-            .bind(request.fingerprint.0.as_slice())
-            .bind(micros(request.lease))
-            .bind(ClaimId::random().as_bytes().as_slice())
-            .bind(&wait)
-            .bind(request.mechanism.map(Mechanism::as_str))
-            .bind(request.key_derivation.map(i16::from))
-            .fetch_optional(conn)
-            .await;
+        let row: Result<Option<ClaimRow>, sqlx::Error> =
+            tx_claim_query(&sql.claim_bounded, request, &wait)
+                .fetch_optional(conn)
+                .await;
         match row {
             Ok(Some(row)) => Ok(tx_claim(row.into_claim(request.fingerprint)?, &request)),
             Ok(None) => Err(StoreError::Backend(

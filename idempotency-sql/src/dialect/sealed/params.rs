@@ -75,6 +75,15 @@ impl Clock {
     }
 }
 
+/// The order a listing returns records in, and where it starts.
+#[derive(Clone, Copy, Debug)]
+pub enum Order<'a> {
+    /// Oldest `updated_at` first (reconciliation's `list`).
+    Updated,
+    /// By storage key, after this one if given: one page of an operations scan.
+    KeysAfter(Option<&'a StorageKey>),
+}
+
 /// Which records one purge batch takes.
 #[derive(Clone, Copy)]
 pub struct PurgeBatch<'a> {

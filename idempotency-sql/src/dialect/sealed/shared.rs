@@ -7,7 +7,7 @@ use idempotency_core::{ClaimId, Record, RecordState, StorageKey, StoreError};
 use idempotency_operations::{Archive, AuditEntry, Counts};
 use sqlx::{Arguments, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-use super::params::{Clock, Param, PurgeBatch, PurgeSql, Values, push_bind};
+use super::params::{Clock, Order, Param, PurgeBatch, PurgeSql, Values, push_bind};
 use crate::common::{RecordRow, RowsAffected, map_err, unix_micros};
 use crate::schema::Versions;
 
@@ -51,22 +51,13 @@ pub trait Shared: Database {
         key: &StorageKey,
     ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
 
-    /// The records `select` (ending in a condition) selects under `filter`, oldest
-    /// `updated_at` first; `time` wraps each bound time parameter ([`Steps::LIST_TIME`](super::Steps::LIST_TIME)).
+    /// The records `select` (ending in a condition) selects under `filter`, in `order`;
+    /// `time` wraps each bound time parameter ([`Steps::LIST_TIME`](super::Steps::LIST_TIME)).
     fn records(
         pool: &Pool<Self>,
         select: &str,
         filter: &crate::ListFilter,
-        time: (&'static str, &'static str),
-    ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send;
-
-    /// The records `select` selects under `filter` after the storage key `after`, in the
-    /// order of their storage keys: one page of an operations scan.
-    fn records_after(
-        pool: &Pool<Self>,
-        select: &str,
-        filter: &crate::ListFilter,
-        after: Option<&StorageKey>,
+        order: Order<'_>,
         time: (&'static str, &'static str),
     ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send;
 
@@ -212,51 +203,23 @@ where
         pool: &Pool<Self>,
         select: &str,
         filter: &crate::ListFilter,
+        order: Order<'_>,
         time: (&'static str, &'static str),
     ) -> Result<Vec<Record>, StoreError> {
         let mut sql = String::from(select);
         let mut args = DB::Arguments::default();
         filtered::<DB>(&mut sql, &mut args, filter, time)?;
-        push_bind(
-            &mut sql,
-            &mut args,
-            " ORDER BY updated_at LIMIT ",
-            filter.limit_param(),
-            "",
-        )?;
-        let rows: Vec<RecordRow> = sqlx::query_as_with(&sql, args)
-            .fetch_all(pool)
-            .await
-            .map_err(map_err)?;
-        rows.into_iter().map(RecordRow::into_record).collect()
-    }
-
-    async fn records_after(
-        pool: &Pool<Self>,
-        select: &str,
-        filter: &crate::ListFilter,
-        after: Option<&StorageKey>,
-        time: (&'static str, &'static str),
-    ) -> Result<Vec<Record>, StoreError> {
-        let mut sql = String::from(select);
-        let mut args = DB::Arguments::default();
-        filtered::<DB>(&mut sql, &mut args, filter, time)?;
-        if let Some(after) = after {
-            push_bind(
-                &mut sql,
-                &mut args,
-                " AND key_hash > ",
-                after.0.to_vec(),
-                "",
-            )?;
-        }
-        push_bind(
-            &mut sql,
-            &mut args,
-            " ORDER BY key_hash LIMIT ",
-            filter.limit_param(),
-            "",
-        )?;
+        let order_by = match order {
+            Order::Updated => " ORDER BY updated_at LIMIT ",
+            Order::KeysAfter(after) => {
+                if let Some(after) = after {
+                    let after = after.0.to_vec();
+                    push_bind(&mut sql, &mut args, " AND key_hash > ", after, "")?;
+                }
+                " ORDER BY key_hash LIMIT "
+            }
+        };
+        push_bind(&mut sql, &mut args, order_by, filter.limit_param(), "")?;
         let rows: Vec<RecordRow> = sqlx::query_as_with(&sql, args)
             .fetch_all(pool)
             .await
