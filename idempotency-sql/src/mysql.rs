@@ -11,8 +11,8 @@ use super::conflicts::MarkSql;
 use super::dialect::sealed::{Param, Param::*, Steps};
 use super::dialect::{SqlStore, TableSql};
 use super::schema::{self, VersionSql, Versions};
-use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
-use idempotency_core::{Claim, ClaimId, ClaimRequest, FencingToken, Lease, StorageKey, StoreError};
+use super::tx::{TxClaim, TxClaimRequest, still_running, store_request, tx_claim};
+use idempotency_core::{Claim, ClaimRequest, FencingToken, Lease, StorageKey, StoreError};
 
 /// MySQL's error number for a lock wait that ran out (`innodb_lock_wait_timeout`).
 const LOCK_WAIT_TIMEOUT: u16 = 1205;
@@ -328,16 +328,7 @@ impl Steps for MySql {
         } else {
             Cow::Borrowed(sql.upsert.as_str())
         };
-        let claim = ClaimRequest {
-            key: request.key,
-            namespace: request.namespace,
-            fingerprint: request.fingerprint,
-            lease: request.lease,
-            // Never undone: a claim in a transaction that fails is rolled back with it.
-            claim_id: ClaimId::random(),
-            mechanism: request.mechanism,
-            key_derivation: request.key_derivation,
-        };
+        let claim = store_request(&request);
         match sql.claim_with(conn, claim, true, &upsert).await {
             Ok(claimed) => Ok(tx_claim(claimed, &request)),
             Err(Waited::Out) => Ok(still_running()),

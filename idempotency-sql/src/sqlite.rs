@@ -9,8 +9,8 @@ use super::conflicts::MarkSql;
 use super::dialect::sealed::{Param, Param::*, Steps};
 use super::dialect::{SqlStore, TableSql};
 use super::schema::{self, VersionSql, Versions};
-use super::tx::{TxClaim, TxClaimRequest, tx_claim};
-use idempotency_core::{Claim, ClaimId, ClaimRequest, FencingToken, Lease, StoreError};
+use super::tx::{TxClaim, TxClaimRequest, store_request, tx_claim};
+use idempotency_core::{Claim, ClaimRequest, FencingToken, Lease, StoreError};
 
 /// The schema versions table on SQLite.
 const VERSIONS: VersionSql = VersionSql {
@@ -221,16 +221,7 @@ impl Steps for Sqlite {
         conn: &mut SqliteConnection,
         request: TxClaimRequest<'_>,
     ) -> Result<TxClaim, StoreError> {
-        let claim = ClaimRequest {
-            key: request.key,
-            namespace: request.namespace,
-            fingerprint: request.fingerprint,
-            lease: request.lease,
-            // Never undone: a claim in a transaction that fails is rolled back with it.
-            claim_id: ClaimId::random(),
-            mechanism: request.mechanism,
-            key_derivation: request.key_derivation,
-        };
+        let claim = store_request(&request);
         Ok(tx_claim(
             store.sql.own.claim(conn, claim, true).await?,
             &request,
