@@ -67,7 +67,6 @@
 //! # Ok(()) }
 //! ```
 
-mod claimed_rows;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod lookup;
 #[cfg(feature = "mysql")]
@@ -76,6 +75,7 @@ mod mysql;
 mod on_transition;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod rows;
 mod shared;
 #[cfg(feature = "sqlite")]
 mod sqlite;

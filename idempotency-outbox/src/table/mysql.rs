@@ -6,7 +6,7 @@ use sqlx::mysql::MySqlArguments;
 use sqlx::{Arguments, MySql, MySqlPool};
 
 use super::shared::sealed::{OutboxSteps, PurgePlace};
-use super::shared::{COLUMNS, DEADLOCK_ROUNDS, Row, claimed, in_list_after};
+use super::shared::{COLUMNS, ClaimedRow, DEADLOCK_ROUNDS, claimed, in_list_after};
 use super::{
     ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, Outbox, OutboxMessage, OutboxSql, checked_table,
 };
@@ -90,7 +90,7 @@ fn statements(t: &str) -> OutboxSql {
         ),
         claim_update: format!("UPDATE {t} SET claim = ?, available_at = {later} WHERE seq IN ("),
         claim_read: format!(
-            "SELECT {COLUMNS}, TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) \
+            "SELECT {COLUMNS}, TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) AS age_us \
              FROM {t} WHERE claim = ? ORDER BY seq"
         ),
         skip_locked: std::sync::OnceLock::new(),
@@ -118,7 +118,8 @@ fn statements(t: &str) -> OutboxSql {
         purge_sent: format!("DELETE FROM {t} WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?"),
         purge_pick: format!("SELECT seq FROM {t} WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?"),
         purge_read: format!(
-            "SELECT {COLUMNS}, {EPOCH_MICROS}created_at), {EPOCH_MICROS}sent_at) \
+            "SELECT {COLUMNS}, {EPOCH_MICROS}created_at) AS created_us, \
+               {EPOCH_MICROS}sent_at) AS sent_us \
              FROM {t} WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?"
         ),
         archives: std::sync::Mutex::default(),
@@ -242,7 +243,11 @@ impl Outbox<MySql> {
     }
 
     /// One claim transaction: pick the batch with a locking read, claim it, read it back.
-    async fn claim_once(&self, batch: ClaimBatch, pick: &str) -> Result<Vec<Row>, sqlx::Error> {
+    async fn claim_once(
+        &self,
+        batch: ClaimBatch,
+        pick: &str,
+    ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
         let seqs: Vec<i64> = sqlx::query_scalar(pick)
             .bind(i64::try_from(batch.limit).unwrap_or(i64::MAX))
@@ -259,7 +264,7 @@ impl Outbox<MySql> {
         in_list_after::<MySql>(&mut update, &mut args, &seqs)
             .map_err(|error| sqlx::Error::Encode(error.to_string().into()))?;
         sqlx::query_with(&update, args).execute(&mut *tx).await?;
-        let rows: Vec<Row> = sqlx::query_as(&self.sql.claim_read)
+        let rows: Vec<ClaimedRow> = sqlx::query_as(&self.sql.claim_read)
             .bind(batch.claim)
             .fetch_all(&mut *tx)
             .await?;

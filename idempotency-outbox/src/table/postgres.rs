@@ -3,7 +3,7 @@
 use sqlx::{PgPool, Postgres};
 
 use super::shared::sealed::{OutboxSteps, PurgePlace};
-use super::shared::{COLUMNS, Row, claimed};
+use super::shared::{COLUMNS, ClaimedRow, claimed};
 use super::{
     ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, Notifications, Outbox, OutboxMessage, OutboxSql,
     checked_table,
@@ -86,7 +86,7 @@ fn statements(t: &str) -> OutboxSql {
                ORDER BY o.available_at, o.seq LIMIT $3 \
                FOR UPDATE SKIP LOCKED) \
              RETURNING {COLUMNS}, \
-               (extract(epoch FROM statement_timestamp() - created_at) * 1000000)::bigint"
+               (extract(epoch FROM statement_timestamp() - created_at) * 1000000)::bigint AS age_us"
         ),
         claim_update: String::new(),
         claim_read: String::new(),
@@ -127,8 +127,8 @@ fn statements(t: &str) -> OutboxSql {
             sent_before()
         ),
         purge_read: format!(
-            "SELECT {COLUMNS}, (extract(epoch FROM created_at) * 1000000)::bigint, \
-               (extract(epoch FROM sent_at) * 1000000)::bigint \
+            "SELECT {COLUMNS}, (extract(epoch FROM created_at) * 1000000)::bigint AS created_us, \
+               (extract(epoch FROM sent_at) * 1000000)::bigint AS sent_us \
              FROM \"{t}\" WHERE {} ORDER BY sent_at LIMIT $2",
             sent_before()
         ),
@@ -207,7 +207,7 @@ impl OutboxSteps for Postgres {
     const HOST_CLOCK: bool = false;
 
     async fn claim(outbox: &Outbox<Self>, batch: ClaimBatch) -> Result<Vec<Claimed>, StoreError> {
-        let rows: Vec<Row> = sqlx::query_as(&outbox.sql.claim)
+        let rows: Vec<ClaimedRow> = sqlx::query_as(&outbox.sql.claim)
             .bind(batch.claim)
             .bind(micros(batch.lease))
             .bind(i64::try_from(batch.limit).unwrap_or(i64::MAX))

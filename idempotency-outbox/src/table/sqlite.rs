@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use sqlx::{Sqlite, SqlitePool};
 
 use super::shared::sealed::{OutboxSteps, PurgePlace};
-use super::shared::{COLUMNS, Row, claimed};
+use super::shared::{COLUMNS, ClaimedRow, claimed};
 use super::{
     ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, Outbox, OutboxMessage, OutboxSql, checked_table,
 };
@@ -79,7 +79,7 @@ fn statements(t: &str) -> OutboxSql {
                    SELECT 1 FROM \"{t}\" e WHERE e.aggregate = o.aggregate \
                      AND e.seq < o.seq AND e.state <> 'sent')) \
                ORDER BY o.available_at, o.seq LIMIT ?4) \
-             RETURNING {COLUMNS}, ?3 - created_at"
+             RETURNING {COLUMNS}, ?3 - created_at AS age_us"
         ),
         claim_update: String::new(),
         claim_read: String::new(),
@@ -113,7 +113,7 @@ fn statements(t: &str) -> OutboxSql {
             "SELECT seq FROM \"{t}\" WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?2"
         ),
         purge_read: format!(
-            "SELECT {COLUMNS}, created_at, sent_at FROM \"{t}\" \
+            "SELECT {COLUMNS}, created_at AS created_us, sent_at AS sent_us FROM \"{t}\" \
              WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?2"
         ),
         archives: std::sync::Mutex::default(),
@@ -189,7 +189,7 @@ impl OutboxSteps for Sqlite {
 
     async fn claim(outbox: &Outbox<Self>, batch: ClaimBatch) -> Result<Vec<Claimed>, StoreError> {
         let now = now();
-        let rows: Vec<Row> = sqlx::query_as(&outbox.sql.claim)
+        let rows: Vec<ClaimedRow> = sqlx::query_as(&outbox.sql.claim)
             .bind(batch.claim)
             .bind(now.saturating_add(micros(batch.lease)))
             .bind(now)
