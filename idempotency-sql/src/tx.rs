@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::derivation;
 use idempotency_core::{
-    ClaimId, ClaimRequest, Error, Fingerprint, IdempotencyKey, InFlightPolicy, Lease, Mechanism,
-    Outcome, Scope, StorageKey, Store,
+    Error, Fingerprint, IdempotencyKey, InFlightPolicy, Lease, Mechanism, Outcome, Scope,
+    StorageKey, Store,
 };
 
 /// A transaction that transactional claims run in: a `sqlx::Transaction`, or the transaction
@@ -304,13 +304,16 @@ pub(crate) fn previous_request<'a>(
 
 /// The store claim of a transactional `request`, under a fresh claim id: never undone, as a
 /// claim in a transaction that fails is rolled back with it.
-pub(crate) fn store_request<'a>(request: &TxClaimRequest<'a>) -> ClaimRequest<'a> {
-    ClaimRequest {
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+pub(crate) fn store_request<'a>(
+    request: &TxClaimRequest<'a>,
+) -> idempotency_core::ClaimRequest<'a> {
+    idempotency_core::ClaimRequest {
         key: request.key,
         namespace: request.namespace,
         fingerprint: request.fingerprint,
         lease: request.lease,
-        claim_id: ClaimId::random(),
+        claim_id: idempotency_core::ClaimId::random(),
         mechanism: request.mechanism,
         key_derivation: request.key_derivation,
     }

@@ -5,15 +5,14 @@
 use sqlx::mysql::MySqlArguments;
 use sqlx::{Arguments, MySql, MySqlPool};
 
+use super::setup::message_arguments;
 use super::shared::sealed::{OutboxSteps, PurgePlace};
 use super::shared::{COLUMNS, ClaimedRow, DEADLOCK_ROUNDS, claimed, in_list_after};
-use super::{
-    ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, Outbox, OutboxMessage, OutboxSql, checked_table,
-};
+use super::{ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, Outbox, OutboxMessage, OutboxSql};
 use idempotency_core::StoreError;
 use idempotency_sql::InTransaction;
 use idempotency_sql::from_sqlx as map_err;
-use idempotency_sql::support::micros;
+use idempotency_sql::support::{Steps, micros};
 
 /// MySQL's error number for a duplicate key.
 const DUPLICATE_KEY: u16 = 1062;
@@ -171,16 +170,6 @@ impl Outbox<MySql> {
         Self::with_sql(pool, statements(DEFAULT_OUTBOX_TABLE))
     }
 
-    /// The same outbox in the table `table` (a plain identifier).
-    pub fn with_table_name(self, table: &str) -> Result<Self, StoreError> {
-        checked_table(table)?;
-        let renamed = Self::with_sql(self.pool, statements(table));
-        if let Some(skips) = self.sql.skip_locked.get() {
-            let _ = renamed.sql.skip_locked.set(*skips);
-        }
-        Ok(renamed)
-    }
-
     /// Claims with a plain `FOR UPDATE` even where the server has `SKIP LOCKED`: concurrent
     /// relays then wait for each other's (short) claim instead of skipping its rows, as on
     /// servers without it. For such servers' behaviour on a newer one (tests, comparisons).
@@ -205,19 +194,6 @@ impl Outbox<MySql> {
             .get_or_init(|| has_skip_locked(&version)))
     }
 
-    /// Creates the table or brings it to this release's schema (versioned like record tables,
-    /// serialized by a named lock, quiet when up to date).
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        idempotency_sql::support::migrate_mysql_table(
-            &self.pool,
-            &self.sql.table,
-            &self.sql.steps,
-            None,
-        )
-        .await?;
-        Ok(())
-    }
-
     /// Enqueues `message` inside `tx`: it is delivered only if `tx` commits. `false` if a message
     /// with this id was enqueued before (and not purged yet): nothing is added, and the
     /// transaction goes on.
@@ -226,12 +202,8 @@ impl Outbox<MySql> {
         tx: &mut T,
         message: &OutboxMessage,
     ) -> Result<bool, StoreError> {
-        let inserted = sqlx::query(&self.sql.enqueue)
-            .bind(&message.id)
-            .bind(&message.topic)
-            .bind(&message.key)
-            .bind(message.aggregate.as_deref())
-            .bind(message.payload.as_slice())
+        let args = message_arguments::<MySql>(message)?;
+        let inserted = sqlx::query_with(&self.sql.enqueue, args)
             .execute(tx.connection())
             .await;
         match inserted {
@@ -277,6 +249,16 @@ impl Outbox<MySql> {
 /// statements chosen as a deadlock's victim run again.
 impl OutboxSteps for MySql {
     const HOST_CLOCK: bool = false;
+
+    fn statements(table: &str) -> OutboxSql {
+        statements(table)
+    }
+
+    /// Serialized by a named lock (MySQL's DDL is not transactional).
+    async fn migrate_table(pool: &MySqlPool, table: &str, steps: &Steps) -> Result<(), StoreError> {
+        idempotency_sql::support::migrate_mysql_table(pool, table, steps, None).await?;
+        Ok(())
+    }
 
     /// Picks the batch with a locking read, claims it, reads it back: one short transaction,
     /// run again if InnoDB picks it as a deadlock's victim.

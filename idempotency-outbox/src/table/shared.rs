@@ -15,11 +15,11 @@ use sqlx::{Arguments, Database, Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::{
     Archive, ArchivedMessage, ClaimBatch, Claimed, CountsRow, DeadMessage, Notifications, Outbox,
-    OutboxCounts, OutboxTable,
+    OutboxCounts, OutboxSql, OutboxTable,
 };
 use idempotency_core::StoreError;
 use idempotency_sql::from_sqlx as map_err;
-use idempotency_sql::support::{RowsAffected, micros, unix_micros};
+use idempotency_sql::support::{RowsAffected, Steps, micros, unix_micros};
 use idempotency_sql::validate_identifier;
 
 use super::rows::{ArchivedRow, DeadRow};
@@ -65,6 +65,17 @@ pub(crate) mod sealed {
         /// Whether statements take times of the host's clock (Unix microseconds) rather than
         /// spans from the database's clock.
         const HOST_CLOCK: bool;
+
+        /// The statements of outbox table `table` (a validated identifier).
+        fn statements(table: &str) -> OutboxSql;
+
+        /// Brings `table` to the latest version of `steps`, serialized against concurrent
+        /// migrations.
+        fn migrate_table(
+            pool: &sqlx::Pool<Self>,
+            table: &str,
+            steps: &Steps,
+        ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
         /// Claims a batch.
         fn claim(
@@ -354,8 +365,8 @@ pub(crate) mod sealed {
 
 use sealed::{Failure, PurgePlace};
 
-/// The statement text's own error as a codec error.
-fn codec(error: sqlx::error::BoxDynError) -> StoreError {
+/// The statement text's own error (or a value that would not encode) as a codec error.
+pub(crate) fn codec(error: sqlx::error::BoxDynError) -> StoreError {
     StoreError::Codec(error.to_string().into())
 }
 
