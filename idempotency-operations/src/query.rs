@@ -84,7 +84,7 @@ impl Query {
         }
     }
 
-    crate::__record_filter_setters!();
+    __record_filter_setters!();
 
     /// Also records of `status` (the first call restricts the query to it).
     pub fn status(mut self, status: Status) -> Self {
