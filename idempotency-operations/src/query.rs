@@ -5,6 +5,34 @@ use std::time::{Duration, SystemTime};
 use super::Status;
 use idempotency_core::{Record, RecordState};
 
+/// The setters every filter of records has alike, for a struct with the fields `namespace:
+/// Option<String>`, `updated_from` and `updated_before: Option<SystemTime>`: this crate's
+/// [`Query`] and the SQL stores' `ListFilter`. A macro, as they are inherent methods of two
+/// types in two crates. Not part of the API: its name and shape may change in any release.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __record_filter_setters {
+    () => {
+        /// Only `namespace`.
+        pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+            self.namespace = Some(namespace.into());
+            self
+        }
+
+        /// Only records last written at or after `from`.
+        pub fn updated_from(mut self, from: std::time::SystemTime) -> Self {
+            self.updated_from = Some(from);
+            self
+        }
+
+        /// Only records last written before `before`.
+        pub fn updated_before(mut self, before: std::time::SystemTime) -> Self {
+            self.updated_before = Some(before);
+            self
+        }
+    };
+}
+
 /// Which records to list, count or purge: by namespace, status, last update, attempts and
 /// conflicts. Every condition set must hold.
 ///
@@ -56,27 +84,11 @@ impl Query {
         }
     }
 
-    /// Only `namespace`.
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
-        self
-    }
+    __record_filter_setters!();
 
     /// Also records of `status` (the first call restricts the query to it).
     pub fn status(mut self, status: Status) -> Self {
         self.statuses.push(status);
-        self
-    }
-
-    /// Only records last written at or after `from`.
-    pub fn updated_from(mut self, from: SystemTime) -> Self {
-        self.updated_from = Some(from);
-        self
-    }
-
-    /// Only records last written before `before`.
-    pub fn updated_before(mut self, before: SystemTime) -> Self {
-        self.updated_before = Some(before);
         self
     }
 

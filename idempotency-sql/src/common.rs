@@ -101,27 +101,11 @@ impl ListFilter {
         }
     }
 
-    /// Only `namespace`.
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
-        self
-    }
+    idempotency_operations::__record_filter_setters!();
 
     /// Only records in `state`.
     pub fn state(mut self, state: RecordState) -> Self {
         self.state = Some(state);
-        self
-    }
-
-    /// Only records written at or after `from`.
-    pub fn updated_from(mut self, from: SystemTime) -> Self {
-        self.updated_from = Some(from);
-        self
-    }
-
-    /// Only records written before `before`.
-    pub fn updated_before(mut self, before: SystemTime) -> Self {
-        self.updated_before = Some(before);
         self
     }
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use sqlx::Pool;
 
-use super::common::Settings;
-use super::schema::Steps;
+use super::common::{Settings, micros, owned, token_param};
+use super::schema::{Steps, Versions};
 use super::tx::{TxClaim, TxClaimRequest};
 use idempotency_core::{Claim, ClaimRequest, FencingToken, Outcome, StorageKey, StoreError};
 
@@ -71,15 +71,23 @@ pub struct TableSql<Own> {
     pub(crate) select_records: String,
     /// Counts one more conflict on a record ([`super::conflicts`]): key.
     pub(crate) mark_conflict: String,
-    /// The statements the dialect runs its own way (claims, complete, touch, purge).
+    /// Stores the outcome of an owned record, binding [`Steps::COMPLETE`](sealed::Steps::COMPLETE).
+    pub(crate) complete: String,
+    /// Renews the lease of an owned record, binding [`Steps::TOUCH`](sealed::Steps::TOUCH).
+    pub(crate) touch: String,
+    /// Deletes one bounded batch of purgeable records, binding
+    /// [`Steps::PURGE`](sealed::Steps::PURGE).
+    pub(crate) purge: String,
+    /// The statements the dialect runs its own way (the claims).
     pub(crate) own: Own,
 }
 
 pub(crate) mod sealed {
     use super::*;
+    use crate::common::map_err;
 
-    /// The steps each database writes its own way: the claims, complete, touch, purge, the
-    /// migration and how a transaction begins.
+    /// The steps each database writes its own way: the claims, the migration, how a
+    /// transaction begins, and the order complete, touch and purge bind their values in.
     pub trait Steps:
         Shared + super::super::conflicts::sealed::Mark + Sized + Send + Sync + 'static
     {
@@ -117,6 +125,18 @@ pub(crate) mod sealed {
         /// before and after it.
         const MICROS: (&'static str, &'static str);
 
+        /// The versions table, as this database reads and writes it.
+        const VERSIONS: Versions<Self>;
+
+        /// The values [`TableSql::complete`] binds, in its placeholders' order.
+        const COMPLETE: &'static [Param];
+
+        /// The values [`TableSql::touch`] binds, in its placeholders' order.
+        const TOUCH: &'static [Param];
+
+        /// The values [`TableSql::purge`] binds, in its placeholders' order.
+        const PURGE: &'static [Param];
+
         /// The statements of `table` (a validated identifier).
         fn statements(table: &str) -> TableSql<Self::Own>;
 
@@ -143,7 +163,20 @@ pub(crate) mod sealed {
             token: FencingToken,
             outcome: &Outcome,
             ttl: Duration,
-        ) -> impl Future<Output = Result<(), StoreError>> + Send;
+        ) -> impl Future<Output = Result<(), StoreError>> + Send {
+            async move {
+                let values = Values {
+                    key: key.0.as_slice(),
+                    token: token_param(token)?,
+                    status: i32::from(outcome.status),
+                    body: outcome.body.as_ref(),
+                    span: micros(ttl),
+                    ..Values::default()
+                };
+                let sql = &store.sql.complete;
+                owned(Self::bound_in_order(conn, sql, Self::COMPLETE, values).await?)
+            }
+        }
 
         /// Renews the lease of an owned record.
         fn touch(
@@ -151,13 +184,36 @@ pub(crate) mod sealed {
             key: &StorageKey,
             token: FencingToken,
             lease: Duration,
-        ) -> impl Future<Output = Result<(), StoreError>> + Send;
+        ) -> impl Future<Output = Result<(), StoreError>> + Send {
+            async move {
+                let values = Values {
+                    key: key.0.as_slice(),
+                    token: token_param(token)?,
+                    span: micros(lease),
+                    ..Values::default()
+                };
+                let mut conn = store.pool.acquire().await.map_err(map_err)?;
+                let sql = &store.sql.touch;
+                owned(Self::bound_in_order(&mut conn, sql, Self::TOUCH, values).await?)
+            }
+        }
 
         /// One bounded delete of purgeable records.
         fn purge(
             store: &SqlStore<Self>,
             limit: usize,
-        ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+        ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+            async move {
+                let values = Values {
+                    limit: i64::try_from(limit).unwrap_or(i64::MAX),
+                    grace: micros(store.settings.abandoned_grace),
+                    floor: micros(store.floor().await?),
+                    ..Values::default()
+                };
+                let mut conn = store.pool.acquire().await.map_err(map_err)?;
+                Self::bound_in_order(&mut conn, &store.sql.purge, Self::PURGE, values).await
+            }
+        }
 
         /// Brings the table to this release's schema, serialized against concurrent migrations.
         fn migrate(store: &SqlStore<Self>) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -166,16 +222,29 @@ pub(crate) mod sealed {
         /// (zero where none is).
         fn recorded_ttl(
             store: &SqlStore<Self>,
-        ) -> impl Future<Output = Result<Duration, StoreError>> + Send;
+        ) -> impl Future<Output = Result<Duration, StoreError>> + Send {
+            Self::read_ttl(&store.pool, &Self::VERSIONS, store.table_name())
+        }
 
-        /// The SQL text of one statement by name, for benchmarks that run it through raw sqlx.
+        /// The SQL text of one statement by name, for benchmarks that run it through raw sqlx:
+        /// `complete`, `get`, or one of the dialect's own ([`own_statement`](Self::own_statement)).
         #[cfg(feature = "testing")]
-        fn statement<'a>(sql: &'a TableSql<Self::Own>, name: &str) -> Option<&'a str>;
+        fn statement<'a>(sql: &'a TableSql<Self::Own>, name: &str) -> Option<&'a str> {
+            match name {
+                "complete" => Some(&sql.complete),
+                "get" => Some(&sql.get),
+                _ => Self::own_statement(&sql.own, name),
+            }
+        }
+
+        /// The SQL text of one of the dialect's own statements by name.
+        #[cfg(feature = "testing")]
+        fn own_statement<'a>(own: &'a Self::Own, name: &str) -> Option<&'a str>;
     }
 
     mod params;
     mod shared;
-    pub(crate) use params::{Clock, PurgeBatch, PurgeSql};
+    pub(crate) use params::{Clock, Order, Param, PurgeBatch, PurgeSql, Values};
     pub(crate) use shared::Shared;
 
     // Here rather than beside `Clock`: it reads the constants of `Steps`, and `params` stays a

@@ -167,72 +167,57 @@ pub trait TransitionExecutor: Send {
             + 'a;
 }
 
-impl<DB> TransitionExecutor for sqlx::Transaction<'_, DB>
-where
-    DB: sqlx::Database,
-    DB::Connection: TransitionExecutor<Database = DB>,
-{
-    type Database = DB;
-    fn apply_transition<'a, I>(
-        &'a mut self,
-        transition: &'a Transition,
-        id: I,
-    ) -> BoxFuture<'a, Result<TransitionOutcome, StoreError>>
-    where
-        I: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB> + Send + Clone + 'a,
-    {
-        (**self).apply_transition(transition, id)
-    }
+/// Implements [`TransitionExecutor`] for `$executor` on database `$db`, `$apply` being what
+/// `apply_transition` returns (`$this` the executor). A macro: the impls differ only in these,
+/// and the id's bounds name each database, so one generic impl over connections cannot be
+/// written.
+macro_rules! transition_executor {
+    (
+        $(#[$attr:meta])*
+        impl[$($generics:tt)*] $executor:ty => $db:ty $(, where [$($bounds:tt)*])?,
+        |$this:ident, $transition:ident, $id:ident| $apply:expr
+    ) => {
+        $(#[$attr])*
+        impl<$($generics)*> TransitionExecutor for $executor $(where $($bounds)*)? {
+            type Database = $db;
+            fn apply_transition<'a, I>(
+                &'a mut self,
+                $transition: &'a Transition,
+                $id: I,
+            ) -> BoxFuture<'a, Result<TransitionOutcome, StoreError>>
+            where
+                I: for<'q> sqlx::Encode<'q, $db> + sqlx::Type<$db> + Send + Clone + 'a,
+            {
+                let $this = self;
+                $apply
+            }
+        }
+    };
 }
 
-#[cfg(feature = "sqlite")]
-impl TransitionExecutor for sqlx::SqliteConnection {
-    type Database = sqlx::Sqlite;
-    fn apply_transition<'a, I>(
-        &'a mut self,
-        transition: &'a Transition,
-        id: I,
-    ) -> BoxFuture<'a, Result<TransitionOutcome, StoreError>>
-    where
-        I: for<'q> sqlx::Encode<'q, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite> + Send + Clone + 'a,
-    {
-        Box::pin(transition.apply_sqlite(self, id))
-    }
-}
+transition_executor!(
+    impl['t, DB] sqlx::Transaction<'t, DB> => DB,
+        where [DB: sqlx::Database, DB::Connection: TransitionExecutor<Database = DB>],
+    |tx, transition, id| (**tx).apply_transition(transition, id)
+);
 
-#[cfg(feature = "postgres")]
-impl TransitionExecutor for sqlx::PgConnection {
-    type Database = sqlx::Postgres;
-    fn apply_transition<'a, I>(
-        &'a mut self,
-        transition: &'a Transition,
-        id: I,
-    ) -> BoxFuture<'a, Result<TransitionOutcome, StoreError>>
-    where
-        I: for<'q> sqlx::Encode<'q, sqlx::Postgres>
-            + sqlx::Type<sqlx::Postgres>
-            + Send
-            + Clone
-            + 'a,
-    {
-        Box::pin(transition.apply_postgres(self, id))
-    }
-}
+transition_executor!(
+    #[cfg(feature = "sqlite")]
+    impl[] sqlx::SqliteConnection => sqlx::Sqlite,
+    |conn, transition, id| Box::pin(transition.apply_sqlite(conn, id))
+);
 
-#[cfg(feature = "mysql")]
-impl TransitionExecutor for sqlx::MySqlConnection {
-    type Database = sqlx::MySql;
-    fn apply_transition<'a, I>(
-        &'a mut self,
-        transition: &'a Transition,
-        id: I,
-    ) -> BoxFuture<'a, Result<TransitionOutcome, StoreError>>
-    where
-        I: for<'q> sqlx::Encode<'q, sqlx::MySql> + sqlx::Type<sqlx::MySql> + Send + Clone + 'a,
-    {
-        Box::pin(transition.apply_mysql(self, id))
-    }
-}
+transition_executor!(
+    #[cfg(feature = "postgres")]
+    impl[] sqlx::PgConnection => sqlx::Postgres,
+    |conn, transition, id| Box::pin(transition.apply_postgres(conn, id))
+);
+
+transition_executor!(
+    #[cfg(feature = "mysql")]
+    impl[] sqlx::MySqlConnection => sqlx::MySql,
+    |conn, transition, id| Box::pin(transition.apply_mysql(conn, id))
+);
 
 /// The transition of a `transition(table, id_column, column, from, to)` attribute; states are
 /// text or integer codes ([`StateValue`](crate::StateValue)).

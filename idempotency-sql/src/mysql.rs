@@ -6,14 +6,13 @@ use std::time::Duration;
 
 use sqlx::{MySql, MySqlConnection};
 
-use super::common::{ClaimRow, map_err, micros, owned, token_param};
+use super::common::{ClaimRow, map_err, micros, token_param};
 use super::conflicts::MarkSql;
-use super::dialect::{SqlStore, TableSql, sealed::Steps};
-use super::schema::{self, VersionSql};
-use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
-use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, StoreError,
-};
+use super::dialect::sealed::{Param, Param::*, Steps};
+use super::dialect::{SqlStore, TableSql};
+use super::schema::{self, VersionSql, Versions};
+use super::tx::{TxClaim, TxClaimRequest, still_running, store_request, tx_claim};
+use idempotency_core::{Claim, ClaimRequest, FencingToken, Lease, StorageKey, StoreError};
 
 /// MySQL's error number for a lock wait that ran out (`innodb_lock_wait_timeout`).
 const LOCK_WAIT_TIMEOUT: u16 = 1205;
@@ -53,10 +52,7 @@ pub async fn migrate_table(
             format!("could not take the migration lock {lock:?} within 60 s").into(),
         ));
     }
-    let mut migrated = schema::migrate::<MySql>(&mut conn, &VERSIONS, table, steps).await;
-    if let (Ok(()), Some(ttl)) = (&migrated, ttl) {
-        migrated = schema::write_ttl::<MySql>(&mut conn, &VERSIONS, table, ttl).await;
-    }
+    let migrated = MySql::VERSIONS.migrate(&mut conn, table, steps, ttl).await;
     let released = sqlx::query("SELECT RELEASE_LOCK(?)")
         .bind(&lock)
         .execute(&mut *conn)
@@ -115,9 +111,6 @@ pub struct Sql {
     mariadb: OnceLock<bool>,
     read: String,
     read_locked: String,
-    complete: String,
-    touch: String,
-    purge: String,
 }
 
 /// The statements of `table`.
@@ -179,23 +172,23 @@ fn statements(table: &str) -> TableSql<Sql> {
                 ),
                 read_locked: format!("{read} FOR UPDATE"),
                 read,
-                complete: format!(
-                    "UPDATE {t} SET state = 'completed', response_status = ?, response_body = ?, \
+            },
+            complete: format!(
+                "UPDATE {t} SET state = 'completed', response_status = ?, response_body = ?, \
                  completed_at = {NOW}, updated_at = {NOW}, \
                  expires_at = {NOW} + INTERVAL ? MICROSECOND WHERE {owned}"
-                ),
-                touch: format!(
-                    "UPDATE {t} SET expires_at = {NOW} + INTERVAL ? MICROSECOND, updated_at = {NOW} \
+            ),
+            touch: format!(
+                "UPDATE {t} SET expires_at = {NOW} + INTERVAL ? MICROSECOND, updated_at = {NOW} \
                  WHERE {owned}"
-                ),
-                // Completed past the TTL, or an abandoned lease past its end plus the grace;
-                // last written at least the table's configured TTL ago.
-                purge: format!(
-                    "DELETE FROM {t} WHERE expires_at <= {NOW} AND (state = 'completed' OR \
+            ),
+            // Completed past the TTL, or an abandoned lease past its end plus the grace;
+            // last written at least the table's configured TTL ago.
+            purge: format!(
+                "DELETE FROM {t} WHERE expires_at <= {NOW} AND (state = 'completed' OR \
                  expires_at <= {NOW} - INTERVAL ? MICROSECOND) \
                  AND updated_at <= {NOW} - INTERVAL ? MICROSECOND ORDER BY expires_at LIMIT ?"
-                ),
-            },
+            ),
             steps: vec![
                 vec![format!(
                     "CREATE TABLE IF NOT EXISTS {t} (\
@@ -291,25 +284,22 @@ impl Steps for MySql {
     const SERIAL_KEY: &'static str = "BIGINT AUTO_INCREMENT PRIMARY KEY";
     const MICROS: (&'static str, &'static str) =
         ("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ", ")");
+    const VERSIONS: Versions<Self> = Versions::new(&VERSIONS);
+    const COMPLETE: &'static [Param] = &[Status, Body, Span, Key, Token];
+    const TOUCH: &'static [Param] = &[Span, Key, Token];
+    const PURGE: &'static [Param] = &[Grace, Floor, Limit];
 
     fn statements(table: &str) -> TableSql<Sql> {
         statements(table)
     }
 
     #[cfg(feature = "testing")]
-    fn statement<'a>(sql: &'a TableSql<Sql>, name: &str) -> Option<&'a str> {
+    fn own_statement<'a>(own: &'a Sql, name: &str) -> Option<&'a str> {
         match name {
-            "upsert" => Some(&sql.own.upsert),
-            "read" => Some(&sql.own.read),
-            "complete" => Some(&sql.own.complete),
-            "get" => Some(&sql.get),
+            "upsert" => Some(&own.upsert),
+            "read" => Some(&own.read),
             _ => None,
         }
-    }
-
-    async fn recorded_ttl(store: &MySqlStore) -> Result<Duration, StoreError> {
-        let mut conn = store.pool.acquire().await.map_err(map_err)?;
-        schema::read_ttl::<MySql>(&mut conn, &VERSIONS, store.table_name()).await
     }
 
     async fn migrate(store: &MySqlStore) -> Result<(), StoreError> {
@@ -338,16 +328,7 @@ impl Steps for MySql {
         } else {
             Cow::Borrowed(sql.upsert.as_str())
         };
-        let claim = ClaimRequest {
-            key: request.key,
-            namespace: request.namespace,
-            fingerprint: request.fingerprint,
-            lease: request.lease,
-            // Never undone: a claim in a transaction that fails is rolled back with it.
-            claim_id: ClaimId::random(),
-            mechanism: request.mechanism,
-            key_derivation: request.key_derivation,
-        };
+        let claim = store_request(&request);
         match sql.claim_with(conn, claim, true, &upsert).await {
             Ok(claimed) => Ok(tx_claim(claimed, &request)),
             Err(Waited::Out) => Ok(still_running()),
@@ -368,54 +349,6 @@ impl Steps for MySql {
                 Waited::Out => StoreError::Backend("lock wait timeout exceeded".to_owned().into()),
                 Waited::Failed(error) => error,
             })
-    }
-
-    async fn complete_on(
-        store: &MySqlStore,
-        conn: &mut MySqlConnection,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let done = sqlx::query(&store.sql.own.complete)
-            .bind(i32::from(outcome.status))
-            .bind(outcome.body.as_ref())
-            .bind(micros(ttl))
-            .bind(key.0.as_slice())
-            .bind(token_param(token)?)
-            .execute(conn)
-            .await
-            .map_err(map_err)?;
-        owned(done.rows_affected())
-    }
-
-    async fn touch(
-        store: &MySqlStore,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        let done = sqlx::query(&store.sql.own.touch)
-            .bind(micros(lease))
-            .bind(key.0.as_slice())
-            .bind(token_param(token)?)
-            .execute(&store.pool)
-            .await
-            .map_err(map_err)?;
-        owned(done.rows_affected())
-    }
-
-    async fn purge(store: &MySqlStore, limit: usize) -> Result<u64, StoreError> {
-        let floor = store.floor().await?;
-        let done = sqlx::query(&store.sql.own.purge)
-            .bind(micros(store.settings.abandoned_grace))
-            .bind(micros(floor))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .execute(&store.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected())
     }
 }
 

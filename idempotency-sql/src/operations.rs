@@ -8,7 +8,7 @@ use super::ListFilter;
 use super::TxStore;
 use super::audit::database_of;
 use super::common::{token_param, validate_identifier};
-use super::dialect::sealed::{Clock, PurgeBatch, PurgeSql};
+use super::dialect::sealed::{Clock, Order, PurgeBatch, PurgeSql};
 use super::dialect::{Dialect, SqlStore};
 use idempotency_core::{BoxFuture, FencingToken, Record, StorageKey, StoreError};
 use idempotency_operations::{
@@ -46,14 +46,9 @@ impl<D: Dialect> SqlStore<D> {
             limit: batch,
         };
         let after = after(cursor)?;
-        let records = D::records_after(
-            &self.pool,
-            &self.sql.select_records,
-            &filter,
-            after.as_ref(),
-            D::LIST_TIME,
-        )
-        .await?;
+        let records = self
+            .records(&filter, Order::KeysAfter(after.as_ref()))
+            .await?;
         let next = next(&records, batch);
         let examined = records.len() as u64;
         // Statuses (abandoned or live) by the clock the store's leases are judged by.
@@ -79,14 +74,7 @@ impl<D: Dialect> SqlStore<D> {
             updated_before: None,
             limit: 0,
         };
-        let probe = D::records_after(
-            &self.pool,
-            &self.sql.select_records,
-            &nothing,
-            None,
-            D::LIST_TIME,
-        )
-        .await;
+        let probe = self.records(&nothing, Order::KeysAfter(None)).await;
         match probe {
             Ok(_) => Ok(()),
             Err(error) if error.is_transient() && !matches!(error, StoreError::Backend(_)) => {
@@ -240,14 +228,9 @@ impl<D: Dialect> Operations for SqlStore<D> {
                 limit,
             };
             let below = crate::prefix::below(hex);
-            let records = D::records_after(
-                &self.pool,
-                &self.sql.select_records,
-                &filter,
-                below.as_ref(),
-                D::LIST_TIME,
-            )
-            .await?;
+            let records = self
+                .records(&filter, Order::KeysAfter(below.as_ref()))
+                .await?;
             Ok(records
                 .into_iter()
                 .filter(|record| record.key.to_hex().starts_with(hex))

@@ -2,16 +2,17 @@
 
 use std::time::Duration;
 
-use sqlx::{PgConnection, Postgres};
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::QueryAs;
+use sqlx::{FromRow, PgConnection, Postgres};
 
-use super::common::{ClaimRow, map_err, micros, owned, token_param};
+use super::common::{ClaimRow, map_err, micros};
 use super::conflicts::MarkSql;
-use super::dialect::{SqlStore, TableSql, sealed::Steps};
-use super::schema::{self, VersionSql};
+use super::dialect::sealed::{Param, Param::*, Steps};
+use super::dialect::{SqlStore, TableSql};
+use super::schema::{self, VersionSql, Versions};
 use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
-use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Mechanism, Outcome, StorageKey, StoreError,
-};
+use idempotency_core::{Claim, ClaimId, ClaimRequest, FencingToken, Lease, Mechanism, StoreError};
 
 /// SQLSTATE `lock_not_available`: a bounded wait (`lock_timeout`) ran out.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
@@ -50,10 +51,9 @@ pub async fn migrate_table(
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
-    schema::migrate::<Postgres>(&mut tx, &VERSIONS, table, steps).await?;
-    if let Some(ttl) = ttl {
-        schema::write_ttl::<Postgres>(&mut tx, &VERSIONS, table, ttl).await?;
-    }
+    Postgres::VERSIONS
+        .migrate(&mut tx, table, steps, ttl)
+        .await?;
     tx.commit().await.map_err(map_err)
 }
 
@@ -97,9 +97,6 @@ pub struct Sql {
     /// plan and to run, the common case), its wait bounded as `claim_bounded`'s; the token it
     /// returns is `NULL` when the key exists, which `claim_bounded` then decides.
     insert_fresh: String,
-    complete: String,
-    touch: String,
-    purge: String,
 }
 
 const NOW: &str = "statement_timestamp()";
@@ -234,22 +231,22 @@ fn statements(table: &str) -> TableSql<Sql> {
                 insert_fresh,
                 claim: claim(false),
                 claim_bounded: claim(true),
-                complete: format!(
-                    "UPDATE {t} SET state = 'completed', response_status = $3, response_body = $4, \
+            },
+            complete: format!(
+                "UPDATE {t} SET state = 'completed', response_status = $3, response_body = $4, \
                  completed_at = {NOW}, updated_at = {NOW}, \
                  expires_at = {NOW} + $5 * interval '1 microsecond' WHERE {owned}"
-                ),
-                touch: format!(
-                    "UPDATE {t} SET expires_at = {NOW} + $3 * interval '1 microsecond', \
+            ),
+            touch: format!(
+                "UPDATE {t} SET expires_at = {NOW} + $3 * interval '1 microsecond', \
                  updated_at = {NOW} WHERE {owned}"
-                ),
-                purge: format!(
-                    "DELETE FROM {t} WHERE key_hash IN (\
+            ),
+            purge: format!(
+                "DELETE FROM {t} WHERE key_hash IN (\
                    SELECT key_hash FROM {t} WHERE {purgeable} \
                    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
                  AND {purgeable}"
-                ),
-            },
+            ),
             steps: vec![
                 vec![
                     format!(
@@ -300,6 +297,28 @@ fn statements(table: &str) -> TableSql<Sql> {
     }
 }
 
+/// `sql` (`insert_fresh` or `claim_bounded`) with the values of a transactional claim bound:
+/// key, namespace, fingerprint, lease, a fresh claim id (never undone: the transaction rolls a
+/// failed claim back), the lock wait, what wrote the record.
+fn tx_claim_query<'q, O>(
+    sql: &'q str,
+    request: TxClaimRequest<'q>,
+    wait: &'q str,
+) -> QueryAs<'q, Postgres, O, PgArguments>
+where
+    O: for<'r> FromRow<'r, PgRow>,
+{
+    sqlx::query_as(sql)
+        .bind(request.key.0.as_slice())
+        .bind(request.namespace)
+        .bind(request.fingerprint.0.as_slice())
+        .bind(micros(request.lease))
+        .bind(ClaimId::random().as_bytes().to_vec())
+        .bind(wait)
+        .bind(request.mechanism.map(Mechanism::as_str))
+        .bind(request.key_derivation.map(i16::from))
+}
+
 impl Steps for Postgres {
     type Own = Sql;
 
@@ -312,24 +331,18 @@ impl Steps for Postgres {
         Some(("(statement_timestamp() - ", " * interval '1 microsecond')"));
     const SERIAL_KEY: &'static str = "BIGSERIAL PRIMARY KEY";
     const MICROS: (&'static str, &'static str) = ("(EXTRACT(EPOCH FROM ", ") * 1000000)::bigint");
+    const VERSIONS: Versions<Self> = Versions::new(&VERSIONS);
+    const COMPLETE: &'static [Param] = &[Key, Token, Status, Body, Span];
+    const TOUCH: &'static [Param] = &[Key, Token, Span];
+    const PURGE: &'static [Param] = &[Limit, Grace, Floor];
 
     fn statements(table: &str) -> TableSql<Sql> {
         statements(table)
     }
 
     #[cfg(feature = "testing")]
-    fn statement<'a>(sql: &'a TableSql<Sql>, name: &str) -> Option<&'a str> {
-        match name {
-            "claim" => Some(&sql.own.claim),
-            "complete" => Some(&sql.own.complete),
-            "get" => Some(&sql.get),
-            _ => None,
-        }
-    }
-
-    async fn recorded_ttl(store: &PostgresStore) -> Result<Duration, StoreError> {
-        let mut conn = store.pool.acquire().await.map_err(map_err)?;
-        schema::read_ttl::<Postgres>(&mut conn, &VERSIONS, store.table_name()).await
+    fn own_statement<'a>(own: &'a Sql, name: &str) -> Option<&'a str> {
+        (name == "claim").then_some(own.claim.as_str())
     }
 
     async fn migrate(store: &PostgresStore) -> Result<(), StoreError> {
@@ -348,17 +361,10 @@ impl Steps for Postgres {
         let sql = &store.sql.own;
         let millis = request.in_flight.max_wait().as_millis().max(1);
         let wait = format!("{millis}ms");
-        let fresh: Result<(Option<i64>, String), sqlx::Error> = sqlx::query_as(&sql.insert_fresh)
-            .bind(request.key.0.as_slice())
-            .bind(request.namespace)
-            .bind(request.fingerprint.0.as_slice())
-            .bind(micros(request.lease))
-            .bind(ClaimId::random().as_bytes().as_slice())
-            .bind(&wait)
-            .bind(request.mechanism.map(Mechanism::as_str))
-            .bind(request.key_derivation.map(i16::from))
-            .fetch_one(&mut *conn)
-            .await;
+        let fresh: Result<(Option<i64>, String), sqlx::Error> =
+            tx_claim_query(&sql.insert_fresh, request, &wait)
+                .fetch_one(&mut *conn)
+                .await;
         match fresh {
             Ok((Some(token), _)) => {
                 let lease = Lease {
@@ -378,17 +384,10 @@ impl Steps for Postgres {
             }
             Err(error) => return Err(map_err(error)),
         }
-        let row: Result<Option<ClaimRow>, sqlx::Error> = sqlx::query_as(&sql.claim_bounded)
-            .bind(request.key.0.as_slice())
-            .bind(request.namespace)
-            .bind(request.fingerprint.0.as_slice())
-            .bind(micros(request.lease))
-            .bind(ClaimId::random().as_bytes().as_slice())
-            .bind(&wait)
-            .bind(request.mechanism.map(Mechanism::as_str))
-            .bind(request.key_derivation.map(i16::from))
-            .fetch_optional(conn)
-            .await;
+        let row: Result<Option<ClaimRow>, sqlx::Error> =
+            tx_claim_query(&sql.claim_bounded, request, &wait)
+                .fetch_optional(conn)
+                .await;
         match row {
             Ok(Some(row)) => Ok(tx_claim(row.into_claim(request.fingerprint)?, &request)),
             Ok(None) => Err(StoreError::Backend(
@@ -426,53 +425,5 @@ impl Steps for Postgres {
                 "claim statement returned no row".into(),
             )),
         }
-    }
-
-    async fn complete_on(
-        store: &PostgresStore,
-        conn: &mut PgConnection,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let done = sqlx::query(&store.sql.own.complete)
-            .bind(key.0.as_slice())
-            .bind(token_param(token)?)
-            .bind(i32::from(outcome.status))
-            .bind(outcome.body.as_ref())
-            .bind(micros(ttl))
-            .execute(conn)
-            .await
-            .map_err(map_err)?;
-        owned(done.rows_affected())
-    }
-
-    async fn touch(
-        store: &PostgresStore,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        let done = sqlx::query(&store.sql.own.touch)
-            .bind(key.0.as_slice())
-            .bind(token_param(token)?)
-            .bind(micros(lease))
-            .execute(&store.pool)
-            .await
-            .map_err(map_err)?;
-        owned(done.rows_affected())
-    }
-
-    async fn purge(store: &PostgresStore, limit: usize) -> Result<u64, StoreError> {
-        let floor = store.floor().await?;
-        let done = sqlx::query(&store.sql.own.purge)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(micros(store.settings.abandoned_grace))
-            .bind(micros(floor))
-            .execute(&store.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected())
     }
 }

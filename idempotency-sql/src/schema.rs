@@ -7,6 +7,7 @@
 //! of release 0.1. An up-to-date table costs two reads and no DDL, so starting a service logs
 //! nothing.
 
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use sqlx::{Database, Decode, Encode, Executor, IntoArguments, Type};
@@ -47,14 +48,25 @@ pub(crate) struct VersionSql {
 /// version is the number of steps.
 pub type Steps = Vec<Vec<String>>;
 
-/// Brings `table` to the latest version of `steps` on `conn`, which the caller has locked
-/// against concurrent migrations (and, where DDL is transactional, opened a transaction on).
-pub(crate) async fn migrate<DB>(
-    conn: &mut DB::Connection,
-    sql: &VersionSql,
-    table: &str,
-    steps: &Steps,
-) -> Result<(), Error>
+/// The versions table of database `DB`, as its [`VersionSql`] reads and writes it: one handle,
+/// so the bounds on `DB` that its statements need are written once.
+pub struct Versions<DB> {
+    sql: &'static VersionSql,
+    // `fn() -> DB`: the handle is `Send` and `Sync` whatever `DB` is.
+    database: PhantomData<fn() -> DB>,
+}
+
+impl<DB> Versions<DB> {
+    /// The versions table as `sql` reads and writes it.
+    pub(crate) const fn new(sql: &'static VersionSql) -> Self {
+        Self {
+            sql,
+            database: PhantomData,
+        }
+    }
+}
+
+impl<DB> Versions<DB>
 where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -62,61 +74,133 @@ where
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     i64: Type<DB> + for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB>,
     (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+    (Option<i64>,): for<'r> sqlx::FromRow<'r, DB::Row>,
 {
-    sqlx::query(sql.create)
-        .execute(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    let recorded: Option<(i64,)> = sqlx::query_as(sql.read)
-        .bind(table)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    let current = match recorded {
-        Some((version,)) => version,
-        None => {
-            let existing: Option<(i64,)> = sqlx::query_as(sql.exists)
-                .bind(table)
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(map_err)?;
-            i64::from(existing.is_some())
+    /// Brings `table` to the latest version of `steps` on `conn`, then records `ttl` as its
+    /// record TTL where given. The caller has locked `conn` against concurrent migrations
+    /// (and, where DDL is transactional, opened a transaction on it).
+    pub(crate) async fn migrate(
+        &self,
+        conn: &mut DB::Connection,
+        table: &str,
+        steps: &Steps,
+        ttl: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.bring_up(conn, table, steps).await?;
+        match ttl {
+            Some(ttl) => self.write_ttl(conn, table, ttl).await,
+            None => Ok(()),
         }
-    };
-    let latest = i64::try_from(steps.len()).unwrap_or(i64::MAX);
-    if current > latest {
-        return Err(Error::Config(format!(
-            "table {table} is at schema version {current}, newer than this release's \
-             {latest}: upgrade the service, or run the newer release's migrations"
-        )));
     }
-    if current < latest {
-        let from = usize::try_from(current).unwrap_or(0);
-        for statements in &steps[from..] {
-            for statement in statements {
-                match sqlx::query(statement).execute(&mut *conn).await {
-                    Ok(_) => {}
-                    Err(error) if already_applied(&error) => {}
-                    Err(error) => return Err(map_err(error)),
+
+    /// Brings `table` to the latest version of `steps` on `conn`.
+    async fn bring_up(
+        &self,
+        conn: &mut DB::Connection,
+        table: &str,
+        steps: &Steps,
+    ) -> Result<(), Error> {
+        let sql = self.sql;
+        sqlx::query(sql.create)
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        let recorded: Option<(i64,)> = sqlx::query_as(sql.read)
+            .bind(table)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        let current = match recorded {
+            Some((version,)) => version,
+            None => {
+                let existing: Option<(i64,)> = sqlx::query_as(sql.exists)
+                    .bind(table)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(map_err)?;
+                i64::from(existing.is_some())
+            }
+        };
+        let latest = i64::try_from(steps.len()).unwrap_or(i64::MAX);
+        if current > latest {
+            return Err(Error::Config(format!(
+                "table {table} is at schema version {current}, newer than this release's \
+                 {latest}: upgrade the service, or run the newer release's migrations"
+            )));
+        }
+        if current < latest {
+            let from = usize::try_from(current).unwrap_or(0);
+            for statements in &steps[from..] {
+                for statement in statements {
+                    match sqlx::query(statement).execute(&mut *conn).await {
+                        Ok(_) => {}
+                        Err(error) if already_applied(&error) => {}
+                        Err(error) => return Err(map_err(error)),
+                    }
                 }
             }
+            tracing::info!(
+                table,
+                from = current,
+                to = latest,
+                "idempotency table migrated"
+            );
+        } else if recorded.is_some() {
+            return Ok(());
         }
-        tracing::info!(
-            table,
-            from = current,
-            to = latest,
-            "idempotency table migrated"
-        );
-    } else if recorded.is_some() {
-        return Ok(());
+        sqlx::query(sql.write)
+            .bind(table)
+            .bind(latest)
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        Ok(())
     }
-    sqlx::query(sql.write)
-        .bind(table)
-        .bind(latest)
-        .execute(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    Ok(())
+
+    /// Records `ttl` as the record TTL `table` is configured with (the column added first
+    /// where missing), on `conn`, locked against concurrent migrations as
+    /// [`migrate`](Self::migrate) is.
+    async fn write_ttl(
+        &self,
+        conn: &mut DB::Connection,
+        table: &str,
+        ttl: Duration,
+    ) -> Result<(), Error> {
+        match sqlx::query(self.sql.add_ttl).execute(&mut *conn).await {
+            Ok(_) => {}
+            Err(error) if already_applied(&error) => {}
+            Err(error) => return Err(map_err(error)),
+        }
+        sqlx::query(self.sql.write_ttl)
+            .bind(i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX))
+            .bind(table)
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    /// The record TTL `table` was configured with, as recorded by a store's `migrate`; zero
+    /// where none is (no versions table, a versions table from before the column, a table
+    /// migrated by stores that set none).
+    pub(crate) async fn read_ttl(
+        &self,
+        conn: &mut DB::Connection,
+        table: &str,
+    ) -> Result<Duration, Error> {
+        let read: Result<Option<(Option<i64>,)>, sqlx::Error> = sqlx::query_as(self.sql.read_ttl)
+            .bind(table)
+            .fetch_optional(&mut *conn)
+            .await;
+        match read {
+            Ok(row) => {
+                let micros = row.and_then(|(micros,)| micros).unwrap_or(0);
+                Ok(Duration::from_micros(u64::try_from(micros).unwrap_or(0)))
+            }
+            Err(error) if not_there(&error) => Ok(Duration::ZERO),
+            Err(error) => Err(map_err(error)),
+        }
+    }
 }
 
 /// Whether a step failed because it had been applied already: a column added by a migration
@@ -132,64 +216,6 @@ fn already_applied(error: &sqlx::Error) -> bool {
             .message()
             .to_ascii_lowercase()
             .starts_with("duplicate column name")
-}
-
-/// Records `ttl` as the record TTL `table` is configured with (the column added first where
-/// missing), on `conn`, locked against concurrent migrations as [`migrate`] is.
-pub(crate) async fn write_ttl<DB>(
-    conn: &mut DB::Connection,
-    sql: &VersionSql,
-    table: &str,
-    ttl: Duration,
-) -> Result<(), Error>
-where
-    DB: Database,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    i64: Type<DB> + for<'q> Encode<'q, DB>,
-{
-    match sqlx::query(sql.add_ttl).execute(&mut *conn).await {
-        Ok(_) => {}
-        Err(error) if already_applied(&error) => {}
-        Err(error) => return Err(map_err(error)),
-    }
-    sqlx::query(sql.write_ttl)
-        .bind(i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX))
-        .bind(table)
-        .execute(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    Ok(())
-}
-
-/// The record TTL `table` was configured with, as recorded by a store's `migrate`; zero where
-/// none is (no versions table, a versions table from before the column, a table migrated by
-/// stores that set none).
-pub(crate) async fn read_ttl<DB>(
-    conn: &mut DB::Connection,
-    sql: &VersionSql,
-    table: &str,
-) -> Result<Duration, Error>
-where
-    DB: Database,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    (Option<i64>,): for<'r> sqlx::FromRow<'r, DB::Row>,
-{
-    let read: Result<Option<(Option<i64>,)>, sqlx::Error> = sqlx::query_as(sql.read_ttl)
-        .bind(table)
-        .fetch_optional(&mut *conn)
-        .await;
-    match read {
-        Ok(row) => {
-            let micros = row.and_then(|(micros,)| micros).unwrap_or(0);
-            Ok(Duration::from_micros(u64::try_from(micros).unwrap_or(0)))
-        }
-        Err(error) if not_there(&error) => Ok(Duration::ZERO),
-        Err(error) => Err(map_err(error)),
-    }
 }
 
 /// Whether a read failed because the versions table, or its TTL column, does not exist.

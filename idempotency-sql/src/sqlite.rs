@@ -4,14 +4,13 @@ use std::time::{Duration, SystemTime};
 
 use sqlx::{Sqlite, SqliteConnection};
 
-use super::common::{ClaimRow, map_err, micros, owned, token_param, unix_micros};
+use super::common::{ClaimRow, map_err, micros, unix_micros};
 use super::conflicts::MarkSql;
-use super::dialect::{SqlStore, TableSql, sealed::Steps};
-use super::schema::{self, VersionSql};
-use super::tx::{TxClaim, TxClaimRequest, tx_claim};
-use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Outcome, StorageKey, StoreError,
-};
+use super::dialect::sealed::{Param, Param::*, Steps};
+use super::dialect::{SqlStore, TableSql};
+use super::schema::{self, VersionSql, Versions};
+use super::tx::{TxClaim, TxClaimRequest, store_request, tx_claim};
+use idempotency_core::{Claim, ClaimRequest, FencingToken, Lease, StoreError};
 
 /// The schema versions table on SQLite.
 const VERSIONS: VersionSql = VersionSql {
@@ -37,10 +36,7 @@ pub async fn migrate_table(
     ttl: Option<Duration>,
 ) -> Result<(), StoreError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
-    schema::migrate::<Sqlite>(&mut tx, &VERSIONS, table, steps).await?;
-    if let Some(ttl) = ttl {
-        schema::write_ttl::<Sqlite>(&mut tx, &VERSIONS, table, ttl).await?;
-    }
+    Sqlite::VERSIONS.migrate(&mut tx, table, steps, ttl).await?;
     tx.commit().await.map_err(map_err)
 }
 
@@ -74,9 +70,6 @@ pub type SqliteStore = SqlStore<Sqlite>;
 pub struct Sql {
     read: String,
     upsert: String,
-    complete: String,
-    touch: String,
-    purge: String,
 }
 
 /// The statements of `table`.
@@ -115,20 +108,18 @@ fn statements(table: &str) -> TableSql<Sql> {
                  WHERE expires_at <= excluded.updated_at \
                  RETURNING token, attempts"
                 ),
-                complete: format!(
-                    "UPDATE {t} SET state = 'completed', response_status = ?3, response_body = ?4, \
+            },
+            complete: format!(
+                "UPDATE {t} SET state = 'completed', response_status = ?3, response_body = ?4, \
                  completed_at = ?5, updated_at = ?5, expires_at = ?5 + ?6 WHERE {owned}"
-                ),
-                touch: format!(
-                    "UPDATE {t} SET expires_at = ?3 + ?4, updated_at = ?3 WHERE {owned}"
-                ),
-                purge: format!(
-                    "DELETE FROM {t} WHERE key_hash IN (\
+            ),
+            touch: format!("UPDATE {t} SET expires_at = ?3 + ?4, updated_at = ?3 WHERE {owned}"),
+            purge: format!(
+                "DELETE FROM {t} WHERE key_hash IN (\
                    SELECT key_hash FROM {t} WHERE expires_at <= ?1 \
                    AND (state = 'completed' OR expires_at <= ?1 - ?3) AND updated_at <= ?1 - ?4 \
                    ORDER BY expires_at LIMIT ?2)"
-                ),
-            },
+            ),
             steps: vec![
                 vec![
                     format!(
@@ -199,27 +190,25 @@ impl Steps for Sqlite {
     /// it up to the busy timeout) and its claim is never refused.
     const BEGIN: Option<&'static str> = Some("BEGIN IMMEDIATE");
 
+    const VERSIONS: Versions<Self> = Versions::new(&VERSIONS);
+    const COMPLETE: &'static [Param] = &[Key, Token, Status, Body, HostNow, Span];
+    const TOUCH: &'static [Param] = &[Key, Token, HostNow, Span];
+    const PURGE: &'static [Param] = &[HostNow, Limit, Grace, Floor];
+
     fn statements(table: &str) -> TableSql<Sql> {
         statements(table)
     }
 
     #[cfg(feature = "testing")]
-    fn statement<'a>(sql: &'a TableSql<Sql>, name: &str) -> Option<&'a str> {
+    fn own_statement<'a>(own: &'a Sql, name: &str) -> Option<&'a str> {
         match name {
-            "read" => Some(&sql.own.read),
-            "upsert" => Some(&sql.own.upsert),
-            "complete" => Some(&sql.own.complete),
-            "get" => Some(&sql.get),
+            "read" => Some(&own.read),
+            "upsert" => Some(&own.upsert),
             _ => None,
         }
     }
 
     /// Runs the schema steps in one `BEGIN IMMEDIATE` transaction, which serializes them.
-    async fn recorded_ttl(store: &SqliteStore) -> Result<Duration, StoreError> {
-        let mut conn = store.pool.acquire().await.map_err(map_err)?;
-        schema::read_ttl::<Sqlite>(&mut conn, &VERSIONS, store.table_name()).await
-    }
-
     async fn migrate(store: &SqliteStore) -> Result<(), StoreError> {
         let ttl = store.settings.table_ttl;
         migrate_table(&store.pool, store.table_name(), &store.sql.steps, ttl).await
@@ -232,16 +221,7 @@ impl Steps for Sqlite {
         conn: &mut SqliteConnection,
         request: TxClaimRequest<'_>,
     ) -> Result<TxClaim, StoreError> {
-        let claim = ClaimRequest {
-            key: request.key,
-            namespace: request.namespace,
-            fingerprint: request.fingerprint,
-            lease: request.lease,
-            // Never undone: a claim in a transaction that fails is rolled back with it.
-            claim_id: ClaimId::random(),
-            mechanism: request.mechanism,
-            key_derivation: request.key_derivation,
-        };
+        let claim = store_request(&request);
         Ok(tx_claim(
             store.sql.own.claim(conn, claim, true).await?,
             &request,
@@ -254,57 +234,6 @@ impl Steps for Sqlite {
         request: ClaimRequest<'_>,
     ) -> Result<Claim, StoreError> {
         store.sql.own.claim(conn, request, false).await
-    }
-
-    async fn complete_on(
-        store: &SqliteStore,
-        conn: &mut SqliteConnection,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let done = sqlx::query(&store.sql.own.complete)
-            .bind(key.0.as_slice())
-            .bind(token_param(token)?)
-            .bind(i64::from(outcome.status))
-            .bind(outcome.body.as_ref())
-            .bind(now_us())
-            .bind(micros(ttl))
-            .execute(conn)
-            .await
-            .map_err(map_err)?;
-        owned(done.rows_affected())
-    }
-
-    async fn touch(
-        store: &SqliteStore,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        let done = sqlx::query(&store.sql.own.touch)
-            .bind(key.0.as_slice())
-            .bind(token_param(token)?)
-            .bind(now_us())
-            .bind(micros(lease))
-            .execute(&store.pool)
-            .await
-            .map_err(map_err)?;
-        owned(done.rows_affected())
-    }
-
-    async fn purge(store: &SqliteStore, limit: usize) -> Result<u64, StoreError> {
-        let floor = store.floor().await?;
-        let done = sqlx::query(&store.sql.own.purge)
-            .bind(now_us())
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(micros(store.settings.abandoned_grace))
-            .bind(micros(floor))
-            .execute(&store.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected())
     }
 }
 

@@ -8,6 +8,7 @@ use sqlx::Pool;
 
 use super::ListFilter;
 use super::common::{Settings, map_err, owned, token_param, validate_identifier};
+use super::dialect::sealed::Order;
 use super::dialect::{Dialect, SqlStore};
 use super::tx::{InTransaction, TxClaim, TxClaimRequest, TxLease, TxStore, previous_request};
 use idempotency_core::{
@@ -119,7 +120,17 @@ impl<D: Dialect> SqlStore<D> {
 
     /// Records for reconciliation, oldest `updated_at` first.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Record>, StoreError> {
-        D::records(&self.pool, &self.sql.select_records, filter, D::LIST_TIME).await
+        self.records(filter, Order::Updated).await
+    }
+
+    /// The table's records under `filter`, in `order`.
+    pub(super) async fn records(
+        &self,
+        filter: &ListFilter,
+        order: Order<'_>,
+    ) -> Result<Vec<Record>, StoreError> {
+        let select = &self.sql.select_records;
+        D::records(&self.pool, select, filter, order, D::LIST_TIME).await
     }
 
     /// The SQL text of one of the store's statements by name (`claim`, `upsert`, `read`,

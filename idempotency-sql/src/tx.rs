@@ -302,6 +302,23 @@ pub(crate) fn previous_request<'a>(
     }
 }
 
+/// The store claim of a transactional `request`, under a fresh claim id: never undone, as a
+/// claim in a transaction that fails is rolled back with it.
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+pub(crate) fn store_request<'a>(
+    request: &TxClaimRequest<'a>,
+) -> idempotency_core::ClaimRequest<'a> {
+    idempotency_core::ClaimRequest {
+        key: request.key,
+        namespace: request.namespace,
+        fingerprint: request.fingerprint,
+        lease: request.lease,
+        claim_id: idempotency_core::ClaimId::random(),
+        mechanism: request.mechanism,
+        key_derivation: request.key_derivation,
+    }
+}
+
 /// Turns a store claim into a transactional one.
 pub(crate) fn tx_claim(claim: idempotency_core::Claim, request: &TxClaimRequest<'_>) -> TxClaim {
     match claim {

@@ -67,7 +67,6 @@
 //! # Ok(()) }
 //! ```
 
-mod claimed_rows;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod lookup;
 #[cfg(feature = "mysql")]
@@ -76,9 +75,13 @@ mod mysql;
 mod on_transition;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod rows;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+mod setup;
 mod shared;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod statements;
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -91,6 +94,7 @@ use idempotency_core::{IdempotencyKey, Scope, StoreError};
 pub use idempotency_operations::Archive;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 use idempotency_sql::validate_identifier;
+pub(crate) use statements::OutboxSql;
 
 /// The default outbox table.
 pub const DEFAULT_OUTBOX_TABLE: &str = "idempotency_outbox";
@@ -298,44 +302,6 @@ impl<DB: sqlx::Database> Clone for Outbox<DB> {
             database: PhantomData,
         }
     }
-}
-
-/// The statements of one outbox table, built once per table name, with the parameters
-/// [`shared`] binds alike on every database: times as one bound value each, statements ending
-/// in `seq IN (` taking `[time, claim]` and then the sequence numbers.
-#[derive(Debug)]
-pub(crate) struct OutboxSql {
-    pub(crate) table: String,
-    pub(crate) steps: idempotency_sql::support::Steps,
-    pub(crate) enqueue: String,
-    /// PostgreSQL and SQLite: the claim; MySQL: the locking read that picks the batch.
-    pub(crate) claim: String,
-    /// MySQL: the update that claims the picked rows, and the read of the claimed rows.
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    pub(crate) claim_update: String,
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    pub(crate) claim_read: String,
-    /// Whether claims skip rows other relays hold locked (`SKIP LOCKED`), decided by the server
-    /// version on MySQL/MariaDB at the first claim.
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    pub(crate) skip_locked: std::sync::OnceLock<bool>,
-    pub(crate) mark_sent: String,
-    pub(crate) mark_failed: String,
-    pub(crate) release: String,
-    pub(crate) extend: String,
-    pub(crate) next_due: String,
-    /// Deletes a batch of sent messages: the time they were sent before, the limit.
-    pub(crate) purge_sent: String,
-    /// Selects a batch of sent messages' `seq` (same parameters), to lock and archive.
-    pub(crate) purge_pick: String,
-    /// Selects a batch of sent messages as [`ArchivedMessage::of`] reads them (same
-    /// parameters), to lock and archive.
-    pub(crate) purge_read: String,
-    /// The archive tables this handle created (or found).
-    pub(crate) archives: std::sync::Mutex<Vec<String>>,
-    pub(crate) dead: String,
-    pub(crate) revive: String,
-    pub(crate) counts: String,
 }
 
 impl<DB: sqlx::Database> Outbox<DB> {

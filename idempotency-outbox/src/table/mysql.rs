@@ -5,15 +5,14 @@
 use sqlx::mysql::MySqlArguments;
 use sqlx::{Arguments, MySql, MySqlPool};
 
+use super::setup::message_arguments;
 use super::shared::sealed::{OutboxSteps, PurgePlace};
-use super::shared::{COLUMNS, DEADLOCK_ROUNDS, Row, claimed, in_list_after};
-use super::{
-    ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, Outbox, OutboxMessage, OutboxSql, checked_table,
-};
+use super::shared::{COLUMNS, ClaimedRow, DEADLOCK_ROUNDS, claimed, in_list_after};
+use super::{ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, Outbox, OutboxMessage, OutboxSql};
 use idempotency_core::StoreError;
 use idempotency_sql::InTransaction;
 use idempotency_sql::from_sqlx as map_err;
-use idempotency_sql::support::micros;
+use idempotency_sql::support::{Steps, micros};
 
 /// MySQL's error number for a duplicate key.
 const DUPLICATE_KEY: u16 = 1062;
@@ -90,7 +89,7 @@ fn statements(t: &str) -> OutboxSql {
         ),
         claim_update: format!("UPDATE {t} SET claim = ?, available_at = {later} WHERE seq IN ("),
         claim_read: format!(
-            "SELECT {COLUMNS}, TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) \
+            "SELECT {COLUMNS}, TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) AS age_us \
              FROM {t} WHERE claim = ? ORDER BY seq"
         ),
         skip_locked: std::sync::OnceLock::new(),
@@ -118,7 +117,8 @@ fn statements(t: &str) -> OutboxSql {
         purge_sent: format!("DELETE FROM {t} WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?"),
         purge_pick: format!("SELECT seq FROM {t} WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?"),
         purge_read: format!(
-            "SELECT {COLUMNS}, {EPOCH_MICROS}created_at), {EPOCH_MICROS}sent_at) \
+            "SELECT {COLUMNS}, {EPOCH_MICROS}created_at) AS created_us, \
+               {EPOCH_MICROS}sent_at) AS sent_us \
              FROM {t} WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?"
         ),
         archives: std::sync::Mutex::default(),
@@ -170,16 +170,6 @@ impl Outbox<MySql> {
         Self::with_sql(pool, statements(DEFAULT_OUTBOX_TABLE))
     }
 
-    /// The same outbox in the table `table` (a plain identifier).
-    pub fn with_table_name(self, table: &str) -> Result<Self, StoreError> {
-        checked_table(table)?;
-        let renamed = Self::with_sql(self.pool, statements(table));
-        if let Some(skips) = self.sql.skip_locked.get() {
-            let _ = renamed.sql.skip_locked.set(*skips);
-        }
-        Ok(renamed)
-    }
-
     /// Claims with a plain `FOR UPDATE` even where the server has `SKIP LOCKED`: concurrent
     /// relays then wait for each other's (short) claim instead of skipping its rows, as on
     /// servers without it. For such servers' behaviour on a newer one (tests, comparisons).
@@ -204,19 +194,6 @@ impl Outbox<MySql> {
             .get_or_init(|| has_skip_locked(&version)))
     }
 
-    /// Creates the table or brings it to this release's schema (versioned like record tables,
-    /// serialized by a named lock, quiet when up to date).
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        idempotency_sql::support::migrate_mysql_table(
-            &self.pool,
-            &self.sql.table,
-            &self.sql.steps,
-            None,
-        )
-        .await?;
-        Ok(())
-    }
-
     /// Enqueues `message` inside `tx`: it is delivered only if `tx` commits. `false` if a message
     /// with this id was enqueued before (and not purged yet): nothing is added, and the
     /// transaction goes on.
@@ -225,12 +202,8 @@ impl Outbox<MySql> {
         tx: &mut T,
         message: &OutboxMessage,
     ) -> Result<bool, StoreError> {
-        let inserted = sqlx::query(&self.sql.enqueue)
-            .bind(&message.id)
-            .bind(&message.topic)
-            .bind(&message.key)
-            .bind(message.aggregate.as_deref())
-            .bind(message.payload.as_slice())
+        let args = message_arguments::<MySql>(message)?;
+        let inserted = sqlx::query_with(&self.sql.enqueue, args)
             .execute(tx.connection())
             .await;
         match inserted {
@@ -242,7 +215,11 @@ impl Outbox<MySql> {
     }
 
     /// One claim transaction: pick the batch with a locking read, claim it, read it back.
-    async fn claim_once(&self, batch: ClaimBatch, pick: &str) -> Result<Vec<Row>, sqlx::Error> {
+    async fn claim_once(
+        &self,
+        batch: ClaimBatch,
+        pick: &str,
+    ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
         let seqs: Vec<i64> = sqlx::query_scalar(pick)
             .bind(i64::try_from(batch.limit).unwrap_or(i64::MAX))
@@ -259,7 +236,7 @@ impl Outbox<MySql> {
         in_list_after::<MySql>(&mut update, &mut args, &seqs)
             .map_err(|error| sqlx::Error::Encode(error.to_string().into()))?;
         sqlx::query_with(&update, args).execute(&mut *tx).await?;
-        let rows: Vec<Row> = sqlx::query_as(&self.sql.claim_read)
+        let rows: Vec<ClaimedRow> = sqlx::query_as(&self.sql.claim_read)
             .bind(batch.claim)
             .fetch_all(&mut *tx)
             .await?;
@@ -272,6 +249,16 @@ impl Outbox<MySql> {
 /// statements chosen as a deadlock's victim run again.
 impl OutboxSteps for MySql {
     const HOST_CLOCK: bool = false;
+
+    fn statements(table: &str) -> OutboxSql {
+        statements(table)
+    }
+
+    /// Serialized by a named lock (MySQL's DDL is not transactional).
+    async fn migrate_table(pool: &MySqlPool, table: &str, steps: &Steps) -> Result<(), StoreError> {
+        idempotency_sql::support::migrate_mysql_table(pool, table, steps, None).await?;
+        Ok(())
+    }
 
     /// Picks the batch with a locking read, claims it, reads it back: one short transaction,
     /// run again if InnoDB picks it as a deadlock's victim.

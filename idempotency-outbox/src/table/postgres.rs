@@ -1,17 +1,17 @@
 //! The outbox on PostgreSQL: `FOR UPDATE SKIP LOCKED` claims, `pg_notify` wake-ups.
 
-use sqlx::{PgPool, Postgres};
+use sqlx::{Arguments, PgPool, Postgres};
 
+use super::setup::{message_arguments, with_partial_indexes};
 use super::shared::sealed::{OutboxSteps, PurgePlace};
-use super::shared::{COLUMNS, Row, claimed};
+use super::shared::{COLUMNS, ClaimedRow, claimed, codec};
 use super::{
     ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, Notifications, Outbox, OutboxMessage, OutboxSql,
-    checked_table,
 };
 use idempotency_core::StoreError;
 use idempotency_sql::InTransaction;
 use idempotency_sql::from_sqlx as map_err;
-use idempotency_sql::support::micros;
+use idempotency_sql::support::{Steps, micros};
 
 /// The time `$n` microseconds from the database's clock (a bound span; negative: earlier).
 fn at(n: u8) -> String {
@@ -32,9 +32,8 @@ const PURGE: PurgePlace = PurgePlace {
 };
 
 fn statements(t: &str) -> OutboxSql {
-    let steps = vec![vec![
-        format!(
-            "CREATE TABLE IF NOT EXISTS \"{t}\" (\
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS \"{t}\" (\
              seq BIGSERIAL PRIMARY KEY, \
              id TEXT NOT NULL UNIQUE, \
              topic TEXT NOT NULL, \
@@ -48,22 +47,10 @@ fn statements(t: &str) -> OutboxSql {
              last_error TEXT, \
              created_at TIMESTAMPTZ NOT NULL DEFAULT statement_timestamp(), \
              sent_at TIMESTAMPTZ)"
-        ),
-        format!(
-            "CREATE INDEX IF NOT EXISTS \"{t}_due\" ON \"{t}\" (available_at, seq) \
-             WHERE state = 'pending'"
-        ),
-        format!(
-            "CREATE INDEX IF NOT EXISTS \"{t}_aggregate\" ON \"{t}\" (aggregate, seq) \
-             WHERE aggregate IS NOT NULL AND state <> 'sent'"
-        ),
-        format!(
-            "CREATE INDEX IF NOT EXISTS \"{t}_sent\" ON \"{t}\" (sent_at) WHERE state = 'sent'"
-        ),
-    ]];
+    );
     OutboxSql {
         table: t.to_owned(),
-        steps,
+        steps: vec![with_partial_indexes(create, t)],
         // The notification is only sent when a row went in; PostgreSQL delivers it at commit
         // (and drops it on rollback). Referencing `woken` makes the CTE run.
         enqueue: format!(
@@ -86,7 +73,7 @@ fn statements(t: &str) -> OutboxSql {
                ORDER BY o.available_at, o.seq LIMIT $3 \
                FOR UPDATE SKIP LOCKED) \
              RETURNING {COLUMNS}, \
-               (extract(epoch FROM statement_timestamp() - created_at) * 1000000)::bigint"
+               (extract(epoch FROM statement_timestamp() - created_at) * 1000000)::bigint AS age_us"
         ),
         claim_update: String::new(),
         claim_read: String::new(),
@@ -127,8 +114,8 @@ fn statements(t: &str) -> OutboxSql {
             sent_before()
         ),
         purge_read: format!(
-            "SELECT {COLUMNS}, (extract(epoch FROM created_at) * 1000000)::bigint, \
-               (extract(epoch FROM sent_at) * 1000000)::bigint \
+            "SELECT {COLUMNS}, (extract(epoch FROM created_at) * 1000000)::bigint AS created_us, \
+               (extract(epoch FROM sent_at) * 1000000)::bigint AS sent_us \
              FROM \"{t}\" WHERE {} ORDER BY sent_at LIMIT $2",
             sent_before()
         ),
@@ -162,24 +149,6 @@ impl Outbox<Postgres> {
         Self::with_sql(pool, statements(DEFAULT_OUTBOX_TABLE))
     }
 
-    /// The same outbox in the table `table` (a plain identifier; also the `LISTEN` channel).
-    pub fn with_table_name(self, table: &str) -> Result<Self, StoreError> {
-        checked_table(table)?;
-        Ok(Self::with_sql(self.pool, statements(table)))
-    }
-
-    /// Creates the table or brings it to this release's schema (versioned like record tables,
-    /// serialized by a lock, quiet when up to date).
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        idempotency_sql::support::migrate_postgres_table(
-            &self.pool,
-            &self.sql.table,
-            &self.sql.steps,
-            None,
-        )
-        .await
-    }
-
     /// Enqueues `message` inside `tx`: it is delivered only if `tx` commits, and the relays
     /// listening are woken at the commit. `false` if a message with this id was enqueued before
     /// (and not purged yet): nothing is added.
@@ -188,13 +157,10 @@ impl Outbox<Postgres> {
         tx: &mut T,
         message: &OutboxMessage,
     ) -> Result<bool, StoreError> {
-        let added: i64 = sqlx::query_scalar(&self.sql.enqueue)
-            .bind(&message.id)
-            .bind(&message.topic)
-            .bind(&message.key)
-            .bind(message.aggregate.as_deref())
-            .bind(message.payload.as_slice())
-            .bind(&self.sql.table)
+        // The channel to notify: the table's name.
+        let mut args = message_arguments::<Postgres>(message)?;
+        args.add(self.sql.table.as_str()).map_err(codec)?;
+        let added: i64 = sqlx::query_scalar_with(&self.sql.enqueue, args)
             .fetch_one(tx.connection())
             .await
             .map_err(map_err)?;
@@ -206,8 +172,17 @@ impl Outbox<Postgres> {
 impl OutboxSteps for Postgres {
     const HOST_CLOCK: bool = false;
 
+    fn statements(table: &str) -> OutboxSql {
+        statements(table)
+    }
+
+    /// Serialized by an advisory lock, in one transaction.
+    async fn migrate_table(pool: &PgPool, table: &str, steps: &Steps) -> Result<(), StoreError> {
+        idempotency_sql::support::migrate_postgres_table(pool, table, steps, None).await
+    }
+
     async fn claim(outbox: &Outbox<Self>, batch: ClaimBatch) -> Result<Vec<Claimed>, StoreError> {
-        let rows: Vec<Row> = sqlx::query_as(&outbox.sql.claim)
+        let rows: Vec<ClaimedRow> = sqlx::query_as(&outbox.sql.claim)
             .bind(batch.claim)
             .bind(micros(batch.lease))
             .bind(i64::try_from(batch.limit).unwrap_or(i64::MAX))

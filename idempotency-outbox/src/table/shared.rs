@@ -11,65 +11,19 @@
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use base64::Engine;
 use sqlx::{Arguments, Database, Encode, Executor, FromRow, IntoArguments, Type};
 
 use super::{
     Archive, ArchivedMessage, ClaimBatch, Claimed, CountsRow, DeadMessage, Notifications, Outbox,
-    OutboxCounts, OutboxMessage, OutboxTable, attempts,
+    OutboxCounts, OutboxSql, OutboxTable,
 };
 use idempotency_core::StoreError;
 use idempotency_sql::from_sqlx as map_err;
-use idempotency_sql::support::{RowsAffected, micros, unix_micros};
+use idempotency_sql::support::{RowsAffected, Steps, micros, unix_micros};
 use idempotency_sql::validate_identifier;
 
-pub(crate) use super::claimed_rows::{COLUMNS, Row, claimed};
-
-/// A dead message's row: [`COLUMNS`] and `last_error`.
-type DeadRow = (
-    i64,
-    String,
-    String,
-    String,
-    Option<String>,
-    Vec<u8>,
-    i64,
-    Option<String>,
-);
-
-/// An archived row as `purge_read` selects it: [`COLUMNS`], then created and sent (Unix
-/// microseconds).
-type ArchivedRow = (
-    i64,
-    String,
-    String,
-    String,
-    Option<String>,
-    Vec<u8>,
-    i64,
-    i64,
-    Option<i64>,
-);
-
-/// The archived form of `row` (an [`ArchivedRow`]) read at `now`.
-fn archived(
-    (seq, id, topic, business_key, aggregate, payload, tries, created, sent): ArchivedRow,
-    now: SystemTime,
-) -> ArchivedMessage {
-    let millis = |micros: i64| u64::try_from(micros.max(0) / 1000).unwrap_or(0);
-    ArchivedMessage {
-        seq,
-        id,
-        topic,
-        business_key,
-        aggregate,
-        payload_base64: base64::engine::general_purpose::STANDARD.encode(payload),
-        attempts: attempts(tries),
-        created_at_ms: millis(created),
-        sent_at_ms: sent.map(millis),
-        archived_at_ms: unix_millis(now),
-    }
-}
+use super::rows::{ArchivedRow, DeadRow};
+pub(crate) use super::rows::{COLUMNS, ClaimedRow, claimed};
 
 /// How often a statement runs again after the database chose it as a deadlock's victim (on
 /// MySQL a claim's locking read and another relay's marks lock index entries in different
@@ -111,6 +65,17 @@ pub(crate) mod sealed {
         /// Whether statements take times of the host's clock (Unix microseconds) rather than
         /// spans from the database's clock.
         const HOST_CLOCK: bool;
+
+        /// The statements of outbox table `table` (a validated identifier).
+        fn statements(table: &str) -> OutboxSql;
+
+        /// Brings `table` to the latest version of `steps`, serialized against concurrent
+        /// migrations.
+        fn migrate_table(
+            pool: &sqlx::Pool<Self>,
+            table: &str,
+            steps: &Steps,
+        ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
         /// Claims a batch.
         fn claim(
@@ -289,23 +254,7 @@ pub(crate) mod sealed {
                 .fetch_all(&outbox.pool)
                 .await
                 .map_err(map_err)?;
-            Ok(rows
-                .into_iter()
-                .map(
-                    |(seq, id, topic, key, aggregate, payload, tries, last_error)| DeadMessage {
-                        seq,
-                        attempts: attempts(tries),
-                        last_error,
-                        message: OutboxMessage {
-                            id,
-                            topic,
-                            key,
-                            aggregate,
-                            payload,
-                        },
-                    },
-                )
-                .collect())
+            Ok(rows.into_iter().map(DeadRow::dead).collect())
         }
 
         async fn revive_dead(
@@ -369,7 +318,7 @@ pub(crate) mod sealed {
                         .map_err(map_err)?;
                 let now = SystemTime::now();
                 let messages: Vec<ArchivedMessage> =
-                    rows.into_iter().map(|row| archived(row, now)).collect();
+                    rows.into_iter().map(|row| row.archived(now)).collect();
                 // Written and flushed before the delete: a failure from here on leaves the
                 // rows, archived again by the next purge (at least once).
                 idempotency_sql::support::write_json_lines(archive, &messages)?;
@@ -416,8 +365,8 @@ pub(crate) mod sealed {
 
 use sealed::{Failure, PurgePlace};
 
-/// The statement text's own error as a codec error.
-fn codec(error: sqlx::error::BoxDynError) -> StoreError {
+/// The statement text's own error (or a value that would not encode) as a codec error.
+pub(crate) fn codec(error: sqlx::error::BoxDynError) -> StoreError {
     StoreError::Codec(error.to_string().into())
 }
 
@@ -567,11 +516,4 @@ impl<DB: super::OutboxDatabase> OutboxTable for Outbox<DB> {
     async fn counts(&self) -> Result<OutboxCounts, StoreError> {
         DB::count(self, moment::<DB>(0)).await
     }
-}
-
-/// Milliseconds since the Unix epoch (saturating, never panics; 0 before it).
-fn unix_millis(at: std::time::SystemTime) -> u64 {
-    at.duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }

@@ -4,17 +4,16 @@
 
 use std::time::SystemTime;
 
-use sqlx::{Sqlite, SqlitePool};
+use sqlx::{Arguments, Sqlite, SqlitePool};
 
+use super::setup::{message_arguments, with_partial_indexes};
 use super::shared::sealed::{OutboxSteps, PurgePlace};
-use super::shared::{COLUMNS, Row, claimed};
-use super::{
-    ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, Outbox, OutboxMessage, OutboxSql, checked_table,
-};
+use super::shared::{COLUMNS, ClaimedRow, claimed, codec};
+use super::{ClaimBatch, Claimed, DEFAULT_OUTBOX_TABLE, Outbox, OutboxMessage, OutboxSql};
 use idempotency_core::StoreError;
 use idempotency_sql::InTransaction;
 use idempotency_sql::from_sqlx as map_err;
-use idempotency_sql::support::{micros, unix_micros};
+use idempotency_sql::support::{Steps, micros, unix_micros};
 
 /// Which rows a purge takes: sent before `?1` (Unix microseconds), at most `?2`.
 const SENT_BEFORE: &str = "state = 'sent' AND sent_at < ?1";
@@ -32,9 +31,8 @@ fn now() -> i64 {
 }
 
 fn statements(t: &str) -> OutboxSql {
-    let steps = vec![vec![
-        format!(
-            "CREATE TABLE IF NOT EXISTS \"{t}\" (\
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS \"{t}\" (\
              seq INTEGER PRIMARY KEY AUTOINCREMENT, \
              id TEXT NOT NULL UNIQUE, \
              topic TEXT NOT NULL, \
@@ -48,22 +46,10 @@ fn statements(t: &str) -> OutboxSql {
              last_error TEXT, \
              created_at INTEGER NOT NULL, \
              sent_at INTEGER)"
-        ),
-        format!(
-            "CREATE INDEX IF NOT EXISTS \"{t}_due\" ON \"{t}\" (available_at, seq) \
-             WHERE state = 'pending'"
-        ),
-        format!(
-            "CREATE INDEX IF NOT EXISTS \"{t}_aggregate\" ON \"{t}\" (aggregate, seq) \
-             WHERE aggregate IS NOT NULL AND state <> 'sent'"
-        ),
-        format!(
-            "CREATE INDEX IF NOT EXISTS \"{t}_sent\" ON \"{t}\" (sent_at) WHERE state = 'sent'"
-        ),
-    ]];
+    );
     OutboxSql {
         table: t.to_owned(),
-        steps,
+        steps: vec![with_partial_indexes(create, t)],
         enqueue: format!(
             "INSERT INTO \"{t}\" \
              (id, topic, business_key, aggregate, payload, available_at, created_at) \
@@ -79,7 +65,7 @@ fn statements(t: &str) -> OutboxSql {
                    SELECT 1 FROM \"{t}\" e WHERE e.aggregate = o.aggregate \
                      AND e.seq < o.seq AND e.state <> 'sent')) \
                ORDER BY o.available_at, o.seq LIMIT ?4) \
-             RETURNING {COLUMNS}, ?3 - created_at"
+             RETURNING {COLUMNS}, ?3 - created_at AS age_us"
         ),
         claim_update: String::new(),
         claim_read: String::new(),
@@ -113,7 +99,7 @@ fn statements(t: &str) -> OutboxSql {
             "SELECT seq FROM \"{t}\" WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?2"
         ),
         purge_read: format!(
-            "SELECT {COLUMNS}, created_at, sent_at FROM \"{t}\" \
+            "SELECT {COLUMNS}, created_at AS created_us, sent_at AS sent_us FROM \"{t}\" \
              WHERE {SENT_BEFORE} ORDER BY sent_at LIMIT ?2"
         ),
         archives: std::sync::Mutex::default(),
@@ -141,24 +127,6 @@ impl Outbox<Sqlite> {
         Self::with_sql(pool, statements(DEFAULT_OUTBOX_TABLE))
     }
 
-    /// The same outbox in the table `table` (a plain identifier).
-    pub fn with_table_name(self, table: &str) -> Result<Self, StoreError> {
-        checked_table(table)?;
-        Ok(Self::with_sql(self.pool, statements(table)))
-    }
-
-    /// Creates the table or brings it to this release's schema (versioned like record tables,
-    /// in one `BEGIN IMMEDIATE` transaction, quiet when up to date).
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        idempotency_sql::support::migrate_sqlite_table(
-            &self.pool,
-            &self.sql.table,
-            &self.sql.steps,
-            None,
-        )
-        .await
-    }
-
     /// Enqueues `message` inside `tx` (begun with `BEGIN IMMEDIATE`, as
     /// [`TxStore::begin`](idempotency_sql::TxStore::begin) does): it is delivered only if `tx`
     /// commits. `false` if a message with this id was enqueued before (and not purged yet):
@@ -168,13 +136,10 @@ impl Outbox<Sqlite> {
         tx: &mut T,
         message: &OutboxMessage,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(&self.sql.enqueue)
-            .bind(&message.id)
-            .bind(&message.topic)
-            .bind(&message.key)
-            .bind(message.aggregate.as_deref())
-            .bind(message.payload.as_slice())
-            .bind(now())
+        // Its due and creation time: now.
+        let mut args = message_arguments::<Sqlite>(message)?;
+        args.add(now()).map_err(codec)?;
+        let done = sqlx::query_with(&self.sql.enqueue, args)
             .execute(tx.connection())
             .await
             .map_err(map_err)?;
@@ -187,9 +152,22 @@ impl Outbox<Sqlite> {
 impl OutboxSteps for Sqlite {
     const HOST_CLOCK: bool = true;
 
+    fn statements(table: &str) -> OutboxSql {
+        statements(table)
+    }
+
+    /// Serialized by `BEGIN IMMEDIATE`.
+    async fn migrate_table(
+        pool: &SqlitePool,
+        table: &str,
+        steps: &Steps,
+    ) -> Result<(), StoreError> {
+        idempotency_sql::support::migrate_sqlite_table(pool, table, steps, None).await
+    }
+
     async fn claim(outbox: &Outbox<Self>, batch: ClaimBatch) -> Result<Vec<Claimed>, StoreError> {
         let now = now();
-        let rows: Vec<Row> = sqlx::query_as(&outbox.sql.claim)
+        let rows: Vec<ClaimedRow> = sqlx::query_as(&outbox.sql.claim)
             .bind(batch.claim)
             .bind(now.saturating_add(micros(batch.lease)))
             .bind(now)

@@ -1,5 +1,6 @@
 //! What the statements every database runs alike are given: the clock expiry is judged by
-//! ([`Clock`]), a purge batch's statements and bounds ([`PurgeSql`], [`PurgeBatch`]), and how a
+//! ([`Clock`]), a purge batch's statements and bounds ([`PurgeSql`], [`PurgeBatch`]), the
+//! values of complete, touch and purge in a dialect's order ([`Param`], [`Values`]), and how a
 //! bound parameter is appended to a statement ([`push_bind`]).
 
 use std::time::Duration;
@@ -74,6 +75,15 @@ impl Clock {
     }
 }
 
+/// The order a listing returns records in, and where it starts.
+#[derive(Clone, Copy, Debug)]
+pub enum Order<'a> {
+    /// Oldest `updated_at` first (reconciliation's `list`).
+    Updated,
+    /// By storage key, after this one if given: one page of an operations scan.
+    KeysAfter(Option<&'a StorageKey>),
+}
+
 /// Which records one purge batch takes.
 #[derive(Clone, Copy)]
 pub struct PurgeBatch<'a> {
@@ -90,6 +100,52 @@ pub struct PurgeBatch<'a> {
     pub grace: Duration,
     /// The TTL the table is configured with: younger records (by their last write) stay.
     pub floor: Duration,
+}
+
+/// A value that `complete`, `touch` or `purge` binds: each dialect lists them in the order of
+/// its statement's placeholders ([`Steps::COMPLETE`](super::Steps::COMPLETE) and the like).
+#[derive(Clone, Copy, Debug)]
+pub enum Param {
+    /// The storage key.
+    Key,
+    /// The fencing token.
+    Token,
+    /// The outcome's status.
+    Status,
+    /// The outcome's body.
+    Body,
+    /// The record TTL or the lease, in microseconds.
+    Span,
+    /// The host's time now in Unix microseconds, read as the statement is bound (SQLite).
+    HostNow,
+    /// The most records a purge deletes.
+    Limit,
+    /// The abandoned grace in microseconds.
+    Grace,
+    /// The table's configured TTL in microseconds: younger records stay.
+    Floor,
+}
+
+/// The values of one `complete`, `touch` or `purge`, bound in a dialect's [`Param`] order
+/// (those a statement does not take stay at their default).
+#[derive(Clone, Copy, Default)]
+pub struct Values<'a> {
+    /// [`Param::Key`].
+    pub key: &'a [u8],
+    /// [`Param::Token`].
+    pub token: i64,
+    /// [`Param::Status`].
+    pub status: i32,
+    /// [`Param::Body`].
+    pub body: &'a [u8],
+    /// [`Param::Span`].
+    pub span: i64,
+    /// [`Param::Limit`].
+    pub limit: i64,
+    /// [`Param::Grace`].
+    pub grace: i64,
+    /// [`Param::Floor`].
+    pub floor: i64,
 }
 
 /// Appends `before`, a placeholder for `value` (bound in `args`) and `after` to `sql`.

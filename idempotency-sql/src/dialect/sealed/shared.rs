@@ -1,13 +1,15 @@
 //! The statements every database runs alike ([`Shared`]), written once over sqlx's traits.
 
 use std::future::Future;
+use std::time::{Duration, SystemTime};
 
 use idempotency_core::{ClaimId, Record, RecordState, StorageKey, StoreError};
 use idempotency_operations::{Archive, AuditEntry, Counts};
-use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::{Arguments, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-use super::params::{Clock, PurgeBatch, PurgeSql, push_bind};
+use super::params::{Clock, Order, Param, PurgeBatch, PurgeSql, Values, push_bind};
 use crate::common::{RecordRow, RowsAffected, map_err, unix_micros};
+use crate::schema::Versions;
 
 /// The statements every database runs alike, written once over sqlx's traits.
 pub trait Shared: Database {
@@ -18,6 +20,21 @@ pub trait Shared: Database {
         key: &StorageKey,
         token: i64,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Runs `sql` on `conn` with `values` bound in `order`; rows affected.
+    fn bound_in_order(
+        conn: &mut Self::Connection,
+        sql: &str,
+        order: &[Param],
+        values: Values<'_>,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// The record TTL `table` was configured with, as `versions` recorded it.
+    fn read_ttl(
+        pool: &Pool<Self>,
+        versions: &Versions<Self>,
+        table: &str,
+    ) -> impl Future<Output = Result<Duration, StoreError>> + Send;
 
     /// Runs a statement on `pool` that takes a key and a claim id; rows affected.
     fn of_claimer(
@@ -34,22 +51,13 @@ pub trait Shared: Database {
         key: &StorageKey,
     ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
 
-    /// The records `select` (ending in a condition) selects under `filter`, oldest
-    /// `updated_at` first; `time` wraps each bound time parameter ([`Steps::LIST_TIME`](super::Steps::LIST_TIME)).
+    /// The records `select` (ending in a condition) selects under `filter`, in `order`;
+    /// `time` wraps each bound time parameter ([`Steps::LIST_TIME`](super::Steps::LIST_TIME)).
     fn records(
         pool: &Pool<Self>,
         select: &str,
         filter: &crate::ListFilter,
-        time: (&'static str, &'static str),
-    ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send;
-
-    /// The records `select` selects under `filter` after the storage key `after`, in the
-    /// order of their storage keys: one page of an operations scan.
-    fn records_after(
-        pool: &Pool<Self>,
-        select: &str,
-        filter: &crate::ListFilter,
-        after: Option<&StorageKey>,
+        order: Order<'_>,
         time: (&'static str, &'static str),
     ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send;
 
@@ -101,11 +109,14 @@ where
     for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     String: for<'q> Encode<'q, DB> + Type<DB>,
-    i64: for<'q> Encode<'q, DB> + Type<DB>,
+    i64: for<'q> Encode<'q, DB> + Type<DB> + for<'r> Decode<'r, DB>,
+    i32: for<'q> Encode<'q, DB> + Type<DB>,
     Vec<u8>: for<'q> Encode<'q, DB> + Type<DB>,
     Option<String>: for<'q> Encode<'q, DB> + Type<DB>,
     RecordRow: for<'r> FromRow<'r, DB::Row>,
     (i64, Option<i64>): for<'r> FromRow<'r, DB::Row>,
+    (i64,): for<'r> FromRow<'r, DB::Row>,
+    (Option<i64>,): for<'r> FromRow<'r, DB::Row>,
     DB::QueryResult: RowsAffected,
 {
     async fn fenced(
@@ -121,6 +132,43 @@ where
             .await
             .map_err(map_err)?;
         Ok(done.rows())
+    }
+
+    async fn bound_in_order(
+        conn: &mut Self::Connection,
+        sql: &str,
+        order: &[Param],
+        values: Values<'_>,
+    ) -> Result<u64, StoreError> {
+        let mut args = DB::Arguments::default();
+        for param in order {
+            match param {
+                Param::Key => args.add(values.key),
+                Param::Token => args.add(values.token),
+                Param::Status => args.add(values.status),
+                Param::Body => args.add(values.body),
+                Param::Span => args.add(values.span),
+                Param::HostNow => args.add(unix_micros(SystemTime::now())),
+                Param::Limit => args.add(values.limit),
+                Param::Grace => args.add(values.grace),
+                Param::Floor => args.add(values.floor),
+            }
+            .map_err(|error| StoreError::Codec(error.to_string().into()))?;
+        }
+        let done = sqlx::query_with(sql, args)
+            .execute(conn)
+            .await
+            .map_err(map_err)?;
+        Ok(done.rows())
+    }
+
+    async fn read_ttl(
+        pool: &Pool<Self>,
+        versions: &Versions<Self>,
+        table: &str,
+    ) -> Result<Duration, StoreError> {
+        let mut conn = pool.acquire().await.map_err(map_err)?;
+        versions.read_ttl(&mut conn, table).await
     }
 
     async fn of_claimer(
@@ -155,51 +203,23 @@ where
         pool: &Pool<Self>,
         select: &str,
         filter: &crate::ListFilter,
+        order: Order<'_>,
         time: (&'static str, &'static str),
     ) -> Result<Vec<Record>, StoreError> {
         let mut sql = String::from(select);
         let mut args = DB::Arguments::default();
         filtered::<DB>(&mut sql, &mut args, filter, time)?;
-        push_bind(
-            &mut sql,
-            &mut args,
-            " ORDER BY updated_at LIMIT ",
-            filter.limit_param(),
-            "",
-        )?;
-        let rows: Vec<RecordRow> = sqlx::query_as_with(&sql, args)
-            .fetch_all(pool)
-            .await
-            .map_err(map_err)?;
-        rows.into_iter().map(RecordRow::into_record).collect()
-    }
-
-    async fn records_after(
-        pool: &Pool<Self>,
-        select: &str,
-        filter: &crate::ListFilter,
-        after: Option<&StorageKey>,
-        time: (&'static str, &'static str),
-    ) -> Result<Vec<Record>, StoreError> {
-        let mut sql = String::from(select);
-        let mut args = DB::Arguments::default();
-        filtered::<DB>(&mut sql, &mut args, filter, time)?;
-        if let Some(after) = after {
-            push_bind(
-                &mut sql,
-                &mut args,
-                " AND key_hash > ",
-                after.0.to_vec(),
-                "",
-            )?;
-        }
-        push_bind(
-            &mut sql,
-            &mut args,
-            " ORDER BY key_hash LIMIT ",
-            filter.limit_param(),
-            "",
-        )?;
+        let order_by = match order {
+            Order::Updated => " ORDER BY updated_at LIMIT ",
+            Order::KeysAfter(after) => {
+                if let Some(after) = after {
+                    let after = after.0.to_vec();
+                    push_bind(&mut sql, &mut args, " AND key_hash > ", after, "")?;
+                }
+                " ORDER BY key_hash LIMIT "
+            }
+        };
+        push_bind(&mut sql, &mut args, order_by, filter.limit_param(), "")?;
         let rows: Vec<RecordRow> = sqlx::query_as_with(&sql, args)
             .fetch_all(pool)
             .await
