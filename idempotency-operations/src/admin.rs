@@ -1,5 +1,6 @@
 //! [`Admin`]: the operations over any store that brings [`Operations`].
 
+use crate::{PageRequest, PurgeRequest};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -135,7 +136,13 @@ impl Admin {
 
     /// One batch of the records matching `query`, from `cursor`.
     pub async fn scan(&self, query: &Query, cursor: &Cursor) -> Result<Page, StoreError> {
-        self.store.page(query, cursor, self.batch).await
+        self.store
+            .page(PageRequest {
+                query,
+                cursor,
+                batch: self.batch,
+            })
+            .await
     }
 
     /// The records matching `query`, at most `limit`, scanned in batches; `progress` is told
@@ -404,7 +411,12 @@ impl Admin {
             let result = loop {
                 let batch = self
                     .store
-                    .purge_page(namespace, &cursor, self.batch, archive)
+                    .purge_page(PurgeRequest {
+                        namespace,
+                        cursor: &cursor,
+                        batch: self.batch,
+                        archive,
+                    })
                     .await;
                 let batch = match batch {
                     Ok(batch) => batch,

@@ -8,6 +8,31 @@ use idempotency_core::{
     BoxFuture, DynStore, FencingToken, Outcome, Record, StorageKey, StoreError,
 };
 
+/// What [`Operations::page`] is asked to read: the records that match `query` among at most
+/// about `batch` examined from `cursor`.
+#[derive(Clone, Copy, Debug)]
+pub struct PageRequest<'a> {
+    /// Which records are wanted.
+    pub query: &'a Query,
+    /// Where the scan goes on ([`Cursor::start`] first).
+    pub cursor: &'a Cursor,
+    /// About how many records to examine.
+    pub batch: usize,
+}
+
+/// What [`Operations::purge_page`] is asked to purge: one batch of expired records of
+/// `namespace` (every namespace: `None`) from `cursor`, copied to `archive` first.
+pub struct PurgeRequest<'a> {
+    /// The namespace purged, or all.
+    pub namespace: Option<&'a str>,
+    /// Where the scan goes on ([`Cursor::start`] first).
+    pub cursor: &'a Cursor,
+    /// About how many records to examine.
+    pub batch: usize,
+    /// Where each record is copied before it is deleted.
+    pub archive: &'a mut Archive,
+}
+
 /// What a store brings to operations, beyond [`Store`](idempotency_core::Store) (whose `get`, `release`
 /// and `complete` the fenced actions use): object-safe, so a store chosen at run time (the
 /// command line's `--store URL`) is one `Arc<dyn Operations>`.
@@ -15,12 +40,7 @@ pub trait Operations: DynStore {
     /// One bounded batch of a scan from `cursor`: the records among at most about `batch`
     /// examined that match `query`. Stores filter what they can before reading records (SQL:
     /// namespace, state, times; Redis keys carry no namespace, so every record is read).
-    fn page<'a>(
-        &'a self,
-        query: &'a Query,
-        cursor: &'a Cursor,
-        batch: usize,
-    ) -> BoxFuture<'a, Result<Page, StoreError>>;
+    fn page<'a>(&'a self, request: PageRequest<'a>) -> BoxFuture<'a, Result<Page, StoreError>>;
 
     /// Deletes the record of `key` if its fencing token is still `token`, in any state;
     /// whether it did.
@@ -84,12 +104,9 @@ pub trait Operations: DynStore {
     /// archives only. The SQL stores delete a batch in one statement, archiving to a table too.
     fn purge_page<'a>(
         &'a self,
-        namespace: Option<&'a str>,
-        cursor: &'a Cursor,
-        batch: usize,
-        archive: &'a mut Archive,
+        request: PurgeRequest<'a>,
     ) -> BoxFuture<'a, Result<Purged, StoreError>> {
-        Box::pin(purge_by_scan(self, namespace, cursor, batch, archive))
+        Box::pin(purge_by_scan(self, request))
     }
 
     /// Applies `act`'s step and writes its audit entry in one transaction, so that an action
@@ -143,13 +160,8 @@ pub enum Step<'a> {
 }
 
 impl<O: Operations + idempotency_core::Store> Operations for Arc<O> {
-    fn page<'a>(
-        &'a self,
-        query: &'a Query,
-        cursor: &'a Cursor,
-        batch: usize,
-    ) -> BoxFuture<'a, Result<Page, StoreError>> {
-        (**self).page(query, cursor, batch)
+    fn page<'a>(&'a self, request: PageRequest<'a>) -> BoxFuture<'a, Result<Page, StoreError>> {
+        (**self).page(request)
     }
 
     fn delete_fenced<'a>(
@@ -193,12 +205,9 @@ impl<O: Operations + idempotency_core::Store> Operations for Arc<O> {
 
     fn purge_page<'a>(
         &'a self,
-        namespace: Option<&'a str>,
-        cursor: &'a Cursor,
-        batch: usize,
-        archive: &'a mut Archive,
+        request: PurgeRequest<'a>,
     ) -> BoxFuture<'a, Result<Purged, StoreError>> {
-        (**self).purge_page(namespace, cursor, batch, archive)
+        (**self).purge_page(request)
     }
 
     fn act_audited<'a>(
@@ -225,7 +234,13 @@ async fn records_by_prefix<O: Operations + ?Sized>(
     let mut cursor = Cursor::start();
     let mut found = Vec::new();
     loop {
-        let page = store.page(&query, &cursor, DEFAULT_BATCH).await?;
+        let page = store
+            .page(PageRequest {
+                query: &query,
+                cursor: &cursor,
+                batch: DEFAULT_BATCH,
+            })
+            .await?;
         found.extend(
             page.records
                 .into_iter()
@@ -244,11 +259,14 @@ async fn records_by_prefix<O: Operations + ?Sized>(
 /// ([`Operations::purge_page`]'s default).
 pub(crate) async fn purge_by_scan<O: Operations + ?Sized>(
     store: &O,
-    namespace: Option<&str>,
-    cursor: &Cursor,
-    batch: usize,
-    archive: &mut Archive,
+    request: PurgeRequest<'_>,
 ) -> Result<Purged, StoreError> {
+    let PurgeRequest {
+        namespace,
+        cursor,
+        batch,
+        archive,
+    } = request;
     if let Archive::Table(_) = archive {
         return Err(StoreError::Config(
             "an archive table needs a SQL store; archive to JSON lines instead".to_owned(),
@@ -258,7 +276,13 @@ pub(crate) async fn purge_by_scan<O: Operations + ?Sized>(
         namespace: namespace.map(str::to_owned),
         ..Query::default()
     };
-    let page = store.page(&query, cursor, batch).await?;
+    let page = store
+        .page(PageRequest {
+            query: &query,
+            cursor,
+            batch,
+        })
+        .await?;
     let now = SystemTime::now();
     let grace = store.abandoned_grace();
     let expired: Vec<Record> = page

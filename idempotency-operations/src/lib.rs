@@ -62,7 +62,7 @@ mod view;
 pub use admin::{Admin, Progress, PurgeReport};
 pub use archive::{Archive, Purged, purgeable};
 pub use audit::{AUDIT_TARGET, Action, Actor, AuditEntry, AuditLog, TracingAudit};
-pub use contract::{AuditedStep, DEFAULT_BATCH, Operations, Step};
+pub use contract::{AuditedStep, DEFAULT_BATCH, Operations, PageRequest, PurgeRequest, Step};
 pub use cursor::{Cursor, Page};
 pub use fence::{Acted, Fence, FenceRefusal};
 pub use query::Query;

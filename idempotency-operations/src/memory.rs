@@ -5,17 +5,13 @@ use std::time::{Duration, SystemTime};
 
 use idempotency_core::{BoxFuture, FencingToken, MemoryStore, StorageKey, StoreError};
 
-use crate::{Cursor, Operations, Page, Query};
+use crate::{Cursor, Operations, Page, PageRequest};
 
 /// A batch is at most `batch` records of one of the memory store's shards, in storage-key order
 /// ([`MemoryStore::scan_shard`]); the cursor names the shard and the last key taken.
 impl Operations for MemoryStore {
-    fn page<'a>(
-        &'a self,
-        query: &'a Query,
-        cursor: &'a Cursor,
-        batch: usize,
-    ) -> BoxFuture<'a, Result<Page, StoreError>> {
+    fn page<'a>(&'a self, request: PageRequest<'a>) -> BoxFuture<'a, Result<Page, StoreError>> {
+        let (query, cursor, batch) = (request.query, request.cursor, request.batch);
         let page = parse_cursor(cursor).map(|(index, after)| {
             let now = SystemTime::now();
             let (taken, more) = self.scan_shard(index, after, batch);

@@ -19,7 +19,7 @@ use super::codec;
 use super::error::{bounded, map_error};
 use super::store::RedisStore;
 use idempotency_core::{BoxFuture, FencingToken, StorageKey, StoreError};
-use idempotency_operations::{Cursor, Operations, Page, Query};
+use idempotency_operations::{Cursor, Operations, Page, PageRequest, Query};
 
 /// A Cluster node by address: host and port.
 pub type NodeAddress = (String, u16);
@@ -330,12 +330,8 @@ impl<C: ScanConnection> RedisStore<C> {
 /// record twice, actions are fenced anyway. Purge deletes only abandoned records past the
 /// grace that Redis has not expired yet (none, normally: records expire natively).
 impl<C: ScanConnection> Operations for RedisStore<C> {
-    fn page<'a>(
-        &'a self,
-        query: &'a Query,
-        cursor: &'a Cursor,
-        batch: usize,
-    ) -> BoxFuture<'a, Result<Page, StoreError>> {
+    fn page<'a>(&'a self, request: PageRequest<'a>) -> BoxFuture<'a, Result<Page, StoreError>> {
+        let (query, cursor, batch) = (request.query, request.cursor, request.batch);
         // A batch is two round trips (three on a Cluster, with `CLUSTER NODES`), 1 + `batch`
         // when a Cluster's slots moved meanwhile: bounded by a call timeout per round trip it
         // may take.

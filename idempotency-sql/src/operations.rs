@@ -12,7 +12,8 @@ use super::dialect::sealed::{Clock, Order, PurgeBatch, PurgeSql};
 use super::dialect::{Dialect, SqlStore};
 use idempotency_core::{BoxFuture, FencingToken, Record, StorageKey, StoreError};
 use idempotency_operations::{
-    Archive, AuditedStep, Counts, Cursor, Operations, Page, Purged, Query, Step,
+    Archive, AuditedStep, Counts, Cursor, Operations, Page, PageRequest, PurgeRequest, Purged,
+    Query, Step,
 };
 
 /// The storage key a SQL cursor names (the last key of the previous page).
@@ -137,13 +138,13 @@ impl<D: Dialect> SqlStore<D> {
         Ok(D::fenced(&mut conn, &self.sql.delete, key, token).await? > 0)
     }
 
-    async fn purge_op(
-        &self,
-        namespace: Option<&str>,
-        cursor: &Cursor,
-        batch: usize,
-        archive: &mut Archive,
-    ) -> Result<Purged, StoreError> {
+    async fn purge_op(&self, request: PurgeRequest<'_>) -> Result<Purged, StoreError> {
+        let PurgeRequest {
+            namespace,
+            cursor,
+            batch,
+            archive,
+        } = request;
         let (open, close) = D::QUOTE;
         let table = self.table_name();
         if let Archive::Table(name) = archive {
@@ -191,12 +192,8 @@ impl<D: Dialect> SqlStore<D> {
 /// deleted. Expiry, leases and ages are judged by the database's clock on PostgreSQL and MySQL
 /// (as the stores' own leases and TTLs), by the host clock on SQLite (as its store).
 impl<D: Dialect> Operations for SqlStore<D> {
-    fn page<'a>(
-        &'a self,
-        query: &'a Query,
-        cursor: &'a Cursor,
-        batch: usize,
-    ) -> BoxFuture<'a, Result<Page, StoreError>> {
+    fn page<'a>(&'a self, request: PageRequest<'a>) -> BoxFuture<'a, Result<Page, StoreError>> {
+        let (query, cursor, batch) = (request.query, request.cursor, request.batch);
         Box::pin(self.page_op(query, cursor, batch))
     }
 
@@ -287,12 +284,9 @@ impl<D: Dialect> Operations for SqlStore<D> {
 
     fn purge_page<'a>(
         &'a self,
-        namespace: Option<&'a str>,
-        cursor: &'a Cursor,
-        batch: usize,
-        archive: &'a mut Archive,
+        request: PurgeRequest<'a>,
     ) -> BoxFuture<'a, Result<Purged, StoreError>> {
-        Box::pin(self.purge_op(namespace, cursor, batch, archive))
+        Box::pin(self.purge_op(request))
     }
 
     /// The step and the audit row in one transaction, where `audit` is a table in this
