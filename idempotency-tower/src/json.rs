@@ -187,11 +187,21 @@ struct Walk<'p, 'f> {
     whole: &'f Cell<bool>,
 }
 
-impl Walk<'_, '_> {
-    fn clear(&mut self) {
-        for &id in &self.node.below {
-            self.found[id] = None;
+impl<'p> Walk<'p, '_> {
+    /// The walk of `node`, a value one level below this one, with what its pointers found
+    /// cleared: a key given again replaces what its first value held.
+    fn below(&mut self, node: &'p Node) -> Walk<'p, '_> {
+        let walk = Walk {
+            plan: self.plan,
+            node,
+            depth: self.depth + 1,
+            found: &mut *self.found,
+            whole: self.whole,
+        };
+        for &id in &node.below {
+            walk.found[id] = None;
         }
+        walk
     }
 }
 
@@ -254,21 +264,11 @@ macro_rules! scalars_are_leaves {
 impl<'de> Visitor<'de> for Walk<'_, '_> {
     scalars_are_leaves!();
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
         let mut index = 0usize;
         loop {
             let more = match self.node.by_index(index) {
-                Some(node) => {
-                    let mut walk = Walk {
-                        plan: self.plan,
-                        node,
-                        depth: self.depth + 1,
-                        found: &mut *self.found,
-                        whole: self.whole,
-                    };
-                    walk.clear();
-                    seq.next_element_seed(walk)?.is_some()
-                }
+                Some(node) => seq.next_element_seed(self.below(node))?.is_some(),
                 None => seq.next_element_seed(Skip { whole: self.whole })?.is_some(),
             };
             if !more {
@@ -278,22 +278,11 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
         }
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
         let mut first = true;
         while let Some(key) = next_key(&mut map, &mut first, self.whole)? {
             match self.node.by_key(&key) {
-                Some(node) => {
-                    let mut walk = Walk {
-                        plan: self.plan,
-                        node,
-                        depth: self.depth + 1,
-                        found: &mut *self.found,
-                        whole: self.whole,
-                    };
-                    // A key given again replaces what its first value held.
-                    walk.clear();
-                    map.next_value_seed(walk)?;
-                }
+                Some(node) => map.next_value_seed(self.below(node))?,
                 None => map.next_value_seed(Skip { whole: self.whole })?,
             }
         }

@@ -53,17 +53,15 @@ where
 pub(crate) type Answered<X> =
     Result<Response<ResponseBody<<X as Exchange>::Answer>>, <X as Exchange>::Error>;
 
-/// One guarded request, as the service hands it to its layer.
-pub(crate) struct Guarded<X: Exchange> {
-    /// The service that answers it.
-    pub(crate) inner: X::Inner,
-    /// Its head.
-    pub(crate) parts: Parts,
-    /// Its body, not read yet.
-    pub(crate) body: X::Body,
-    /// The key its header carried, if the header was read on entry.
-    pub(crate) header_key: Option<StorageKey>,
-}
+/// One guarded request, as the service hands it to its layer: the service that answers it,
+/// its head, its body (not read yet), and the key its header carried if the header was read
+/// on entry.
+pub(crate) struct Guarded<X: Exchange>(
+    pub(crate) X::Inner,
+    pub(crate) Parts,
+    pub(crate) X::Body,
+    pub(crate) Option<StorageKey>,
+);
 
 /// The service a layer guards: it takes the request with the body the layer read, and its
 /// future and errors may move to another task (a handler whose client left runs on).

@@ -97,12 +97,7 @@ where
                 // The clone that was made ready serves this request (tower's contract).
                 let ready = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, ready);
-                let request = Guarded {
-                    inner,
-                    parts,
-                    body,
-                    header_key,
-                };
+                let request = Guarded(inner, parts, body, header_key);
                 let future = self.layer.run::<(T, B, ResB)>(request);
                 ResponseFuture::gated(future.instrument(span))
             }

@@ -130,12 +130,7 @@ where
     X: Exchange,
     S: Store,
 {
-    let Guarded {
-        inner,
-        parts,
-        body,
-        header_key,
-    } = request;
+    let Guarded(inner, parts, body, header_key) = request;
     async move {
         let settings = layer.settings();
         if let Some(refusal) = settings.overloaded() {

@@ -40,12 +40,8 @@ fn layers() -> (IdempotencyLayer<BoxStore>, IdempotencyLayer<BoxStore>) {
 
 /// A request to `inner` with `body`, its key not read yet.
 fn guarded<X: Exchange>(inner: X::Inner, body: X::Body) -> Guarded<X> {
-    Guarded {
-        inner,
-        parts: http::Request::new(()).into_parts().0,
-        body,
-        header_key: None,
-    }
+    let parts = http::Request::new(()).into_parts().0;
+    Guarded(inner, parts, body, None)
 }
 
 #[tokio::test]

@@ -37,12 +37,7 @@ where
     X: Exchange,
     S: TxStore,
 {
-    let Guarded {
-        inner,
-        parts,
-        body,
-        header_key,
-    } = request;
+    let Guarded(inner, parts, body, header_key) = request;
     let settings = &shared.settings;
     if let Some(refusal) = settings.overloaded() {
         return Ok(refuse(settings, refusal));
