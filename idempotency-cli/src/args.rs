@@ -126,6 +126,18 @@ impl ActionArgs {
     }
 }
 
+/// What an action on one record takes (`release`, `complete`, `delete`): the record, the
+/// fence it must still fit, and who acts.
+#[derive(Debug, Args)]
+pub(crate) struct RecordAction {
+    #[command(flatten)]
+    pub(crate) key: KeyArgs,
+    #[command(flatten)]
+    pub(crate) fence: FenceArgs,
+    #[command(flatten)]
+    pub(crate) action: ActionArgs,
+}
+
 /// The fence of an action: the record as listed (its token, and when it was last written).
 /// Without them, the record as read just before acting.
 #[derive(Debug, Args)]
@@ -254,20 +266,12 @@ pub(crate) enum Command {
     /// Releases a stuck key, so that the next retry runs the work.
     Release {
         #[command(flatten)]
-        key: KeyArgs,
-        #[command(flatten)]
-        fence: FenceArgs,
-        #[command(flatten)]
-        action: ActionArgs,
+        on: RecordAction,
     },
     /// Completes an in-progress key by hand: duplicates then get this outcome.
     Complete {
         #[command(flatten)]
-        key: KeyArgs,
-        #[command(flatten)]
-        fence: FenceArgs,
-        #[command(flatten)]
-        action: ActionArgs,
+        on: RecordAction,
         /// The outcome's status (HTTP status; 0 for functions).
         #[arg(long)]
         status: u16,
@@ -285,11 +289,7 @@ pub(crate) enum Command {
     /// Deletes one record, in any state: a completed key then runs again.
     Delete {
         #[command(flatten)]
-        key: KeyArgs,
-        #[command(flatten)]
-        fence: FenceArgs,
-        #[command(flatten)]
-        action: ActionArgs,
+        on: RecordAction,
     },
     /// Deletes expired records (completed past their TTL, abandoned past the grace) in
     /// batches, copying them first to an archive if asked (bodies may be personal data).

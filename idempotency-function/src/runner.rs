@@ -34,24 +34,8 @@ where
     M: FnOnce(Error) -> R::Err,
     F: Future<Output = R>,
 {
-    let span = telemetry::function_span(call.scope().namespace());
-    async move {
-        let execution = match start(engine, call).await {
-            Ok(Started::Execute(execution)) => execution,
-            Ok(Started::Replay(outcome)) => {
-                return R::from_result(decode::<R::Ok>(&outcome, STATUS_OK).map_err(map_err));
-            }
-            Err(error) => return R::from_result(Err(map_err(error))),
-        };
-        let result = body.await.into_result();
-        match &result {
-            Ok(value) => store(execution, STATUS_OK, value).await,
-            Err(_) => release(execution).await,
-        }
-        R::from_result(result)
-    }
-    .instrument(span)
-    .await
+    let replayed = |outcome: &Outcome| decode(outcome, STATUS_OK).map(Ok);
+    run_once(engine, call, map_err, body, replayed, |_| None).await
 }
 
 /// Like [`run`], but `Err(E)` is stored and replayed too (attribute `on_error = "keep"`): for
@@ -70,24 +54,56 @@ where
     M: FnOnce(Error) -> R::Err,
     F: Future<Output = R>,
 {
+    let replayed = |outcome: &Outcome| {
+        if outcome.status == STATUS_ERR {
+            decode(outcome, STATUS_ERR).map(Err)
+        } else {
+            decode(outcome, STATUS_OK).map(Ok)
+        }
+    };
+    let kept = |error: &R::Err| Some(serde_json::to_vec(error));
+    run_once(engine, call, map_err, body, replayed, kept).await
+}
+
+/// What a runner does with the `Err` its body returned: `None` releases the key (a retry runs
+/// again); `Some` is its encoding, stored under [`STATUS_ERR`] and replayed.
+type KeptError = Option<serde_json::Result<Vec<u8>>>;
+
+/// The path both runners share, in the call's span: claim the key; a duplicate is answered by
+/// `replayed` from the stored outcome (a failure to read it through `map_err`); a new claim
+/// runs `body`, then stores its `Ok`, or its `Err` where `kept` encodes it, or releases the key.
+async fn run_once<R, S, M, F>(
+    engine: Idempotency<S>,
+    call: Call,
+    map_err: M,
+    body: F,
+    replayed: impl FnOnce(&Outcome) -> Result<Result<R::Ok, R::Err>, Error>,
+    kept: impl FnOnce(&R::Err) -> KeptError,
+) -> R
+where
+    R: FnResult,
+    R::Ok: Serialize,
+    S: Store,
+    M: FnOnce(Error) -> R::Err,
+    F: Future<Output = R>,
+{
     let span = telemetry::function_span(call.scope().namespace());
     async move {
         let execution = match start(engine, call).await {
             Ok(Started::Execute(execution)) => execution,
             Ok(Started::Replay(outcome)) => {
-                let replayed = if outcome.status == STATUS_ERR {
-                    decode::<R::Err>(&outcome, STATUS_ERR).map(Err)
-                } else {
-                    decode::<R::Ok>(&outcome, STATUS_OK).map(Ok)
-                };
-                return R::from_result(replayed.unwrap_or_else(|error| Err(map_err(error))));
+                let replayed = replayed(&outcome).unwrap_or_else(|error| Err(map_err(error)));
+                return R::from_result(replayed);
             }
             Err(error) => return R::from_result(Err(map_err(error))),
         };
         let result = body.await.into_result();
         match &result {
-            Ok(value) => store(execution, STATUS_OK, value).await,
-            Err(error) => store(execution, STATUS_ERR, error).await,
+            Ok(value) => store(execution, STATUS_OK, serde_json::to_vec(value)).await,
+            Err(error) => match kept(error) {
+                Some(encoded) => store(execution, STATUS_ERR, encoded).await,
+                None => release(execution).await,
+            },
         }
         R::from_result(result)
     }
@@ -120,8 +136,14 @@ fn decode<T: DeserializeOwned>(outcome: &Outcome, expected: u16) -> Result<T, Er
         .map_err(|error| Error::Codec(format!("stored value: {error}").into()))
 }
 
-async fn store<S: Store, T: Serialize>(execution: Execution<S>, status: u16, value: &T) {
-    match serde_json::to_vec(value) {
+/// Completes the record with `encoded` under `status`; releases the key where the value could
+/// not be encoded.
+async fn store<S: Store>(
+    execution: Execution<S>,
+    status: u16,
+    encoded: serde_json::Result<Vec<u8>>,
+) {
+    match encoded {
         // The engine logs and counts store failures.
         Ok(body) => {
             let _ = execution.complete(Outcome::new(status, body)).await;

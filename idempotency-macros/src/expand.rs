@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 
 use crate::attr::{Args, OnError};
 use crate::check::FnInfo;
-use crate::shared::{KEY_HINT, call_builder, map_err, required};
+use crate::shared::{KEY_HINT, call_builder, map_err, required, with_body};
 
 /// Expands `#[idempotent(args)] item`.
 pub(crate) fn expand(args: Args, item: ItemFn) -> syn::Result<TokenStream> {
@@ -32,24 +32,17 @@ fn dedup(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<TokenStream> {
     info.check_root(store, "store")?;
     let call = call_builder(&args, &info, key)?;
 
-    let ItemFn {
-        attrs,
-        vis,
-        sig,
-        block,
-    } = item;
-    let output = &info.output;
     let engine_var = format_ident!("__idempotency_engine", span = Span::mixed_site());
     let call_var = format_ident!("__idempotency_call", span = Span::mixed_site());
     let runner = match args.on_error {
         Some((OnError::Keep, _)) => quote!(run_keeping_errors),
         _ => quote!(run),
     };
+    let output = &info.output;
     let map_err = map_err(&args, output);
     let engine = quote_spanned!(store.span()=> (#store).idempotency_engine());
-    Ok(quote! {
-        #(#attrs)*
-        #vis #sig {
+    Ok(with_body(item, |block| {
+        quote! {
             let #call_var = #call;
             let #engine_var = {
                 use #runtime::AsEngine as _;
@@ -63,7 +56,7 @@ fn dedup(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<TokenStream> {
             )
             .await
         }
-    })
+    }))
 }
 
 /// The hint for a missing `store = …` in the dedup mode (the engine).

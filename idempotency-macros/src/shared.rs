@@ -1,11 +1,12 @@
 //! The pieces every mode's expansion shares: the error for a missing argument, the
-//! `Call` builder of the dedup and transactional modes, and the `map_err` of all three.
+//! `Call` builder of the dedup and transactional modes, and the `map_err` and the rewrapped
+//! function of all three.
 //! The mode modules (`expand`, `state`, `tx`) import from here, never from each other.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
-use syn::Expr;
 use syn::spanned::Spanned;
+use syn::{Block, Expr, ItemFn};
 
 use crate::attr::{Args, DurationArg};
 use crate::check::FnInfo;
@@ -68,5 +69,23 @@ pub(crate) fn map_err(args: &Args, output: &syn::Type) -> TokenStream {
     match &args.map_err {
         Some(map_err) => map_err.to_token_stream(),
         None => quote_spanned!(output.span()=> ::core::convert::From::from),
+    }
+}
+
+/// The function `item` again, with its attributes, visibility and signature, and the body
+/// `body` builds around its original block: what every mode expands to.
+pub(crate) fn with_body(item: ItemFn, body: impl FnOnce(Box<Block>) -> TokenStream) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = item;
+    let body = body(block);
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            #body
+        }
     }
 }

@@ -8,7 +8,7 @@ use syn::{ItemFn, Lit, LitStr};
 
 use crate::attr::{Args, Transition};
 use crate::check::FnInfo;
-use crate::shared::map_err;
+use crate::shared::{map_err, with_body};
 
 const TRANSITION_HINT: &str = "write transition(table = \"orders\", id = order_id, \
      from = \"WAIT_PAY\", to = \"PAID\") (optional: column = \"status\", id_column = \"id\")";
@@ -89,18 +89,11 @@ pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<Toke
     };
     let map_err = map_err(&args, &info.output);
 
-    let ItemFn {
-        attrs,
-        vis,
-        sig,
-        block,
-    } = item;
-    let output = &info.output;
     let answer = format_ident!("__idempotency_answer", span = Span::mixed_site());
     let executor = quote_spanned!(executor.span()=> &mut *(#executor));
-    Ok(quote! {
-        #(#attrs)*
-        #vis #sig {
+    let output = &info.output;
+    Ok(with_body(item, |block| {
+        quote! {
             if let ::core::option::Option::Some(#answer) =
                 #sql::function::apply::<#output, _, _, _, _>(
                     #executor,
@@ -117,7 +110,7 @@ pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<Toke
             }
             #block
         }
-    })
+    }))
 }
 
 /// A state literal as a `StateValue` expression: `"PAID"` → text, `20` → an `i64` code.

@@ -7,7 +7,7 @@ use syn::ItemFn;
 
 use crate::attr::{Args, OnError};
 use crate::check::FnInfo;
-use crate::shared::{KEY_HINT, call_builder, map_err, required};
+use crate::shared::{KEY_HINT, call_builder, map_err, required, with_body};
 
 const STORE_HINT: &str = "name the SQL store the record is written by, e.g. `store = self.store` \
      (a `PostgresStore`, `SqliteStore` or `MySqlStore` on the transaction's database)";
@@ -29,18 +29,11 @@ pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<Toke
     let call = call_builder(&args, &info, key)?;
     let map_err = map_err(&args, &info.output);
 
-    let ItemFn {
-        attrs,
-        vis,
-        sig,
-        block,
-    } = item;
-    let output = &info.output;
     let var = |name: &str| format_ident!("__idempotency_{}", name, span = Span::mixed_site());
     let (call_var, run, lease, result) = (var("call"), var("run"), var("lease"), var("result"));
-    Ok(quote! {
-        #(#attrs)*
-        #vis #sig {
+    let output = &info.output;
+    Ok(with_body(item, |block| {
+        quote! {
             let #call_var = #call;
             let mut #run = {
                 use #sql::function::AsTxStore as _;
@@ -57,7 +50,7 @@ pub(crate) fn expand(args: Args, item: ItemFn, info: FnInfo) -> syn::Result<Toke
             let #result = #run.body(async #block).await;
             #run.finish(&mut *(#tx), #lease, #result).await
         }
-    })
+    }))
 }
 
 /// Arguments that mean nothing here, each refused on its own span with what to do instead.

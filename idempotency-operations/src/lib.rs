@@ -54,6 +54,7 @@ mod cursor;
 mod fence;
 mod memory;
 mod query;
+mod reconciliation;
 mod status;
 mod tiers;
 mod time;
@@ -66,6 +67,7 @@ pub use contract::{AuditedStep, DEFAULT_BATCH, Operations, PageRequest, PurgeReq
 pub use cursor::{Cursor, Page};
 pub use fence::{Acted, Fence, FenceRefusal};
 pub use query::Query;
+pub use reconciliation::Reconciliation;
 pub use status::Status;
 pub use tiers::{Tier, TieredStuck};
 pub use view::{Counts, RecordView};

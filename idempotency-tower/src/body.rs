@@ -21,7 +21,7 @@ pin_project! {
     #[project = RequestProj]
     enum RequestKind<B> {
         Streaming { #[pin] body: B },
-        Buffered { data: Option<Bytes>, trailers: Option<HeaderMap> },
+        Buffered { held: Held },
     }
 }
 
@@ -37,8 +37,7 @@ impl<B> RequestBody<B> {
     pub fn buffered(data: Bytes, trailers: Option<HeaderMap>) -> Self {
         Self {
             kind: RequestKind::Buffered {
-                data: Some(data).filter(|d| !d.is_empty()),
-                trailers,
+                held: Held::new(data, trailers),
             },
         }
     }
@@ -48,7 +47,7 @@ impl<B: std::fmt::Debug> std::fmt::Debug for RequestBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {
             RequestKind::Streaming { body } => f.debug_tuple("Streaming").field(body).finish(),
-            RequestKind::Buffered { data, .. } => f.debug_tuple("Buffered").field(data).finish(),
+            RequestKind::Buffered { held } => f.debug_tuple("Buffered").field(&held.data).finish(),
         }
     }
 }
@@ -72,36 +71,58 @@ where
                     })
                 })
             }),
-            RequestProj::Buffered { data, trailers } => {
-                Poll::Ready(next_buffered(data, trailers).map(Ok))
-            }
+            RequestProj::Buffered { held } => Poll::Ready(held.next_frame().map(Ok)),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             RequestKind::Streaming { body } => body.is_end_stream(),
-            RequestKind::Buffered { data, trailers } => data.is_none() && trailers.is_none(),
+            RequestKind::Buffered { held } => held.is_empty(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             RequestKind::Streaming { body } => body.size_hint(),
-            RequestKind::Buffered { data, .. } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
+            RequestKind::Buffered { held } => held.size_hint(),
         }
     }
 }
 
-fn next_buffered(
-    data: &mut Option<Bytes>,
-    trailers: &mut Option<HeaderMap>,
-) -> Option<Frame<Bytes>> {
-    data.take()
-        .map(Frame::data)
-        .or_else(|| trailers.take().map(Frame::trailers))
+/// Bytes a body holds (none where they are empty), then the trailers that end it: what both
+/// bodies give once the layer has the whole of it.
+struct Held {
+    data: Option<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl Held {
+    /// `data`, then `trailers`.
+    fn new(data: Bytes, trailers: Option<HeaderMap>) -> Self {
+        Self {
+            data: Some(data).filter(|d| !d.is_empty()),
+            trailers,
+        }
+    }
+
+    /// The next frame: the data, then the trailers, then none.
+    fn next_frame(&mut self) -> Option<Frame<Bytes>> {
+        self.data
+            .take()
+            .map(Frame::data)
+            .or_else(|| self.trailers.take().map(Frame::trailers))
+    }
+
+    /// Whether every frame was given.
+    fn is_empty(&self) -> bool {
+        self.data.is_none() && self.trailers.is_none()
+    }
+
+    /// The exact length of the data still held.
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+    }
 }
 
 pin_project! {
@@ -117,7 +138,8 @@ pin_project! {
     #[project = ResponseProj]
     enum ResponseKind<B: Body> {
         Inner { #[pin] body: B },
-        Buffered { data: Option<Bytes>, error: Option<B::Error>, trailers: Option<HeaderMap> },
+        // The error, where the inner body failed, comes between the data and the trailers.
+        Buffered { held: Held, error: Option<B::Error> },
         Partial { prefix: Option<Bytes>, #[pin] rest: B },
     }
 }
@@ -134,9 +156,8 @@ impl<B: Body> ResponseBody<B> {
     pub(crate) fn buffered(data: Bytes, trailers: Option<HeaderMap>) -> Self {
         Self {
             kind: ResponseKind::Buffered {
-                data: Some(data).filter(|d| !d.is_empty()),
+                held: Held::new(data, trailers),
                 error: None,
-                trailers,
             },
         }
     }
@@ -145,9 +166,8 @@ impl<B: Body> ResponseBody<B> {
     pub(crate) fn failed(data: Bytes, error: B::Error) -> Self {
         Self {
             kind: ResponseKind::Buffered {
-                data: Some(data).filter(|d| !d.is_empty()),
+                held: Held::new(data, None),
                 error: Some(error),
-                trailers: None,
             },
         }
     }
@@ -187,18 +207,14 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project().kind.project() {
             ResponseProj::Inner { body } => body.poll_frame(cx),
-            ResponseProj::Buffered {
-                data,
-                error,
-                trailers,
-            } => {
-                if let Some(data) = data.take() {
+            ResponseProj::Buffered { held, error } => {
+                if let Some(data) = held.data.take() {
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
                 if let Some(error) = error.take() {
                     return Poll::Ready(Some(Err(error)));
                 }
-                Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t))))
+                Poll::Ready(held.next_frame().map(Ok))
             }
             ResponseProj::Partial { prefix, rest } => match prefix.take() {
                 Some(prefix) => Poll::Ready(Some(Ok(Frame::data(prefix)))),
@@ -210,11 +226,7 @@ where
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             ResponseKind::Inner { body } => body.is_end_stream(),
-            ResponseKind::Buffered {
-                data,
-                error,
-                trailers,
-            } => data.is_none() && error.is_none() && trailers.is_none(),
+            ResponseKind::Buffered { held, error } => held.is_empty() && error.is_none(),
             ResponseKind::Partial { prefix, rest } => prefix.is_none() && rest.is_end_stream(),
         }
     }
@@ -222,9 +234,7 @@ where
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             ResponseKind::Inner { body } => body.size_hint(),
-            ResponseKind::Buffered { data, .. } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
+            ResponseKind::Buffered { held, .. } => held.size_hint(),
             ResponseKind::Partial { prefix, rest } => {
                 let extra = prefix.as_ref().map_or(0, |p| p.len() as u64);
                 let inner = rest.size_hint();

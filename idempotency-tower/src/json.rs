@@ -187,11 +187,21 @@ struct Walk<'p, 'f> {
     whole: &'f Cell<bool>,
 }
 
-impl Walk<'_, '_> {
-    fn clear(&mut self) {
-        for &id in &self.node.below {
-            self.found[id] = None;
+impl<'p> Walk<'p, '_> {
+    /// The walk of `node`, a value one level below this one, with what its pointers found
+    /// cleared: a key given again replaces what its first value held.
+    fn below(&mut self, node: &'p Node) -> Walk<'p, '_> {
+        let walk = Walk {
+            plan: self.plan,
+            node,
+            depth: self.depth + 1,
+            found: &mut *self.found,
+            whole: self.whole,
+        };
+        for &id in &node.below {
+            walk.found[id] = None;
         }
+        walk
     }
 }
 
@@ -217,10 +227,16 @@ impl<'de> DeserializeSeed<'de> for Walk<'_, '_> {
     }
 }
 
-/// The scalar methods of a walking visitor: a scalar holds no pointer below it, so it is
-/// accepted and dropped.
+/// The methods a walking visitor shares: it builds nothing (`Value = ()`), expects any JSON
+/// value, and accepts and drops a scalar, which holds no pointer below it.
 macro_rules! scalars_are_leaves {
     () => {
+        type Value = ();
+
+        fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+            formatter.write_str("any valid JSON value")
+        }
+
         fn visit_bool<E>(self, _: bool) -> Result<(), E> {
             Ok(())
         }
@@ -246,29 +262,13 @@ macro_rules! scalars_are_leaves {
 }
 
 impl<'de> Visitor<'de> for Walk<'_, '_> {
-    type Value = ();
-
-    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str("any valid JSON value")
-    }
-
     scalars_are_leaves!();
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
         let mut index = 0usize;
         loop {
             let more = match self.node.by_index(index) {
-                Some(node) => {
-                    let mut walk = Walk {
-                        plan: self.plan,
-                        node,
-                        depth: self.depth + 1,
-                        found: &mut *self.found,
-                        whole: self.whole,
-                    };
-                    walk.clear();
-                    seq.next_element_seed(walk)?.is_some()
-                }
+                Some(node) => seq.next_element_seed(self.below(node))?.is_some(),
                 None => seq.next_element_seed(Skip { whole: self.whole })?.is_some(),
             };
             if !more {
@@ -278,31 +278,35 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
         }
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
         let mut first = true;
-        while let Some(key) = map.next_key_seed(KeySeed)? {
-            if std::mem::take(&mut first) && PRIVATE_TOKENS.contains(&key.as_ref()) {
-                self.whole.set(true);
-                return Err(de::Error::custom("parsed whole"));
-            }
+        while let Some(key) = next_key(&mut map, &mut first, self.whole)? {
             match self.node.by_key(&key) {
-                Some(node) => {
-                    let mut walk = Walk {
-                        plan: self.plan,
-                        node,
-                        depth: self.depth + 1,
-                        found: &mut *self.found,
-                        whole: self.whole,
-                    };
-                    // A key given again replaces what its first value held.
-                    walk.clear();
-                    map.next_value_seed(walk)?;
-                }
+                Some(node) => map.next_value_seed(self.below(node))?,
                 None => map.next_value_seed(Skip { whole: self.whole })?,
             }
         }
         Ok(())
     }
+}
+
+/// The next key of an object a walk reads. An object whose first key is one of serde_json's
+/// private tokens is not an object of the body's but a value serde_json carries its own way:
+/// the walk ends there (an error) and `whole` tells to parse the body whole instead.
+fn next_key<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    first: &mut bool,
+    whole: &Cell<bool>,
+) -> Result<Option<Cow<'de, str>>, A::Error> {
+    let key = map.next_key_seed(KeySeed)?;
+    if let Some(key) = &key
+        && std::mem::take(first)
+        && PRIVATE_TOKENS.contains(&key.as_ref())
+    {
+        whole.set(true);
+        return Err(de::Error::custom("parsed whole"));
+    }
+    Ok(key)
 }
 
 /// An object key, borrowed from the body where it holds no escape.
@@ -347,12 +351,6 @@ impl<'de> DeserializeSeed<'de> for Skip<'_> {
 }
 
 impl<'de> Visitor<'de> for Skip<'_> {
-    type Value = ();
-
-    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str("any valid JSON value")
-    }
-
     scalars_are_leaves!();
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
@@ -362,11 +360,7 @@ impl<'de> Visitor<'de> for Skip<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let mut first = true;
-        while let Some(key) = map.next_key_seed(KeySeed)? {
-            if std::mem::take(&mut first) && PRIVATE_TOKENS.contains(&key.as_ref()) {
-                self.whole.set(true);
-                return Err(de::Error::custom("parsed whole"));
-            }
+        while next_key(&mut map, &mut first, self.whole)?.is_some() {
             map.next_value_seed(self)?;
         }
         Ok(())

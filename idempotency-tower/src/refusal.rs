@@ -48,6 +48,7 @@ pub enum RefusalKind {
     /// replay (larger than the stored-response bounds). The key stays taken, so the work never
     /// runs twice; a retry learns that it was done (409, gRPC `ALREADY_EXISTS`).
     NotReplayable,
+    // Last, so that `COUNT` counts every kind: a new kind goes above.
     /// Transactional HTTP: the handler asked for the request's transaction where there is none
     /// (a route without the transactional layer, or asked twice), or kept it past its answer.
     /// Nothing was committed (500, gRPC `INTERNAL`).
@@ -55,6 +56,10 @@ pub enum RefusalKind {
 }
 
 impl RefusalKind {
+    /// How many kinds there are: the last one's index, plus one (a kind's index is
+    /// `kind as usize`).
+    pub(crate) const COUNT: usize = Self::TransactionUnavailable as usize + 1;
+
     /// The HTTP status of this refusal.
     pub fn status(self) -> StatusCode {
         match self {

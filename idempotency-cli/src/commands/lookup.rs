@@ -4,8 +4,8 @@ use std::io::BufRead;
 use std::path::Path;
 use std::time::SystemTime;
 
-use idempotency_core::{Mechanism, Scope, StorageKey};
-use idempotency_operations::{Admin, RecordView};
+use idempotency_core::{Mechanism, Record, Scope, StorageKey};
+use idempotency_operations::{Admin, Reconciliation, RecordView};
 use serde::Serialize;
 
 use super::resolve::{Found, by_id, candidates, mechanism_name};
@@ -74,19 +74,13 @@ pub(crate) fn raw_keys(mut keys: Vec<String>, file: Option<&Path>) -> Result<Vec
     Ok(keys)
 }
 
-/// One key's reconciliation.
+/// One key's reconciliation line, with the raw key the operator gave (none for an id).
 #[derive(Serialize)]
 struct Reconciled<'a> {
     #[serde(skip_serializing_if = "str::is_empty")]
     key: &'a str,
-    key_hash: String,
-    state: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    mechanism: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    attempts: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    outcome_status: Option<u16>,
+    #[serde(flatten)]
+    line: Reconciliation,
 }
 
 /// Each key's state, attempts and outcome status, in order, under each front end of
@@ -114,35 +108,16 @@ pub(crate) async fn reconcile(
         ))?;
     }
     for (key, candidates) in keys.iter().zip(&candidates) {
-        let mut lines = Vec::new();
-        for (mechanism, storage_key) in candidates {
-            if let Some(record) = records.next().flatten() {
-                let view = RecordView::of(&record, now);
-                lines.push(Reconciled {
-                    key,
-                    key_hash: storage_key.to_hex(),
-                    state: view.state.as_str(),
-                    mechanism: Some(mechanism_name(*mechanism)),
-                    attempts: Some(view.attempts),
-                    outcome_status: view.outcome_status,
-                });
-            }
-        }
-        if lines.is_empty() {
-            lines.push(Reconciled {
-                key,
-                key_hash: candidates
-                    .first()
-                    .map(|(_, storage_key)| storage_key.to_hex())
-                    .unwrap_or_default(),
-                state: "absent",
-                mechanism: None,
-                attempts: None,
-                outcome_status: None,
+        // The records were read in the candidates' order, all keys' in one list.
+        let records: Vec<Option<Record>> = records.by_ref().take(candidates.len()).collect();
+        let found = candidates
+            .iter()
+            .zip(&records)
+            .map(|((mechanism, storage_key), record)| {
+                (mechanism_name(*mechanism), *storage_key, record.as_ref())
             });
-        }
-        for line in &lines {
-            print_line(line, Some(width), out)?;
+        for line in Reconciliation::of_key(found, now) {
+            print_line(&Reconciled { key, line }, Some(width), out)?;
         }
     }
     Ok(())
@@ -159,6 +134,7 @@ fn print_line(
         return out.line(line);
     }
     let key = width.map_or_else(String::new, |width| format!("{:<width$}  ", line.key));
+    let line = &line.line;
     out.text(&format!(
         "{key}{:<11}  {:<11}  {:>8}  {:<7}  {}",
         line.state,
@@ -187,20 +163,13 @@ pub(crate) async fn reconcile_ids(
     let now = SystemTime::now();
     for id in ids {
         let record = by_id(admin, id).await?;
-        let view = record.as_ref().map(|record| RecordView::of(record, now));
-        let line = Reconciled {
-            key: "",
-            key_hash: view
-                .as_ref()
-                .map_or_else(|| id.clone(), |view| view.key_hash.clone()),
-            state: view.as_ref().map_or("absent", |view| view.state.as_str()),
-            mechanism: record
-                .as_ref()
-                .and_then(|record| record.mechanism)
-                .map(mechanism_name),
-            attempts: view.as_ref().map(|view| view.attempts),
-            outcome_status: view.as_ref().and_then(|view| view.outcome_status),
+        let line = match &record {
+            Some(record) => {
+                Reconciliation::found(record, record.mechanism.map(mechanism_name), now)
+            }
+            None => Reconciliation::absent(id.clone()),
         };
+        let line = Reconciled { key: "", line };
         print_line(&line, None, out)?;
     }
     Ok(())

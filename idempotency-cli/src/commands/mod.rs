@@ -13,7 +13,7 @@ mod trace;
 
 use idempotency_core::DEFAULT_ABANDONED_GRACE;
 
-use crate::args::{Cli, Command, Global};
+use crate::args::{Cli, Command, Global, RecordAction};
 use crate::connect::connect;
 use crate::failure::Failure;
 use crate::output::Output;
@@ -87,35 +87,18 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
             let store = connect(&global, Audited::No, DEFAULT_ABANDONED_GRACE).await?;
             lookup::reconcile(&store.admin, &scope, &mechanisms, &keys, &mut out).await
         }
-        Command::Release { key, fence, action } => {
-            let named = resolve::named(&global, &key)?;
-            let store = connect(&global, Audited::Yes, DEFAULT_ABANDONED_GRACE).await?;
-            let found = resolve::find(&store.admin, &named).await?;
-            let step = act::Step::Release;
-            act::act(&store.admin, &found, &fence, &action, step, &mut out).await
-        }
-        Command::Delete { key, fence, action } => {
-            let named = resolve::named(&global, &key)?;
-            let store = connect(&global, Audited::Yes, DEFAULT_ABANDONED_GRACE).await?;
-            let found = resolve::find(&store.admin, &named).await?;
-            let step = act::Step::Delete;
-            act::act(&store.admin, &found, &fence, &action, step, &mut out).await
-        }
+        Command::Release { on } => act_on(&global, &on, act::Step::Release, &mut out).await,
+        Command::Delete { on } => act_on(&global, &on, act::Step::Delete, &mut out).await,
         Command::Complete {
-            key,
-            fence,
-            action,
+            on,
             status,
             body,
             encoding,
             ttl,
         } => {
             let outcome = act::outcome(status, &body, &encoding)?;
-            let named = resolve::named(&global, &key)?;
-            let store = connect(&global, Audited::Yes, DEFAULT_ABANDONED_GRACE).await?;
-            let found = resolve::find(&store.admin, &named).await?;
             let step = act::Step::Complete { outcome, ttl };
-            act::act(&store.admin, &found, &fence, &action, step, &mut out).await
+            act_on(&global, &on, step, &mut out).await
         }
         #[cfg(feature = "sql")]
         Command::Trace(args) => trace::trace(&global, &args, &mut out).await,
@@ -160,4 +143,17 @@ fn truth_of(
     truth_global.store = Some(truth);
     truth_global.table = truth_table.or_else(|| global.table.clone());
     Ok(truth_global)
+}
+
+/// Runs `step` on the record `on` names, fenced and audited as its flags say.
+async fn act_on(
+    global: &Global,
+    on: &RecordAction,
+    step: act::Step,
+    out: &mut Output,
+) -> Result<(), Failure> {
+    let named = resolve::named(global, &on.key)?;
+    let store = connect(global, Audited::Yes, DEFAULT_ABANDONED_GRACE).await?;
+    let found = resolve::find(&store.admin, &named).await?;
+    act::act(&store.admin, &found, &on.fence, &on.action, step, out).await
 }

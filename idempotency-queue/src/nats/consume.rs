@@ -11,56 +11,67 @@ use super::DeadLetters;
 use super::progress::reporting_progress;
 use crate::{Handler, IdempotentConsumer, KeyExtractor, Verdict};
 
-/// Processes `messages`, up to `concurrency` at a time, marking each in progress every
-/// `progress_every` while its handler runs, until the stream ends (`Ok`) or fails (its error;
-/// unacked messages are redelivered after `ack_wait`, and the store keeps them from running
-/// twice). Rejected messages go to `dead_letters`, then are terminated (`-NAK`ed if their dead
-/// letter could not be stored).
-pub(super) async fn consume<S, K, H, E>(
-    consumer: &IdempotentConsumer<S, K, H>,
-    messages: impl Stream<Item = Result<jetstream::Message, E>>,
-    dead_letters: &DeadLetters,
-    concurrency: usize,
-    progress_every: Duration,
-) -> Result<(), E>
-where
-    S: Store,
-    K: KeyExtractor,
-    H: Handler,
-{
-    messages
-        .try_for_each_concurrent(concurrency.max(1), |delivered| {
-            // Boxed as `Send` here, where the borrow of `consumer` has one concrete lifetime, so
-            // that a task spawning the loop with concrete closure types is provably `Send`.
-            let step: BoxFuture<'_, Result<(), E>> =
-                Box::pin(handle(consumer, dead_letters, delivered, progress_every));
-            step
-        })
-        .await
+/// What consuming JetStream messages takes: the consumer, where rejected messages go, how
+/// many run at a time, and how often a running one is marked in progress.
+pub(super) struct Consuming<'a, S: Store, K, H> {
+    pub(super) consumer: &'a IdempotentConsumer<S, K, H>,
+    pub(super) dead_letters: &'a DeadLetters,
+    pub(super) concurrency: usize,
+    pub(super) progress_every: Duration,
 }
 
-async fn handle<S, K, H, E>(
-    consumer: &IdempotentConsumer<S, K, H>,
-    dead_letters: &DeadLetters,
-    delivered: jetstream::Message,
-    progress_every: Duration,
-) -> Result<(), E>
+// By hand: a derive would ask `S`, `K` and `H` to be `Copy`, and only references are copied.
+impl<S: Store, K, H> Clone for Consuming<'_, S, K, H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S: Store, K, H> Copy for Consuming<'_, S, K, H> {}
+
+impl<S, K, H> Consuming<'_, S, K, H>
 where
     S: Store,
     K: KeyExtractor,
     H: Handler,
 {
-    let work = consumer.process(super::message(&delivered));
-    let verdict = reporting_progress(&delivered, progress_every, work).await;
-    let settled = match &verdict {
-        Verdict::Rejected(reason) => {
-            let namespace = consumer.scope().namespace();
-            dead_letters.settle(&delivered, reason, namespace).await
-        }
-        _ => super::settle(&delivered, verdict.action()).await,
-    };
-    if let Err(error) = settled {
-        tracing::warn!(%error, %verdict, "could not settle a message; JetStream will redeliver it");
+    /// Processes `messages`, up to `concurrency` at a time, marking each in progress every
+    /// `progress_every` while its handler runs, until the stream ends (`Ok`) or fails (its
+    /// error; unacked messages are redelivered after `ack_wait`, and the store keeps them from
+    /// running twice). Rejected messages go to `dead_letters`, then are terminated (`-NAK`ed if
+    /// their dead letter could not be stored).
+    pub(super) async fn consume<E>(
+        self,
+        messages: impl Stream<Item = Result<jetstream::Message, E>>,
+    ) -> Result<(), E> {
+        messages
+            .try_for_each_concurrent(self.concurrency.max(1), |delivered| {
+                // Boxed as `Send` here, where the borrow of `consumer` has one concrete
+                // lifetime, so that a task spawning the loop with concrete closure types is
+                // provably `Send`.
+                let step: BoxFuture<'_, Result<(), E>> = Box::pin(self.handle(delivered));
+                step
+            })
+            .await
     }
-    Ok(())
+
+    /// Processes one message and settles it.
+    async fn handle<E>(self, delivered: jetstream::Message) -> Result<(), E> {
+        let consumer = self.consumer;
+        let work = consumer.process(super::message(&delivered));
+        let verdict = reporting_progress(&delivered, self.progress_every, work).await;
+        let settled = match &verdict {
+            Verdict::Rejected(reason) => {
+                let namespace = consumer.scope().namespace();
+                self.dead_letters
+                    .settle(&delivered, reason, namespace)
+                    .await
+            }
+            _ => super::settle(&delivered, verdict.action()).await,
+        };
+        if let Err(error) = settled {
+            tracing::warn!(%error, %verdict, "could not settle a message; JetStream will redeliver it");
+        }
+        Ok(())
+    }
 }

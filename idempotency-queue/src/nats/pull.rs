@@ -1,16 +1,13 @@
 //! A pull consumer's messages, pulled once or again after every failure.
 
-use std::time::Duration;
-
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use futures_util::{Stream, StreamExt, TryStreamExt, stream};
 use idempotency_core::Store;
 
-use super::DeadLetters;
-use super::consume::consume;
+use super::consume::Consuming;
 use crate::reconnect::until;
 use crate::stop::Stop;
-use crate::{Handler, IdempotentConsumer, KeyExtractor};
+use crate::{Handler, KeyExtractor};
 
 /// The messages of `pull`: the pull starts when the stream is first polled, and its failure to
 /// start is the stream's first (and last) item.
@@ -27,11 +24,8 @@ pub(super) fn messages(
 /// client lost the server: `async-nats` reconnects by itself underneath), until `stop`: then
 /// the messages in hand finish and are settled.
 pub(super) async fn reconnecting<S, K, H>(
-    consumer: &IdempotentConsumer<S, K, H>,
+    consuming: Consuming<'_, S, K, H>,
     pull: &PullConsumer,
-    dead_letters: &DeadLetters,
-    concurrency: usize,
-    progress_every: Duration,
     stop: &Stop,
 ) where
     S: Store,
@@ -39,14 +33,7 @@ pub(super) async fn reconnecting<S, K, H>(
     H: Handler,
 {
     until("nats", stop, || {
-        let messages = messages(pull).take_until(stop.asked());
-        consume(
-            consumer,
-            messages,
-            dead_letters,
-            concurrency,
-            progress_every,
-        )
+        consuming.consume(messages(pull).take_until(stop.asked()))
     })
     .await;
 }

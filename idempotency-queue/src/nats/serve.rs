@@ -6,16 +6,14 @@ use std::future::{Future, IntoFuture};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::PullConsumer};
-use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use futures_util::{Stream, StreamExt};
 use idempotency_core::Store;
 
-use super::consume::consume;
+use super::consume::Consuming;
 use super::progress::{DEFAULT_PROGRESS_INTERVAL, progress_interval};
 use super::{DeadLetters, pull};
-use crate::serve::{DEFAULT_CONCURRENCY, ServeFuture};
-use crate::stop::with_shutdown;
+use crate::serve::{Options, ServeFuture};
 use crate::{Handler, IdempotentConsumer, KeyExtractor};
 
 /// Runs `consumer` on `messages`, any stream of JetStream messages (a pull consumer's
@@ -160,9 +158,8 @@ pub struct Serve<'a, S: Store, K, H, E = async_nats::Error> {
     consumer: &'a IdempotentConsumer<S, K, H>,
     dead_letters: &'a DeadLetters,
     source: Source<'a, E>,
-    concurrency: usize,
     progress_every: Duration,
-    shutdown: Option<BoxFuture<'a, ()>>,
+    options: Options<'a>,
 }
 
 /// Where the messages come from.
@@ -184,15 +181,14 @@ impl<'a, S: Store, K, H, E> Serve<'a, S, K, H, E> {
             consumer,
             dead_letters,
             source,
-            concurrency: DEFAULT_CONCURRENCY,
             progress_every,
-            shutdown: None,
+            options: Options::new(),
         }
     }
 
-    /// Handles up to `n` messages at a time (at least one; default [`DEFAULT_CONCURRENCY`]).
+    /// Handles up to `n` messages at a time (at least one; default [`DEFAULT_CONCURRENCY`](crate::DEFAULT_CONCURRENCY)).
     pub fn concurrency(mut self, n: usize) -> Self {
-        self.concurrency = n.max(1);
+        self.options.set_concurrency(n);
         self
     }
 
@@ -220,7 +216,7 @@ impl<'a, S: Store, K, H, E> Serve<'a, S, K, H, E> {
     /// `.await`: what is still in hand at the timeout is redelivered too, and the store keeps it
     /// from running twice.
     pub fn with_graceful_shutdown(mut self, signal: impl Future<Output = ()> + Send + 'a) -> Self {
-        self.shutdown = Some(Box::pin(signal));
+        self.options.set_shutdown(signal);
         self
     }
 }
@@ -240,37 +236,26 @@ where
             consumer,
             dead_letters,
             source,
-            concurrency,
             progress_every,
-            shutdown,
+            options,
         } = self;
-        ServeFuture::new(with_shutdown(shutdown, move |stop| async move {
+        options.serve(move |concurrency, stop| async move {
+            let consuming = Consuming {
+                consumer,
+                dead_letters,
+                concurrency,
+                progress_every,
+            };
             match source {
                 Source::Messages(messages) => {
-                    let messages = messages.take_until(stop.asked());
-                    consume(
-                        consumer,
-                        messages,
-                        dead_letters,
-                        concurrency,
-                        progress_every,
-                    )
-                    .await
+                    consuming.consume(messages.take_until(stop.asked())).await
                 }
                 Source::Reconnecting(pull) => {
-                    pull::reconnecting(
-                        consumer,
-                        pull,
-                        dead_letters,
-                        concurrency,
-                        progress_every,
-                        &stop,
-                    )
-                    .await;
+                    pull::reconnecting(consuming, pull, &stop).await;
                     Ok(())
                 }
             }
-        }))
+        })
     }
 }
 
@@ -282,9 +267,9 @@ impl<S: Store, K, H, E> fmt::Debug for Serve<'_, S, K, H, E> {
         };
         f.debug_struct("Serve")
             .field("source", &source)
-            .field("concurrency", &self.concurrency)
+            .field("concurrency", &self.options.concurrency)
             .field("progress_every", &self.progress_every)
-            .field("graceful_shutdown", &self.shutdown.is_some())
+            .field("graceful_shutdown", &self.options.shutdown.is_some())
             .finish_non_exhaustive()
     }
 }

@@ -4,14 +4,12 @@
 use std::fmt;
 use std::future::{Future, IntoFuture};
 
-use futures_util::future::BoxFuture;
 use idempotency_core::Store;
 
 use super::DeadLetters;
 use super::consume::consume;
 use super::session::{Open, Session, reconnecting};
-use crate::serve::{DEFAULT_CONCURRENCY, ServeFuture};
-use crate::stop::with_shutdown;
+use crate::serve::{Options, ServeFuture};
 use crate::{Handler, IdempotentConsumer, KeyExtractor};
 
 /// Runs `consumer` on `deliveries` (a `basic_consume` with manual acks), rejected deliveries
@@ -124,8 +122,7 @@ where
 pub struct Serve<'a, S: Store, K, H> {
     consumer: &'a IdempotentConsumer<S, K, H>,
     source: Source<'a>,
-    concurrency: usize,
-    shutdown: Option<BoxFuture<'a, ()>>,
+    options: Options<'a>,
 }
 
 /// Where the deliveries come from.
@@ -144,14 +141,13 @@ impl<'a, S: Store, K, H> Serve<'a, S, K, H> {
         Self {
             consumer,
             source,
-            concurrency: DEFAULT_CONCURRENCY,
-            shutdown: None,
+            options: Options::new(),
         }
     }
 
-    /// Handles up to `n` deliveries at a time (at least one; default [`DEFAULT_CONCURRENCY`]).
+    /// Handles up to `n` deliveries at a time (at least one; default [`DEFAULT_CONCURRENCY`](crate::DEFAULT_CONCURRENCY)).
     pub fn concurrency(mut self, n: usize) -> Self {
-        self.concurrency = n.max(1);
+        self.options.set_concurrency(n);
         self
     }
 
@@ -164,7 +160,7 @@ impl<'a, S: Store, K, H> Serve<'a, S, K, H> {
     /// slow handlers with `tokio::time::timeout` around the `.await`: what is still in hand at
     /// the timeout is redelivered, and the store keeps it from running twice.
     pub fn with_graceful_shutdown(mut self, signal: impl Future<Output = ()> + Send + 'a) -> Self {
-        self.shutdown = Some(Box::pin(signal));
+        self.options.set_shutdown(signal);
         self
     }
 }
@@ -182,10 +178,9 @@ where
         let Self {
             consumer,
             source,
-            concurrency,
-            shutdown,
+            options,
         } = self;
-        ServeFuture::new(with_shutdown(shutdown, move |stop| async move {
+        options.serve(move |concurrency, stop| async move {
             match source {
                 Source::Deliveries {
                     deliveries,
@@ -196,7 +191,7 @@ where
                     Ok(())
                 }
             }
-        }))
+        })
     }
 }
 
@@ -208,8 +203,8 @@ impl<S: Store, K, H> fmt::Debug for Serve<'_, S, K, H> {
         };
         f.debug_struct("Serve")
             .field("source", &source)
-            .field("concurrency", &self.concurrency)
-            .field("graceful_shutdown", &self.shutdown.is_some())
+            .field("concurrency", &self.options.concurrency)
+            .field("graceful_shutdown", &self.options.shutdown.is_some())
             .finish_non_exhaustive()
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::Json;
 use axum::extract::{Query as QueryString, State};
-use idempotency_operations::{Admin, Counts, Cursor, Query, RecordView};
+use idempotency_operations::{Admin, Counts, Cursor, Query, Reconciliation, RecordView};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -99,19 +99,12 @@ pub(super) struct Reconcile {
     keys: Vec<String>,
 }
 
-/// One key's reconciliation: no raw key, its index in the request, and the front end whose
-/// record it is.
+/// One key's reconciliation line: no raw key, its index in the request.
 #[derive(Serialize)]
 struct Reconciled {
     index: usize,
-    key_hash: String,
-    state: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    mechanism: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    attempts: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    outcome_status: Option<u16>,
+    #[serde(flatten)]
+    line: Reconciliation,
 }
 
 pub(super) async fn reconcile(
@@ -124,33 +117,11 @@ pub(super) async fn reconcile(
     let mut results = Vec::with_capacity(request.keys.len());
     for (index, key) in request.keys.iter().enumerate() {
         let found = candidates(&admin, &scope, &mechanisms, key).await?;
-        let before = results.len();
-        for (mechanism, key, record) in &found {
-            if let Some(record) = record {
-                let view = RecordView::of(record, now);
-                results.push(Reconciled {
-                    index,
-                    key_hash: key.to_hex(),
-                    state: view.state.as_str(),
-                    mechanism: Some(mechanism.as_str()),
-                    attempts: Some(view.attempts),
-                    outcome_status: view.outcome_status,
-                });
-            }
-        }
-        if results.len() == before {
-            results.push(Reconciled {
-                index,
-                key_hash: found
-                    .first()
-                    .map(|(_, key, _)| key.to_hex())
-                    .unwrap_or_default(),
-                state: "absent",
-                mechanism: None,
-                attempts: None,
-                outcome_status: None,
-            });
-        }
+        let found = found
+            .iter()
+            .map(|(mechanism, key, record)| (mechanism.as_str(), *key, record.as_ref()));
+        let lines = Reconciliation::of_key(found, now);
+        results.extend(lines.into_iter().map(|line| Reconciled { index, line }));
     }
     Ok(Json(json!({ "results": results })))
 }

@@ -9,7 +9,7 @@ use idempotency_core::StorageKey;
 use tower_service::Service;
 
 use super::future::GatedFuture;
-use crate::body::RequestBody;
+use crate::body::{RequestBody, ResponseBody};
 use crate::idempotency::config::Settings;
 
 /// A layer's part in a [`GuardedService`](super::GuardedService): its settings, and what a
@@ -19,18 +19,49 @@ pub(crate) trait Guard: Clone {
     fn settings(&self) -> &Settings;
 
     /// The decision for one guarded request and its answer.
-    fn run<T, B, ResB>(
-        &self,
-        inner: T,
-        parts: Parts,
-        body: B,
-        header_key: Option<StorageKey>,
-    ) -> GatedFuture<ResB, T::Error>
-    where
-        T: Handler<B, ResB>,
-        B: ReadBody,
-        ResB: StoredBody;
+    fn run<X: Exchange>(&self, request: Guarded<X>) -> GatedFuture<X::Answer, X::Error>;
 }
+
+/// The types of one guarded exchange under one name, so that what runs a guarded request
+/// states their bounds once: the inner service, the request body the layer reads and the
+/// response body it stores. Implemented by the tuple `(inner, request body, response body)`.
+pub(crate) trait Exchange: 'static {
+    /// The service that answers the request.
+    type Inner: Handler<Self::Body, Self::Answer, Error = Self::Error>;
+    /// The request body the layer reads.
+    type Body: ReadBody;
+    /// The response body the layer stores.
+    type Answer: StoredBody;
+    /// The inner service's error, passed on as it is.
+    type Error: Send + 'static;
+}
+
+impl<T, B, ResB> Exchange for (T, B, ResB)
+where
+    T: Handler<B, ResB>,
+    B: ReadBody,
+    ResB: StoredBody,
+{
+    type Inner = T;
+    type Body = B;
+    type Answer = ResB;
+    type Error = T::Error;
+}
+
+/// What a guarded request's answer is: the response the layer gives, or the inner service's
+/// error.
+pub(crate) type Answered<X> =
+    Result<Response<ResponseBody<<X as Exchange>::Answer>>, <X as Exchange>::Error>;
+
+/// One guarded request, as the service hands it to its layer: the service that answers it,
+/// its head, its body (not read yet), and the key its header carried if the header was read
+/// on entry.
+pub(crate) struct Guarded<X: Exchange>(
+    pub(crate) X::Inner,
+    pub(crate) Parts,
+    pub(crate) X::Body,
+    pub(crate) Option<StorageKey>,
+);
 
 /// The service a layer guards: it takes the request with the body the layer read, and its
 /// future and errors may move to another task (a handler whose client left runs on).

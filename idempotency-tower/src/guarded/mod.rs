@@ -9,5 +9,5 @@ mod service;
 
 pub(crate) use future::GatedFuture;
 pub use future::ResponseFuture;
-pub(crate) use guard::{Guard, Handler, ReadBody, StoredBody};
+pub(crate) use guard::{Answered, Exchange, Guard, Guarded};
 pub use service::GuardedService;

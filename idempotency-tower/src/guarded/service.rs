@@ -8,7 +8,7 @@ use tower_service::Service;
 use tracing::Instrument;
 
 use super::future::ResponseFuture;
-use super::guard::{Guard, Handler, ReadBody, StoredBody};
+use super::guard::{Guard, Guarded, Handler, ReadBody, StoredBody};
 use crate::answer::refuse;
 use crate::body::{RequestBody, ResponseBody};
 use crate::request::{Entry, enter, span};
@@ -97,7 +97,8 @@ where
                 // The clone that was made ready serves this request (tower's contract).
                 let ready = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, ready);
-                let future = self.layer.run(inner, parts, body, header_key);
+                let request = Guarded(inner, parts, body, header_key);
+                let future = self.layer.run::<(T, B, ResB)>(request);
                 ResponseFuture::gated(future.instrument(span))
             }
         }

@@ -8,11 +8,12 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use idempotency_core::{Execution, Store};
+use tower_service::Service;
 
 use super::layer::IdempotencyLayer;
 use crate::body::{RequestBody, ResponseBody};
 use crate::detach::Detachable;
-use crate::guarded::{Handler, ReadBody, StoredBody};
+use crate::guarded::{Answered, Exchange};
 use crate::stored::{Ending, ending_of, handle, respond};
 
 /// Runs the handler for a claimed key to its end (handler, lease renewal, complete or release).
@@ -21,17 +22,15 @@ use crate::stored::{Ending, ending_of, handle, respond};
 /// request's future is dropped before the work finished (the client went away),
 /// [`Detachable`] moves the still-running work into a task on the runtime it was polled in,
 /// where it goes on to its end, lease renewal included.
-pub(crate) fn run<T, S, B, ResB>(
+pub(crate) fn run<X, S>(
     layer: &IdempotencyLayer<S>,
     execution: Execution<S>,
-    inner: T,
-    request: Request<RequestBody<B>>,
-) -> impl Future<Output = Result<Response<ResponseBody<ResB>>, T::Error>> + Send + 'static
+    inner: X::Inner,
+    request: Request<RequestBody<X::Body>>,
+) -> impl Future<Output = Answered<X>> + Send + 'static
 where
+    X: Exchange,
     S: Store,
-    T: Handler<B, ResB>,
-    B: ReadBody,
-    ResB: StoredBody,
 {
     let mut inner = inner;
     // The handler's future, boxed apart: moved into the work's future (by value, as futures

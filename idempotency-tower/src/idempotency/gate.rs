@@ -1,7 +1,6 @@
 //! The decision for a guarded request: read what is needed, claim, then run, replay or refuse.
 
-use http::request::Parts;
-use http::{Request, Response};
+use http::Request;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -13,10 +12,9 @@ use idempotency_core::{Decision, Fingerprint, InFlightPolicy, StorageKey, Store,
 use super::layer::IdempotencyLayer;
 use super::{conflict, execute};
 use crate::answer::{in_flight, mismatch, refuse, replay, unavailable};
-use crate::body::ResponseBody;
 use crate::callback::ConflictAnswer;
 use crate::collect::collect_request;
-use crate::guarded::{Handler, ReadBody, StoredBody};
+use crate::guarded::{Answered, Exchange, Guarded};
 use crate::request::{Payload, Read, collected, inspect, pass_through, previous_fingerprint};
 
 type BoxedClaim<S> = Pin<Box<dyn Future<Output = Result<Decision<S>, StoreError>> + Send>>;
@@ -124,19 +122,15 @@ impl<S: Store> Drop for ClaimGuard<S> {
 
 /// Decides and answers one guarded request.
 #[allow(clippy::manual_async_fn)] // an `async fn` would keep its arguments twice
-pub(crate) fn run<T, S, B, ResB>(
+pub(crate) fn run<X, S>(
     layer: IdempotencyLayer<S>,
-    inner: T,
-    parts: Parts,
-    body: B,
-    header_key: Option<StorageKey>,
-) -> impl Future<Output = Result<Response<ResponseBody<ResB>>, T::Error>> + Send + 'static
+    request: Guarded<X>,
+) -> impl Future<Output = Answered<X>> + Send + 'static
 where
+    X: Exchange,
     S: Store,
-    T: Handler<B, ResB>,
-    B: ReadBody,
-    ResB: StoredBody,
 {
+    let Guarded(inner, parts, body, header_key) = request;
     async move {
         let settings = layer.settings();
         if let Some(refusal) = settings.overloaded() {
@@ -167,7 +161,7 @@ where
         let error = match decision {
             Ok(Decision::Execute(execution)) => {
                 let request = Request::from_parts(parts, held.into_body());
-                return execute::run(&layer, execution, inner, request).await;
+                return execute::run::<X, S>(&layer, execution, inner, request).await;
             }
             Ok(Decision::Replay(outcome)) => match replay(&outcome) {
                 Ok(response) => return Ok(response),

@@ -1,12 +1,11 @@
 //! The service [`IdempotencyLayer`] wraps a handler in, and what a request it guards runs.
 
-use http::request::Parts;
-use idempotency_core::{StorageKey, Store};
+use idempotency_core::Store;
 
 use super::config::Settings;
 use super::gate;
 use super::layer::IdempotencyLayer;
-use crate::guarded::{GatedFuture, Guard, GuardedService, Handler, ReadBody, StoredBody};
+use crate::guarded::{Exchange, GatedFuture, Guard, Guarded, GuardedService};
 
 /// The middleware [`IdempotencyLayer`] wraps a service in (see [`GuardedService`]).
 pub type IdempotencyService<T, S> = GuardedService<T, IdempotencyLayer<S>>;
@@ -16,18 +15,7 @@ impl<S: Store> Guard for IdempotencyLayer<S> {
         IdempotencyLayer::settings(self)
     }
 
-    fn run<T, B, ResB>(
-        &self,
-        inner: T,
-        parts: Parts,
-        body: B,
-        header_key: Option<StorageKey>,
-    ) -> GatedFuture<ResB, T::Error>
-    where
-        T: Handler<B, ResB>,
-        B: ReadBody,
-        ResB: StoredBody,
-    {
-        Box::pin(gate::run(self.clone(), inner, parts, body, header_key))
+    fn run<X: Exchange>(&self, request: Guarded<X>) -> GatedFuture<X::Answer, X::Error> {
+        Box::pin(gate::run::<X, S>(self.clone(), request))
     }
 }

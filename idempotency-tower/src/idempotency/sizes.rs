@@ -15,6 +15,7 @@ use tower_service::Service;
 
 use super::{IdempotencyLayer, IdempotencyService, execute, gate};
 use crate::body::RequestBody;
+use crate::guarded::{Exchange, Guarded};
 
 /// The largest block glibc's per-thread cache holds on 64-bit targets.
 const CACHED_BLOCK: usize = 1_024;
@@ -37,8 +38,10 @@ fn layers() -> (IdempotencyLayer<BoxStore>, IdempotencyLayer<BoxStore>) {
     (orders, callback)
 }
 
-fn parts() -> http::request::Parts {
-    http::Request::new(()).into_parts().0
+/// A request to `inner` with `body`, its key not read yet.
+fn guarded<X: Exchange>(inner: X::Inner, body: X::Body) -> Guarded<X> {
+    let parts = http::Request::new(()).into_parts().0;
+    Guarded(inner, parts, body, None)
 }
 
 #[tokio::test]
@@ -47,14 +50,12 @@ async fn boxed_futures_fit_the_allocators_thread_cache() {
     let router = Router::new();
     let mut inner = IdempotencyService::new(router.clone(), callback.clone());
 
-    let callback_gated = gate::run(
+    let callback_gated = gate::run::<(_, _, Body), _>(
         callback,
-        router,
-        parts(),
-        RequestBody::<Body>::streaming(Body::empty()),
-        None,
+        guarded(router, RequestBody::<Body>::streaming(Body::empty())),
     );
-    let orders_gated = gate::run(orders.clone(), inner.clone(), parts(), Body::empty(), None);
+    let orders_gated =
+        gate::run::<(_, _, _), _>(orders.clone(), guarded(inner.clone(), Body::empty()));
 
     let engine = &orders.shared.engine;
     let fingerprint = Fingerprint::of_bytes(b"work");

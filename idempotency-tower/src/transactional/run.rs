@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use http_body::Body;
 use idempotency_core::{
     Error, Fingerprint, InFlightPolicy, Mechanism, Outcome, RecordState, StorageKey, telemetry,
 };
 use idempotency_sql::{TxClaim, TxClaimRequest, TxLease, TxStore};
+use tower_service::Service;
 
 use super::flights::Flight;
 use super::layer::Shared;
@@ -23,7 +23,7 @@ use crate::body::ResponseBody;
 use crate::callback::ConflictAnswer;
 use crate::collect::collect_request;
 use crate::detach::Detachable;
-use crate::guarded::{Handler, ReadBody, StoredBody};
+use crate::guarded::{Answered, Exchange, Guarded};
 use crate::refusal::{Refusal, RefusalKind};
 use crate::request::{Payload, Read, collected, inspect, pass_through, previous_fingerprint};
 use crate::stored::{Ending, ending_of, handle, respond};
@@ -32,19 +32,12 @@ use crate::stored::{Ending, ending_of, handle, respond};
 type Transaction<S> = sqlx::Transaction<'static, <S as TxStore>::Database>;
 
 /// Decides and answers one guarded request.
-pub(crate) async fn run<T, S, B, ResB>(
-    shared: Arc<Shared<S>>,
-    inner: T,
-    parts: Parts,
-    body: B,
-    header_key: Option<StorageKey>,
-) -> Result<Response<ResponseBody<ResB>>, T::Error>
+pub(crate) async fn run<X, S>(shared: Arc<Shared<S>>, request: Guarded<X>) -> Answered<X>
 where
+    X: Exchange,
     S: TxStore,
-    T: Handler<B, ResB>,
-    B: ReadBody,
-    ResB: StoredBody,
 {
+    let Guarded(inner, parts, body, header_key) = request;
     let settings = &shared.settings;
     if let Some(refusal) = settings.overloaded() {
         return Ok(refuse(settings, refusal));
@@ -52,7 +45,7 @@ where
     // Always read before the transaction opens, within the read timeout: a body streamed to
     // the handler would hold the transaction (and its connection) while a slow client sends it.
     let body = collect_request(body, settings.max_body_bytes, settings.body_read_timeout).await;
-    let held: Payload<B> = match collected(settings, body) {
+    let held: Payload<X::Body> = match collected(settings, body) {
         Ok(held) => held,
         Err(refusal) => return Ok(refuse(settings, refusal)),
     };

@@ -2,13 +2,11 @@
 
 use std::sync::Arc;
 
-use http::request::Parts;
-use idempotency_core::StorageKey;
 use idempotency_sql::TxStore;
 
 use super::layer::TransactionalLayer;
 use super::run;
-use crate::guarded::{GatedFuture, Guard, GuardedService, Handler, ReadBody, StoredBody};
+use crate::guarded::{Exchange, GatedFuture, Guard, Guarded, GuardedService};
 use crate::idempotency::config::Settings;
 
 /// The middleware [`TransactionalLayer`] wraps a service in (see [`GuardedService`]): the
@@ -20,19 +18,7 @@ impl<S: TxStore> Guard for TransactionalLayer<S> {
         &self.shared.settings
     }
 
-    fn run<T, B, ResB>(
-        &self,
-        inner: T,
-        parts: Parts,
-        body: B,
-        header_key: Option<StorageKey>,
-    ) -> GatedFuture<ResB, T::Error>
-    where
-        T: Handler<B, ResB>,
-        B: ReadBody,
-        ResB: StoredBody,
-    {
-        let shared = Arc::clone(&self.shared);
-        Box::pin(run::run(shared, inner, parts, body, header_key))
+    fn run<X: Exchange>(&self, request: Guarded<X>) -> GatedFuture<X::Answer, X::Error> {
+        Box::pin(run::run::<X, S>(Arc::clone(&self.shared), request))
     }
 }

@@ -1,7 +1,7 @@
 //! The layer's settings, shared by every clone of its service.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -177,37 +177,21 @@ static METADATA: metrics::Metadata<'static> = metrics::Metadata::new(
 );
 
 /// The layer's own counters (refusals by reason, fail-open passes), their keys built once per
-/// layer instead of per event. The recorder is asked at every event, as `counter!` does.
+/// layer instead of per event (a refusal's on its kind's first refusal). The recorder is asked
+/// at every event, as `counter!` does.
 pub(crate) struct LayerCounters {
-    refusals: Vec<(RefusalKind, metrics::Key)>,
+    namespace: String,
+    /// A refusal's key, at its kind's index.
+    refusals: [OnceLock<metrics::Key>; RefusalKind::COUNT],
     fail_open: metrics::Key,
     conflicts: metrics::Key,
 }
 
 impl LayerCounters {
     pub(super) fn new(namespace: &str) -> Self {
-        use RefusalKind::*;
-        let refusals = [
-            MissingKey,
-            InvalidKey,
-            MalformedBody,
-            BodyTooLarge,
-            BodyTimeout,
-            Unverified,
-            Unauthenticated,
-            InFlight,
-            Mismatch,
-            StoreUnavailable,
-            Overloaded,
-            TokenRejected,
-            NotReplayable,
-            TransactionUnavailable,
-        ]
-        .into_iter()
-        .map(|kind| (kind, Self::refusal_key(namespace, kind)))
-        .collect();
         Self {
-            refusals,
+            namespace: namespace.to_owned(),
+            refusals: std::array::from_fn(|_| OnceLock::new()),
             fail_open: metrics::Key::from_parts(
                 names::FAIL_OPEN,
                 vec![metrics::Label::new("namespace", namespace.to_owned())],
@@ -235,8 +219,10 @@ impl LayerCounters {
 
     /// Counts a refusal of `kind`.
     pub(crate) fn refused(&self, namespace: &str, kind: RefusalKind) {
-        match self.refusals.iter().find(|(k, _)| *k == kind) {
-            Some((_, key)) => Self::increment(key),
+        match self.refusals.get(kind as usize) {
+            Some(key) => {
+                Self::increment(key.get_or_init(|| Self::refusal_key(&self.namespace, kind)));
+            }
             None => Self::increment(&Self::refusal_key(namespace, kind)),
         }
     }
