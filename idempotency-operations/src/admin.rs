@@ -2,15 +2,14 @@
 
 use crate::{PageRequest, PurgeRequest};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use super::{
     Acted, Action, Actor, Archive, AuditEntry, AuditLog, AuditedStep, Counts, Cursor,
     DEFAULT_BATCH, Fence, FenceRefusal, Operations, Page, Query, RecordView, Step,
 };
 use idempotency_core::{
-    CompleteRequest, Mechanism, Outcome, Record, RecordState, Scope, StorageKey, StoreError,
-    telemetry,
+    CompleteRequest, Mechanism, Record, RecordState, Scope, StorageKey, StoreError, telemetry,
 };
 use tracing::Instrument;
 
@@ -237,48 +236,17 @@ impl Admin {
         Ok(records)
     }
 
-    /// Releases the in-progress record of `key` if it is still the one `fence` was taken of,
-    /// so that the next retry runs the work again; audited.
-    pub async fn release(
-        &self,
-        key: &StorageKey,
-        fence: Fence,
-        actor: &Actor,
-    ) -> Result<Acted, StoreError> {
-        self.act(key, fence, actor, Step::Release).await
-    }
-
-    /// Completes the in-progress record of `key` by hand with `outcome`, kept for `ttl`, if
-    /// it is still the one `fence` was taken of (manual reconciliation: the work was done,
-    /// duplicates get `outcome`); audited. The body is the front end's encoding (an HTTP
-    /// layer replays a `StoredResponse` of `idempotency-tower`).
-    pub async fn complete(
-        &self,
-        key: &StorageKey,
-        fence: Fence,
-        outcome: &Outcome,
-        ttl: Duration,
-        actor: &Actor,
-    ) -> Result<Acted, StoreError> {
-        self.act(key, fence, actor, Step::Complete(outcome, ttl))
-            .await
-    }
-
-    /// Deletes the record of `key`, in any state, if it is still the one `fence` was taken of
-    /// (a completed record deleted lets the key run again); audited.
-    pub async fn delete(
-        &self,
-        key: &StorageKey,
-        fence: Fence,
-        actor: &Actor,
-    ) -> Result<Acted, StoreError> {
-        self.act(key, fence, actor, Step::Delete).await
-    }
-
-    /// A fenced action: the record is read, compared with the fence, then changed by a step
-    /// the store itself fences by the token (so an owner that took the key over between the
-    /// read and the step is never touched); the entry is audited either way.
-    async fn act(
+    /// Applies `step` to the record of `key` if it is still the one `fence` was taken of,
+    /// audited either way: [`Step::Release`] an in-progress record, so that the next retry runs
+    /// the work again; [`Step::Complete`] it by hand (manual reconciliation: the work was done,
+    /// duplicates get the outcome, whose body is the front end's encoding: an HTTP layer
+    /// replays a `StoredResponse` of `idempotency-tower`); [`Step::Delete`] it in any state (a
+    /// completed record deleted lets the key run again).
+    ///
+    /// The record is read and compared with the fence, then changed by a step the store itself
+    /// fences by the token, so an owner that took the key over between the read and the step
+    /// is never touched.
+    pub async fn act(
         &self,
         key: &StorageKey,
         fence: Fence,

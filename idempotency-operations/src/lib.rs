@@ -23,7 +23,7 @@
 //! [`Mechanism`](idempotency_core::Mechanism) ([`Admin::storage_key`]).
 //!
 //! ```
-//! use idempotency_operations::{Actor, Admin, Fence, Query, TracingAudit};
+//! use idempotency_operations::{Actor, Admin, Fence, Query, Step, TracingAudit};
 //! use idempotency_core::{Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, MemoryStore, Mechanism, Scope};
 //! use std::sync::Arc;
 //!
@@ -37,7 +37,7 @@
 //! # let _claimed = engine.claim(&scope, &IdempotencyKey::parse("T1")?, &Fingerprint::of_bytes(b"x"), InFlightPolicy::Reject).await?;
 //! let stuck = admin.list(&Query::stuck(Some(std::time::Duration::ZERO)), 100, &mut |_| {}).await?;
 //! for record in &stuck {
-//!     let acted = admin.release(&record.key, Fence::of(record), &Actor::new("ops", "INC-42")).await?;
+//!     let acted = admin.act(&record.key, Fence::of(record), &Actor::new("ops", "INC-42"), Step::Release).await?;
 //!     assert!(acted.applied());
 //! }
 //! assert!(admin.inspect(&key).await?.is_none());

@@ -11,7 +11,7 @@ use idempotency_core::{
     Decision, Fingerprint, Idempotency, IdempotencyKey, InFlightPolicy, Mechanism, MemoryStore,
     Scope,
 };
-use idempotency_operations::{Acted, Actor, Admin, Fence};
+use idempotency_operations::{Acted, Actor, Admin, Fence, Step};
 use idempotency_test::{KeptAudit, SpanCapture};
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -45,10 +45,14 @@ fn an_operator_release_runs_in_an_admin_span_with_its_fence_and_result() {
             let admin = Admin::from_shared(engine.shared_store(), Arc::new(KeptAudit::default()));
             let record = admin.inspect(&key).await.unwrap().unwrap();
             let actor = Actor::new("oncall", "INC-7: a stuck callback");
-            let acted = admin.release(&key, Fence::of(&record), &actor).await;
+            let acted = admin
+                .act(&key, Fence::of(&record), &actor, Step::Release)
+                .await;
             assert!(matches!(acted, Ok(Acted::Applied)), "{acted:?}");
             // The same fence again: the record is gone, refused and named so.
-            let again = admin.release(&key, Fence::of(&record), &actor).await;
+            let again = admin
+                .act(&key, Fence::of(&record), &actor, Step::Release)
+                .await;
             assert!(matches!(again, Ok(Acted::Refused { .. })), "{again:?}");
             drop(execution);
         })

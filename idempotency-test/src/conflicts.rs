@@ -3,9 +3,10 @@
 use std::time::SystemTime;
 
 use crate::support::{
-    LONG, PAST_SHORT, SHORT, acquire, binary_outcome, fingerprint, request, unique_key,
+    LONG, PAST_SHORT, SHORT, acquire, binary_outcome, complete, fingerprint, request, touch,
+    unique_key,
 };
-use idempotency_core::{Claim, CompleteRequest, Record, RecordState, Store, TouchRequest};
+use idempotency_core::{Claim, Record, RecordState, Store};
 
 /// `record` without its conflict mark: what marking must leave as it was.
 fn unmarked(record: &Record) -> Record {
@@ -39,22 +40,9 @@ pub async fn conflict_marks<S: Store>(store: &S) {
     assert_eq!(unmarked(&marked), before, "marking changed only the mark");
 
     // The owner keeps its lease: it renews and completes as before, the mark stays.
-    store
-        .touch(TouchRequest {
-            key: &key,
-            token: lease.token,
-            lease: LONG,
-        })
-        .await
-        .unwrap();
+    touch(store, &key, lease.token, LONG).await.unwrap();
     let outcome = binary_outcome();
-    store
-        .complete(CompleteRequest {
-            key: &key,
-            token: lease.token,
-            outcome: &outcome,
-            ttl: LONG,
-        })
+    complete(store, &key, lease.token, &outcome, LONG)
         .await
         .unwrap();
     let completed = store.get(&key).await.unwrap().unwrap();
@@ -92,13 +80,7 @@ pub async fn conflict_marks<S: Store>(store: &S) {
     // Expired, then claimed again: a new record, unmarked.
     let expiring = unique_key();
     let lease = acquire(store, &expiring, &fp, LONG).await;
-    store
-        .complete(CompleteRequest {
-            key: &expiring,
-            token: lease.token,
-            outcome: &binary_outcome(),
-            ttl: SHORT,
-        })
+    complete(store, &expiring, lease.token, &binary_outcome(), SHORT)
         .await
         .unwrap();
     assert!(store.mark_conflict(&expiring).await.unwrap());

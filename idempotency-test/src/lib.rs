@@ -35,7 +35,9 @@ pub use operations::{
     KeptAudit, SharedBuffer, claimed, completed, operations_suite, unique_namespace,
 };
 pub use spans::{CapturedSpan, SpanCapture, captured};
-use support::{LONG, PAST_SHORT, SHORT, acquire, binary_outcome, fingerprint, request};
+use support::{
+    LONG, PAST_SHORT, SHORT, acquire, binary_outcome, complete, fingerprint, request, touch,
+};
 pub use support::{concurrently, unavailable, unique_key};
 pub use tokens::tokens;
 
@@ -43,8 +45,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, CompleteRequest, FencingToken, Lease, Mechanism, Outcome,
-    RecordState, Store, StoreError, TouchRequest,
+    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Mechanism, Outcome, RecordState, Store,
+    StoreError,
 };
 
 /// absent → in_progress → completed, with replay of the exact outcome.
@@ -79,13 +81,7 @@ pub async fn lifecycle<S: Store>(store: &S) {
     );
 
     let outcome = binary_outcome();
-    store
-        .complete(CompleteRequest {
-            key: &key,
-            token: lease.token,
-            outcome: &outcome,
-            ttl: LONG,
-        })
+    complete(store, &key, lease.token, &outcome, LONG)
         .await
         .unwrap();
     for _ in 0..2 {
@@ -111,14 +107,7 @@ pub async fn lifecycle<S: Store>(store: &S) {
     // A completed record cannot be completed or released again.
     let again = Outcome::new(200, "other");
     assert!(matches!(
-        store
-            .complete(CompleteRequest {
-                key: &key,
-                token: lease.token,
-                outcome: &again,
-                ttl: LONG
-            })
-            .await,
+        complete(store, &key, lease.token, &again, LONG).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -138,13 +127,7 @@ pub async fn mismatch<S: Store>(store: &S) {
         Claim::Mismatch
     );
     let outcome = Outcome::new(200, "done");
-    store
-        .complete(CompleteRequest {
-            key: &key,
-            token: lease.token,
-            outcome: &outcome,
-            ttl: LONG,
-        })
+    complete(store, &key, lease.token, &outcome, LONG)
         .await
         .unwrap();
     assert_eq!(
@@ -172,24 +155,11 @@ pub async fn takeover_and_fencing<S: Store>(store: &S) {
 
     let stale = Outcome::new(200, "stale");
     assert!(matches!(
-        store
-            .complete(CompleteRequest {
-                key: &key,
-                token: first.token,
-                outcome: &stale,
-                ttl: LONG
-            })
-            .await,
+        complete(store, &key, first.token, &stale, LONG).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
-        store
-            .touch(TouchRequest {
-                key: &key,
-                token: first.token,
-                lease: LONG
-            })
-            .await,
+        touch(store, &key, first.token, LONG).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -198,13 +168,7 @@ pub async fn takeover_and_fencing<S: Store>(store: &S) {
     ));
 
     let fresh = Outcome::new(200, "fresh");
-    store
-        .complete(CompleteRequest {
-            key: &key,
-            token: second.token,
-            outcome: &fresh,
-            ttl: LONG,
-        })
+    complete(store, &key, second.token, &fresh, LONG)
         .await
         .unwrap();
     let record = store.get(&key).await.unwrap().unwrap();
@@ -247,12 +211,7 @@ pub async fn touch_extends_lease<S: Store>(store: &S) {
     let lease = acquire(store, &key, &fp, SHORT).await;
     tokio::time::sleep(SHORT / 2).await;
     let touched_at = std::time::SystemTime::now();
-    store
-        .touch(TouchRequest {
-            key: &key,
-            token: lease.token,
-            lease: Duration::from_secs(5),
-        })
+    touch(store, &key, lease.token, Duration::from_secs(5))
         .await
         .unwrap();
     // The record says so too: renewed now, its lease ending 5 s on (to the millisecond).
@@ -271,13 +230,7 @@ pub async fn touch_extends_lease<S: Store>(store: &S) {
         ),
         other => panic!("expected in progress, got {other:?}"),
     }
-    store
-        .complete(CompleteRequest {
-            key: &key,
-            token: lease.token,
-            outcome: &Outcome::new(200, "ok"),
-            ttl: LONG,
-        })
+    complete(store, &key, lease.token, &Outcome::new(200, "ok"), LONG)
         .await
         .unwrap();
 }
@@ -306,23 +259,10 @@ pub async fn release_and_reclaim<S: Store>(store: &S) {
     let second = acquire(store, &key, &fingerprint("b"), LONG).await;
     assert!(second.token > first.token, "tokens never go backwards");
     assert!(matches!(
-        store
-            .complete(CompleteRequest {
-                key: &key,
-                token: first.token,
-                outcome: &Outcome::new(200, "x"),
-                ttl: LONG
-            })
-            .await,
+        complete(store, &key, first.token, &Outcome::new(200, "x"), LONG).await,
         Err(StoreError::LeaseLost)
     ));
-    store
-        .complete(CompleteRequest {
-            key: &key,
-            token: second.token,
-            outcome: &Outcome::new(200, "y"),
-            ttl: LONG,
-        })
+    complete(store, &key, second.token, &Outcome::new(200, "y"), LONG)
         .await
         .unwrap();
 }
@@ -352,13 +292,7 @@ pub async fn undo_spares_other_claims<S: Store>(store: &S) {
     );
     let record = store.get(&key).await.unwrap().expect("the claim stays");
     assert_eq!(record.state, RecordState::InProgress);
-    store
-        .complete(CompleteRequest {
-            key: &key,
-            token: lease.token,
-            outcome: &Outcome::new(200, "ok"),
-            ttl: LONG,
-        })
+    complete(store, &key, lease.token, &Outcome::new(200, "ok"), LONG)
         .await
         .unwrap();
     assert!(!undo(claim_id).await.unwrap(), "a completed record");
@@ -371,24 +305,11 @@ pub async fn unknown_key_is_refused<S: Store>(store: &S) {
     let key = unique_key();
     let token = FencingToken::new(1);
     assert!(matches!(
-        store
-            .complete(CompleteRequest {
-                key: &key,
-                token,
-                outcome: &Outcome::new(200, "x"),
-                ttl: LONG
-            })
-            .await,
+        complete(store, &key, token, &Outcome::new(200, "x"), LONG).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
-        store
-            .touch(TouchRequest {
-                key: &key,
-                token,
-                lease: LONG
-            })
-            .await,
+        touch(store, &key, token, LONG).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -425,13 +346,7 @@ pub async fn completed_expiry_and_purge<S: Store>(store: &S) {
     let key = unique_key();
     let fp = fingerprint("a");
     let lease = acquire(store, &key, &fp, LONG).await;
-    store
-        .complete(CompleteRequest {
-            key: &key,
-            token: lease.token,
-            outcome: &Outcome::new(200, "old"),
-            ttl: SHORT,
-        })
+    complete(store, &key, lease.token, &Outcome::new(200, "old"), SHORT)
         .await
         .unwrap();
     tokio::time::sleep(PAST_SHORT).await;
@@ -439,13 +354,7 @@ pub async fn completed_expiry_and_purge<S: Store>(store: &S) {
     assert!(!next.took_over);
     assert_eq!(next.attempt, 1);
     assert!(next.token > lease.token);
-    store
-        .complete(CompleteRequest {
-            key: &key,
-            token: next.token,
-            outcome: &Outcome::new(200, "new"),
-            ttl: SHORT,
-        })
+    complete(store, &key, next.token, &Outcome::new(200, "new"), SHORT)
         .await
         .unwrap();
 
@@ -464,13 +373,7 @@ pub async fn keys_are_independent<S: Store>(store: Arc<S>) {
                 let fp = fingerprint("a");
                 let lease = acquire(&*store, &key, &fp, LONG).await;
                 let outcome = Outcome::new(200, format!("value {index}"));
-                store
-                    .complete(CompleteRequest {
-                        key: &key,
-                        token: lease.token,
-                        outcome: &outcome,
-                        ttl: LONG,
-                    })
+                complete(&*store, &key, lease.token, &outcome, LONG)
                     .await
                     .unwrap();
                 assert_eq!(
@@ -515,13 +418,7 @@ pub async fn claim_storm<S: Store>(store: Arc<S>) {
     );
 
     let outcome = Outcome::new(200, "once");
-    store
-        .complete(CompleteRequest {
-            key: &key,
-            token: winners[0].token,
-            outcome: &outcome,
-            ttl: LONG,
-        })
+    complete(&*store, &key, winners[0].token, &outcome, LONG)
         .await
         .unwrap();
     let replays = concurrently(CALLERS, |_| {

@@ -2,11 +2,10 @@
 //! record lifecycle.
 
 use idempotency_core::{
-    Claim, CompleteRequest, FencingToken, Fingerprint, Outcome, RecordState, StorageKey, Store,
-    StoreError, TouchRequest,
+    Claim, FencingToken, Fingerprint, Outcome, RecordState, StorageKey, Store, StoreError,
 };
 
-use crate::support::{LONG, binary_outcome, fingerprint, request, unique_key};
+use crate::support::{LONG, binary_outcome, complete, fingerprint, request, touch, unique_key};
 
 /// What a key holds, as the contract says (no lease expires during a walk).
 #[derive(Clone, Debug, PartialEq)]
@@ -148,14 +147,7 @@ pub async fn model_walk<S: Store>(store: &S) {
             }
             2 => {
                 let outcome = &outcomes[walk.below(outcomes.len())];
-                let answer = store
-                    .complete(CompleteRequest {
-                        key,
-                        token,
-                        outcome,
-                        ttl: LONG,
-                    })
-                    .await;
+                let answer = complete(store, key, token, outcome, LONG).await;
                 match (owns, answer) {
                     (true, Ok(())) => {
                         let Modelled::InProgress { fp, .. } = model[k] else {
@@ -187,16 +179,7 @@ pub async fn model_walk<S: Store>(store: &S) {
                     panic!("{at}: release with {token:?} (owner: {owns}) answered {answer:?}")
                 }
             },
-            4 => match (
-                owns,
-                store
-                    .touch(TouchRequest {
-                        key,
-                        token,
-                        lease: LONG,
-                    })
-                    .await,
-            ) {
+            4 => match (owns, touch(store, key, token, LONG).await) {
                 (true, Ok(())) => *seen.entry("touch").or_default() += 1,
                 (false, Err(StoreError::LeaseLost)) => {
                     *seen.entry("touch refused").or_default() += 1;

@@ -6,13 +6,14 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{complete, touch};
 use idempotency_core::{
-    BoxFuture, Claim, ClaimId, ClaimRequest, CompleteRequest, Fingerprint, Mechanism, Outcome,
-    RecordState, Scope, StorageKey, Store, StoreError, TouchRequest,
+    BoxFuture, Claim, ClaimId, ClaimRequest, Fingerprint, Mechanism, Outcome, RecordState, Scope,
+    StorageKey, Store, StoreError,
 };
 use idempotency_operations::{
     Acted, Action, Actor, Admin, Archive, AuditEntry, AuditLog, Cursor, Fence, FenceRefusal,
-    Operations, Query, Status,
+    Operations, Query, Status, Step,
 };
 
 /// An [`AuditLog`] that keeps its entries in memory, for tests to read back.
@@ -100,13 +101,7 @@ pub async fn completed<S: Store>(
 ) -> StorageKey {
     let key = claimed(store, scope, raw, Duration::from_secs(30)).await;
     let record = store.get(&key).await.expect("get").expect("claimed");
-    store
-        .complete(CompleteRequest {
-            key: &key,
-            token: record.token,
-            outcome,
-            ttl,
-        })
+    complete(store, &key, record.token, outcome, ttl)
         .await
         .expect("complete");
     key
@@ -197,7 +192,7 @@ where
     let listed = stuck[0].clone();
     assert_eq!(
         admin
-            .release(&abandoned, Fence::of(&listed), &ops)
+            .act(&abandoned, Fence::of(&listed), &ops, Step::Release)
             .await
             .expect("release"),
         Acted::Applied
@@ -205,7 +200,7 @@ where
     assert!(store.get(&abandoned).await.expect("get").is_none());
     assert!(matches!(
         admin
-            .release(&abandoned, Fence::of(&listed), &ops)
+            .act(&abandoned, Fence::of(&listed), &ops, Step::Release)
             .await
             .expect("again"),
         Acted::Refused {
@@ -234,16 +229,11 @@ where
     // A record that moved on since it was listed (its owner's keep-alive ran) is refused.
     let before = store.get(&running).await.expect("get").expect("running");
     tokio::time::sleep(Duration::from_millis(5)).await;
-    store
-        .touch(TouchRequest {
-            key: &running,
-            token: before.token,
-            lease: long,
-        })
+    touch(&store, &running, before.token, long)
         .await
         .expect("touch");
     let refused = admin
-        .release(&running, Fence::of(&before), &ops)
+        .act(&running, Fence::of(&before), &ops, Step::Release)
         .await
         .expect("release");
     assert!(
@@ -258,7 +248,7 @@ where
     let completed_record = store.get(&done).await.expect("get").expect("done");
     assert!(matches!(
         admin
-            .release(&done, Fence::of(&completed_record), &ops)
+            .act(&done, Fence::of(&completed_record), &ops, Step::Release)
             .await
             .expect("release"),
         Acted::Refused {
@@ -272,7 +262,12 @@ where
     let manual = Outcome::new(200, "reconciled by hand");
     assert_eq!(
         admin
-            .complete(&by_hand, Fence::of(&record), &manual, long, &ops)
+            .act(
+                &by_hand,
+                Fence::of(&record),
+                &ops,
+                Step::Complete(&manual, long)
+            )
             .await
             .expect("complete"),
         Acted::Applied
@@ -294,7 +289,7 @@ where
     // Delete, fenced by the token: a completed record goes, and its key runs again.
     assert_eq!(
         admin
-            .delete(&done, Fence::of(&completed_record), &ops)
+            .act(&done, Fence::of(&completed_record), &ops, Step::Delete)
             .await
             .expect("delete"),
         Acted::Applied

@@ -7,7 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, Fingerprint, Lease, Mechanism, Outcome, StorageKey, Store,
+    Claim, ClaimId, ClaimRequest, CompleteRequest, FencingToken, Fingerprint, Lease, Mechanism,
+    Outcome, StorageKey, Store, StoreError, TouchRequest,
 };
 
 /// Lease used by checks that do not wait for expiry.
@@ -64,6 +65,33 @@ pub(crate) async fn acquire<S: Store>(
         Claim::Acquired(lease) => lease,
         other => panic!("expected to acquire the key, got {other:?}"),
     }
+}
+
+/// [`Store::complete`] of `key` for the owner of `token`: `outcome`, kept for `ttl`.
+pub(crate) async fn complete<S: Store>(
+    store: &S,
+    key: &StorageKey,
+    token: FencingToken,
+    outcome: &Outcome,
+    ttl: Duration,
+) -> Result<(), StoreError> {
+    let request = CompleteRequest {
+        key,
+        token,
+        outcome,
+        ttl,
+    };
+    store.complete(request).await
+}
+
+/// [`Store::touch`] of `key` for the owner of `token`: its lease renewed to `lease`.
+pub(crate) async fn touch<S: Store>(
+    store: &S,
+    key: &StorageKey,
+    token: FencingToken,
+    lease: Duration,
+) -> Result<(), StoreError> {
+    store.touch(TouchRequest { key, token, lease }).await
 }
 
 /// A body with every byte value, to prove outcomes are stored as raw bytes.

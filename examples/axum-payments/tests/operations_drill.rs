@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use axum_payments::{CALLBACK_NAMESPACE, OrderStatus, PaymentCallback, gateway};
 use http::StatusCode;
 use idempotency_core::{Mechanism, RecordState, Scope};
-use idempotency_operations::{Actor, Admin, Fence, Query, TracingAudit};
+use idempotency_operations::{Actor, Admin, Fence, Query, Step, TracingAudit};
 use idempotency_redis::RedisStore;
 use idempotency_test::unavailable;
 
@@ -146,13 +146,13 @@ async fn a_record_left_by_a_process_killed_in_its_handler_is_found_released_and_
     assert_eq!(record.attempts, 1);
     let actor = Actor::new("drill", "killed in its handler");
     let released = admin
-        .release(&key, Fence::of(record), &actor)
+        .act(&key, Fence::of(record), &actor, Step::Release)
         .await
         .unwrap();
     assert!(released.applied(), "{released:?}");
     // The same fence again: the record it was taken of is gone, so nothing is done.
     let again = admin
-        .release(&key, Fence::of(record), &actor)
+        .act(&key, Fence::of(record), &actor, Step::Release)
         .await
         .unwrap();
     assert!(!again.applied());

@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use idempotency_core::{FencingToken, Outcome};
-use idempotency_operations::{Acted, Admin, Fence, RecordView};
+use idempotency_operations::{self as operations, Acted, Admin, Fence, RecordView};
 use idempotency_tower::StoredResponse;
 use serde::Serialize;
 
@@ -114,13 +114,12 @@ pub(crate) async fn act(
         action.yes,
     )?;
     let actor = action.actor();
-    let acted = match &step {
-        Step::Release => admin.release(key, fence, &actor).await?,
-        Step::Complete { outcome, ttl } => {
-            admin.complete(key, fence, outcome, *ttl, &actor).await?
-        }
-        Step::Delete => admin.delete(key, fence, &actor).await?,
+    let applied = match &step {
+        Step::Release => operations::Step::Release,
+        Step::Complete { outcome, ttl } => operations::Step::Complete(outcome, *ttl),
+        Step::Delete => operations::Step::Delete,
     };
+    let acted = admin.act(key, fence, &actor, applied).await?;
     let refusal = match &acted {
         Acted::Applied => None,
         Acted::Refused { refusal, .. } => Some(refusal.as_str()),

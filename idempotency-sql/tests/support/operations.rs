@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use idempotency_core::{Outcome, Scope, Store};
 use idempotency_operations::{
-    Acted, Actor, Admin, Archive, Cursor, Fence, Operations, Query, TracingAudit,
+    Acted, Actor, Admin, Archive, Cursor, Fence, Operations, Query, Step, TracingAudit,
 };
 use idempotency_sql::{SqlAudit, SqlStore};
 use idempotency_test::{claimed, completed, operations_suite, unique_namespace};
@@ -106,7 +106,7 @@ where
     let record = store.get(&live).await.unwrap().unwrap();
     assert_eq!(
         admin
-            .release(&live, Fence::of(&record), &ops)
+            .act(&live, Fence::of(&record), &ops, Step::Release)
             .await
             .unwrap(),
         Acted::Applied
@@ -265,9 +265,13 @@ where
     for action in ["release", "complete", "delete"] {
         let fence = Fence::of(&record);
         let done = match action {
-            "release" => admin.release(&key, fence, &actor).await,
-            "complete" => admin.complete(&key, fence, &outcome, hour, &actor).await,
-            _ => admin.delete(&key, fence, &actor).await,
+            "release" => admin.act(&key, fence, &actor, Step::Release).await,
+            "complete" => {
+                admin
+                    .act(&key, fence, &actor, Step::Complete(&outcome, hour))
+                    .await
+            }
+            _ => admin.act(&key, fence, &actor, Step::Delete).await,
         };
         let error = done.expect_err(action).to_string();
         assert!(error.contains("not applied"), "{action}: {error}");
@@ -281,7 +285,7 @@ where
 
     audit.migrate().await.unwrap();
     let acted = admin
-        .release(&key, Fence::of(&record), &actor)
+        .act(&key, Fence::of(&record), &actor, Step::Release)
         .await
         .unwrap();
     assert!(matches!(acted, Acted::Applied), "{acted:?}");

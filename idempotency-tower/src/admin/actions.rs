@@ -9,7 +9,7 @@ use axum::{Extension, Json};
 use bytes::Bytes;
 use http::StatusCode;
 use idempotency_core::{Outcome, StorageKey};
-use idempotency_operations::{Acted, Actor, Admin, Archive, Cursor, Fence};
+use idempotency_operations::{Acted, Actor, Admin, Archive, Cursor, Fence, Step};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -63,7 +63,7 @@ pub(super) async fn release(
     Json(request): Json<OnRecord>,
 ) -> Result<Response, ApiError> {
     let (who, key, fence) = request.resolve(&operator, &admin).await?;
-    Ok(answer(admin.release(&key, fence, &who).await?))
+    Ok(answer(admin.act(&key, fence, &who, Step::Release).await?))
 }
 
 /// `POST /delete`.
@@ -73,7 +73,7 @@ pub(super) async fn delete(
     Json(request): Json<OnRecord>,
 ) -> Result<Response, ApiError> {
     let (who, key, fence) = request.resolve(&operator, &admin).await?;
-    Ok(answer(admin.delete(&key, fence, &who).await?))
+    Ok(answer(admin.act(&key, fence, &who, Step::Delete).await?))
 }
 
 /// `POST /complete`: the record's outcome by hand.
@@ -124,7 +124,9 @@ pub(super) async fn complete(
     let outcome = outcome(request.status, request.body, request.encoding.as_deref())?;
     let ttl = Duration::from_millis(request.ttl_ms.unwrap_or(24 * 60 * 60 * 1000));
     Ok(answer(
-        admin.complete(&key, fence, &outcome, ttl, &who).await?,
+        admin
+            .act(&key, fence, &who, Step::Complete(&outcome, ttl))
+            .await?,
     ))
 }
 
