@@ -258,77 +258,67 @@ impl Admin {
         if !span.is_disabled() {
             span.record(telemetry::FENCING_TOKEN, fence.token.get());
         }
-        let acted = self
-            .act_fenced(key, fence, actor, step)
-            .instrument(span.clone())
-            .await;
+        let acted = async {
+            let current = self.store.get_dyn(key).await?;
+            let needs_in_progress = action != Action::Delete;
+            let refusal = match &current {
+                None => Some(FenceRefusal::Absent),
+                Some(record) if !fence.holds(record) => Some(FenceRefusal::MovedOn),
+                Some(record) if needs_in_progress && record.state != RecordState::InProgress => {
+                    Some(FenceRefusal::NotInProgress)
+                }
+                Some(_) => None,
+            };
+            let was = current
+                .as_ref()
+                .map(|record| RecordView::of(record, SystemTime::now()));
+            let entry = |applied: bool, refusal: Option<FenceRefusal>| {
+                let detail = refusal.map_or("applied", FenceRefusal::as_str);
+                AuditEntry::new(actor, action, applied, detail).on(key, was.clone())
+            };
+            if let Some(refusal) = refusal {
+                self.audited(&entry(false, Some(refusal))).await?;
+                return Ok(Acted::Refused {
+                    refusal,
+                    current: current.map(Box::new),
+                });
+            }
+            // Where the audit table is in the store's database, the step and its entry commit
+            // together: an action is never applied unaudited.
+            let entry_of_step =
+                |applied: bool| entry(applied, (!applied).then_some(FenceRefusal::MovedOn));
+            let atomic = self.store.act_audited(AuditedStep {
+                key,
+                token: fence.token,
+                step,
+                audit: &*self.audit,
+                entry: &entry_of_step,
+            });
+            let applied = match atomic {
+                Some(atomic) => atomic.await?,
+                None => {
+                    let applied = match step.run(&*self.store, key, fence.token).await {
+                        Ok(applied) => applied,
+                        Err(StoreError::LeaseLost) => false,
+                        Err(error) => return Err(error),
+                    };
+                    self.audited(&entry_of_step(applied)).await?;
+                    applied
+                }
+            };
+            Ok(if applied {
+                Acted::Applied
+            } else {
+                Acted::Refused {
+                    refusal: FenceRefusal::MovedOn,
+                    current: self.store.get_dyn(key).await?.map(Box::new),
+                }
+            })
+        }
+        .instrument(span.clone())
+        .await;
         record_outcome(&span, &acted);
         acted
-    }
-
-    async fn act_fenced(
-        &self,
-        key: &StorageKey,
-        fence: Fence,
-        actor: &Actor,
-        step: Step<'_>,
-    ) -> Result<Acted, StoreError> {
-        let current = self.store.get_dyn(key).await?;
-        let action = step.action();
-        let needs_in_progress = action != Action::Delete;
-        let refusal = match &current {
-            None => Some(FenceRefusal::Absent),
-            Some(record) if !fence.holds(record) => Some(FenceRefusal::MovedOn),
-            Some(record) if needs_in_progress && record.state != RecordState::InProgress => {
-                Some(FenceRefusal::NotInProgress)
-            }
-            Some(_) => None,
-        };
-        let was = current
-            .as_ref()
-            .map(|record| RecordView::of(record, SystemTime::now()));
-        let entry = |applied: bool, refusal: Option<FenceRefusal>| {
-            let detail = refusal.map_or("applied", FenceRefusal::as_str);
-            AuditEntry::new(actor, action, applied, detail).on(key, was.clone())
-        };
-        if let Some(refusal) = refusal {
-            self.audited(&entry(false, Some(refusal))).await?;
-            return Ok(Acted::Refused {
-                refusal,
-                current: current.map(Box::new),
-            });
-        }
-        // Where the audit table is in the store's database, the step and its entry commit
-        // together: an action is never applied unaudited.
-        let entry_of_step =
-            |applied: bool| entry(applied, (!applied).then_some(FenceRefusal::MovedOn));
-        let atomic = self.store.act_audited(AuditedStep {
-            key,
-            token: fence.token,
-            step,
-            audit: &*self.audit,
-            entry: &entry_of_step,
-        });
-        let applied = match atomic {
-            Some(atomic) => atomic.await?,
-            None => {
-                let applied = match step.run(&*self.store, key, fence.token).await {
-                    Ok(applied) => applied,
-                    Err(StoreError::LeaseLost) => false,
-                    Err(error) => return Err(error),
-                };
-                self.audited(&entry_of_step(applied)).await?;
-                applied
-            }
-        };
-        Ok(if applied {
-            Acted::Applied
-        } else {
-            Acted::Refused {
-                refusal: FenceRefusal::MovedOn,
-                current: self.store.get_dyn(key).await?.map(Box::new),
-            }
-        })
     }
 
     /// Writes `entry`; a failure says whether the action applied.

@@ -408,11 +408,7 @@ where
     }
 
     async fn complete(&self, request: CompleteRequest<'_>) -> Result<(), StoreError> {
-        bounded(
-            self.call_timeout,
-            self.complete_op(request.key, request.token, request.outcome, request.ttl),
-        )
-        .await
+        bounded(self.call_timeout, self.complete_op(request)).await
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {

@@ -139,12 +139,7 @@ impl<D: Dialect> SqlStore<D> {
     }
 
     async fn purge_op(&self, request: PurgeRequest<'_>) -> Result<Purged, StoreError> {
-        let PurgeRequest {
-            namespace,
-            cursor,
-            batch,
-            archive,
-        } = request;
+        let (cursor, batch, archive) = (request.cursor, request.batch, request.archive);
         let (open, close) = D::QUOTE;
         let table = self.table_name();
         if let Archive::Table(name) = archive {
@@ -169,7 +164,7 @@ impl<D: Dialect> SqlStore<D> {
             clock: Clock::of::<D>(),
         };
         let batch_of = PurgeBatch {
-            namespace,
+            namespace: request.namespace,
             after: after.as_ref(),
             limit: batch,
             now: SystemTime::now(),

@@ -274,27 +274,6 @@ impl MemoryStore {
         Some(Claim::Acquired(lease))
     }
 
-    fn complete_now(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        self.update_owned(key, token, |record, now| {
-            record.state = RecordState::Completed;
-            // A copy of the caller's bytes, exactly sized: sharing them instead (a `Bytes`
-            // clone) would allocate a 32-byte counter kept with every record, and keep the
-            // caller's buffer whatever its spare capacity.
-            record.status = outcome.status;
-            record.body = Some(Bytes::from(outcome.body.to_vec()));
-            self.capacity.stored(outcome.body.len());
-            record.completed_at = now;
-            record.updated_at = now;
-            record.expires_at = now.plus(ttl);
-        })
-    }
-
     /// Applies `change` to the in-progress record of `key` if `token` is current.
     fn update_owned(
         &self,
@@ -393,7 +372,18 @@ impl Store for MemoryStore {
     }
 
     async fn complete(&self, request: CompleteRequest<'_>) -> Result<(), StoreError> {
-        self.complete_now(request.key, request.token, request.outcome, request.ttl)
+        self.update_owned(request.key, request.token, |record, now| {
+            record.state = RecordState::Completed;
+            // A copy of the caller's bytes, exactly sized: sharing them instead (a `Bytes`
+            // clone) would allocate a 32-byte counter kept with every record, and keep the
+            // caller's buffer whatever its spare capacity.
+            record.status = request.outcome.status;
+            record.body = Some(Bytes::from(request.outcome.body.to_vec()));
+            self.capacity.stored(request.outcome.body.len());
+            record.completed_at = now;
+            record.updated_at = now;
+            record.expires_at = now.plus(request.ttl);
+        })
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<(), StoreError> {

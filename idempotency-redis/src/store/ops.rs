@@ -10,7 +10,7 @@ use crate::fencing;
 use crate::time::{unix_micros_now, unix_millis};
 use crate::unanswered::Sent;
 use idempotency_core::{
-    Claim, ClaimRequest, FencingToken, Lease, Outcome, Record, StorageKey, StoreError,
+    Claim, ClaimRequest, CompleteRequest, FencingToken, Lease, Record, StorageKey, StoreError,
 };
 
 use super::RedisStore;
@@ -75,13 +75,13 @@ where
         self.decide(request, record_key, found).await
     }
 
-    pub(super) async fn complete_op(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
+    pub(super) async fn complete_op(&self, request: CompleteRequest<'_>) -> Result<(), StoreError> {
+        let CompleteRequest {
+            key,
+            token,
+            outcome,
+            ttl,
+        } = request;
         let ttl_ms = millis(ttl);
         let now_ms = unix_millis(SystemTime::now());
         let fields = codec::completed_fields(now_ms, ttl_ms, outcome.status);
