@@ -2,15 +2,15 @@
 
 use std::sync::Arc;
 
+use crate::Mechanism;
 use crate::derivation::Origin;
 use crate::metrics::{DecisionLabel, NamespaceCounters, StoreOp, adhoc};
-use crate::{Mechanism, Scope};
 
 /// A namespace prepared once for the engine: its name and its metric keys, built when it is
 /// created rather than on every request. Cheap to clone (one reference count).
 ///
 /// A front end keeps one per namespace it serves and claims in its scopes ([`Namespace::scope`]);
-/// a [`Scope::new`] names its namespace for itself and counts the same metrics, building their
+/// a [`Scope::new`](crate::Scope::new) names its namespace for itself and counts the same metrics, building their
 /// keys per event.
 #[derive(Clone)]
 pub struct Namespace(NamespaceRepr);
@@ -19,7 +19,7 @@ pub struct Namespace(NamespaceRepr);
 pub(crate) enum NamespaceRepr {
     /// Built by [`Namespace::new`]: counters ready.
     Prepared(Arc<PreparedNamespace>),
-    /// Named by a [`Scope`] of its own: counters built per event.
+    /// Named by a [`Scope`](crate::Scope) of its own: counters built per event.
     Adhoc(Arc<str>, Mechanism),
 }
 
@@ -47,15 +47,9 @@ impl Namespace {
         })))
     }
 
-    /// A namespace named for one scope ([`Scope::for_mechanism`]).
+    /// A namespace named for one scope ([`Scope::for_mechanism`](crate::Scope::for_mechanism)).
     pub(crate) fn named(mechanism: Mechanism, name: String) -> Self {
         Self(NamespaceRepr::Adhoc(name.into(), mechanism))
-    }
-
-    /// The scope of this namespace with no principal ([`Scope::with_principal`] adds one):
-    /// what a front end claims in.
-    pub fn scope(&self) -> Scope {
-        Scope::of(self.clone())
     }
 
     /// The front end it was prepared for ([`Namespace::for_mechanism`]).

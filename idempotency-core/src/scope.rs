@@ -39,7 +39,7 @@ impl Scope {
         Self::of(Namespace::named(mechanism, namespace.into()))
     }
 
-    pub(crate) fn of(namespace: Namespace) -> Self {
+    fn of(namespace: Namespace) -> Self {
         Self {
             namespace,
             principal: None,
@@ -105,6 +105,14 @@ impl Scope {
         // A principal of "" and no principal must differ.
         hasher.raw(&[u8::from(self.principal.is_some())]);
         StorageKey(hasher.finish())
+    }
+}
+
+impl Namespace {
+    /// The scope of this namespace with no principal ([`Scope::with_principal`] adds one):
+    /// what a front end claims in.
+    pub fn scope(&self) -> Scope {
+        Scope::of(self.clone())
     }
 }
 
