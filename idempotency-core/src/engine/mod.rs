@@ -147,11 +147,12 @@ impl<S: Store> Idempotency<S> {
     /// first owner's outcome (or runs, if it was released). Duplicates of one key share one
     /// wait in an engine, bounded in number ([`Config::max_waiters_per_key`]).
     ///
-    /// A key as sent ([`ClaimKey::Sent`]: a `&str` or an [`IdempotencyKey`]) is derived for
-    /// the scope's front end ([`Scope::mechanism`]) and, while previous keys are read
+    /// A key as sent ([`ClaimKey::Sent`]: a `&str` or an
+    /// [`IdempotencyKey`](crate::IdempotencyKey)) is derived for the scope's front end
+    /// ([`Scope::mechanism`]) and, while previous keys are read
     /// ([`with_previous_keys`](Self::with_previous_keys)), the previous key derivation's key is
-    /// claimed first ([`previous_keys`]). A front end that claims in one namespace over and over
-    /// prepares it once ([`Namespace::scope`]); its metric keys are then built once.
+    /// claimed first. A front end that claims in one namespace over and over prepares it once
+    /// ([`Namespace::scope`](crate::Namespace::scope)); its metric keys are then built once.
     ///
     /// ```
     /// use idempotency_core::{Decision, Fingerprint, Idempotency, InFlightPolicy, MemoryStore, Namespace};
