@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idempotency_core::{
-    BoxStore, Claim, ClaimRequest, CompleteRequest, Decision, FencingToken, Fingerprint,
-    Idempotency, IdempotencyKey, InFlightPolicy, MemoryStore, Namespace, Outcome, Record, Scope,
-    StorageKey, Store, StoreError, TouchRequest,
+    Claim, ClaimRequest, CompleteRequest, Decision, FencingToken, Fingerprint, Idempotency,
+    IdempotencyKey, InFlightPolicy, MemoryStore, Outcome, Record, Scope, StorageKey, Store,
+    StoreError, TouchRequest,
 };
 
 fn key(text: &str) -> IdempotencyKey {
@@ -426,49 +426,4 @@ async fn bounded_memory_store_refuses_rather_than_evicting_live_records() {
         let _ = short.claim(request).await;
     }
     assert!(short.len() <= 64);
-}
-
-/// The memory store's claims are answered at once, owned or shared, with the decisions an
-/// awaited claim gives; any other store (here one chosen at run time) says to await `claim`.
-#[tokio::test]
-async fn claims_on_the_memory_store_are_answered_at_once_as_claim_answers() {
-    let scope = Namespace::new("at-once").scope();
-    let (key, fingerprint) = (scope.storage_key(&key("K1")), Fingerprint::of_bytes(b"p"));
-    let shared = Idempotency::new(Arc::new(MemoryStore::new()));
-    let at_once = |engine: &Idempotency<Arc<MemoryStore>>, fingerprint: &Fingerprint| {
-        engine
-            .claim_at_once(&scope, key, fingerprint)
-            .expect("the memory store answers at once")
-            .unwrap()
-    };
-    let Decision::Execute(execution) = at_once(&shared, &fingerprint) else {
-        panic!("a new key executes");
-    };
-    assert!(matches!(
-        at_once(&shared, &fingerprint),
-        Decision::InFlight { .. }
-    ));
-    assert!(matches!(
-        at_once(&shared, &Fingerprint::of_bytes(b"other")),
-        Decision::Mismatch
-    ));
-    execution
-        .complete(Outcome::new(200, "granted"))
-        .await
-        .unwrap();
-    let Decision::Replay(outcome) = at_once(&shared, &fingerprint) else {
-        panic!("a completed key replays");
-    };
-    assert_eq!(outcome.body, "granted");
-    let awaited = shared
-        .claim(&scope, key, &fingerprint, InFlightPolicy::Reject)
-        .await
-        .unwrap();
-    assert!(matches!(awaited, Decision::Replay(_)));
-
-    let owned = Idempotency::new(MemoryStore::new());
-    let first = owned.claim_at_once(&scope, key, &fingerprint);
-    assert!(matches!(first, Some(Ok(Decision::Execute(_)))));
-    let chosen = Idempotency::new(BoxStore::new(MemoryStore::new()));
-    assert!(chosen.claim_at_once(&scope, key, &fingerprint).is_none());
 }

@@ -185,48 +185,6 @@ impl<S: Store> Idempotency<S> {
         }
     }
 
-    /// [`claim`](Self::claim) of a derived key, answered at once, for the workspace's HTTP
-    /// layer, which would otherwise box the claim's future: `Some` where the store answers
-    /// without awaiting (the memory store), `None` otherwise (then await `claim`). A duplicate
-    /// in flight is answered at once. Not part of the API: a fast path kept because a replay
-    /// through the layer costs 4 % more instructions without it (`BENCHMARKS.md`).
-    #[doc(hidden)]
-    pub fn claim_at_once(
-        &self,
-        scope: &Scope,
-        key: StorageKey,
-        fingerprint: &Fingerprint,
-    ) -> Option<Result<Decision<S>, StoreError>> {
-        let namespace = scope.prepared().by_ref();
-        let request = self.claim_request(namespace, &key, fingerprint, ClaimId::random());
-        let claim = self.claim_ready(request)?;
-        if let Err(error) = &claim {
-            telemetry::record_key(&key);
-            self.note_failure(StoreOp::Claim, namespace, error);
-        }
-        Some(claim.map(|claim| self.decide(namespace, key, claim)))
-    }
-
-    /// The memory store's answer to a claim, which it gives without awaiting; `None` for any
-    /// other store. `S` is known when this is compiled, so the test of its type costs nothing.
-    fn claim_ready(&self, request: ClaimRequest<'_>) -> Option<Result<Claim, StoreError>> {
-        #[cfg(feature = "memory")]
-        {
-            let store: &dyn std::any::Any = &*self.inner.store;
-            let memory = store.downcast_ref::<crate::MemoryStore>().or_else(|| {
-                store
-                    .downcast_ref::<Arc<crate::MemoryStore>>()
-                    .map(|shared| &**shared)
-            });
-            if let Some(memory) = memory {
-                return Some(memory.claim_now(request));
-            }
-        }
-        #[cfg(not(feature = "memory"))]
-        let _ = request;
-        None
-    }
-
     async fn claim_in(
         &self,
         namespace: NamespaceRef<'_>,

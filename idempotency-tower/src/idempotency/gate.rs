@@ -21,8 +21,6 @@ type BoxedClaim<S> = Pin<Box<dyn Future<Output = Result<Decision<S>, StoreError>
 
 /// Claims the key for a request: one store call (or, in wait mode, a bounded poll).
 ///
-/// A store that answers at once (the memory store) is answered here, with no future set up; except for an in-flight key in wait mode, which is then awaited as below.
-///
 /// A conflict (another fingerprint) where the layer answers it with the stored response
 /// ([`ConflictAnswer::ReplayStored`]), or reads the previous fingerprint too (`previous`), is
 /// resolved here too, in the same boxed future.
@@ -37,19 +35,12 @@ fn claim<S: Store>(
     previous: Option<Fingerprint>,
     in_flight: InFlightPolicy,
 ) -> ClaimGuard<S> {
-    let engine = &layer.shared.engine;
     let replay_conflicts = layer.settings().on_conflict == ConflictAnswer::ReplayStored;
     let resolve_conflicts = replay_conflicts || previous.is_some();
-    match engine.claim_at_once(&layer.settings().scope, storage_key, &fingerprint) {
-        Some(Ok(Decision::InFlight { .. })) if in_flight != InFlightPolicy::Reject => {}
-        Some(Ok(Decision::Mismatch)) if resolve_conflicts => {}
-        Some(decision) => return ClaimGuard::Ready(Some(decision)),
-        None => {}
-    }
     let shared = Arc::clone(&layer.shared);
-    let tracker = engine.tracker().clone();
-    ClaimGuard::Pending(
-        Some(Box::pin(async move {
+    let tracker = shared.engine.tracker().clone();
+    ClaimGuard {
+        claim: Some(Box::pin(async move {
             let scope = &shared.settings.scope;
             match shared
                 .engine
@@ -64,48 +55,37 @@ fn claim<S: Store>(
             }
         })),
         tracker,
-    )
+    }
 }
 
 /// A claim that is finished in the background if dropped unfinished.
-enum ClaimGuard<S: Store> {
-    /// The answer of a store that answered at once.
-    Ready(Option<Result<Decision<S>, StoreError>>),
-    /// The store's answer to come, and the tracker that finishes it if dropped.
-    Pending(Option<BoxedClaim<S>>, Tracker),
+struct ClaimGuard<S: Store> {
+    /// The store's answer to come (`None` once it came).
+    claim: Option<BoxedClaim<S>>,
+    /// What finishes the claim if the guard is dropped first.
+    tracker: Tracker,
 }
 
 impl<S: Store> Future for ClaimGuard<S> {
     type Output = Result<Decision<S>, StoreError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let decision = match &mut *self {
-            Self::Ready(decision) => decision.take(),
-            Self::Pending(pending, _) => match pending.as_mut() {
-                Some(claim) => {
-                    let decision = ready!(claim.as_mut().poll(cx));
-                    *pending = None;
-                    Some(decision)
-                }
-                None => None,
-            },
+        let Some(claim) = self.claim.as_mut() else {
+            panic!("ClaimGuard polled after completion");
         };
-        match decision {
-            Some(decision) => Poll::Ready(decision),
-            None => panic!("ClaimGuard polled after completion"),
-        }
+        let decision = ready!(claim.as_mut().poll(cx));
+        self.claim = None;
+        Poll::Ready(decision)
     }
 }
 
 impl<S: Store> Drop for ClaimGuard<S> {
     fn drop(&mut self) {
-        if let Self::Pending(pending, tracker) = self
-            && let Some(claim) = pending.take()
-        {
+        if let Some(claim) = self.claim.take() {
             tracing::debug!(
                 "request dropped during its claim; finishing the claim in the background"
             );
-            tracker.spawn(async move {
+            self.tracker.spawn(async move {
                 // A key won here has no handler to run: give it back at once, so that the
                 // client's retry runs rather than meeting a lease nobody renews.
                 if let Ok(Decision::Execute(execution)) = claim.await {
