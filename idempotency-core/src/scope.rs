@@ -201,6 +201,31 @@ impl StorageKey {
         &self.0
     }
 
+    /// The idempotency key to send with the foreign call `step` of the work this record guards
+    /// (an HTTP `Idempotency-Key` header, gRPC `idempotency-key` metadata, a message id): 64
+    /// hex characters, the same on every retry, process and takeover of the record and
+    /// different for each step, so the other service deduplicates the call too. It is derived
+    /// from the hashed key, never from the raw key or the principal: it tells the other service
+    /// nothing, and two tenants' keys never meet there.
+    ///
+    /// ```
+    /// use idempotency_core::{IdempotencyKey, Scope};
+    ///
+    /// let key = Scope::new("checkout").with_principal("shop-7").storage_key(&IdempotencyKey::parse("T1")?);
+    /// let capture = key.downstream("capture");
+    /// assert_eq!(capture, key.downstream("capture"));
+    /// assert_ne!(capture, key.downstream("grant"));
+    /// assert!(IdempotencyKey::parse(&capture).is_ok());
+    /// # Ok::<(), idempotency_core::KeyError>(())
+    /// ```
+    pub fn downstream(&self, step: &str) -> String {
+        let mut hasher = FramedHasher::new();
+        for part in [&b"downstream"[..], &self.0, step.as_bytes()] {
+            hasher.part(part);
+        }
+        hex::encode(hasher.finish())
+    }
+
     /// 64 bits that depend on every byte of the key, for choosing shards and table slots. A
     /// digest's bytes are uniform already; a key built by hand (a counter after a common
     /// prefix, say) would otherwise share its shard and slot with every key like it.

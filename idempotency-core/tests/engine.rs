@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use idempotency_core::{
     Claim, ClaimRequest, CompleteRequest, Decision, FencingToken, Fingerprint, Idempotency,
-    IdempotencyKey, InFlightPolicy, MemoryStore, Outcome, Record, Scope, StorageKey, Store,
-    StoreError, TouchRequest,
+    IdempotencyKey, InFlightPolicy, Mechanism, MemoryStore, Outcome, Record, Scope, StorageKey,
+    Store, StoreError, TouchRequest,
 };
 
 fn key(text: &str) -> IdempotencyKey {
@@ -426,4 +426,63 @@ async fn bounded_memory_store_refuses_rather_than_evicting_live_records() {
         let _ = short.claim(request).await;
     }
     assert!(short.len() <= 64);
+}
+
+/// A foreign call's key is the same on every execution of a record (a release, then a retry)
+/// and per step, differs between principals, is a valid key on the wire, and comes from the
+/// previous key derivation's record while previous keys are read (the key a node of the previous
+/// release sent).
+#[tokio::test]
+async fn downstream_keys_are_stable_per_record_and_step() {
+    let engine = Idempotency::new(MemoryStore::new());
+    let scope = Scope::for_mechanism(Mechanism::Function, "checkout").with_principal("shop-7");
+    let fp = Fingerprint::of_bytes(b"order 42");
+    let claim = || engine.claim(&scope, "T1", &fp, InFlightPolicy::Reject);
+    let Decision::Execute(first) = claim().await.unwrap() else {
+        panic!("a new key runs");
+    };
+    let capture = first.downstream_key("capture");
+    assert_eq!(
+        capture,
+        scope
+            .storage_key_for(Mechanism::Function, "T1")
+            .downstream("capture")
+    );
+    assert_ne!(capture, first.downstream_key("grant"));
+    assert!(IdempotencyKey::parse(&capture).is_ok(), "{capture}");
+    first.release().await.unwrap();
+    let Decision::Execute(retry) = claim().await.unwrap() else {
+        panic!("a released key runs again");
+    };
+    assert_eq!(
+        retry.downstream_key("capture"),
+        capture,
+        "stable across executions"
+    );
+    retry.release().await.unwrap();
+
+    let other = Scope::for_mechanism(Mechanism::Function, "checkout").with_principal("shop-8");
+    assert_ne!(
+        other
+            .storage_key_for(Mechanism::Function, "T1")
+            .downstream("capture"),
+        capture
+    );
+
+    let reading = Idempotency::new(MemoryStore::new()).with_previous_keys(true);
+    let Decision::Execute(bridged) = reading
+        .claim(&scope, "T1", &fp, InFlightPolicy::Reject)
+        .await
+        .unwrap()
+    else {
+        panic!("a new key runs");
+    };
+    assert_eq!(
+        bridged.downstream_key("capture"),
+        scope
+            .storage_key_for(Mechanism::Request, "T1")
+            .downstream("capture"),
+        "the previous derivation keyed functions as requests"
+    );
+    bridged.release().await.unwrap();
 }

@@ -82,6 +82,17 @@ impl<S: Store> Execution<S> {
         &self.key
     }
 
+    /// The idempotency key of this work's foreign call `step` ([`StorageKey::downstream`]),
+    /// derived from the oldest record the execution holds: while previous keys are read
+    /// ([`Config::previous_keys`](crate::Config::previous_keys)), a node of this release that takes over the work of a node of
+    /// the previous one sends the key that node sent.
+    pub fn downstream_key(&self, step: &str) -> String {
+        match &self.previous {
+            Some(previous) => previous.downstream_key(step),
+            None => self.key.downstream(step),
+        }
+    }
+
     /// The namespace the key was claimed in.
     pub fn namespace(&self) -> &Namespace {
         &self.namespace
