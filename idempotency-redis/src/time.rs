@@ -14,7 +14,7 @@ pub(crate) fn from_unix_millis(millis: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(millis)
 }
 
-/// Microseconds since the Unix epoch now, the seed of fencing tokens, so that they grow
+/// Microseconds since the Unix epoch now, where fencing tokens start, so that they grow
 /// across restarts.
 pub(crate) fn unix_micros_now() -> u64 {
     SystemTime::now()

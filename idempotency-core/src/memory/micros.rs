@@ -26,7 +26,7 @@ impl Micros {
         )
     }
 
-    /// The microseconds themselves (the seed of fencing tokens, so that they grow across
+    /// The microseconds themselves (where fencing tokens start, so that they grow across
     /// restarts).
     pub(super) fn get(self) -> u64 {
         self.0
