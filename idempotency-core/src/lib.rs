@@ -45,6 +45,14 @@
 //!   handler, an outcome not worth keeping). **Undo** is the release of a claim whose answer
 //!   never came, named by its [`ClaimId`].
 //! - **takeover**: a claim of a key whose lease ended; its owner is attempt `n + 1`.
+//! - **step** (runs with steps, crate `idempotency-steps`): one named part of a handler with
+//!   several (reserve, capture, grant). A **local** step writes to the business database and
+//!   **checkpoints** its result with the record in its own transaction; a **foreign** step calls
+//!   another service with a **downstream key** ([`StorageKey::downstream`]) and checkpoints its
+//!   answer just after. The record's [`Progress`] lets a retry, a takeover or the
+//!   **completer** (which drives runs nobody retries) **resume** after the last completed step.
+//!   A step may **end** the run with an answer; the local steps before it are then
+//!   **compensated** (undone, last first).
 //! - **settle** (queue consumers only): ack, requeue or reject a delivery, by its verdict.
 //! - **abandoned**: an in-progress record whose lease ended (its owner crashed or hangs): a
 //!   **dangling** record until a claim takes it over or an operator releases it
@@ -112,6 +120,7 @@ mod key;
 mod mechanism;
 pub mod metrics;
 mod namespace;
+mod progress;
 mod record;
 mod scope;
 mod store;
@@ -131,6 +140,7 @@ pub use in_flight::{DEFAULT_IN_FLIGHT_WAIT, InFlightPolicy};
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use mechanism::Mechanism;
 pub use namespace::Namespace;
+pub use progress::{Ending, Progress, StepResult};
 pub use record::{ClaimId, FencingToken, Outcome, Record, RecordState};
 pub use scope::{ClaimKey, Scope, StorageKey};
 pub use store::{

@@ -173,6 +173,9 @@ pub struct Record {
     /// request, as release 0.1 did; 2: keyed by mechanism; 3: consumers keyed as messages in
     /// both tiers; see [`Mechanism`]); `None` for records written before records said it.
     pub key_derivation: Option<u8>,
+    /// What a run with steps checkpointed (its completed steps, the input a resume needs);
+    /// `None` for a record without steps, and on stores that do not keep steps.
+    pub progress: Option<crate::Progress>,
 }
 
 #[cfg(test)]

@@ -396,6 +396,7 @@ pub(super) fn record(
         last_conflict_at: None,
         mechanism,
         key_derivation,
+        progress: None,
     };
     if start > end {
         record.conflicts = u32::from_be_bytes(be(&stored, end));

@@ -191,6 +191,7 @@ pub(crate) struct RecordRow {
     last_conflict_us: Option<i64>,
     mechanism: Option<String>,
     key_derivation: Option<i64>,
+    progress: Option<Vec<u8>>,
 }
 
 impl RecordRow {
@@ -217,6 +218,11 @@ impl RecordRow {
             key_derivation: self
                 .key_derivation
                 .and_then(|version| u8::try_from(version).ok()),
+            progress: self
+                .progress
+                .as_deref()
+                .map(idempotency_core::Progress::decode)
+                .transpose()?,
         })
     }
 }

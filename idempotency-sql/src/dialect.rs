@@ -75,6 +75,12 @@ pub struct TableSql<Own> {
     pub(crate) complete: String,
     /// Renews the lease of an owned record, binding [`Steps::TOUCH`](sealed::Steps::TOUCH).
     pub(crate) touch: String,
+    /// Checkpoints a run with steps on an owned record and renews its lease, binding
+    /// [`Steps::CHECKPOINT`](sealed::Steps::CHECKPOINT) (the progress as the body).
+    pub(crate) checkpoint: String,
+    /// Ends the lease of an in-progress record at once (a takeover of a run whose owner is
+    /// known to be gone): key.
+    pub(crate) expire: String,
     /// Deletes one bounded batch of purgeable records, binding
     /// [`Steps::PURGE`](sealed::Steps::PURGE).
     pub(crate) purge: String,
@@ -134,11 +140,33 @@ pub(crate) mod sealed {
         /// The values [`TableSql::touch`] binds, in its placeholders' order.
         const TOUCH: &'static [Param];
 
+        /// The values [`TableSql::checkpoint`] binds, in its placeholders' order.
+        const CHECKPOINT: &'static [Param];
+
         /// The values [`TableSql::purge`] binds, in its placeholders' order.
         const PURGE: &'static [Param];
 
         /// The statements of `table` (a validated identifier).
         fn statements(table: &str) -> TableSql<Self::Own>;
+
+        /// Whether a run's hold ([`StepStore::hold`](crate::StepStore::hold)) ends with its
+        /// connection; SQLite's is kept in the process.
+        const HOLD_ENDS_WITH_CONNECTION: bool = true;
+
+        /// Takes the hold of a run with steps on `key` of `table` on `conn`: `false` while
+        /// another owner holds it.
+        fn hold_on(
+            conn: &mut Self::Connection,
+            table: &str,
+            key: &StorageKey,
+        ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+        /// Gives the hold of [`hold_on`](Self::hold_on) back.
+        fn unhold_on(
+            conn: &mut Self::Connection,
+            table: &str,
+            key: &StorageKey,
+        ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
         /// [`Store::claim`](idempotency_core::Store::claim) on a connection.
         fn claim_on(

@@ -78,6 +78,7 @@ pub mod function;
 mod operations;
 mod prefix;
 mod schema;
+mod steps;
 mod store;
 pub mod support;
 mod time;
@@ -96,6 +97,7 @@ pub use common::{ListFilter, validate_identifier};
 pub use dialect::{Dialect, SqlStore};
 pub use error::from_sqlx;
 pub use schema::{SCHEMA_TABLE, SCHEMA_VERSION};
+pub use steps::StepStore;
 pub use transition::{StateValue, Transition, TransitionOutcome};
 pub use tx::{InTransaction, TxClaim, TxClaimRequest, TxLease, TxStore};
 

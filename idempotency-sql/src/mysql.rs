@@ -123,7 +123,7 @@ fn statements(table: &str) -> TableSql<Sql> {
         };
         let record_columns = format!(
             "key_hash, namespace, fingerprint, state, token, attempts, {}, {}, {}, {}, \
-             response_status, response_body, conflicts, {}, mechanism, key_derivation",
+             response_status, response_body, conflicts, {}, mechanism, key_derivation, progress",
             us("created_at").replace("AS created_at", "AS created_us"),
             us("updated_at").replace("AS updated_at", "AS updated_us"),
             us("completed_at").replace("AS completed_at", "AS completed_us"),
@@ -154,6 +154,7 @@ fn statements(table: &str) -> TableSql<Sql> {
                    attempts = IF({expired}, IF(state = 'in_progress', attempts + 1, 1), attempts), \
                    created_at = IF({expired}, IF(state = 'in_progress', created_at, {NOW}), \
                      created_at), \
+                   progress = IF({expired}, IF(state = 'in_progress', progress, NULL), progress), \
                    token = IF({expired}, LAST_INSERT_ID(GREATEST(token + 1, {NOW_US})), \
                      token + LAST_INSERT_ID(0)), \
                    namespace = IF({expired}, ?, namespace), \
@@ -181,6 +182,13 @@ fn statements(table: &str) -> TableSql<Sql> {
             touch: format!(
                 "UPDATE {t} SET expires_at = {NOW} + INTERVAL ? MICROSECOND, updated_at = {NOW} \
                  WHERE {owned}"
+            ),
+            checkpoint: format!(
+                "UPDATE {t} SET progress = ?, expires_at = {NOW} + INTERVAL ? MICROSECOND, \
+                 updated_at = {NOW} WHERE {owned}"
+            ),
+            expire: format!(
+                "UPDATE {t} SET expires_at = created_at WHERE key_hash = ? AND state = 'in_progress'"
             ),
             // Completed past the TTL, or an abandoned lease past its end plus the grace;
             // last written at least the table's configured TTL ago.
@@ -219,6 +227,10 @@ fn statements(table: &str) -> TableSql<Sql> {
                     format!("ALTER TABLE {t} ADD COLUMN mechanism VARCHAR(16) NULL"),
                     format!("ALTER TABLE {t} ADD COLUMN key_derivation SMALLINT NULL"),
                 ],
+                // 5: the checkpoints of a run with steps (`Record::progress`).
+                vec![format!(
+                    "ALTER TABLE {t} ADD COLUMN progress MEDIUMBLOB NULL"
+                )],
             ],
             mark_conflict: marks.mark,
             undo: format!(
@@ -287,10 +299,37 @@ impl Steps for MySql {
     const VERSIONS: Versions<Self> = Versions::new(&VERSIONS);
     const COMPLETE: &'static [Param] = &[Status, Body, Span, Key, Token];
     const TOUCH: &'static [Param] = &[Span, Key, Token];
+    const CHECKPOINT: &'static [Param] = &[Body, Span, Key, Token];
     const PURGE: &'static [Param] = &[Grace, Floor, Limit];
 
     fn statements(table: &str) -> TableSql<Sql> {
         statements(table)
+    }
+
+    async fn hold_on(
+        conn: &mut MySqlConnection,
+        table: &str,
+        key: &StorageKey,
+    ) -> Result<bool, StoreError> {
+        let (held,): (Option<i64>,) = sqlx::query_as("SELECT GET_LOCK(?, 0)")
+            .bind(crate::steps::lock_name(table, key))
+            .fetch_one(conn)
+            .await
+            .map_err(map_err)?;
+        Ok(held == Some(1))
+    }
+
+    async fn unhold_on(
+        conn: &mut MySqlConnection,
+        table: &str,
+        key: &StorageKey,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DO RELEASE_LOCK(?)")
+            .bind(crate::steps::lock_name(table, key))
+            .execute(conn)
+            .await
+            .map_err(map_err)?;
+        Ok(())
     }
 
     #[cfg(feature = "testing")]

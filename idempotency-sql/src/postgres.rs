@@ -12,7 +12,9 @@ use super::dialect::sealed::{Param, Param::*, Steps};
 use super::dialect::{SqlStore, TableSql};
 use super::schema::{self, VersionSql, Versions};
 use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
-use idempotency_core::{Claim, ClaimId, ClaimRequest, FencingToken, Lease, Mechanism, StoreError};
+use idempotency_core::{
+    Claim, ClaimId, ClaimRequest, FencingToken, Lease, Mechanism, StorageKey, StoreError,
+};
 
 /// SQLSTATE `lock_not_available`: a bounded wait (`lock_timeout`) ran out.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
@@ -108,7 +110,7 @@ fn record_columns() -> String {
          {} AS created_us, {} AS updated_us, {} AS completed_us, {} AS expires_us, \
          response_status::bigint AS response_status, response_body, \
          conflicts::bigint AS conflicts, {} AS last_conflict_us, mechanism, \
-         key_derivation::bigint AS key_derivation",
+         key_derivation::bigint AS key_derivation, progress",
         us("created_at"),
         us("updated_at"),
         us("completed_at"),
@@ -150,6 +152,11 @@ fn statements(table: &str) -> TableSql<Sql> {
                 "CASE WHEN r.state = 'in_progress' THEN r.created_at ELSE excluded.created_at END",
             ),
             ("updated_at", "excluded.updated_at"),
+            // A takeover resumes the run's checkpoints; a new run after completion starts bare.
+            (
+                "progress",
+                "CASE WHEN r.state = 'in_progress' THEN r.progress ELSE NULL END",
+            ),
             ("completed_at", "NULL"),
             ("expires_at", "excluded.expires_at"),
             ("response_status", "NULL"),
@@ -241,6 +248,13 @@ fn statements(table: &str) -> TableSql<Sql> {
                 "UPDATE {t} SET expires_at = {NOW} + $3 * interval '1 microsecond', \
                  updated_at = {NOW} WHERE {owned}"
             ),
+            checkpoint: format!(
+                "UPDATE {t} SET progress = $3, expires_at = {NOW} + $4 * interval '1 microsecond', \
+                 updated_at = {NOW} WHERE {owned}"
+            ),
+            expire: format!(
+                "UPDATE {t} SET expires_at = created_at WHERE key_hash = $1 AND state = 'in_progress'"
+            ),
             purge: format!(
                 "DELETE FROM {t} WHERE key_hash IN (\
                    SELECT key_hash FROM {t} WHERE {purgeable} \
@@ -284,6 +298,10 @@ fn statements(table: &str) -> TableSql<Sql> {
                     format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS mechanism TEXT"),
                     format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS key_derivation SMALLINT"),
                 ],
+                // 5: the checkpoints of a run with steps (`Record::progress`).
+                vec![format!(
+                    "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS progress BYTEA"
+                )],
             ],
             mark_conflict: marks.mark,
             undo: format!(
@@ -334,10 +352,37 @@ impl Steps for Postgres {
     const VERSIONS: Versions<Self> = Versions::new(&VERSIONS);
     const COMPLETE: &'static [Param] = &[Key, Token, Status, Body, Span];
     const TOUCH: &'static [Param] = &[Key, Token, Span];
+    const CHECKPOINT: &'static [Param] = &[Key, Token, Body, Span];
     const PURGE: &'static [Param] = &[Limit, Grace, Floor];
 
     fn statements(table: &str) -> TableSql<Sql> {
         statements(table)
+    }
+
+    async fn hold_on(
+        conn: &mut PgConnection,
+        _table: &str,
+        key: &StorageKey,
+    ) -> Result<bool, StoreError> {
+        let (held,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+            .bind(crate::steps::lock_id(key))
+            .fetch_one(conn)
+            .await
+            .map_err(map_err)?;
+        Ok(held)
+    }
+
+    async fn unhold_on(
+        conn: &mut PgConnection,
+        _table: &str,
+        key: &StorageKey,
+    ) -> Result<(), StoreError> {
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(crate::steps::lock_id(key))
+            .execute(conn)
+            .await
+            .map_err(map_err)?;
+        Ok(())
     }
 
     #[cfg(feature = "testing")]

@@ -80,7 +80,7 @@ fn statements(table: &str) -> TableSql<Sql> {
         let record_columns = "key_hash, namespace, fingerprint, state, token, attempts, \
              created_at AS created_us, updated_at AS updated_us, completed_at AS completed_us, \
              expires_at AS expires_us, response_status, response_body, conflicts, \
-             last_conflict_at AS last_conflict_us, mechanism, key_derivation";
+             last_conflict_at AS last_conflict_us, mechanism, key_derivation, progress";
         let now = <Sqlite as Steps>::NOW;
         let marks = MarkSql::new(&t, "ADD COLUMN", "INTEGER", now, "?1");
         TableSql {
@@ -102,6 +102,7 @@ fn statements(table: &str) -> TableSql<Sql> {
                    attempts = CASE WHEN state = 'in_progress' THEN attempts + 1 ELSE 1 END, \
                    created_at = CASE WHEN state = 'in_progress' THEN created_at \
                      ELSE excluded.created_at END, \
+                   progress = CASE WHEN state = 'in_progress' THEN progress ELSE NULL END, \
                    updated_at = excluded.updated_at, completed_at = NULL, \
                    expires_at = excluded.expires_at, response_status = NULL, \
                    response_body = NULL, conflicts = 0, last_conflict_at = NULL \
@@ -114,6 +115,12 @@ fn statements(table: &str) -> TableSql<Sql> {
                  completed_at = ?5, updated_at = ?5, expires_at = ?5 + ?6 WHERE {owned}"
             ),
             touch: format!("UPDATE {t} SET expires_at = ?3 + ?4, updated_at = ?3 WHERE {owned}"),
+            checkpoint: format!(
+                "UPDATE {t} SET progress = ?5, expires_at = ?3 + ?4, updated_at = ?3 WHERE {owned}"
+            ),
+            expire: format!(
+                "UPDATE {t} SET expires_at = created_at WHERE key_hash = ?1 AND state = 'in_progress'"
+            ),
             purge: format!(
                 "DELETE FROM {t} WHERE key_hash IN (\
                    SELECT key_hash FROM {t} WHERE expires_at <= ?1 \
@@ -156,6 +163,8 @@ fn statements(table: &str) -> TableSql<Sql> {
                     format!("ALTER TABLE {t} ADD COLUMN mechanism TEXT"),
                     format!("ALTER TABLE {t} ADD COLUMN key_derivation INTEGER"),
                 ],
+                // 5: the checkpoints of a run with steps (`Record::progress`).
+                vec![format!("ALTER TABLE {t} ADD COLUMN progress BLOB")],
             ],
             mark_conflict: marks.mark,
             undo: format!(
@@ -193,10 +202,30 @@ impl Steps for Sqlite {
     const VERSIONS: Versions<Self> = Versions::new(&VERSIONS);
     const COMPLETE: &'static [Param] = &[Key, Token, Status, Body, HostNow, Span];
     const TOUCH: &'static [Param] = &[Key, Token, HostNow, Span];
+    const CHECKPOINT: &'static [Param] = &[Key, Token, HostNow, Span, Body];
     const PURGE: &'static [Param] = &[HostNow, Limit, Grace, Floor];
 
     fn statements(table: &str) -> TableSql<Sql> {
         statements(table)
+    }
+
+    const HOLD_ENDS_WITH_CONNECTION: bool = false;
+
+    async fn hold_on(
+        _conn: &mut SqliteConnection,
+        table: &str,
+        key: &idempotency_core::StorageKey,
+    ) -> Result<bool, StoreError> {
+        Ok(crate::steps::in_process::take(table, key))
+    }
+
+    async fn unhold_on(
+        _conn: &mut SqliteConnection,
+        table: &str,
+        key: &idempotency_core::StorageKey,
+    ) -> Result<(), StoreError> {
+        crate::steps::in_process::give_back(table, key);
+        Ok(())
     }
 
     #[cfg(feature = "testing")]

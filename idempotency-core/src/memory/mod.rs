@@ -80,6 +80,7 @@ impl Entry {
             last_conflict_at: None,
             mechanism: origin::mechanism(self.origin),
             key_derivation: origin::derivation(self.origin),
+            progress: None,
         }
     }
 }

@@ -1,0 +1,50 @@
+//! Retry to completion: handlers with several **steps**, each checkpointed on the idempotency
+//! record in the business database, so that a retry, a takeover after a crash or the
+//! background [`Completer`] resumes after the last completed step and never runs one twice.
+//!
+//! A payment handler marks the order, captures the money at a provider, grants a coupon, then
+//! answers. As one unit, a crash after the capture leaves the retry two bad choices: capture
+//! again, or replay a failure forever. As a [`Run`] of steps:
+//!
+//! - a **local** step ([`Run::local`]) writes in its own transaction, and its result is
+//!   checkpointed in that transaction: its writes and its checkpoint commit together (the
+//!   iron rule, per step);
+//! - a **foreign** step ([`Run::foreign`]) calls another service outside any transaction with
+//!   a **downstream key** derived from the record's key and the step, so the other service
+//!   deduplicates a call made again after a crash; its answer is checkpointed just after;
+//! - a step may **end** the run with an answer ([`StepError::End`]: a declined card); the
+//!   declared compensations ([`Run::undo`]) of the completed steps run, last first, each
+//!   checkpointed, before the answer is stored; a step that may succeed later
+//!   ([`StepError::Retry`]) leaves the run resumable ([`Run::pause`]);
+//! - the owner **holds** the run's key on its connection for the whole run: on PostgreSQL and
+//!   MySQL the database drops the hold with a dead process's connection, so a retry takes the
+//!   run over at once, while a live owner's duplicates wait or are told it is in flight.
+//!
+//! | per run (PostgreSQL, MySQL) | statements |
+//! |---|---|
+//! | start: hold + claim | 2 (a resume reads the record once more) |
+//! | local step | `BEGIN`, the step's own, 1 checkpoint, `COMMIT` |
+//! | foreign step | the call, then 1 checkpoint |
+//! | complete: the answer + give the hold back | 2 |
+//!
+//! The HTTP front end (the tower layer's steps mode, crate `idempotency-tower`) keeps the
+//! request as the run's input, answers duplicates, and resumes runs through the completer.
+//!
+//! # Guarantees per store
+//! - **PostgreSQL, MySQL/MariaDB**: a dead owner is noticed as soon as its connection closes.
+//!   A live owner whose connection broke loses its hold; its next checkpoint is fenced out
+//!   ([`Error::LeaseLost`](idempotency_core::Error::LeaseLost)) and rolls its step back.
+//! - **SQLite**: one process holds its runs in memory; another process's dead run is taken over
+//!   when its lease ends ([`DEFAULT_RUN_LEASE`], renewed by each checkpoint).
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod completer;
+mod error;
+mod run;
+mod runner;
+
+pub use completer::{Completer, DEFAULT_COMPLETER_BATCH, DEFAULT_MAX_ATTEMPTS, Sweep};
+pub use error::StepError;
+pub use run::{Connection, Db, Run, Undo};
+pub use runner::{DEFAULT_MAX_INPUT, DEFAULT_RUN_LEASE, DEFAULT_RUN_TTL, Runner, Start, Started};

@@ -1,0 +1,297 @@
+//! One run with steps, owned by this process: its steps, checkpoints, compensations and end.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use idempotency_core::{Ending, Error, Lease, Outcome, Progress, StepResult, StorageKey};
+use idempotency_sql::StepStore;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::pool::PoolConnection;
+
+use crate::StepError;
+
+/// The database of store `S`.
+pub type Db<S> = <S as idempotency_sql::TxStore>::Database;
+
+/// A connection of store `S`'s database.
+pub type Connection<S> = <Db<S> as sqlx::Database>::Connection;
+
+/// The compensation of a local step: given a connection inside the compensation's own
+/// transaction and the step's checkpointed result, it undoes the step's writes.
+pub type Undo<S> = Box<
+    dyn for<'c> FnOnce(
+            &'c mut Connection<S>,
+            serde_json::Value,
+        ) -> Pin<Box<dyn Future<Output = Result<(), StepError>> + Send + 'c>>
+        + Send,
+>;
+
+/// A run with steps that this process owns: it holds the run's key on its own connection
+/// (so a retry elsewhere waits while it lives, and takes over at once when it dies), runs each
+/// step not completed yet, and checkpoints each result on the record.
+///
+/// Steps are called in the same order on every attempt; a step completed before (by this
+/// process or one that died) returns its checkpointed result without running. End the run with
+/// [`complete`](Self::complete) (the answer, stored) or [`pause`](Self::pause) (resumable).
+pub struct Run<S: StepStore> {
+    pub(crate) store: S,
+    pub(crate) conn: PoolConnection<Db<S>>,
+    pub(crate) key: StorageKey,
+    pub(crate) owner: Lease,
+    pub(crate) lease: Duration,
+    pub(crate) ttl: Duration,
+    pub(crate) progress: Progress,
+    pub(crate) undo: Vec<(String, Undo<S>)>,
+    pub(crate) held: bool,
+}
+
+impl<S: StepStore> std::fmt::Debug for Run<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("key", &self.key)
+            .field("owner", &self.owner)
+            .field("progress", &self.progress)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: StepStore> Run<S> {
+    /// The run's storage key.
+    pub fn key(&self) -> &StorageKey {
+        &self.key
+    }
+
+    /// What the run was started with (kept with its first checkpoint, so the completer can
+    /// resume it without the client).
+    pub fn input(&self) -> &Bytes {
+        &self.progress.input
+    }
+
+    /// Whether an earlier owner checkpointed steps of this run (a retry or a takeover resumes
+    /// it).
+    pub fn resumed(&self) -> bool {
+        !self.progress.steps.is_empty() || self.progress.ending.is_some()
+    }
+
+    /// The checkpoints so far.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    /// The idempotency key a foreign call of `step` sends to the other service: stable across
+    /// retries, processes and takeovers ([`StorageKey::downstream`]).
+    pub fn downstream_key(&self, step: &str) -> String {
+        self.key.downstream(step)
+    }
+
+    /// Runs the local step `name` in its own transaction on the business database: `step`
+    /// writes through the transaction it is given, and its result is checkpointed in the same
+    /// transaction, so its writes and its checkpoint commit together. Completed before: its
+    /// checkpointed result, nothing run.
+    pub async fn local<T, F>(&mut self, name: &str, step: F) -> Result<T, StepError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: AsyncFnOnce(&mut sqlx::Transaction<'_, Db<S>>) -> Result<T, StepError>,
+    {
+        if let Some(done) = self.done(name) {
+            return done;
+        }
+        let span = tracing::info_span!("step", step = name, kind = "local");
+        let _entered = span.enter();
+        let mut tx = self.store.begin_on(&mut self.conn).await?;
+        let value = match step(&mut tx).await {
+            Ok(value) => value,
+            Err(error) => {
+                let _ = tx.rollback().await;
+                return self.failed(name, error).await;
+            }
+        };
+        let progress = with_step(&self.progress, name, &value)?;
+        self.store
+            .checkpoint_on(&mut tx, &self.key, self.owner.token, &progress, self.lease)
+            .await?;
+        tx.commit().await.map_err(idempotency_sql::from_sqlx)?;
+        self.checkpointed(name, progress);
+        Ok(value)
+    }
+
+    /// Runs the foreign step `name`: `call` gets the step's downstream key and calls another
+    /// service outside any transaction; its result is checkpointed just after, alone. A crash
+    /// between the call and its checkpoint calls again on resume with the same key, which the
+    /// other service deduplicates on. Completed before: its checkpointed result, nothing called.
+    pub async fn foreign<T, F>(&mut self, name: &str, call: F) -> Result<T, StepError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: AsyncFnOnce(&str) -> Result<T, StepError>,
+    {
+        if let Some(done) = self.done(name) {
+            return done;
+        }
+        let span = tracing::info_span!("step", step = name, kind = "foreign");
+        let _entered = span.enter();
+        let key = self.key.downstream(name);
+        let value = match call(&key).await {
+            Ok(value) => value,
+            Err(error) => return self.failed(name, error).await,
+        };
+        let progress = with_step(&self.progress, name, &value)?;
+        self.store
+            .checkpoint_on(
+                &mut self.conn,
+                &self.key,
+                self.owner.token,
+                &progress,
+                self.lease,
+            )
+            .await?;
+        self.checkpointed(name, progress);
+        Ok(value)
+    }
+
+    /// Declares how to undo the completed local step `name`, should a later step end the run
+    /// ([`StepError::End`]): compensations run last step first, each in its own transaction
+    /// with its checkpoint, before the ending answer is stored. Declare it on every attempt,
+    /// after the step (a resume that ends the run compensates what earlier owners did too).
+    pub fn undo(&mut self, name: &str, undo: Undo<S>) {
+        self.undo.push((name.to_owned(), undo));
+    }
+
+    /// Stores `outcome` as the run's answer and gives the run's key back. When a step ended
+    /// the run, the declared compensations of the completed steps run first (each once).
+    /// [`Error::LeaseLost`] if another owner took the run over meanwhile.
+    pub async fn complete(mut self, outcome: &Outcome) -> Result<(), StepError> {
+        if self.progress.ending.is_some() {
+            self.compensate().await?;
+        }
+        self.store
+            .complete_on(
+                &mut self.conn,
+                &self.key,
+                self.owner.token,
+                outcome,
+                self.ttl,
+            )
+            .await?;
+        self.give_back().await;
+        Ok(())
+    }
+
+    /// Leaves the run resumable (a step may succeed later): its checkpoints stay, its lease
+    /// ends now and its key is given back, so a retry or the completer resumes it at once.
+    pub async fn pause(mut self) {
+        if let Err(error) = self.store.expire_on(&mut self.conn, &self.key).await {
+            tracing::warn!(%error, "a paused run's lease could not be ended; it ends on its own");
+        }
+        self.give_back().await;
+    }
+
+    /// The checkpointed result (or ending) of step `name`, if it completed before.
+    fn done<T: DeserializeOwned>(&self, name: &str) -> Option<Result<T, StepError>> {
+        if let Some(ending) = &self.progress.ending
+            && ending.step == name
+        {
+            return Some(Err(StepError::End(ending.answer.clone())));
+        }
+        let step = self.progress.step(name)?;
+        Some(
+            serde_json::from_value(step.result.clone()).map_err(|error| {
+                StepError::Store(Error::Codec(
+                    format!("the checkpoint of step {name:?} does not decode: {error}").into(),
+                ))
+            }),
+        )
+    }
+
+    /// A step that failed: an ending is checkpointed (alone) before it is returned.
+    async fn failed<T>(&mut self, name: &str, error: StepError) -> Result<T, StepError> {
+        let StepError::End(answer) = error else {
+            metrics::counter!("idempotency_step_failures_total", "step" => name.to_owned())
+                .increment(1);
+            return Err(error);
+        };
+        let mut progress = self.progress.clone();
+        progress.ending = Some(Ending {
+            step: name.to_owned(),
+            answer: answer.clone(),
+        });
+        self.store
+            .checkpoint_on(
+                &mut self.conn,
+                &self.key,
+                self.owner.token,
+                &progress,
+                self.lease,
+            )
+            .await?;
+        self.progress = progress;
+        Err(StepError::End(answer))
+    }
+
+    fn checkpointed(&mut self, name: &str, progress: Progress) {
+        self.progress = progress;
+        metrics::counter!("idempotency_step_checkpoints_total", "step" => name.to_owned())
+            .increment(1);
+    }
+
+    /// Runs the declared compensations of completed steps not compensated yet, last first.
+    async fn compensate(&mut self) -> Result<(), StepError> {
+        let undo = std::mem::take(&mut self.undo);
+        for (name, undo) in undo.into_iter().rev() {
+            let Some(step) = self.progress.step(&name).filter(|step| !step.compensated) else {
+                continue;
+            };
+            let result = step.result.clone();
+            let mut progress = self.progress.clone();
+            if let Some(step) = progress.steps.iter_mut().find(|step| step.name == name) {
+                step.compensated = true;
+            }
+            let mut tx = self.store.begin_on(&mut self.conn).await?;
+            undo(&mut tx, result).await?;
+            self.store
+                .checkpoint_on(&mut tx, &self.key, self.owner.token, &progress, self.lease)
+                .await?;
+            tx.commit().await.map_err(idempotency_sql::from_sqlx)?;
+            self.progress = progress;
+            metrics::counter!("idempotency_step_compensations_total", "step" => name).increment(1);
+        }
+        Ok(())
+    }
+
+    /// Gives the run's key back; a connection whose hold could not be given back is closed.
+    async fn give_back(&mut self) {
+        match self.store.unhold(&mut self.conn, &self.key).await {
+            Ok(()) => self.held = false,
+            Err(error) => tracing::warn!(%error, "a run's hold could not be given back"),
+        }
+    }
+}
+
+impl<S: StepStore> Drop for Run<S> {
+    fn drop(&mut self) {
+        if self.held {
+            // The hold must not outlive the run on a pooled connection: closed, the
+            // connection takes it along (SQLite's is forgotten in the process).
+            self.conn.close_on_drop();
+            self.store.forget_hold(&self.key);
+        }
+    }
+}
+
+/// `progress` with step `name` completed with `value`.
+fn with_step<T: Serialize>(
+    progress: &Progress,
+    name: &str,
+    value: &T,
+) -> Result<Progress, StepError> {
+    let result = serde_json::to_value(value).map_err(|error| {
+        StepError::Store(Error::Codec(
+            format!("the result of step {name:?} does not encode: {error}").into(),
+        ))
+    })?;
+    let mut progress = progress.clone();
+    progress.steps.push(StepResult::new(name, result));
+    Ok(progress)
+}

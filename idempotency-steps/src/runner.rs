@@ -1,0 +1,282 @@
+//! Starting (or resuming) a run with steps: the owner's hold, then the claim.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use idempotency_core::{
+    Claim, ClaimId, ClaimRequest, Error, Fingerprint, Lease, Mechanism, Outcome, Progress,
+    StorageKey,
+};
+use idempotency_sql::StepStore;
+use sqlx::pool::PoolConnection;
+
+use crate::run::{Db, Run};
+
+/// How long a run's record blocks its key without a checkpoint, by default. On PostgreSQL and
+/// MySQL a dead owner is noticed at once by its hold; the lease matters on SQLite and in
+/// operators' views (an in-progress record past its lease is listed as abandoned).
+pub const DEFAULT_RUN_LEASE: Duration = Duration::from_secs(30);
+
+/// How long a run's answer is kept, by default.
+pub const DEFAULT_RUN_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The most input a run keeps for a resume without its client, by default (64 KiB).
+pub const DEFAULT_MAX_INPUT: usize = 64 * 1024;
+
+/// Starts and resumes runs with steps on a SQL store.
+///
+/// ```no_run
+/// # #[cfg(feature = "postgres")]
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// use idempotency_core::{Fingerprint, IdempotencyKey, Outcome, Scope};
+/// use idempotency_sql::PostgresStore;
+/// use idempotency_steps::{Runner, Start, Started, StepError};
+///
+/// let store = PostgresStore::new(pool);
+/// store.migrate().await?;
+/// let runner = Runner::new(store);
+/// let scope = Scope::new("checkout");
+/// let key = scope.storage_key(&IdempotencyKey::parse("K1")?);
+/// let input = br#"{"order_id":7}"#;
+/// let fingerprint = Fingerprint::of_bytes(input);
+/// let start = Start::new(&key, scope.namespace(), &fingerprint, &input[..]);
+/// if let Started::Run(mut run) = runner.start(start).await? {
+///     let reserved: bool = run
+///         .local("reserve", async |tx| {
+///             sqlx::query("UPDATE orders SET reserved = true WHERE id = 7")
+///                 .execute(&mut **tx)
+///                 .await?;
+///             Ok(true)
+///         })
+///         .await?;
+///     let capture: String = run
+///         .foreign("capture", async |key| Ok(format!("capture sent with key {key}")))
+///         .await?;
+///     run.complete(&Outcome::new(201, capture)).await?;
+///     # let _ = reserved;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Runner<S> {
+    store: S,
+    lease: Duration,
+    ttl: Duration,
+    max_input: usize,
+}
+
+/// What [`Runner::start`] is asked to start or resume.
+#[derive(Clone, Debug)]
+pub struct Start<'a> {
+    /// The run's storage key.
+    pub key: &'a StorageKey,
+    /// The scope's namespace, kept in the clear.
+    pub namespace: &'a str,
+    /// What the key is used with.
+    pub fingerprint: &'a Fingerprint,
+    /// What a resume without the client needs (kept with the first checkpoint).
+    pub input: Bytes,
+    /// The front end starting it, kept with the record.
+    pub mechanism: Option<Mechanism>,
+}
+
+impl<'a> Start<'a> {
+    /// A run of `key` in `namespace`, used with `fingerprint`, started with `input`.
+    pub fn new(
+        key: &'a StorageKey,
+        namespace: &'a str,
+        fingerprint: &'a Fingerprint,
+        input: impl Into<Bytes>,
+    ) -> Self {
+        Self {
+            key,
+            namespace,
+            fingerprint,
+            input: input.into(),
+            mechanism: Some(Mechanism::Request),
+        }
+    }
+}
+
+/// What [`Runner::start`] found.
+#[derive(Debug)]
+#[must_use = "run the steps only on `Run`"]
+// The run is the common answer: boxing it would cost every run an allocation.
+#[allow(clippy::large_enum_variant)]
+pub enum Started<S: StepStore> {
+    /// This process owns the run: a new one, or one resumed after its last checkpoint.
+    Run(Run<S>),
+    /// The run completed before: its stored answer.
+    Replay(Outcome),
+    /// A live owner runs it: retry after this long (or wait and start again).
+    InFlight(Duration),
+    /// The key was used with another payload.
+    Mismatch,
+}
+
+/// What the claim taken under the hold came to.
+enum Claimed {
+    Owned(Lease),
+    Replay(Outcome),
+    InFlight(Duration),
+    Mismatch,
+}
+
+impl<S: StepStore> Runner<S> {
+    /// Runs on `store`, with [`DEFAULT_RUN_LEASE`], [`DEFAULT_RUN_TTL`] and
+    /// [`DEFAULT_MAX_INPUT`].
+    pub fn new(store: S) -> Self {
+        Self {
+            store,
+            lease: DEFAULT_RUN_LEASE,
+            ttl: DEFAULT_RUN_TTL,
+            max_input: DEFAULT_MAX_INPUT,
+        }
+    }
+
+    /// How long a run's record blocks its key without a checkpoint.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long a run's answer is kept.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The most input a run keeps; a larger input is not kept (only a client's retry can then
+    /// resume the run).
+    pub fn with_max_input(mut self, bytes: usize) -> Self {
+        self.max_input = bytes;
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Starts the run of `start.key`, or resumes it after its last checkpoint when an earlier
+    /// owner is gone (its hold ended with its connection, or its lease ended on SQLite). A
+    /// live owner's run is [`Started::InFlight`].
+    ///
+    /// Costs a hold and a claim (two statements); a resume reads the record once more.
+    pub async fn start(&self, start: Start<'_>) -> Result<Started<S>, Error> {
+        let mut conn = self
+            .store
+            .pool()
+            .acquire()
+            .await
+            .map_err(idempotency_sql::from_sqlx)?;
+        if !self.store.hold(&mut conn, start.key).await? {
+            return Ok(Started::InFlight(Duration::from_secs(1)));
+        }
+        match self.claim_held(&mut conn, &start).await {
+            Ok(Claimed::Owned(owner)) => self.owned(conn, &start, owner).await,
+            Ok(other) => {
+                self.release_hold(conn, start.key).await;
+                Ok(match other {
+                    Claimed::Replay(outcome) => Started::Replay(outcome),
+                    Claimed::InFlight(after) => Started::InFlight(after),
+                    Claimed::Owned(_) | Claimed::Mismatch => Started::Mismatch,
+                })
+            }
+            Err(error) => {
+                self.release_hold(conn, start.key).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// The run this process now owns, its progress read back when it resumes one.
+    async fn owned(
+        &self,
+        conn: PoolConnection<Db<S>>,
+        start: &Start<'_>,
+        owner: Lease,
+    ) -> Result<Started<S>, Error> {
+        let mut run = Run {
+            store: self.store.clone(),
+            conn,
+            key: *start.key,
+            owner,
+            lease: self.lease,
+            ttl: self.ttl,
+            progress: Progress::new(self.kept(&start.input)),
+            undo: Vec::new(),
+            held: true,
+        };
+        if owner.attempt > 1 || owner.took_over {
+            let record = self.store.get(start.key).await?;
+            if let Some(progress) = record.and_then(|record| record.progress) {
+                run.progress = progress;
+                metrics::counter!("idempotency_runs_resumed_total", "namespace" => start.namespace.to_owned())
+                    .increment(1);
+                tracing::info!(
+                    attempt = owner.attempt,
+                    stopped_at = run.progress.stopped_at().unwrap_or(""),
+                    "resuming a run after its last checkpoint"
+                );
+            }
+        }
+        Ok(Started::Run(run))
+    }
+
+    /// The input kept for a resume: `input` if within the bound.
+    fn kept(&self, input: &Bytes) -> Bytes {
+        if input.len() <= self.max_input {
+            input.clone()
+        } else {
+            tracing::warn!(
+                bytes = input.len(),
+                max = self.max_input,
+                "a run's input is too large to keep: only the client's retry can resume it"
+            );
+            Bytes::new()
+        }
+    }
+
+    /// Claims the key this connection holds. An in-progress record whose owner's hold is gone
+    /// (so, on PostgreSQL and MySQL, whose owner is gone) is taken over at once.
+    async fn claim_held(
+        &self,
+        conn: &mut PoolConnection<Db<S>>,
+        start: &Start<'_>,
+    ) -> Result<Claimed, Error> {
+        let request = ClaimRequest {
+            key: start.key,
+            namespace: start.namespace,
+            fingerprint: start.fingerprint,
+            lease: self.lease,
+            claim_id: ClaimId::random(),
+            mechanism: start.mechanism,
+            key_derivation: self
+                .store
+                .tx_request(start.namespace, start.key, start.fingerprint)
+                .key_derivation,
+        };
+        let mut claim = self.store.claim_on(conn, request).await?;
+        if matches!(claim, Claim::InProgress { .. }) && S::HOLD_ENDS_WITH_CONNECTION {
+            self.store.expire_on(conn, start.key).await?;
+            claim = self.store.claim_on(conn, request).await?;
+        }
+        Ok(match claim {
+            Claim::Acquired(owner) => Claimed::Owned(owner),
+            Claim::Completed(outcome) => Claimed::Replay(outcome),
+            Claim::InProgress { lease_remaining } => Claimed::InFlight(
+                lease_remaining.clamp(Duration::from_secs(1), Duration::from_secs(5)),
+            ),
+            Claim::Mismatch => Claimed::Mismatch,
+        })
+    }
+
+    /// Gives a hold back that no run keeps; a connection whose hold stays is closed.
+    async fn release_hold(&self, mut conn: PoolConnection<Db<S>>, key: &StorageKey) {
+        if self.store.unhold(&mut conn, key).await.is_err() {
+            conn.close_on_drop();
+            self.store.forget_hold(key);
+        }
+    }
+}
