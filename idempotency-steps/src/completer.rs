@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use idempotency_core::{Error, Record};
 use idempotency_sql::StepStore;
+use tracing::Instrument;
 
 /// How many runs one sweep resumes at most, by default.
 pub const DEFAULT_COMPLETER_BATCH: usize = 32;
@@ -64,13 +65,20 @@ impl<S: StepStore> Completer<S> {
     }
 
     /// One sweep: each resumable run (oldest checkpoint first) goes to `resume`.
-    pub async fn sweep<F, Fut>(&self, mut resume: F) -> Result<Sweep, Error>
+    pub async fn sweep<F, Fut>(&self, resume: F) -> Result<Sweep, Error>
     where
         F: FnMut(Record) -> Fut,
         Fut: Future<Output = ()>,
     {
         let span = tracing::info_span!("completer.sweep", namespace = %self.namespace);
-        let _entered = span.enter();
+        self.sweep_batch(resume).instrument(span).await
+    }
+
+    async fn sweep_batch<F, Fut>(&self, mut resume: F) -> Result<Sweep, Error>
+    where
+        F: FnMut(Record) -> Fut,
+        Fut: Future<Output = ()>,
+    {
         let records = self.store.resumable(&self.namespace, self.batch).await?;
         let mut sweep = Sweep::default();
         for record in records {

@@ -10,6 +10,7 @@ use idempotency_sql::StepStore;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::pool::PoolConnection;
+use tracing::Instrument;
 
 use crate::StepError;
 
@@ -100,7 +101,14 @@ impl<S: StepStore> Run<S> {
             return done;
         }
         let span = tracing::info_span!("step", step = name, kind = "local");
-        let _entered = span.enter();
+        self.run_local(name, step).instrument(span).await
+    }
+
+    async fn run_local<T, F>(&mut self, name: &str, step: F) -> Result<T, StepError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: AsyncFnOnce(&mut sqlx::Transaction<'_, Db<S>>) -> Result<T, StepError>,
+    {
         let mut tx = self.store.begin_on(&mut self.conn).await?;
         let value = match step(&mut tx).await {
             Ok(value) => value,
@@ -131,7 +139,14 @@ impl<S: StepStore> Run<S> {
             return done;
         }
         let span = tracing::info_span!("step", step = name, kind = "foreign");
-        let _entered = span.enter();
+        self.run_foreign(name, call).instrument(span).await
+    }
+
+    async fn run_foreign<T, F>(&mut self, name: &str, call: F) -> Result<T, StepError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: AsyncFnOnce(&str) -> Result<T, StepError>,
+    {
         let key = self.key.downstream(name);
         let value = match call(&key).await {
             Ok(value) => value,

@@ -115,6 +115,9 @@ mod key_source;
 mod policy;
 mod refusal;
 mod request;
+#[cfg(feature = "steps")]
+#[cfg_attr(docsrs, doc(cfg(feature = "steps")))]
+pub mod steps;
 mod stored;
 mod token;
 #[cfg(feature = "sql")]

@@ -1,0 +1,80 @@
+//! Runs with steps over HTTP and gRPC (feature `steps`, with `postgres`, `mysql` or `sqlite`):
+//! a handler with several steps (reserve, capture at a provider, grant) that a retry, a takeover
+//! or the background completer drives to completion, never running a completed step twice.
+//!
+//! [`StepsLayer`] (built with
+//! [`build_steps`](crate::IdempotencyLayerBuilder::build_steps)) reads the key, the fingerprint
+//! and the body as every layer does, then starts or resumes the request's run
+//! ([`idempotency_steps::Runner::start`]): the owner holds the key on its own connection while
+//! the handler runs. The handler takes the run ([`Steps`]) and calls its steps
+//! ([`Run::local`](idempotency_steps::Run::local), [`Run::foreign`](idempotency_steps::Run::foreign)).
+//! When it answers, the layer stores the response (after the compensations, when a step ended
+//! the run) or, for a response the storage policy does not keep (a 503 after a provider timed
+//! out), leaves the run resumable.
+//!
+//! | situation | answer |
+//! |---|---|
+//! | first request | the handler's response, stored |
+//! | retry after a crash or a 503 | the run resumed after its last checkpoint, then its response |
+//! | completed duplicate | the stored response, `Idempotent-Replayed: true` |
+//! | duplicate while the owner lives | waits up to the in-flight bound, then replays; or 409 |
+//! | same key, other payload | 422 |
+//! | database unavailable | 503 + `Retry-After` |
+//!
+//! The request (method, path, body) is kept with the run's first checkpoint, so that the
+//! completer ([`StepsLayer::spawn_completer`]) can resume a run nobody retries: it sends the
+//! kept request through the service again, marked with [`Resume`] (an extension, which no
+//! client can set), and the layer resumes the run by its storage key. Keep personal data out
+//! of what is kept with [`StepsLayer::keep_input`].
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "postgres", feature = "axum"))]
+//! # async fn demo(pool: sqlx::PgPool) -> Result<(), idempotency_core::Error> {
+//! use axum::{Json, Router, routing::post};
+//! use idempotency_sql::PostgresStore;
+//! use idempotency_steps::StepError;
+//! use idempotency_tower::IdempotencyLayer;
+//! use idempotency_tower::steps::Steps;
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Checkout { order_id: i64 }
+//!
+//! async fn checkout(mut run: Steps<PostgresStore>, Json(input): Json<Checkout>) -> (http::StatusCode, String) {
+//!     let steps = async {
+//!         run.local("reserve", async |tx| {
+//!             sqlx::query("UPDATE orders SET status = 'RESERVED' WHERE id = $1")
+//!                 .bind(input.order_id)
+//!                 .execute(&mut **tx)
+//!                 .await?;
+//!             Ok(())
+//!         })
+//!         .await?;
+//!         let capture: String = run
+//!             .foreign("capture", async |key| Ok(format!("captured with key {key}")))
+//!             .await?;
+//!         Ok::<_, StepError>(capture)
+//!     };
+//!     match steps.await {
+//!         Ok(capture) => (http::StatusCode::CREATED, capture),
+//!         Err(StepError::End(answer)) => (http::StatusCode::PAYMENT_REQUIRED, answer.to_string()),
+//!         Err(error) => (http::StatusCode::SERVICE_UNAVAILABLE, error.to_string()),
+//!     }
+//! }
+//!
+//! let store = PostgresStore::new(pool);
+//! store.migrate().await?;
+//! let layer = IdempotencyLayer::builder(store).namespace("checkout").build_steps();
+//! let app: Router = Router::new().route("/checkout", post(checkout)).layer(layer.clone());
+//! let completer = layer.spawn_completer(app.clone(), std::time::Duration::from_secs(5));
+//! # let _ = completer; Ok(()) }
+//! ```
+
+mod completer;
+mod handle;
+mod input;
+mod layer;
+mod run;
+
+pub use handle::{Steps, StepsHandle, StepsUnavailable};
+pub use input::{KeepInput, Resume};
+pub use layer::{StepsLayer, StepsService};
