@@ -41,6 +41,7 @@ mod memory;
 mod model;
 mod naive;
 mod problem;
+pub mod provider;
 pub mod reference;
 mod repo;
 mod routes;

@@ -385,3 +385,82 @@ impl Drop for Payments {
         let _ = self.child.wait();
     }
 }
+
+impl Payments {
+    /// Waits (up to `within`) for the process to exit by itself, as a `CRASH_AFTER` drill's
+    /// service does; its exit status, or `None` if it is still running then (it is killed on
+    /// drop).
+    pub async fn exited(mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+}
+
+/// A running `provider` process (the checkout's payment provider); killed (SIGKILL) when
+/// dropped.
+pub struct Provider {
+    child: Child,
+    pub addr: SocketAddr,
+    pub stderr: PathBuf,
+}
+
+impl Provider {
+    /// Starts `provider` on a free port (`PROVIDER_ADDR=127.0.0.1:0` unless `env` names one)
+    /// with these extra settings (e.g. `PROVIDER_DECLINE_ORDER`).
+    pub fn start(env: &[(&str, String)]) -> Self {
+        let stderr = temp_path("provider_stderr", "log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_provider"));
+        command
+            .env("PROVIDER_ADDR", "127.0.0.1:0")
+            .env_remove("PROVIDER_DECLINE_ORDER")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("start provider");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let Some(addr) = line.trim().strip_prefix("listening ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "provider did not start: {}",
+                std::fs::read_to_string(&stderr).unwrap_or_default()
+            );
+        };
+        Self {
+            addr: addr.parse().unwrap(),
+            child,
+            stderr,
+        }
+    }
+
+    /// `GET /captures?order_id=N`: the order's distinct captures.
+    pub async fn captures(&self, order_id: u64) -> axum_payments::provider::Captures {
+        axum_payments::provider::captures_at(self.addr, i64::try_from(order_id).unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// What it logged so far.
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Provider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
