@@ -227,6 +227,7 @@ pub(crate) mod in_process {
     static HELD: Mutex<Option<Held>> = Mutex::new(None);
 
     /// Takes the hold of `key` in `table`: `false` if this process holds it already.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn take(table: &str, key: &StorageKey) -> bool {
         let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
         held.get_or_insert_with(HashSet::new)

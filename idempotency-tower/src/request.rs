@@ -207,6 +207,11 @@ pub(crate) fn enter<B>(settings: &Settings, request: Request<B>) -> Entry<B> {
         return Entry::Pass(request.map(RequestBody::streaming));
     }
     let (parts, body) = request.into_parts();
+    // The completer's resume of a run carries its storage key, not a client's header.
+    #[cfg(feature = "steps")]
+    if parts.extensions.get::<crate::steps::Resume>().is_some() {
+        return Entry::Guard(parts, body, None);
+    }
     let crate::key_source::KeySource::Header(name) = &settings.key else {
         return Entry::Guard(parts, body, None);
     };

@@ -18,6 +18,8 @@ pub enum OrderStatus {
     Paid,
     /// Cancelled before payment.
     Cancelled,
+    /// Reserved by a checkout (`POST /checkout`), its capture under way.
+    Reserved,
 }
 
 impl OrderStatus {
@@ -27,6 +29,7 @@ impl OrderStatus {
             Self::WaitPay => "WAIT_PAY",
             Self::Paid => "PAID",
             Self::Cancelled => "CANCELLED",
+            Self::Reserved => "RESERVED",
         }
     }
 
@@ -36,6 +39,7 @@ impl OrderStatus {
             "WAIT_PAY" => Some(Self::WaitPay),
             "PAID" => Some(Self::Paid),
             "CANCELLED" => Some(Self::Cancelled),
+            "RESERVED" => Some(Self::Reserved),
             _ => None,
         }
     }

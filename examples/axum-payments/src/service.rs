@@ -57,21 +57,42 @@ fn spawn_transactional(
     sql: SqlBackend,
     state: AppState,
 ) -> io::Result<Server> {
-    use super::transactional::transactional_app;
+    use super::transactional::{CheckoutConfig, checkout_layer, transactional_app};
+    let checkout = CheckoutConfig::from_env().map_err(io::Error::other)?;
+    let interval = completer_interval()?;
+    let callers = state.callers.clone();
+    // The completer resumes checkouts nobody retries through the app itself.
+    macro_rules! serve {
+        ($store:expr, $repo:expr) => {{
+            let app = transactional_app(state, $store.clone(), $repo, checkout);
+            checkout_layer($store, callers)
+                .spawn_completer::<_, axum::body::Body>(app.clone(), interval);
+            Server::spawn_on(listener, app)
+        }};
+    }
     match sql {
         #[cfg(feature = "postgres")]
-        SqlBackend::Postgres(store, repo) => {
-            Server::spawn_on(listener, transactional_app(state, store, repo))
-        }
+        SqlBackend::Postgres(store, repo) => serve!(store, repo),
         #[cfg(feature = "mysql")]
-        SqlBackend::Mysql(store, repo) => {
-            Server::spawn_on(listener, transactional_app(state, store, repo))
-        }
+        SqlBackend::Mysql(store, repo) => serve!(store, repo),
         #[cfg(feature = "sqlite")]
-        SqlBackend::Sqlite(store, repo) => {
-            Server::spawn_on(listener, transactional_app(state, store, repo))
-        }
+        SqlBackend::Sqlite(store, repo) => serve!(store, repo),
     }
+}
+
+/// How often the checkout's completer sweeps: `COMPLETER_INTERVAL_MS`, else
+/// [`DEFAULT_COMPLETER_INTERVAL_MS`](super::checkout::DEFAULT_COMPLETER_INTERVAL_MS).
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+fn completer_interval() -> io::Result<std::time::Duration> {
+    let millis = match std::env::var("COMPLETER_INTERVAL_MS") {
+        Ok(text) => text.trim().parse::<u64>().map_err(|error| {
+            io::Error::other(format!(
+                "COMPLETER_INTERVAL_MS={text:?} is not milliseconds: {error}"
+            ))
+        })?,
+        Err(_) => super::checkout::DEFAULT_COMPLETER_INTERVAL_MS,
+    };
+    Ok(std::time::Duration::from_millis(millis.max(1)))
 }
 
 #[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]

@@ -1,6 +1,7 @@
 //! The service over a SQL store: transactional HTTP. The two POST routes run their writes in
 //! the request's own transaction, in which the layers claim the key and store the answer:
-//! the record, the order and the coupon commit together or not at all.
+//! the record, the order and the coupon commit together or not at all. `POST /checkout` is a
+//! run with steps ([`checkout`](super::checkout)), each step checkpointed on its record.
 
 use std::sync::Arc;
 
@@ -11,24 +12,66 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::post;
-use idempotency_sql::TxStore;
+use idempotency_sql::StepStore;
+use idempotency_tower::steps::{StepsLayer, StepsService};
 use idempotency_tower::transactional::{TransactionalService, Tx};
+use idempotency_tower::{IdempotencyLayer, ResponseBody};
 use tower::Layer;
 use tower::util::MapResponse;
 
+use super::checkout::{CHECKOUT_NAMESPACE, CheckoutState, checkout};
 use super::handlers::{created, paid};
 use super::layers::{callback_layer_builder, orders_layer_builder};
 use super::model::{NewOrder, Order, PaymentCallback};
 use super::problem::Problem;
-use super::routes::{GuardedResponse, into_response, unguarded_routes};
+use super::routes::unguarded_routes;
 use super::sql::SqlPayments;
 use super::state::AppState;
 
+/// The response of the three layers, before axum's body.
+type LayeredResponse = Response<ResponseBody<ResponseBody<ResponseBody<axum::body::Body>>>>;
+
 /// The payments service as [`transactional_app`] builds it.
 pub type TransactionalApp<S> = MapResponse<
-    TransactionalService<TransactionalService<Router, S>, S>,
-    fn(GuardedResponse) -> Response,
+    TransactionalService<TransactionalService<StepsService<Router, S>, S>, S>,
+    fn(LayeredResponse) -> Response,
 >;
+
+/// Where the checkout's provider is and where a drill crashes it.
+#[derive(Clone, Debug)]
+pub struct CheckoutConfig {
+    /// The payment provider (`PROVIDER_ADDR`).
+    pub provider: std::net::SocketAddr,
+    /// The drill's crash point (`CRASH_AFTER`): exit right after this step's checkpoint.
+    pub crash_after: Option<String>,
+}
+
+impl CheckoutConfig {
+    /// `PROVIDER_ADDR` (default `127.0.0.1:3100`) and `CRASH_AFTER`.
+    pub fn from_env() -> Result<Self, String> {
+        let addr = super::provider::addr_from_env();
+        let provider = addr
+            .parse()
+            .map_err(|error| format!("PROVIDER_ADDR={addr:?} is not an address: {error}"))?;
+        let crash_after = std::env::var("CRASH_AFTER")
+            .ok()
+            .filter(|step| !step.is_empty());
+        Ok(Self {
+            provider,
+            crash_after,
+        })
+    }
+}
+
+/// The steps layer of `POST /checkout`: keys scoped per caller, as `POST /orders`'s.
+pub fn checkout_layer<S: StepStore>(store: S, callers: super::callers::Callers) -> StepsLayer<S> {
+    IdempotencyLayer::builder(store)
+        .principal(move |parts| callers.caller(&parts.headers))
+        .namespace(CHECKOUT_NAMESPACE)
+        .methods([http::Method::POST])
+        .only_paths(["/checkout"])
+        .build_steps()
+}
 
 /// What the transactional handlers share: the repository's writes on a transaction's
 /// connection, and the rest of the state.
@@ -53,9 +96,10 @@ pub fn transactional_app<S, DB>(
     state: AppState,
     store: S,
     sql: Arc<dyn SqlPayments<DB>>,
+    checkout_config: CheckoutConfig,
 ) -> TransactionalApp<S>
 where
-    S: TxStore<Database = DB>,
+    S: StepStore<Database = DB> + Sync + 'static,
     DB: sqlx::Database,
 {
     let secret = state.callback_secret.clone();
@@ -65,10 +109,20 @@ where
         .route("/orders", post(create_order::<DB>))
         .route("/payments/callback", post(payment_callback::<DB>))
         .with_state(TxState {
-            sql,
+            sql: Arc::clone(&sql),
             app: state.clone(),
         })
+        .merge(
+            Router::new()
+                .route("/checkout", post(checkout::<S>))
+                .with_state(CheckoutState {
+                    sql,
+                    provider: checkout_config.provider,
+                    crash_after: checkout_config.crash_after,
+                }),
+        )
         .merge(unguarded_routes(state));
+    let steps = checkout_layer(store.clone(), callers.clone());
     let orders = orders_layer_builder(store.clone(), callers)
         .tracker(background.clone())
         .build_transactional();
@@ -76,9 +130,14 @@ where
         .tracker(background)
         .build_transactional();
     MapResponse::new(
-        orders.layer(callback.layer(router)),
-        into_response as fn(GuardedResponse) -> Response,
+        orders.layer(callback.layer(steps.layer(router))),
+        into_response as fn(LayeredResponse) -> Response,
     )
+}
+
+/// The layered response, with axum's body.
+fn into_response(response: LayeredResponse) -> Response {
+    response.map(axum::body::Body::new)
 }
 
 /// `POST /orders` in the request's transaction (201).

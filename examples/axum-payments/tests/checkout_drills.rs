@@ -3,14 +3,17 @@
 //!
 //! - For each step (`reserve`, `capture`, `grant`): the service exits by itself right after the
 //!   step's checkpoint commits (`CRASH_AFTER`), the client gets no answer; the restarted service
-//!   (its completer too slow to matter) resumes the run on the identical request: 201, the same
-//!   capture id again replayed, exactly one capture at the provider, one coupon.
+//!   (its completer sweeping once at startup, then hourly) resumes the run on the identical
+//!   request: 201, the same capture id again replayed, exactly one capture at the provider, one
+//!   coupon. (Should the startup sweep resume it first, the retry waits out its 409s.)
 //! - No client retry: the restarted service's completer (`COMPLETER_INTERVAL_MS=200`) finishes
 //!   the checkout by itself; the identical request then replays it.
 //! - A declined card: 402, the reservation undone (the order is `WAIT_PAY` again), and the
 //!   identical request answers the same 402, replayed.
 //!
-//! Unreachable PostgreSQL skips with a printed reason, or fails under `CI=true`.
+//! Each drill runs in a PostgreSQL schema of its own (`search_path` in `DATABASE_URL`), so one
+//! drill's completer never resumes another's runs. Unreachable PostgreSQL skips with a printed
+//! reason, or fails under `CI=true`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![cfg(feature = "postgres")]
 
@@ -28,11 +31,17 @@ use serde_json::{Value, json};
 /// How long a drill waits for an event (a process's exit, the completer's work) before failing.
 const BOUND: Duration = Duration::from_secs(30);
 
-/// A completer interval long enough that only the client's retry resumes a run.
+/// A completer interval long enough that, after its sweep at startup, only the client's retry
+/// resumes a run.
 const NO_COMPLETER_MS: &str = "3600000";
 
 /// A user id no earlier run used: orders and coupons stay in the database across runs, and a
 /// user of its own makes the user's coupons this order's coupons.
+/// One drill at a time: every service a drill starts shares the database, and its completer
+/// resumes any checkout left part-way, another drill's too (which would then capture at that
+/// service's provider, not the drill's own).
+static DRILLS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn fresh_user() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -41,10 +50,43 @@ fn fresh_user() -> u64 {
     u64::try_from(nanos % 1_000_000_000_000).unwrap() + u64::from(std::process::id())
 }
 
-/// `DATABASE_URL` for the payments service, or `None` (skip, or fail under `CI=true`).
-fn postgres() -> Option<String> {
-    let url = hardening_support::postgres_url();
-    hardening_support::reachable("PostgreSQL", &url).then_some(url)
+/// A schema of its own in the PostgreSQL database, for one drill: its services' tables (records,
+/// orders, coupons) live there, so no other drill's completer finds (and resumes, with its own
+/// provider and its own `CRASH_AFTER`) this drill's runs, nor this drill's another's.
+struct Schema {
+    /// `DATABASE_URL` with the schema first on the `search_path`.
+    url: String,
+    name: String,
+    pool: sqlx::PgPool,
+}
+
+impl Schema {
+    /// A fresh schema, or `None` where PostgreSQL is unreachable (a skip with a printed reason,
+    /// or a failure under `CI=true`).
+    async fn create() -> Option<Self> {
+        let base = hardening_support::postgres_url();
+        if !hardening_support::reachable("PostgreSQL", &base) {
+            return None;
+        }
+        let pool = sqlx::PgPool::connect(&base).await.unwrap();
+        let name = unique("drill");
+        sqlx::query(&format!("CREATE SCHEMA \"{name}\""))
+            .execute(&pool)
+            .await
+            .unwrap();
+        let separator = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{separator}options=-c%20search_path%3D{name}");
+        Some(Self { url, name, pool })
+    }
+
+    /// Drops the schema and everything in it (a failed drill leaves it, to be looked at).
+    async fn drop(self) {
+        sqlx::query(&format!("DROP SCHEMA \"{}\" CASCADE", self.name))
+            .execute(&self.pool)
+            .await
+            .unwrap();
+        self.pool.close().await;
+    }
 }
 
 /// The payments service's settings: PostgreSQL, the provider at `provider`, and `extra`.
@@ -158,7 +200,11 @@ async fn crash_after(step: &str, database: &str, provider: &Provider, key: &str)
 /// Crash after `step`, restart without `CRASH_AFTER` (and a completer too slow to matter), send
 /// the identical request: the run resumes and completes once.
 async fn crash_after_step_then_retry(step: &str) {
-    let Some(database) = postgres() else { return };
+    let _one_at_a_time = DRILLS.lock().await;
+    let Some(schema) = Schema::create().await else {
+        return;
+    };
+    let database = schema.url.clone();
     let provider = Provider::start(&[]);
     let key = unique(&format!("checkout_{step}"));
     let (order_id, user) = crash_after(step, &database, &provider, &key).await;
@@ -211,6 +257,7 @@ async fn crash_after_step_then_retry(step: &str) {
         "CRASH_AFTER={step}: one coupon: {}",
         restarted.stderr_text()
     );
+    schema.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -232,7 +279,11 @@ async fn crash_after_grant_then_retry() {
 /// within the bound, and the identical request then replays it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_completer_finishes_without_a_retry() {
-    let Some(database) = postgres() else { return };
+    let _one_at_a_time = DRILLS.lock().await;
+    let Some(schema) = Schema::create().await else {
+        return;
+    };
+    let database = schema.url.clone();
     let provider = Provider::start(&[]);
     let key = unique("checkout_completer");
     let (order_id, user) = crash_after("capture", &database, &provider, &key).await;
@@ -282,12 +333,17 @@ async fn the_completer_finishes_without_a_retry() {
         vec![body["capture_id"].as_str().unwrap().to_owned()]
     );
     assert_eq!(gateway::coupons(restarted.addr, user).await.unwrap(), 1);
+    schema.drop().await;
 }
 
 /// A declined card: 402, the reservation undone, and the same 402 replayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_declined_card_undoes_the_reservation() {
-    let Some(database) = postgres() else { return };
+    let _one_at_a_time = DRILLS.lock().await;
+    let Some(schema) = Schema::create().await else {
+        return;
+    };
+    let database = schema.url.clone();
     // The order first (its id is the provider's declined order), on a service of its own.
     let user = fresh_user();
     let order = {
@@ -342,4 +398,5 @@ async fn a_declined_card_undoes_the_reservation() {
     assert_eq!(provider.captures(order_id).await.captures, 0);
     assert_eq!(gateway::coupons(service.addr, user).await.unwrap(), 0);
     assert_eq!(order_status(service.addr, order_id).await, "WAIT_PAY");
+    schema.drop().await;
 }

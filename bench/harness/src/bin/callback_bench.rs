@@ -267,7 +267,7 @@ async fn serve_variant<S, R>(
     dedup: &DedupSql,
 ) -> Result<Server, String>
 where
-    S: idempotency_sql::TxStore,
+    S: idempotency_sql::StepStore + Sync + 'static,
     R: SqlPayments<S::Database>,
     DedupTable: ByHand<S::Database>,
     for<'c> &'c mut <S::Database as sqlx::Database>::Connection:
@@ -278,7 +278,8 @@ where
     let by_hand = match variant {
         Variant::Transactional => {
             let state = AppState::new(repo.clone());
-            return spawn(transactional_app(state, store.clone(), repo)).await;
+            let checkout = axum_payments::transactional::CheckoutConfig::from_env()?;
+            return spawn(transactional_app(state, store.clone(), repo, checkout)).await;
         }
         Variant::Raw => None,
         Variant::ByHand => Some(dedup_table(&pool, dedup, false).await?),

@@ -47,6 +47,41 @@ pub trait SqlPayments<DB: sqlx::Database>: PaymentsRepo {
         order_id: OrderId,
         trade_no: &'a str,
     ) -> BoxFuture<'a, Result<Transition, RepoError>>;
+
+    /// The checkout's `reserve`: `WAIT_PAY → RESERVED` (already reserved is fine); the order's
+    /// user and amount, `None` if no order can be reserved (unknown, paid or cancelled).
+    fn reserve_on<'a>(
+        &'a self,
+        conn: &'a mut DB::Connection,
+        order_id: i64,
+    ) -> BoxFuture<'a, Result<Option<Reserved>, RepoError>>;
+
+    /// Undoes [`reserve_on`](Self::reserve_on): `RESERVED → WAIT_PAY`.
+    fn unreserve_on<'a>(
+        &'a self,
+        conn: &'a mut DB::Connection,
+        order_id: i64,
+    ) -> BoxFuture<'a, Result<(), RepoError>>;
+
+    /// The checkout's `grant`: `RESERVED → PAID` with the capture as the trade number, and one
+    /// coupon for the order's user; the coupon's id.
+    fn grant_on<'a>(
+        &'a self,
+        conn: &'a mut DB::Connection,
+        reserved: &'a Reserved,
+        capture_id: &'a str,
+    ) -> BoxFuture<'a, Result<i64, RepoError>>;
+}
+
+/// A reserved order, as the checkout's later steps need it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Reserved {
+    /// The order.
+    pub order_id: i64,
+    /// Its user, who gets the coupon.
+    pub user_id: i64,
+    /// What the provider captures.
+    pub amount_cents: i64,
 }
 
 /// The default table prefix: tables `payments_orders` and `payments_coupons`.

@@ -5,7 +5,7 @@ use idempotency_sql::{Transition as StateTransition, TransitionOutcome};
 use sqlx::{MySql, MySqlConnection, MySqlPool};
 
 use super::{
-    ORDER_COLUMNS, OrderRow, SqlPayments, repo_err, table_names, to_i64, to_order, to_u64,
+    ORDER_COLUMNS, OrderRow, Reserved, SqlPayments, repo_err, table_names, to_i64, to_order, to_u64,
 };
 use crate::model::{NewOrder, Order, OrderId, UserId};
 use crate::repo::{PaymentsRepo, RepoError, Transition};
@@ -150,6 +150,90 @@ impl SqlPayments<MySql> for MySqlRepo {
         trade_no: &'a str,
     ) -> BoxFuture<'a, Result<Transition, RepoError>> {
         Box::pin(self.pay_with(conn, order_id, trade_no))
+    }
+
+    fn reserve_on<'a>(
+        &'a self,
+        conn: &'a mut MySqlConnection,
+        order_id: i64,
+    ) -> BoxFuture<'a, Result<Option<Reserved>, RepoError>> {
+        Box::pin(async move {
+            let sql = format!(
+                "UPDATE `{}` SET status = 'RESERVED' WHERE order_id = ? \
+                 AND status IN ('WAIT_PAY', 'RESERVED')",
+                self.orders
+            );
+            sqlx::query(&sql)
+                .bind(order_id)
+                .execute(&mut *conn)
+                .await
+                .map_err(repo_err)?;
+            let sql = format!(
+                "SELECT order_id, user_id, amount_cents FROM `{}` \
+                 WHERE order_id = ? AND status = 'RESERVED'",
+                self.orders
+            );
+            let row: Option<(i64, i64, i64)> = sqlx::query_as(&sql)
+                .bind(order_id)
+                .fetch_optional(conn)
+                .await
+                .map_err(repo_err)?;
+            Ok(row.map(|(order_id, user_id, amount_cents)| Reserved {
+                order_id,
+                user_id,
+                amount_cents,
+            }))
+        })
+    }
+
+    fn unreserve_on<'a>(
+        &'a self,
+        conn: &'a mut MySqlConnection,
+        order_id: i64,
+    ) -> BoxFuture<'a, Result<(), RepoError>> {
+        Box::pin(async move {
+            let sql = format!(
+                "UPDATE `{}` SET status = 'WAIT_PAY' WHERE order_id = ? AND status = 'RESERVED'",
+                self.orders
+            );
+            sqlx::query(&sql)
+                .bind(order_id)
+                .execute(conn)
+                .await
+                .map_err(repo_err)?;
+            Ok(())
+        })
+    }
+
+    fn grant_on<'a>(
+        &'a self,
+        conn: &'a mut MySqlConnection,
+        reserved: &'a Reserved,
+        capture_id: &'a str,
+    ) -> BoxFuture<'a, Result<i64, RepoError>> {
+        Box::pin(async move {
+            let sql = format!(
+                "UPDATE `{}` SET status = 'PAID', trade_no = ? WHERE order_id = ? AND status = 'RESERVED'",
+                self.orders
+            );
+            sqlx::query(&sql)
+                .bind(capture_id)
+                .bind(reserved.order_id)
+                .execute(&mut *conn)
+                .await
+                .map_err(repo_err)?;
+            let sql = format!(
+                "INSERT INTO `{}` (user_id, order_id) VALUES (?, ?)",
+                self.coupons
+            );
+            let done = sqlx::query(&sql)
+                .bind(reserved.user_id)
+                .bind(reserved.order_id)
+                .execute(conn)
+                .await
+                .map_err(repo_err)?;
+            i64::try_from(done.last_insert_id()).map_err(repo_err)
+        })
     }
 }
 

@@ -5,7 +5,7 @@ use idempotency_sql::{Transition as StateTransition, TransitionOutcome};
 use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
 use super::{
-    ORDER_COLUMNS, OrderRow, SqlPayments, repo_err, table_names, to_i64, to_order, to_u64,
+    ORDER_COLUMNS, OrderRow, Reserved, SqlPayments, repo_err, table_names, to_i64, to_order, to_u64,
 };
 use crate::model::{NewOrder, Order, OrderId, UserId};
 use crate::repo::{PaymentsRepo, RepoError, Transition};
@@ -147,6 +147,81 @@ impl SqlPayments<Sqlite> for SqliteRepo {
         trade_no: &'a str,
     ) -> BoxFuture<'a, Result<Transition, RepoError>> {
         Box::pin(self.pay_with(conn, order_id, trade_no))
+    }
+
+    fn reserve_on<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        order_id: i64,
+    ) -> BoxFuture<'a, Result<Option<Reserved>, RepoError>> {
+        Box::pin(async move {
+            let sql = format!(
+                "UPDATE \"{}\" SET status = 'RESERVED' WHERE order_id = ?1 \
+                 AND status IN ('WAIT_PAY', 'RESERVED') RETURNING order_id, user_id, amount_cents",
+                self.orders
+            );
+            let row: Option<(i64, i64, i64)> = sqlx::query_as(&sql)
+                .bind(order_id)
+                .fetch_optional(conn)
+                .await
+                .map_err(repo_err)?;
+            Ok(row.map(|(order_id, user_id, amount_cents)| Reserved {
+                order_id,
+                user_id,
+                amount_cents,
+            }))
+        })
+    }
+
+    fn unreserve_on<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        order_id: i64,
+    ) -> BoxFuture<'a, Result<(), RepoError>> {
+        Box::pin(async move {
+            let sql = format!(
+                "UPDATE \"{}\" SET status = 'WAIT_PAY' WHERE order_id = ?1 AND status = 'RESERVED'",
+                self.orders
+            );
+            sqlx::query(&sql)
+                .bind(order_id)
+                .execute(conn)
+                .await
+                .map_err(repo_err)?;
+            Ok(())
+        })
+    }
+
+    fn grant_on<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        reserved: &'a Reserved,
+        capture_id: &'a str,
+    ) -> BoxFuture<'a, Result<i64, RepoError>> {
+        Box::pin(async move {
+            let sql = format!(
+                "UPDATE \"{}\" SET status = 'PAID', trade_no = ?2 \
+                 WHERE order_id = ?1 AND status = 'RESERVED'",
+                self.orders
+            );
+            sqlx::query(&sql)
+                .bind(reserved.order_id)
+                .bind(capture_id)
+                .execute(&mut *conn)
+                .await
+                .map_err(repo_err)?;
+            let sql = format!(
+                "INSERT INTO \"{}\" (user_id, order_id) VALUES (?1, ?2) RETURNING coupon_id",
+                self.coupons
+            );
+            let (coupon_id,): (i64,) = sqlx::query_as(&sql)
+                .bind(reserved.user_id)
+                .bind(reserved.order_id)
+                .fetch_one(conn)
+                .await
+                .map_err(repo_err)?;
+            Ok(coupon_id)
+        })
     }
 }
 
