@@ -111,7 +111,10 @@ impl<S: StepStore> Completer<S> {
         Fut: Future<Output = ()> + Send,
     {
         tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(interval);
+            // The first sweep comes one interval after the start, not at once: a client's retry
+            // right after a restart resumes its own run.
+            let first = tokio::time::Instant::now() + interval;
+            let mut ticks = tokio::time::interval_at(first, interval);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
