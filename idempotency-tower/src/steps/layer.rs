@@ -9,8 +9,7 @@ use idempotency_steps::Runner;
 use tower_layer::Layer;
 
 use super::input::KeepInput;
-use super::run;
-use crate::guarded::{Exchange, GatedFuture, Guard, Guarded, GuardedService};
+use crate::guarded::GuardedService;
 use crate::idempotency::IdempotencyLayerBuilder;
 use crate::idempotency::config::{ScopeIsChosen, Settings, warn_if_shared_unverified};
 
@@ -106,19 +105,5 @@ impl<S: StepStore, T> Layer<T> for StepsLayer<S> {
 
     fn layer(&self, inner: T) -> Self::Service {
         GuardedService::new(inner, self.clone())
-    }
-}
-
-impl<S: StepStore> Guard for StepsLayer<S> {
-    fn settings(&self) -> &Settings {
-        &self.shared.settings
-    }
-
-    fn run<X: Exchange>(&self, request: Guarded<X>) -> GatedFuture<X::Answer, X::Error> {
-        Box::pin(run::run::<X, S>(
-            Arc::clone(&self.shared),
-            self.keep.clone(),
-            request,
-        ))
     }
 }

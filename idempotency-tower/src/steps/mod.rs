@@ -74,6 +74,7 @@ mod handle;
 mod input;
 mod layer;
 mod run;
+mod service;
 
 pub use handle::{Steps, StepsHandle, StepsUnavailable};
 pub use input::{KeepInput, Resume};

@@ -25,6 +25,7 @@ use crate::guarded::{Answered, Exchange, Guarded};
 use crate::refusal::{Refusal, RefusalKind};
 use crate::request::{Payload, Read, collected, inspect, pass_through};
 use crate::stored::{Ending, ending_of, handle, respond};
+use crate::transactional::run::within;
 
 /// Decides and answers one guarded request.
 pub(crate) async fn run<X, S>(
@@ -180,14 +181,4 @@ async fn complete<S: StepStore>(
         .unwrap_or(Err(idempotency_steps::StepError::Store(Error::Timeout(
             bound,
         ))))
-}
-
-/// `call`, failed with [`Error::Timeout`] once it has taken `bound`.
-async fn within<T>(
-    bound: Duration,
-    call: impl Future<Output = Result<T, Error>>,
-) -> Result<T, Error> {
-    tokio::time::timeout(bound, call)
-        .await
-        .unwrap_or(Err(Error::Timeout(bound)))
 }

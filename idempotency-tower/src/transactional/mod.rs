@@ -67,7 +67,7 @@
 
 mod flights;
 mod layer;
-mod run;
+pub(crate) mod run;
 mod service;
 mod tx;
 

@@ -366,7 +366,7 @@ async fn commit<S: TxStore>(
 }
 
 /// `call`, failed with [`Error::Timeout`] once it has taken `bound`.
-async fn within<T>(
+pub(crate) async fn within<T>(
     bound: Duration,
     call: impl Future<Output = Result<T, Error>>,
 ) -> Result<T, Error> {
