@@ -63,9 +63,18 @@
 //!
 //! let store = PostgresStore::new(pool);
 //! store.migrate().await?;
-//! let layer = IdempotencyLayer::builder(store).namespace("checkout").build_steps();
+//! #[derive(Clone)]
+//! struct Caller(String); // set by the service's authentication
+//! impl AsRef<str> for Caller {
+//!     fn as_ref(&self) -> &str { &self.0 }
+//! }
+//! let layer = IdempotencyLayer::builder(store)
+//!     .principal_from_extension::<Caller>()
+//!     .namespace("checkout")
+//!     .build_steps();
 //! let app: Router = Router::new().route("/checkout", post(checkout)).layer(layer.clone());
-//! let completer = layer.spawn_completer(app.clone(), std::time::Duration::from_secs(5));
+//! let every = std::time::Duration::from_secs(5);
+//! let completer = layer.spawn_completer::<_, axum::body::Body>(app.clone(), every);
 //! # let _ = completer; Ok(()) }
 //! ```
 
