@@ -268,7 +268,9 @@ pub(crate) enum Command {
         #[command(flatten)]
         on: RecordAction,
     },
-    /// Completes an in-progress key by hand: duplicates then get this outcome.
+    /// Completes an in-progress key by hand: duplicates then get this outcome. For a run with
+    /// steps, this abandons it with that answer (`abandon`).
+    #[command(visible_alias = "abandon")]
     Complete {
         #[command(flatten)]
         on: RecordAction,
@@ -288,6 +290,12 @@ pub(crate) enum Command {
     },
     /// Deletes one record, in any state: a completed key then runs again.
     Delete {
+        #[command(flatten)]
+        on: RecordAction,
+    },
+    /// Resumes an in-progress run with steps now: its lease ends and its attempts count from 1,
+    /// so the next retry or the completer takes it over after its last checkpoint.
+    Resume {
         #[command(flatten)]
         on: RecordAction,
     },

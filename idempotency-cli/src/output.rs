@@ -56,7 +56,8 @@ impl Output {
 
     /// Records: JSON lines, or a table of their ids (storage keys in full: what `--key-hash`
     /// takes), tiers (a two-tier view only), namespaces, mechanisms (`-`: not known),
-    /// states, attempts, ages and tokens.
+    /// states, attempts, ages, tokens and, where a run with steps is listed, the step each run
+    /// stopped at.
     pub(crate) fn records(&mut self, listed: &[Listed]) -> Result<(), Failure> {
         if self.json {
             return listed.iter().try_for_each(|record| self.line(record));
@@ -75,8 +76,16 @@ impl Output {
                 String::new()
             }
         };
+        let steps = listed.iter().any(|record| record.view.step.is_some());
+        let step = |text: &str| {
+            if steps {
+                format!("  {text}")
+            } else {
+                String::new()
+            }
+        };
         self.text(&format!(
-            "{:<64}  {}{:<namespace_width$}  {:<11}  {:<11}  {:>8}  {:>10}  {:>20}",
+            "{:<64}  {}{:<namespace_width$}  {:<11}  {:<11}  {:>8}  {:>10}  {:>20}{}",
             "KEY_HASH",
             tier("TIER"),
             "NAMESPACE",
@@ -84,12 +93,13 @@ impl Output {
             "STATE",
             "ATTEMPTS",
             "AGE",
-            "TOKEN"
+            "TOKEN",
+            step("STEP")
         ))?;
         for record in listed {
             let view = &record.view;
             self.text(&format!(
-                "{:<64}  {}{:<namespace_width$}  {:<11}  {:<11}  {:>8}  {:>10}  {:>20}",
+                "{:<64}  {}{:<namespace_width$}  {:<11}  {:<11}  {:>8}  {:>10}  {:>20}{}",
                 view.key_hash,
                 tier(record.tier.map_or("", Tier::as_str)),
                 view.namespace,
@@ -97,7 +107,8 @@ impl Output {
                 view.state.as_str(),
                 view.attempts,
                 age(view.age_ms),
-                view.token
+                view.token,
+                step(view.step.as_deref().unwrap_or("-"))
             ))?;
         }
         Ok(())

@@ -324,3 +324,73 @@ async fn a_purge_keeps_what_the_table_ttl_keeps() {
         assert!(store.get(&key).await.unwrap().is_some());
     }
 }
+
+/// A run with steps that stopped part-way: `stuck` shows the step it stopped at, `show` its
+/// checkpoints' step too, and `resume` (fenced, audited) ends its lease and counts its
+/// attempts from 1, its checkpoints kept, so that the next claim takes it over at once.
+#[tokio::test]
+async fn a_stopped_run_shows_its_step_and_resumes() {
+    use idempotency_core::{Progress, StepResult};
+    use idempotency_sql::{StepStore, TxStore};
+
+    let Some((store, table)) = postgres(None).await else {
+        return;
+    };
+    let url = postgres_url();
+    let namespace = unique_namespace("ops.steps");
+    let scope = Scope::new(namespace.clone());
+    let run = |code: i32, args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--store", url.as_str(), "--table", &table, "--namespace", &namespace]);
+        expect(code, &all)
+    };
+    // A run that completed `reserve` and `capture`, then its owner died (a lease of 60 s).
+    claim_as(&store, &scope, Mechanism::Request, "R1").await;
+    let key = scope.storage_key_for(Mechanism::Request, "R1");
+    let claimed = store.get(&key).await.unwrap().unwrap();
+    let mut progress = Progress::new(b"{}".to_vec());
+    progress.steps.push(StepResult::new("reserve", serde_json::json!(1)));
+    progress.steps.push(StepResult::new("capture", serde_json::json!("cap_1")));
+    let mut conn = store.pool().acquire().await.unwrap();
+    store
+        .checkpoint_on(&mut conn, &key, claimed.token, &progress, Duration::from_secs(60))
+        .await
+        .unwrap();
+
+    let listed = run(0, &["stuck", "--older-than", "0s", "--json"]).lines();
+    assert_eq!(listed[0]["step"], "capture");
+    let table_out = run(0, &["stuck", "--older-than", "0s"]).stdout;
+    assert!(table_out.contains("STEP") && table_out.contains("capture"), "{table_out}");
+    let shown = run(0, &["show", "--key", "R1", "--json"]).lines();
+    assert_eq!(shown[0]["step"], "capture");
+
+    let hex = key.to_hex();
+    let resumed = run(0, &["resume", "--key-hash", &hex, "--yes", "--reason", "INC-38", "--json"]);
+    assert_eq!(resumed.lines()[0]["applied"], true, "{}", resumed.stdout);
+    let after = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(after.attempts, 1);
+    assert!(after.expires_at <= std::time::SystemTime::now(), "the lease ended");
+    assert_eq!(after.progress, Some(progress), "the checkpoints stay");
+    // Fenced: the fence of the record before the resume no longer holds.
+    let stale = claimed.token.get().to_string();
+    run(3, &["resume", "--key-hash", &hex, "--token", &stale, "--yes"]);
+    // The next claim takes the run over at once, after its last checkpoint.
+    let taken = store
+        .claim(ClaimRequest {
+            key: &key,
+            namespace: &namespace,
+            fingerprint: &Fingerprint::of_bytes(b"R1"),
+            lease: Duration::from_secs(60),
+            claim_id: ClaimId::random(),
+            mechanism: Some(Mechanism::Request),
+            key_derivation: None,
+        })
+        .await
+        .unwrap();
+    let idempotency_core::Claim::Acquired(taken) = taken else {
+        panic!("a resumed run is taken over at once, got {taken:?}");
+    };
+    assert!(taken.took_over);
+    let record = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(record.progress.unwrap().stopped_at(), Some("capture"));
+}

@@ -9,7 +9,8 @@ use super::{
     DEFAULT_BATCH, Fence, FenceRefusal, Operations, Page, Query, RecordView, Step,
 };
 use idempotency_core::{
-    CompleteRequest, Mechanism, Record, RecordState, Scope, StorageKey, StoreError, telemetry,
+    CompleteRequest, Mechanism, Record, RecordState, Scope, StorageKey, StoreError, TouchRequest,
+    telemetry,
 };
 use tracing::Instrument;
 
@@ -19,6 +20,7 @@ impl Step<'_> {
             Self::Release => Action::Release,
             Self::Complete(..) => Action::Complete,
             Self::Delete => Action::Delete,
+            Self::Resume => Action::Resume,
         }
     }
 
@@ -41,6 +43,15 @@ impl Step<'_> {
                 .await
                 .map(|()| true),
             Self::Delete => store.delete_fenced(key, token).await,
+            Self::Resume => store
+                .touch_dyn(TouchRequest {
+                    key,
+                    token,
+                    // The shortest lease every store takes (Redis refuses 0).
+                    lease: std::time::Duration::from_millis(1),
+                })
+                .await
+                .map(|()| true),
         }
     }
 }
@@ -240,8 +251,10 @@ impl Admin {
     /// audited either way: [`Step::Release`] an in-progress record, so that the next retry runs
     /// the work again; [`Step::Complete`] it by hand (manual reconciliation: the work was done,
     /// duplicates get the outcome, whose body is the front end's encoding: an HTTP layer
-    /// replays a `StoredResponse` of `idempotency-tower`); [`Step::Delete`] it in any state (a
-    /// completed record deleted lets the key run again).
+    /// replays a `StoredResponse` of `idempotency-tower`; for a run with steps, this abandons it
+    /// with that answer); [`Step::Delete`] it in any state (a completed record deleted lets the
+    /// key run again); [`Step::Resume`] an in-progress run, its lease ended now so that the next
+    /// claim (a retry, the completer) takes it over after its last checkpoint.
     ///
     /// The record is read and compared with the fence, then changed by a step the store itself
     /// fences by the token, so an owner that took the key over between the read and the step

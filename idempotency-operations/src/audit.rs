@@ -22,6 +22,9 @@ pub enum Action {
     Complete,
     /// Deleted a record.
     Delete,
+    /// Made an in-progress run resumable at once, its attempts counted anew (a run with steps
+    /// the completer had left to operators).
+    Resume,
     /// Purged expired records (one entry per purge run).
     Purge,
     /// Made a dead outbox message pending again (its id and table in the detail).
@@ -29,12 +32,13 @@ pub enum Action {
 }
 
 impl Action {
-    /// `"release"`, `"complete"`, `"delete"`, `"purge"` or `"revive"`.
+    /// `"release"`, `"complete"`, `"delete"`, `"resume"`, `"purge"` or `"revive"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Release => "release",
             Self::Complete => "complete",
             Self::Delete => "delete",
+            Self::Resume => "resume",
             Self::Purge => "purge",
             Self::Revive => "revive",
         }

@@ -157,6 +157,10 @@ pub enum Step<'a> {
     Complete(&'a Outcome, Duration),
     /// Delete the record, in any state.
     Delete,
+    /// End the in-progress record's lease now, so that the next claim (a retry, the completer
+    /// of a run with steps) takes it over; where the store keeps a run's checkpoints, they stay,
+    /// and its attempts start again from 1.
+    Resume,
 }
 
 impl<O: Operations + idempotency_core::Store> Operations for Arc<O> {

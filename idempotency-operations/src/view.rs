@@ -50,6 +50,10 @@ pub struct RecordView {
     /// The stored outcome's body, base64 (only when asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_base64: Option<String>,
+    /// The step a run with steps stopped at: the step that ended it, else its last completed
+    /// step (`idempotency_core::Progress::stopped_at`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
     /// The fingerprint, hex (only with the body).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
@@ -76,6 +80,10 @@ impl RecordView {
             conflicts: record.conflicts,
             last_conflict_at_ms: record.last_conflict_at.map(unix_millis),
             body_base64: None,
+            step: record
+                .progress
+                .as_ref()
+                .and_then(|progress| progress.stopped_at().map(str::to_owned)),
             fingerprint: None,
         }
     }

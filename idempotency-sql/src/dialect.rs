@@ -81,6 +81,9 @@ pub struct TableSql<Own> {
     /// Ends the lease of an in-progress record at once (a takeover of a run whose owner is
     /// known to be gone): key.
     pub(crate) expire: String,
+    /// An operator's resume of an in-progress record: its lease ended, its attempts from 1
+    /// (key, token).
+    pub(crate) resume: String,
     /// Deletes one bounded batch of purgeable records, binding
     /// [`Steps::PURGE`](sealed::Steps::PURGE).
     pub(crate) purge: String,

@@ -187,6 +187,10 @@ fn statements(table: &str) -> TableSql<Sql> {
                 "UPDATE {t} SET progress = ?, expires_at = {NOW} + INTERVAL ? MICROSECOND, \
                  updated_at = {NOW} WHERE {owned}"
             ),
+            resume: format!(
+                "UPDATE {t} SET expires_at = created_at, attempts = 1, updated_at = {NOW} \
+                 WHERE {owned}"
+            ),
             expire: format!(
                 "UPDATE {t} SET expires_at = created_at WHERE key_hash = ? AND state = 'in_progress'"
             ),

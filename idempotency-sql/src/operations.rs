@@ -107,6 +107,10 @@ impl<D: Dialect> SqlStore<D> {
                 Ok(token) => Ok(D::fenced(&mut tx, &self.sql.delete, key, token).await? > 0),
                 Err(_) => Ok(false),
             },
+            Step::Resume => match token_param(token) {
+                Ok(token) => Ok(D::fenced(&mut tx, &self.sql.resume, key, token).await? > 0),
+                Err(_) => Ok(false),
+            },
         };
         let applied = match done {
             Ok(applied) => applied,

@@ -252,6 +252,10 @@ fn statements(table: &str) -> TableSql<Sql> {
                 "UPDATE {t} SET progress = $3, expires_at = {NOW} + $4 * interval '1 microsecond', \
                  updated_at = {NOW} WHERE {owned}"
             ),
+            resume: format!(
+                "UPDATE {t} SET expires_at = created_at, attempts = 1, updated_at = {NOW} \
+                 WHERE {owned}"
+            ),
             expire: format!(
                 "UPDATE {t} SET expires_at = created_at WHERE key_hash = $1 AND state = 'in_progress'"
             ),

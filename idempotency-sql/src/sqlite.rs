@@ -118,6 +118,10 @@ fn statements(table: &str) -> TableSql<Sql> {
             checkpoint: format!(
                 "UPDATE {t} SET progress = ?5, expires_at = ?3 + ?4, updated_at = ?3 WHERE {owned}"
             ),
+            resume: format!(
+                "UPDATE {t} SET expires_at = created_at, attempts = 1, updated_at = {now} \
+                 WHERE {owned}"
+            ),
             expire: format!(
                 "UPDATE {t} SET expires_at = created_at WHERE key_hash = ?1 AND state = 'in_progress'"
             ),

@@ -244,6 +244,38 @@ where
         store.get(&running).await.expect("get").is_some(),
         "B is untouched"
     );
+    // Resume, fenced: the live lease ends now, and the next claim takes the key over (on a
+    // store that keeps a run's checkpoints, after them).
+    let current = store.get(&running).await.expect("get").expect("running");
+    assert_eq!(
+        admin
+            .act(&running, Fence::of(&current), &ops, Step::Resume)
+            .await
+            .expect("resume"),
+        Acted::Applied
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let claim = store
+            .claim(ClaimRequest {
+                key: &running,
+                namespace: &namespace,
+                fingerprint: &current.fingerprint,
+                lease: long,
+                claim_id: ClaimId::random(),
+                mechanism: Some(Mechanism::Request),
+                key_derivation: None,
+            })
+            .await
+            .expect("claim after resume");
+        match claim {
+            Claim::Acquired(_) => break,
+            Claim::InProgress { .. } if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            other => panic!("a resumed key is taken over, got {other:?}"),
+        }
+    }
     // Release needs an in-progress record.
     let completed_record = store.get(&done).await.expect("get").expect("done");
     assert!(matches!(
@@ -321,6 +353,7 @@ where
             (Action::Release, false),
             (Action::Release, false),
             (Action::Release, false),
+            (Action::Resume, true),
             (Action::Complete, true),
             (Action::Delete, true),
         ]

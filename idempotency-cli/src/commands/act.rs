@@ -27,6 +27,8 @@ pub(crate) enum Step {
     },
     /// Delete a record.
     Delete,
+    /// Resume an in-progress run.
+    Resume,
 }
 
 impl Step {
@@ -35,6 +37,7 @@ impl Step {
             Self::Release => "release",
             Self::Complete { .. } => "complete",
             Self::Delete => "delete",
+            Self::Resume => "resume",
         }
     }
 }
@@ -118,6 +121,7 @@ pub(crate) async fn act(
         Step::Release => operations::Step::Release,
         Step::Complete { outcome, ttl } => operations::Step::Complete(outcome, *ttl),
         Step::Delete => operations::Step::Delete,
+        Step::Resume => operations::Step::Resume,
     };
     let acted = admin.act(key, fence, &actor, applied).await?;
     let refusal = match &acted {

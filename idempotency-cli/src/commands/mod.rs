@@ -89,6 +89,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Release { on } => act_on(&global, &on, act::Step::Release, &mut out).await,
         Command::Delete { on } => act_on(&global, &on, act::Step::Delete, &mut out).await,
+        Command::Resume { on } => act_on(&global, &on, act::Step::Resume, &mut out).await,
         Command::Complete {
             on,
             status,

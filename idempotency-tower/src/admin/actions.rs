@@ -66,6 +66,16 @@ pub(super) async fn release(
     Ok(answer(admin.act(&key, fence, &who, Step::Release).await?))
 }
 
+/// `POST /resume`: a run with steps resumable at once (its lease ended, its attempts from 1).
+pub(super) async fn resume(
+    State(admin): State<Admin>,
+    Extension(operator): Extension<Operator>,
+    Json(request): Json<OnRecord>,
+) -> Result<Response, ApiError> {
+    let (who, key, fence) = request.resolve(&operator, &admin).await?;
+    Ok(answer(admin.act(&key, fence, &who, Step::Resume).await?))
+}
+
 /// `POST /delete`.
 pub(super) async fn delete(
     State(admin): State<Admin>,

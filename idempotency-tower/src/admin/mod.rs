@@ -14,7 +14,7 @@
 //! | `GET /records` | `namespace`, `state`, `since_ms`, `older_than_ms`, `min_attempts`, `min_conflicts` (1: the records that met a conflicting duplicate), `cursor` | one batch: `{"records", "examined", "next_cursor"}` |
 //! | `GET /stats` | `namespace`, `since_ms`, `older_than_ms` | counts per state, oldest abandoned age |
 //! | `POST /inspect` | a target, `"body": true` for the stored body | `{"record": view}` or `{"record": null}` |
-//! | `POST /release`, `POST /delete` | a target, its `fence`, `reason` | `{"applied": true}`, or 409 problem+json with `"applied": false, "refusal"` |
+//! | `POST /release`, `POST /delete`, `POST /resume` (a run with steps, resumed now) | a target, its `fence`, `reason` | `{"applied": true}`, or 409 problem+json with `"applied": false, "refusal"` |
 //! | `POST /complete` | the same, and `status`, `body`, `encoding` (`http` or `raw`), `ttl_ms` | the same |
 //! | `POST /reconcile` | `namespace`, `principal`, `mechanism`?, `keys` | `{"results": [{"index", "key_hash", "state", "mechanism", …}]}`: one per record a key has (a key with records of several front ends has several), `absent` when none |
 //! | `POST /purge` | `namespace`, `cursor`, `max_batches` (default 10), `archive_table` | `{"purged", "examined", "batches", "next_cursor"}` |

@@ -39,6 +39,7 @@ fn guarded(admin: Admin, verifier: Option<auth::Verifier>) -> Router {
         .route("/release", post(actions::release))
         .route("/complete", post(actions::complete))
         .route("/delete", post(actions::delete))
+        .route("/resume", post(actions::resume))
         .route("/purge", post(actions::purge))
         .fallback(no_such_endpoint)
         .with_state(admin)
