@@ -341,7 +341,14 @@ async fn a_stopped_run_shows_its_step_and_resumes() {
     let scope = Scope::new(namespace.clone());
     let run = |code: i32, args: &[&str]| {
         let mut all = args.to_vec();
-        all.extend(["--store", url.as_str(), "--table", &table, "--namespace", &namespace]);
+        all.extend([
+            "--store",
+            url.as_str(),
+            "--table",
+            &table,
+            "--namespace",
+            &namespace,
+        ]);
         expect(code, &all)
     };
     // A run that completed `reserve` and `capture`, then its owner died (a lease of 60 s).
@@ -349,31 +356,61 @@ async fn a_stopped_run_shows_its_step_and_resumes() {
     let key = scope.storage_key_for(Mechanism::Request, "R1");
     let claimed = store.get(&key).await.unwrap().unwrap();
     let mut progress = Progress::new(b"{}".to_vec());
-    progress.steps.push(StepResult::new("reserve", serde_json::json!(1)));
-    progress.steps.push(StepResult::new("capture", serde_json::json!("cap_1")));
+    progress
+        .steps
+        .push(StepResult::new("reserve", serde_json::json!(1)));
+    progress
+        .steps
+        .push(StepResult::new("capture", serde_json::json!("cap_1")));
     let mut conn = store.pool().acquire().await.unwrap();
     store
-        .checkpoint_on(&mut conn, &key, claimed.token, &progress, Duration::from_secs(60))
+        .checkpoint_on(
+            &mut conn,
+            &key,
+            claimed.token,
+            &progress,
+            Duration::from_secs(60),
+        )
         .await
         .unwrap();
 
     let listed = run(0, &["stuck", "--older-than", "0s", "--json"]).lines();
     assert_eq!(listed[0]["step"], "capture");
     let table_out = run(0, &["stuck", "--older-than", "0s"]).stdout;
-    assert!(table_out.contains("STEP") && table_out.contains("capture"), "{table_out}");
+    assert!(
+        table_out.contains("STEP") && table_out.contains("capture"),
+        "{table_out}"
+    );
     let shown = run(0, &["show", "--key", "R1", "--json"]).lines();
     assert_eq!(shown[0]["step"], "capture");
 
     let hex = key.to_hex();
-    let resumed = run(0, &["resume", "--key-hash", &hex, "--yes", "--reason", "INC-38", "--json"]);
+    let resumed = run(
+        0,
+        &[
+            "resume",
+            "--key-hash",
+            &hex,
+            "--yes",
+            "--reason",
+            "INC-38",
+            "--json",
+        ],
+    );
     assert_eq!(resumed.lines()[0]["applied"], true, "{}", resumed.stdout);
     let after = store.get(&key).await.unwrap().unwrap();
     assert_eq!(after.attempts, 1);
-    assert!(after.expires_at <= std::time::SystemTime::now(), "the lease ended");
+    assert!(
+        after.expires_at <= std::time::SystemTime::now(),
+        "the lease ended"
+    );
     assert_eq!(after.progress, Some(progress), "the checkpoints stay");
     // Fenced: the fence of the record before the resume no longer holds.
     let stale = claimed.token.get().to_string();
-    run(3, &["resume", "--key-hash", &hex, "--token", &stale, "--yes"]);
+    run(
+        3,
+        &["resume", "--key-hash", &hex, "--token", &stale, "--yes"],
+    );
     // The next claim takes the run over at once, after its last checkpoint.
     let taken = store
         .claim(ClaimRequest {

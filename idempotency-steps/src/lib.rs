@@ -27,8 +27,10 @@
 //! | foreign step | the call, then 1 checkpoint |
 //! | complete: the answer + give the hold back | 2 |
 //!
-//! The HTTP front end (the tower layer's steps mode, crate `idempotency-tower`) keeps the
-//! request as the run's input, answers duplicates, and resumes runs through the completer.
+//! Front ends: a function's steps mode is [`Runner::call`] (its result stored and replayed,
+//! [`Runner::resume`] for the completer); HTTP and gRPC are the tower layer's steps mode (crate
+//! `idempotency-tower`, `build_steps`), which keeps the request as the run's input, answers
+//! duplicates, and resumes runs through the completer.
 //!
 //! # Guarantees per store
 //! - **PostgreSQL, MySQL/MariaDB**: a dead owner is noticed as soon as its connection closes.
@@ -39,11 +41,13 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod call;
 mod completer;
 mod error;
 mod run;
 mod runner;
 
+pub use call::CallError;
 pub use completer::{Completer, DEFAULT_COMPLETER_BATCH, DEFAULT_MAX_ATTEMPTS, Sweep};
 pub use error::StepError;
 pub use run::{Connection, Db, Run, Undo};

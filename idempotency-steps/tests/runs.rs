@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use idempotency_core::{Fingerprint, IdempotencyKey, Outcome, Record, Scope, StorageKey};
-use idempotency_steps::{Completer, Run, Runner, Start, Started, StepError};
+use idempotency_steps::{CallError, Completer, Run, Runner, Start, Started, StepError};
 
 /// A name no other test run uses.
 fn unique(prefix: &str) -> String {
@@ -372,6 +372,82 @@ macro_rules! steps_suite {
                     "the capture is the one step again"
                 );
                 assert_eq!(order(&runner, &orders).await, (1, 1));
+            }
+
+            #[tokio::test]
+            async fn a_function_call_runs_once_resumes_and_replays() {
+                let Some((runner, orders)) = fresh(Duration::from_secs(30)).await else {
+                    return;
+                };
+                let scope = Scope::new(unique("fn"));
+                let key = IdempotencyKey::parse(&unique("K")).unwrap();
+                let ran = Ran::default();
+                let call = |stop: Option<&'static str>, provider: Provider| {
+                    let (orders, ran) = (&orders, &ran);
+                    async move |run: &mut Run<$store>, _input: serde_json::Value| {
+                        let outcome = checkout(run, orders, ran, provider, stop).await?;
+                        Ok(String::from_utf8(outcome.body.to_vec()).unwrap())
+                    }
+                };
+                let input = serde_json::json!({"order_id": 1});
+                // Stopped after the capture (a step asks to retry): resumable.
+                let stopped = runner
+                    .call(&scope, &key, input.clone(), call(Some("capture"), Provider::Captures))
+                    .await;
+                assert!(matches!(stopped, Err(CallError::Retry(_))), "{stopped:?}");
+                // The next call resumes after the capture, then replays.
+                let result: String = runner
+                    .call(&scope, &key, input.clone(), call(None, Provider::Captures))
+                    .await
+                    .unwrap();
+                assert_eq!(ran.counts(), [1, 1, 1, 0]);
+                let again: String = runner
+                    .call(&scope, &key, input.clone(), call(None, Provider::Captures))
+                    .await
+                    .unwrap();
+                assert_eq!(again, result);
+                assert_eq!(ran.counts(), [1, 1, 1, 0], "a replay runs nothing");
+                assert_eq!(order(&runner, &orders).await, (1, 1));
+                let other = runner
+                    .call(&scope, &key, serde_json::json!({"order_id": 2}), call(None, Provider::Captures))
+                    .await;
+                assert!(matches!(other, Err(CallError::Mismatch)), "{other:?}");
+
+                // An ending is stored: compensated once, then answered to every call.
+                let declined_key = IdempotencyKey::parse(&unique("D")).unwrap();
+                let ended = runner
+                    .call(&scope, &declined_key, input.clone(), call(None, Provider::Declines))
+                    .await;
+                assert!(matches!(ended, Err(CallError::Ended(_))), "{ended:?}");
+                let replayed = runner
+                    .call(&scope, &declined_key, input.clone(), call(None, Provider::Captures))
+                    .await;
+                assert!(matches!(replayed, Err(CallError::Ended(_))), "{replayed:?}");
+                assert_eq!(order(&runner, &orders).await, (1, 1), "the second reserve undone");
+
+                // A stopped call nobody calls again: the completer resumes it with its input.
+                let lonely = IdempotencyKey::parse(&unique("L")).unwrap();
+                let stopped = runner
+                    .call(&scope, &lonely, input.clone(), call(Some("reserve"), Provider::Captures))
+                    .await;
+                assert!(matches!(stopped, Err(CallError::Retry(_))));
+                let completer = Completer::new(runner.store().clone(), scope.namespace());
+                let finished = AtomicUsize::new(0);
+                completer
+                    .sweep(|record: Record| {
+                        let (runner, finished) = (&runner, &finished);
+                        let steps = call(None, Provider::Captures);
+                        async move {
+                            let result: Result<String, _> = runner.resume(&record, steps).await;
+                            if result.is_ok() {
+                                finished.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(finished.load(Ordering::SeqCst), 1);
+                assert_eq!(order(&runner, &orders).await, (2, 2));
             }
 
             #[tokio::test]
