@@ -405,12 +405,18 @@ async fn a_stopped_run_shows_its_step_and_resumes() {
         "the lease ended"
     );
     assert_eq!(after.progress, Some(progress), "the checkpoints stay");
-    // Fenced: the fence of the record before the resume no longer holds.
-    let stale = claimed.token.get().to_string();
-    run(
-        3,
-        &["resume", "--key-hash", &hex, "--token", &stale, "--yes"],
-    );
+    // Fenced: the record as listed before the resume (its token and last write) no longer
+    // holds.
+    let token = listed[0]["token"].to_string();
+    let written = listed[0]["updated_at_ms"].to_string();
+    let mut stale = vec!["resume", "--key-hash", hex.as_str(), "--yes"];
+    stale.extend([
+        "--token",
+        token.as_str(),
+        "--updated-at-ms",
+        written.as_str(),
+    ]);
+    run(3, &stale);
     // The next claim takes the run over at once, after its last checkpoint.
     let taken = store
         .claim(ClaimRequest {

@@ -352,8 +352,8 @@ where
             (Action::Release, true),
             (Action::Release, false),
             (Action::Release, false),
-            (Action::Release, false),
             (Action::Resume, true),
+            (Action::Release, false),
             (Action::Complete, true),
             (Action::Delete, true),
         ]
