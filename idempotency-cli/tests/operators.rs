@@ -331,7 +331,7 @@ async fn a_purge_keeps_what_the_table_ttl_keeps() {
 #[tokio::test]
 async fn a_stopped_run_shows_its_step_and_resumes() {
     use idempotency_core::{Progress, StepResult};
-    use idempotency_sql::{StepStore, TxStore};
+    use idempotency_sql::StepStore;
 
     let Some((store, table)) = postgres(None).await else {
         return;
