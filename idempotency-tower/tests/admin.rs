@@ -264,6 +264,29 @@ async fn endpoints<S: Store + Operations + Clone>(store: S) {
         "{text}"
     );
 
+    // Resume, fenced to the record as listed: its live lease ends now, so that the next claim
+    // (a retry, the completer of a run with steps) takes it over.
+    let running = claimed(&store, &scope, "T5", long).await;
+    let in_progress = served
+        .all_records(&format!("namespace={namespace}&state=in_progress"))
+        .await;
+    let t5 = in_progress
+        .iter()
+        .find(|record| record["key_hash"] == running.to_hex().as_str())
+        .unwrap();
+    let fence5 = json!({"token": t5["token"], "updated_at_ms": t5["updated_at_ms"]});
+    let (status, resumed) = served
+        .post(
+            "/resume",
+            json!({"namespace": namespace, "key": "T5", "fence": fence5, "reason": "INC-38"}),
+        )
+        .await;
+    assert_eq!(
+        (status, resumed["applied"].clone()),
+        (StatusCode::OK, json!(true)),
+        "{resumed}"
+    );
+
     // Complete by hand, fenced to the record as listed again: the layer replays it.
     let listed = served
         .all_records(&format!("namespace={namespace}&state=in_progress"))
@@ -295,7 +318,7 @@ async fn endpoints<S: Store + Operations + Clone>(store: S) {
         (last.actor.as_str(), last.reason.as_str()),
         ("alice", "paid at the bank")
     );
-    assert_eq!(entries.iter().filter(|e| e.actor == "ops").count(), 3);
+    assert_eq!(entries.iter().filter(|e| e.actor == "ops").count(), 4);
     assert!(entries.iter().all(|e| e.actor != "mallory"));
 
     // Purge, bounded per request.
