@@ -62,6 +62,9 @@ mod reconnect;
 #[cfg(any(feature = "rabbitmq", feature = "nats"))]
 mod serve;
 mod stats;
+#[cfg(feature = "steps")]
+#[cfg_attr(docsrs, doc(cfg(feature = "steps")))]
+pub mod steps;
 #[cfg(any(feature = "rabbitmq", feature = "nats"))]
 mod stop;
 mod verdict;

@@ -63,7 +63,7 @@ impl<S: StepStore> Runner<S> {
         let bytes = serde_json::to_vec(&kept).map_err(codec)?;
         let mut start = Start::new(&storage_key, scope.namespace(), &fingerprint, bytes);
         start.mechanism = Some(Mechanism::Function);
-        self.drive(start, input, steps).await
+        self.run_once(start, input, steps).await
     }
 
     /// Drives on the stopped call of `record` (as the [`Completer`](crate::Completer) lists
@@ -86,10 +86,19 @@ impl<S: StepStore> Runner<S> {
             Vec::new(),
         );
         start.mechanism = record.mechanism;
-        self.drive(start, input, steps).await
+        self.run_once(start, input, steps).await
     }
 
-    async fn drive<I, R, F>(&self, start: Start<'_>, input: I, steps: F) -> Result<R, CallError>
+    /// Runs `steps` once for the run `start` names (its key, fingerprint and kept input, as
+    /// the front end derives them: [`call`](Self::call) for functions, a consumer's handler for
+    /// messages), given `input`: started, resumed after its last checkpoint, or its stored
+    /// result (or ending) returned without running anything.
+    pub async fn run_once<I, R, F>(
+        &self,
+        start: Start<'_>,
+        input: I,
+        steps: F,
+    ) -> Result<R, CallError>
     where
         R: Serialize + DeserializeOwned,
         F: AsyncFnOnce(&mut Run<S>, I) -> Result<R, StepError>,

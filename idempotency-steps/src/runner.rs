@@ -153,6 +153,11 @@ impl<S: StepStore> Runner<S> {
         self
     }
 
+    /// How long a run's answer is kept.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// The store.
     pub fn store(&self) -> &S {
         &self.store
