@@ -47,6 +47,8 @@ pub struct Run<S: StepStore> {
     pub(crate) progress: Progress,
     pub(crate) undo: Vec<(String, Undo<S>)>,
     pub(crate) held: bool,
+    /// Whether an earlier owner had checkpointed steps when this one started.
+    pub(crate) resumed: bool,
 }
 
 impl<S: StepStore> std::fmt::Debug for Run<S> {
@@ -71,10 +73,10 @@ impl<S: StepStore> Run<S> {
         &self.progress.input
     }
 
-    /// Whether an earlier owner checkpointed steps of this run (a retry or a takeover resumes
-    /// it).
+    /// Whether an earlier owner had checkpointed steps of this run when this one started (a
+    /// retry or a takeover resumes it).
     pub fn resumed(&self) -> bool {
-        !self.progress.steps.is_empty() || self.progress.ending.is_some()
+        self.resumed
     }
 
     /// The checkpoints so far.

@@ -212,10 +212,12 @@ impl<S: StepStore> Runner<S> {
             progress: Progress::new(self.kept(&start.input)),
             undo: Vec::new(),
             held: true,
+            resumed: false,
         };
         if owner.attempt > 1 || owner.took_over {
             let record = self.store.get(start.key).await?;
             if let Some(progress) = record.and_then(|record| record.progress) {
+                run.resumed = !progress.steps.is_empty() || progress.ending.is_some();
                 run.progress = progress;
                 metrics::counter!("idempotency_runs_resumed_total", "namespace" => start.namespace.to_owned())
                     .increment(1);

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotency_sql::{PostgresStore, validate_identifier};
+use idempotency_steps::StepError;
 use idempotency_tower::IdempotencyLayer;
+use idempotency_tower::steps::{Steps, StepsLayer};
 use idempotency_tower::transactional::{TransactionalLayer, Tx};
 use sqlx::Postgres;
 use tokio::net::TcpListener;
@@ -16,9 +18,10 @@ use tonic::{Request, Response, Status};
 
 use super::proto::payments_server::{Payments, PaymentsServer};
 use super::proto::{
-    CallbackAck, CreateOrderRequest, Order, PaymentCallbackRequest, WatchOrdersRequest,
+    CallbackAck, CheckoutAck, CheckoutRequest, CreateOrderRequest, Order, PaymentCallbackRequest,
+    WatchOrdersRequest,
 };
-use super::server::{CREATE_ORDER, PAYMENT_CALLBACK};
+use super::server::{CHECKOUT, CREATE_ORDER, PAYMENT_CALLBACK};
 
 /// `PaymentCallback` answers `UNAVAILABLE` (after its write, which then rolls back) for trade
 /// numbers that start with this: how a test makes a handler fail.
@@ -29,6 +32,7 @@ pub const FAILING_TRADE: &str = "fail-";
 pub struct LedgerService {
     orders: Arc<str>,
     coupons: Arc<str>,
+    checkouts: Arc<str>,
     callback_delay: Duration,
 }
 
@@ -37,11 +41,14 @@ impl LedgerService {
     /// [`migrate`](Self::migrate)).
     pub fn new(prefix: &str) -> Result<Self, idempotency_core::Error> {
         let (orders, coupons) = (format!("{prefix}orders"), format!("{prefix}coupons"));
+        let checkouts = format!("{prefix}checkouts");
         validate_identifier(&orders)?;
         validate_identifier(&coupons)?;
+        validate_identifier(&checkouts)?;
         Ok(Self {
             orders: orders.into(),
             coupons: coupons.into(),
+            checkouts: checkouts.into(),
             callback_delay: Duration::ZERO,
         })
     }
@@ -65,6 +72,11 @@ impl LedgerService {
                  trade_no TEXT NOT NULL)",
                 self.coupons
             ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (row_id BIGSERIAL PRIMARY KEY, \
+                 order_id TEXT NOT NULL, step TEXT NOT NULL)",
+                self.checkouts
+            ),
         ] {
             sqlx::query(&ddl).execute(pool).await?;
         }
@@ -75,6 +87,20 @@ impl LedgerService {
 /// The request's transaction, or `INTERNAL` (a route without the transactional layer).
 fn transaction<T>(request: &Request<T>) -> Result<Tx<Postgres>, Status> {
     Ok(Tx::from_extensions(request.extensions().get())?)
+}
+
+/// The call's run with steps, or `INTERNAL` (a route without the steps layer).
+fn run_of<T>(request: &Request<T>) -> Result<Steps<PostgresStore>, Status> {
+    Ok(Steps::from_extensions(request.extensions().get())?)
+}
+
+/// A failed step: an ending is `FAILED_PRECONDITION` (stored), anything else `UNAVAILABLE`
+/// (not stored: the run stays resumable, and the client's retry resumes it).
+fn step_status(error: StepError) -> Status {
+    match error {
+        StepError::End(answer) => Status::failed_precondition(answer.to_string()),
+        error => Status::unavailable(error.to_string()),
+    }
 }
 
 fn internal(error: sqlx::Error) -> Status {
@@ -139,6 +165,43 @@ impl Payments for LedgerService {
         }))
     }
 
+    /// Two steps, `reserve` then `grant`, each a row in the call's own transaction with its
+    /// checkpoint. An order id starting with [`FAILING_TRADE`] fails between them on a first
+    /// attempt (`UNAVAILABLE`): the retry resumes after `reserve`.
+    async fn checkout(
+        &self,
+        request: Request<CheckoutRequest>,
+    ) -> Result<Response<CheckoutAck>, Status> {
+        let mut run = run_of(&request)?;
+        let order_id = request.into_inner().order_id;
+        let insert = format!(
+            "INSERT INTO {} (order_id, step) VALUES ($1, $2) RETURNING row_id",
+            self.checkouts
+        );
+        let row = async |run: &mut Steps<PostgresStore>, step: &'static str| {
+            run.local(step, async |tx| {
+                let (id,): (i64,) = sqlx::query_as(&insert)
+                    .bind(&order_id)
+                    .bind(step)
+                    .fetch_one(&mut **tx)
+                    .await?;
+                Ok(id)
+            })
+            .await
+            .map_err(step_status)
+        };
+        let reservation = row(&mut run, "reserve").await?;
+        if order_id.starts_with(FAILING_TRADE) && !run.resumed() {
+            return Err(Status::unavailable("the coupon service is unreachable"));
+        }
+        let coupon = row(&mut run, "grant").await?;
+        Ok(Response::new(CheckoutAck {
+            order_id,
+            reservation,
+            coupon,
+        }))
+    }
+
     type WatchOrdersStream = futures_util::stream::Empty<Result<Order, Status>>;
 
     async fn watch_orders(
@@ -160,14 +223,27 @@ pub fn transactional_layer(store: PostgresStore) -> TransactionalLayer<PostgresS
         .build_transactional()
 }
 
-/// Serves `service` on `listener` behind [`transactional_layer`] until the task is dropped.
+/// The steps layer in gRPC mode, guarding `Checkout`, keys scoped by
+/// [`principal`](crate::principal).
+pub fn steps_layer(store: PostgresStore) -> StepsLayer<PostgresStore> {
+    IdempotencyLayer::builder(store)
+        .principal(super::server::principal)
+        .grpc()
+        .namespace("payments.v1.checkout")
+        .only_paths([CHECKOUT])
+        .build_steps()
+}
+
+/// Serves `service` on `listener` behind [`transactional_layer`] (and `Checkout` behind
+/// [`steps_layer`]) until the task is dropped.
 pub async fn serve_transactional(
     listener: TcpListener,
     service: LedgerService,
     store: PostgresStore,
 ) -> Result<(), tonic::transport::Error> {
     Server::builder()
-        .layer(transactional_layer(store))
+        .layer(transactional_layer(store.clone()))
+        .layer(steps_layer(store))
         .add_service(PaymentsServer::new(service))
         .serve_with_incoming(TcpIncoming::from(listener))
         .await

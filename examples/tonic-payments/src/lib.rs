@@ -22,6 +22,8 @@ pub mod proto {
 
 pub use client::{Attempt, create_order_with_retries, with_key};
 #[cfg(feature = "postgres")]
-pub use ledger::{FAILING_TRADE, LedgerService, serve_transactional, transactional_layer};
-pub use server::{CREATE_ORDER, PAYMENT_CALLBACK, idempotency_layer, principal, serve};
+pub use ledger::{
+    FAILING_TRADE, LedgerService, serve_transactional, steps_layer, transactional_layer,
+};
+pub use server::{CHECKOUT, CREATE_ORDER, PAYMENT_CALLBACK, idempotency_layer, principal, serve};
 pub use service::PaymentsService;

@@ -14,6 +14,9 @@ pub const CREATE_ORDER: &str = "/payments.v1.Payments/CreateOrder";
 /// The path of `PaymentCallback`.
 pub const PAYMENT_CALLBACK: &str = "/payments.v1.Payments/PaymentCallback";
 
+/// The path of `Checkout`, a run with steps.
+pub const CHECKOUT: &str = "/payments.v1.Payments/Checkout";
+
 /// The principal a call's keys are scoped by: for `PaymentCallback`, the gateway (its
 /// notifications share one scope); for `CreateOrder`, the caller its `authorization: Bearer`
 /// metadata names (none: refused `UNAUTHENTICATED`), so one caller never gets another's stored

@@ -11,7 +11,8 @@ use tonic::{Request, Response, Status};
 
 use super::proto::payments_server::Payments;
 use super::proto::{
-    CallbackAck, CreateOrderRequest, Order, PaymentCallbackRequest, WatchOrdersRequest,
+    CallbackAck, CheckoutAck, CheckoutRequest, CreateOrderRequest, Order, PaymentCallbackRequest,
+    WatchOrdersRequest,
 };
 
 /// An in-memory Payments service that counts every execution, so duplicates are visible.
@@ -121,6 +122,15 @@ impl Payments for PaymentsService {
             coupons_granted: 1,
             coupons_total: total,
         }))
+    }
+
+    async fn checkout(
+        &self,
+        _request: Request<CheckoutRequest>,
+    ) -> Result<Response<CheckoutAck>, Status> {
+        Err(Status::unimplemented(
+            "Checkout is a run with steps: served by the ledger (PostgreSQL)",
+        ))
     }
 
     type WatchOrdersStream = OrderStream;

@@ -13,8 +13,8 @@ use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tonic::Code;
 use tonic::transport::Channel;
-use tonic_payments::proto::PaymentCallbackRequest;
 use tonic_payments::proto::payments_client::PaymentsClient;
+use tonic_payments::proto::{CheckoutRequest, PaymentCallbackRequest};
 use tonic_payments::{FAILING_TRADE, LedgerService, serve_transactional, with_key};
 
 struct Ledger {
@@ -48,7 +48,7 @@ impl Ledger {
             addr,
             pool,
             coupons: format!("{prefix}coupons"),
-            tables: ["records", "orders", "coupons"]
+            tables: ["records", "orders", "coupons", "checkouts"]
                 .map(|table| format!("{prefix}{table}"))
                 .to_vec(),
         })
@@ -73,15 +73,66 @@ impl Ledger {
     async fn drop_tables(self) {
         let records = &self.tables[0];
         sqlx::raw_sql(&format!(
-            "DROP TABLE {}; DROP TABLE {}; DROP TABLE {records}; \
+            "DROP TABLE {}; DROP TABLE {}; DROP TABLE {}; DROP TABLE {records}; \
              DROP SEQUENCE {records}_token_seq; \
              DELETE FROM idempotency_schema WHERE table_name = '{records}'",
-            self.tables[1], self.tables[2]
+            self.tables[1], self.tables[2], self.tables[3]
         ))
         .execute(&self.pool)
         .await
         .unwrap();
     }
+}
+
+/// How many rows `step` of the checkout of `order_id` wrote.
+async fn checkout_rows(ledger: &Ledger, order_id: &str, step: &str) -> i64 {
+    let sql = format!(
+        "SELECT COUNT(*) FROM {} WHERE order_id = $1 AND step = $2",
+        ledger.tables[3]
+    );
+    let (n,): (i64,) = sqlx::query_as(&sql)
+        .bind(order_id)
+        .bind(step)
+        .fetch_one(&ledger.pool)
+        .await
+        .unwrap();
+    n
+}
+
+/// `Checkout` is a run with steps over gRPC: it fails (`UNAVAILABLE`, not stored) after its
+/// `reserve` step; the identical retry resumes after `reserve` (not run again) and completes;
+/// the next retry is the stored answer, replayed with its metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkout_resumes_after_its_last_step() {
+    let Some(ledger) = Ledger::start(Duration::ZERO).await else {
+        return;
+    };
+    let mut client = ledger.client().await;
+    let order_id = trade(FAILING_TRADE);
+    let request = || {
+        let checkout = CheckoutRequest {
+            order_id: order_id.clone(),
+        };
+        with_key(checkout, &order_id).unwrap()
+    };
+    let failed = client.checkout(request()).await.unwrap_err();
+    assert_eq!(failed.code(), Code::Unavailable, "{failed:?}");
+    assert_eq!(checkout_rows(&ledger, &order_id, "reserve").await, 1);
+    assert_eq!(checkout_rows(&ledger, &order_id, "grant").await, 0);
+
+    let done = client.checkout(request()).await.unwrap();
+    assert!(!replayed(&done));
+    assert_eq!(
+        checkout_rows(&ledger, &order_id, "reserve").await,
+        1,
+        "not run again"
+    );
+    assert_eq!(checkout_rows(&ledger, &order_id, "grant").await, 1);
+    let again = client.checkout(request()).await.unwrap();
+    assert!(replayed(&again));
+    assert_eq!(again.get_ref(), done.get_ref());
+    assert_eq!(checkout_rows(&ledger, &order_id, "grant").await, 1);
+    ledger.drop_tables().await;
 }
 
 fn paid(trade_no: &str) -> PaymentCallbackRequest {

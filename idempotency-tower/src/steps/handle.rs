@@ -160,3 +160,10 @@ mod axum_extract {
         }
     }
 }
+
+#[cfg(feature = "tonic")]
+impl From<StepsUnavailable> for tonic::Status {
+    fn from(error: StepsUnavailable) -> Self {
+        tonic::Status::internal(error.to_string())
+    }
+}
