@@ -68,6 +68,11 @@ pub use idempotency_redis as redis;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 pub use idempotency_sql as sql;
 
+/// Runs with steps (`idempotency-steps`): handlers with several steps, each checkpointed on the
+/// record in the business database, resumed by a retry, a takeover or the completer.
+#[cfg(feature = "steps")]
+pub use idempotency_steps as steps;
+
 /// The HTTP and gRPC layers (`idempotency-tower`): [`tower::IdempotencyLayer`], the
 /// transactional layer, one-time tokens, the admin router.
 #[cfg(feature = "tower")]
