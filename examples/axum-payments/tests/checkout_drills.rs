@@ -400,3 +400,61 @@ async fn a_declined_card_undoes_the_reservation() {
     assert_eq!(order_status(service.addr, order_id).await, "WAIT_PAY");
     schema.drop().await;
 }
+
+/// Twenty identical checkouts at once on one service: one runs (one capture at the provider, one
+/// coupon); the others wait in memory for it and replay its answer, or are told it is in flight
+/// (409), never a second run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_duplicates_run_one_checkout() {
+    let _one_at_a_time = DRILLS.lock().await;
+    let Some(schema) = Schema::create().await else {
+        return;
+    };
+    let database = schema.url.clone();
+    let provider = Provider::start(&[]);
+    let service = Payments::start(
+        "postgres",
+        &payments_env(
+            &database,
+            provider.addr,
+            &[("COMPLETER_INTERVAL_MS", NO_COMPLETER_MS)],
+        ),
+    );
+    let user = fresh_user();
+    let order = gateway::create_order(service.addr, user, 1299, &unique("order"))
+        .await
+        .unwrap();
+    let key = unique("checkout_storm");
+    let storm: Vec<_> = (0..20)
+        .map(|_| {
+            let key = key.clone();
+            let addr = service.addr;
+            let order_id = order.order_id;
+            tokio::spawn(async move { checkout(addr, &key, order_id).await })
+        })
+        .collect();
+    let mut replies = Vec::new();
+    for copy in storm {
+        replies.push(copy.await.unwrap());
+    }
+    let mut first = None;
+    for reply in replies {
+        let reply = reply.unwrap();
+        match reply.status {
+            StatusCode::CREATED => {
+                let body = completed(&reply, order.order_id);
+                match &first {
+                    None => first = Some(body),
+                    Some(first) => assert_eq!(&body, first, "{}", text(&reply)),
+                }
+            }
+            StatusCode::CONFLICT => {}
+            _ => panic!("a duplicate answered {}", text(&reply)),
+        }
+    }
+    assert!(first.is_some(), "one checkout ran");
+    assert_eq!(provider.captures(order.order_id).await.captures, 1);
+    assert_eq!(gateway::coupons(service.addr, user).await.unwrap(), 1);
+    drop(service);
+    schema.drop().await;
+}

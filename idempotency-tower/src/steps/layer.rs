@@ -32,6 +32,8 @@ pub type StepsService<T, S> = GuardedService<T, StepsLayer<S>>;
 /// What every service of a steps layer shares.
 pub(crate) struct Shared<S> {
     pub(crate) runner: Runner<S>,
+    /// Duplicates in this process wait here, in memory, not on the database.
+    pub(crate) flights: crate::transactional::flights::Flights,
     pub(crate) settings: Settings,
     pub(crate) store_timeout: Duration,
 }
@@ -92,6 +94,7 @@ impl<S: StepStore, C> IdempotencyLayerBuilder<S, C> {
         StepsLayer {
             shared: Arc::new(Shared {
                 runner,
+                flights: Default::default(),
                 store_timeout: config.store_timeout,
                 settings: self.settings,
             }),

@@ -66,6 +66,12 @@ where
         Payload::Streaming(_) => Bytes::new(),
     };
     let policy = settings.in_flight.until(settings.deadline(&parts));
+    let started = Instant::now();
+    // Duplicates in this process wait here, in memory; across processes, on the owner's hold.
+    let Some(flight) = shared.flights.enter(key, policy).await else {
+        return Ok(refuse(settings, in_flight(Duration::from_secs(1))));
+    };
+    let policy = remaining(policy, started.elapsed());
     let run = match start(&shared, &key, &fingerprint, input, policy).await {
         Ok(Started::Run(run)) => {
             let decision = if run.resumed() { "resume" } else { "execute" };
@@ -97,7 +103,15 @@ where
     let handler = Box::pin(inner.call(Request::from_parts(parts, held.into_body())));
     // A client that goes away does not abandon the run: it goes on to its answer.
     let detached = Arc::clone(&shared.settings.detached);
-    Detachable::new(finish(shared, slot, handler), detached).await
+    Detachable::new(finish(shared, slot, handler, flight), detached).await
+}
+
+/// `policy` with `elapsed` of its wait spent.
+fn remaining(policy: InFlightPolicy, elapsed: Duration) -> InFlightPolicy {
+    match policy {
+        InFlightPolicy::Wait { max } if max > elapsed => InFlightPolicy::wait(max - elapsed),
+        _ => InFlightPolicy::Reject,
+    }
 }
 
 /// Starts or resumes the run of `key`, waiting while a live owner runs it as `policy` allows.
@@ -131,6 +145,8 @@ async fn finish<S, F, ResB, E>(
     shared: Arc<Shared<S>>,
     slot: Arc<Slot<S>>,
     handler: Pin<Box<F>>,
+    // Held until the answer is stored or the run paused: then the next duplicate goes on.
+    _flight: crate::transactional::flights::Flight,
 ) -> Result<Response<ResponseBody<ResB>>, E>
 where
     S: StepStore,

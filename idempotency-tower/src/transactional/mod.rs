@@ -65,7 +65,7 @@
 //! # let _ = app; Ok(()) }
 //! ```
 
-mod flights;
+pub(crate) mod flights;
 mod layer;
 pub(crate) mod run;
 mod service;
