@@ -371,11 +371,19 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
                 };
             }
             Ok(Decision::InFlight { .. }) if self.guarded_handler => {
-                // The fast tier's claim may be a dead consumer's, left until its lease ends:
-                // the truth knows whether the work committed, and waits if it is running.
-                return self
+                // A pending claim (the first copy's, committed or not) or a live one: the
+                // truth knows whether the work committed, and waits if it is running. What it
+                // settled completes the fast tier's claim, for the next copies.
+                let storage_key = self.scope.storage_key(&key);
+                let verdict = self
                     .run_guarded_without_claim(key, message, fingerprint, delivery)
                     .await;
+                if let Verdict::Processed { output, .. } | Verdict::AlreadyDone { output } =
+                    &verdict
+                {
+                    crate::fast_tier::settle(engine, &storage_key, &fingerprint, output).await;
+                }
+                return verdict;
             }
             Ok(Decision::InFlight { retry_after }) => return Verdict::InFlight { retry_after },
             Ok(Decision::Mismatch) => {
@@ -410,6 +418,12 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
                     Handled::Output(body) | Handled::AlreadyDone(body) => body.clone(),
                     _ => bytes::Bytes::new(),
                 };
+                // Two tiers, the work just committed with its truth: the claim stays pending,
+                // one round trip for the message (the first copy settles it).
+                if self.guarded_handler && !matches!(handled, Handled::AlreadyDone(_)) {
+                    execution.leave_pending();
+                    return self.verdict(Ok(handled), false, delivery);
+                }
                 // A transient failure is retried by the engine in the background; the message
                 // is acked either way, since redelivering it would run the work again.
                 let recorded = match execution.complete(Outcome::new(0, body)).await {

@@ -54,6 +54,7 @@ mod backoff;
 mod consumer;
 pub mod dead_letter;
 mod extract;
+mod fast_tier;
 mod fingerprint;
 mod handler;
 mod message;

@@ -72,7 +72,14 @@ impl<S: StepStore + Sync + 'static> Handler for StepsHandler<S> {
             })
             .await;
         match ran {
-            Ok(output) => Ok(Handled::Output(Bytes::from(output.to_string()))),
+            Ok(answer) => {
+                let output = Bytes::from(answer.value.to_string());
+                Ok(if answer.replayed {
+                    Handled::AlreadyDone(output)
+                } else {
+                    Handled::Output(output)
+                })
+            }
             Err(CallError::Ended(answer)) => Ok(Handled::Output(Bytes::from(answer.to_string()))),
             Err(CallError::InFlight(retry_after)) => Ok(Handled::InFlight { retry_after }),
             Err(CallError::Mismatch) => Ok(Handled::Mismatch),

@@ -131,6 +131,23 @@ async fn redeliveries_resume_after_the_last_checkpoint() {
         }
     };
     let message = || Message::new(r#"{"trade_no":"T1"}"#);
+    // A delivery, redelivered (as the broker would, bounded) while the key is in flight: a
+    // dead consumer's connection, and with it its hold, closes a moment after it died.
+    let deliver = |message: Message| {
+        let consumer = &consumer;
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            loop {
+                let verdict = consumer.process(message.clone()).await;
+                if !matches!(verdict, Verdict::InFlight { .. })
+                    || std::time::Instant::now() > deadline
+                {
+                    return verdict;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    };
 
     // The first delivery dies after reserve; the second fails the capture (it may succeed
     // later); the third resumes after reserve and completes.
@@ -138,9 +155,9 @@ async fn redeliveries_resume_after_the_last_checkpoint() {
     let died = consumer.process(message()).await;
     assert!(matches!(died, Verdict::Failed { .. }), "{died:?}");
     world.capture_times_out.store(true, Ordering::SeqCst);
-    let timed_out = consumer.process(message()).await;
+    let timed_out = deliver(message()).await;
     assert!(matches!(timed_out, Verdict::Failed { .. }), "{timed_out:?}");
-    let done = consumer.process(message()).await;
+    let done = deliver(message()).await;
     let Verdict::Processed { output, .. } = &done else {
         panic!("{done:?}")
     };
@@ -162,7 +179,7 @@ async fn redeliveries_resume_after_the_last_checkpoint() {
     );
 
     // A redelivery after completion runs nothing and answers the same output.
-    let again = consumer.process(message()).await;
+    let again = deliver(message()).await;
     assert_eq!(again.output(), Some(output), "{again:?}");
     assert_eq!(rows("T1", "reserve").await, 1);
 

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
+#[allow(dead_code)] // The round-trip count's proxied fast tier serves `round_trips.rs`.
 mod tiers;
 
 use std::process::Stdio;
@@ -254,8 +255,9 @@ async fn a_payload_mismatch_is_rejected_by_either_tier() {
 }
 
 /// What the business code produced (the coupon row's id) is the key's outcome on both tiers:
-/// read back from the SQL record and from the Redis record, the same bytes, and what a duplicate
-/// is answered with. Calls
+/// the SQL record's at once, committed with the work; the Redis record's once the first copy
+/// met the pending claim and the truth answered it (the same bytes), which later copies replay.
+/// Calls
 /// `IdempotentConsumer::process` directly: nothing here depends on the broker.
 #[tokio::test]
 async fn the_business_output_is_stored_on_both_tiers() {
@@ -282,19 +284,31 @@ async fn the_business_output_is_stored_on_both_tiers() {
     assert_eq!(
         first,
         Verdict::Processed {
-            recorded: true,
+            recorded: false,
             output: produced.clone()
         }
     );
 
     let key = IdempotencyKey::parse("T7").unwrap();
-    let fast = consumer
-        .engine()
+    let fast_key = scope.storage_key_for(Mechanism::Message, key.as_str());
+    let store = consumer.engine().unwrap().store();
+    let pending = store
+        .get(&fast_key)
+        .await
         .unwrap()
-        .store()
-        .get(&scope.storage_key_for(Mechanism::Message, key.as_str()))
-        .await;
-    let fast = fast.unwrap().expect("the fast tier's record");
+        .expect("the pending claim");
+    assert!(pending.outcome.is_none(), "pending: no second round trip");
+    assert_eq!(
+        consumer.process(message.clone()).await,
+        Verdict::AlreadyDone {
+            output: produced.clone()
+        }
+    );
+    let fast = store
+        .get(&fast_key)
+        .await
+        .unwrap()
+        .expect("the fast tier's record");
     assert_eq!(fast.outcome.unwrap().body, produced);
     let truth_key = scope.storage_key_for(Mechanism::Message, "T7");
     let sql = consumer.handler().store().get(&truth_key).await;
@@ -391,7 +405,14 @@ async fn a_typed_handler_wrapped_in_the_users_own_runs_and_unreadable_payloads_a
     assert_eq!(
         consumer.process(corrected.clone()).await,
         Verdict::Processed {
-            recorded: true,
+            recorded: false,
+            output: two.clone()
+        }
+    );
+    // The first copy is answered by the truth and settles the pending claim; the next replays.
+    assert_eq!(
+        consumer.process(corrected.clone()).await,
+        Verdict::AlreadyDone {
             output: two.clone()
         }
     );
@@ -526,13 +547,13 @@ async fn a_consumer_killed_with_sigkill_mid_message_processes_it_once_after_rest
                 "{mode}: committed work is not run again: {stats:?}"
             );
         }
-        // The late duplicate too meets the dead consumer's fast-tier claim, and the truth
-        // answers it: the redelivery and the duplicate after commit, the duplicate after the
-        // rolled-back work.
-        let answered_by_truth = if mode == "in_tx" { 1 } else { 2 };
+        // The truth answers the redelivery (after commit: done; in the transaction: it runs
+        // the rolled-back work) and settles the dead consumer's pending claim with its output:
+        // the late duplicate replays from the fast tier.
+        let answered_by_truth = if mode == "in_tx" { 0 } else { 1 };
         assert_eq!(
             (stats.already_done, stats.replayed),
-            (answered_by_truth, 0),
+            (answered_by_truth, 1),
             "{mode}: SQL said done: {stats:?}"
         );
         assert_eq!(

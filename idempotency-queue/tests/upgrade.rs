@@ -142,6 +142,11 @@ async fn both_tiers_keep_a_message_under_one_storage_key() {
         consumer.process(delivery("T5")).await,
         Verdict::Processed { .. }
     ));
+    // The first copy settles the fast tier's pending claim with the truth's output.
+    assert!(matches!(
+        consumer.process(delivery("T5")).await,
+        Verdict::AlreadyDone { .. }
+    ));
     let key = scope.storage_key_for(Mechanism::Message, "T5");
     let fast = consumer.engine().unwrap().store().get(&key).await.unwrap();
     let truth = consumer.handler().store().get(&key).await.unwrap();

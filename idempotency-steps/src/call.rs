@@ -15,6 +15,22 @@ const RETURNED: u16 = 0;
 /// The status of a call's stored result: a step ended it.
 const ENDED: u16 = 1;
 
+/// What [`Runner::run_once`] returned: the run's result, and whether it was the stored one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer<R> {
+    /// The result.
+    pub value: R,
+    /// Whether the run had completed before (nothing ran: the stored result).
+    pub replayed: bool,
+}
+
+impl<R> Answer<R> {
+    /// The result.
+    pub fn into_value(self) -> R {
+        self.value
+    }
+}
+
 /// Why [`Runner::call`] returned no result.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
@@ -63,7 +79,9 @@ impl<S: StepStore> Runner<S> {
         let bytes = serde_json::to_vec(&kept).map_err(codec)?;
         let mut start = Start::new(&storage_key, scope.namespace(), &fingerprint, bytes);
         start.mechanism = Some(Mechanism::Function);
-        self.run_once(start, input, steps).await
+        self.run_once(start, input, steps)
+            .await
+            .map(Answer::into_value)
     }
 
     /// Drives on the stopped call of `record` (as the [`Completer`](crate::Completer) lists
@@ -86,26 +104,33 @@ impl<S: StepStore> Runner<S> {
             Vec::new(),
         );
         start.mechanism = record.mechanism;
-        self.run_once(start, input, steps).await
+        self.run_once(start, input, steps)
+            .await
+            .map(Answer::into_value)
     }
 
     /// Runs `steps` once for the run `start` names (its key, fingerprint and kept input, as
     /// the front end derives them: [`call`](Self::call) for functions, a consumer's handler for
     /// messages), given `input`: started, resumed after its last checkpoint, or its stored
-    /// result (or ending) returned without running anything.
+    /// result (or ending) returned without running anything ([`Answer::replayed`]).
     pub async fn run_once<I, R, F>(
         &self,
         start: Start<'_>,
         input: I,
         steps: F,
-    ) -> Result<R, CallError>
+    ) -> Result<Answer<R>, CallError>
     where
         R: Serialize + DeserializeOwned,
         F: AsyncFnOnce(&mut Run<S>, I) -> Result<R, StepError>,
     {
         let mut run = match self.start(start).await? {
             Started::Run(run) => run,
-            Started::Replay(outcome) => return stored(&outcome),
+            Started::Replay(outcome) => {
+                return stored(&outcome).map(|value| Answer {
+                    value,
+                    replayed: true,
+                });
+            }
             Started::InFlight(after) => return Err(CallError::InFlight(after)),
             Started::Mismatch => return Err(CallError::Mismatch),
         };
@@ -113,7 +138,10 @@ impl<S: StepStore> Runner<S> {
             Ok(result) => {
                 let body = serde_json::to_vec(&result).map_err(codec)?;
                 finish(run, &Outcome::new(RETURNED, body)).await?;
-                Ok(result)
+                Ok(Answer {
+                    value: result,
+                    replayed: false,
+                })
             }
             Err(StepError::End(answer)) => {
                 let body = serde_json::to_vec(&answer).map_err(codec)?;

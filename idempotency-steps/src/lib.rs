@@ -47,7 +47,7 @@ mod error;
 mod run;
 mod runner;
 
-pub use call::CallError;
+pub use call::{Answer, CallError};
 pub use completer::{Completer, DEFAULT_COMPLETER_BATCH, DEFAULT_MAX_ATTEMPTS, Sweep};
 pub use error::StepError;
 pub use run::{Connection, Db, Run, Undo};

@@ -24,6 +24,7 @@ mod model;
 mod operations;
 #[cfg(feature = "tls")]
 pub mod pki;
+pub mod redis_commands;
 mod spans;
 mod support;
 mod tokens;

@@ -139,6 +139,20 @@ impl<S: Store> Execution<S> {
         }
     }
 
+    /// Leaves the claim in progress, without an outcome and without a store call: for a fast
+    /// tier whose truth is kept elsewhere, committed with the work (a two-tier consumer's SQL
+    /// record). The record stays *pending* until its lease ends; a duplicate that meets it asks
+    /// the truth, which knows whether the work committed.
+    pub fn leave_pending(mut self) {
+        if let Some(twin) = self.previous.take() {
+            twin.leave_pending();
+        }
+        self.stop_keep_alive();
+        self.finished = true;
+        self.engine.inner.waits.wake(&self.key);
+        telemetry::record_current(telemetry::FINISH, "pending");
+    }
+
     /// Deletes the claim so that a retry runs the work again. A transient failure is returned,
     /// and the release retried in the background meanwhile.
     #[allow(clippy::manual_async_fn)] // an `async fn` would keep `self` twice

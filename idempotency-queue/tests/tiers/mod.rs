@@ -118,6 +118,17 @@ impl Tiers {
             .with_ttl(Duration::from_secs(600))
     }
 
+    /// The Redis fast path through the proxy at `proxy` (`host:port`), as [`fast_path`](Self::fast_path).
+    pub(crate) async fn fast_path_through(&self, proxy: &str) -> Idempotency<RedisStore> {
+        let redis = RedisStore::connect(&format!("redis://{proxy}/{}", self.redis_db))
+            .await
+            .unwrap()
+            .with_key_prefix(self.redis_prefix.clone());
+        Idempotency::new(redis)
+            .with_lease(Duration::from_secs(2))
+            .with_ttl(Duration::from_secs(600))
+    }
+
     /// The handler: inserts one business row per job, in the SQL claim's transaction; its
     /// output is the row's id.
     pub(crate) fn truth(
