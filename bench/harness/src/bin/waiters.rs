@@ -22,7 +22,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -30,12 +29,12 @@ use axum::routing::post;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+#[cfg(any(feature = "redis", feature = "postgres"))]
+use idempotency_bench::wire::{CountingProxy, Protocol, through, upstream_of};
+use idempotency_bench::wire::{H2Sender, Traffic, connect_h2c};
 use idempotency_core::{BoxStore, MemoryStore};
 use idempotency_tower::IdempotencyLayer;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 /// Streams per HTTP/2 connection (below hyper's default limit of 200).
@@ -88,86 +87,6 @@ impl Options {
     }
 }
 
-/// Bytes and writes a store client sent, counted by [`CountingProxy`].
-#[derive(Default)]
-struct Traffic {
-    bytes: AtomicU64,
-    writes: AtomicU64,
-}
-
-impl Traffic {
-    fn now(&self) -> (u64, u64) {
-        (
-            self.bytes.load(Ordering::Relaxed),
-            self.writes.load(Ordering::Relaxed),
-        )
-    }
-}
-
-/// A TCP proxy on loopback in front of a store: counts what the store's client sends.
-struct CountingProxy {
-    addr: SocketAddr,
-    traffic: Arc<Traffic>,
-}
-
-impl CountingProxy {
-    async fn start(upstream: SocketAddr) -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let traffic = Arc::new(Traffic::default());
-        let counted = Arc::clone(&traffic);
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let counted = Arc::clone(&counted);
-                tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(upstream).await else {
-                        return;
-                    };
-                    let _ = (client.set_nodelay(true), server.set_nodelay(true));
-                    let (mut client_read, mut client_write) = client.into_split();
-                    let (mut server_read, mut server_write) = server.into_split();
-                    let upward = async {
-                        let mut buffer = vec![0u8; 64 * 1024];
-                        loop {
-                            let read = client_read.read(&mut buffer).await?;
-                            if read == 0 {
-                                return server_write.shutdown().await;
-                            }
-                            counted.bytes.fetch_add(read as u64, Ordering::Relaxed);
-                            counted.writes.fetch_add(1, Ordering::Relaxed);
-                            server_write.write_all(&buffer[..read]).await?;
-                        }
-                    };
-                    let downward = tokio::io::copy(&mut server_read, &mut client_write);
-                    let _ = tokio::join!(upward, downward);
-                });
-            }
-        });
-        Ok(Self { addr, traffic })
-    }
-}
-
-/// The `host:port` part of a store URL.
-fn host_of(url: &str) -> Option<&str> {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-    host.split(['/', '?']).next()
-}
-
-/// The address of a store URL, on loopback.
-fn upstream_of(url: &str) -> Result<SocketAddr, String> {
-    host_of(url)
-        .map(|host| host.replace("localhost", "127.0.0.1"))
-        .and_then(|host| host.parse().ok())
-        .ok_or(format!("{url}: expected a loopback address with a port"))
-}
-
-/// The store URL with its address replaced by the proxy's.
-fn through(url: &str, proxy: SocketAddr) -> Result<String, String> {
-    let host = host_of(url).ok_or(format!("{url}: no host"))?;
-    Ok(url.replacen(host, &proxy.to_string(), 1))
-}
-
 /// The store `name`, its client connected through a counting proxy.
 async fn store(name: &str) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
     match name {
@@ -176,7 +95,7 @@ async fn store(name: &str) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
         "redis" => {
             let url =
                 std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-            let proxy = CountingProxy::start(upstream_of(&url)?)
+            let proxy = CountingProxy::start(upstream_of(&url)?, Protocol::Raw)
                 .await
                 .map_err(|error| error.to_string())?;
             let store = idempotency_redis::RedisStore::connect(&through(&url, proxy.addr)?)
@@ -188,7 +107,7 @@ async fn store(name: &str) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
         "postgres" => {
             let url = std::env::var("DATABASE_URL")
                 .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-            let proxy = CountingProxy::start(upstream_of(&url)?)
+            let proxy = CountingProxy::start(upstream_of(&url)?, Protocol::Raw)
                 .await
                 .map_err(|error| error.to_string())?;
             let pool = sqlx::postgres::PgPoolOptions::new()
@@ -245,21 +164,6 @@ fn unique() -> u128 {
         .map_or(0, |elapsed| elapsed.as_nanos())
 }
 
-type Sender = http2::SendRequest<Full<Bytes>>;
-
-async fn connect(addr: SocketAddr) -> Result<Sender, String> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|error| error.to_string())?;
-    let _ = stream.set_nodelay(true);
-    let (sender, connection) = http2::Builder::new(TokioExecutor::new())
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(|error| error.to_string())?;
-    tokio::spawn(connection);
-    Ok(sender)
-}
-
 /// One answer: its status, whether it was a replay, and when it came.
 struct Answer {
     status: StatusCode,
@@ -267,7 +171,7 @@ struct Answer {
     at: Instant,
 }
 
-async fn send(mut sender: Sender, addr: SocketAddr, key: &str) -> Result<Answer, String> {
+async fn send(mut sender: H2Sender, addr: SocketAddr, key: &str) -> Result<Answer, String> {
     let request = Request::post(format!("http://{addr}/hold"))
         .header("idempotency-key", key)
         .header("content-type", "application/json")
@@ -330,7 +234,7 @@ async fn run(
     let key = format!("waiters-{}", unique());
 
     let first = tokio::spawn({
-        let (sender, key) = (connect(addr).await?, key.clone());
+        let (sender, key) = (connect_h2c(addr).await?, key.clone());
         async move { send(sender, addr, &key).await }
     });
     held.entered.notified().await;
@@ -338,7 +242,7 @@ async fn run(
     let connections = waiters.div_ceil(STREAMS_PER_CONNECTION).max(1);
     let mut senders = Vec::with_capacity(connections);
     for _ in 0..connections {
-        senders.push(connect(addr).await?);
+        senders.push(connect_h2c(addr).await?);
     }
     let memory_before = resident_kib();
     let traffic_before = traffic.as_ref().map(|traffic| traffic.now());
