@@ -2,6 +2,7 @@
 //! completed before never runs again, whether the run is retried, taken over after its owner
 //! died, paused on a step that may succeed later, ended part-way (with its compensations) or
 //! resumed by the completer.
+#![cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;

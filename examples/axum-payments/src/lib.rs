@@ -32,6 +32,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod callers;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod checkout;
 pub mod client;
 pub mod config;
