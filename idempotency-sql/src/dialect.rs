@@ -75,7 +75,8 @@ pub struct TableSql<Own> {
     pub(crate) complete: String,
     /// Renews the lease of an owned record, binding [`Steps::TOUCH`](sealed::Steps::TOUCH).
     pub(crate) touch: String,
-    /// Checkpoints a run with steps on an owned record and renews its lease, binding
+    /// Checkpoints a run with steps on an owned record and renews its lease (on PostgreSQL and
+    /// MySQL once half of it is spent, so most checkpoints leave the indexed columns alone), binding
     /// [`Steps::CHECKPOINT`](sealed::Steps::CHECKPOINT) (the progress as the body).
     pub(crate) checkpoint: String,
     /// Ends the lease of an in-progress record at once (a takeover of a run whose owner is
@@ -163,6 +164,23 @@ pub(crate) mod sealed {
             table: &str,
             key: &StorageKey,
         ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+        /// Stores a run's outcome and gives its hold back, on the owner's connection: the
+        /// complete, then [`unhold_on`](Self::unhold_on), unless the database does both in one
+        /// statement.
+        fn complete_unhold_on(
+            store: &SqlStore<Self>,
+            conn: &mut Self::Connection,
+            key: &StorageKey,
+            token: FencingToken,
+            outcome: &Outcome,
+            ttl: Duration,
+        ) -> impl Future<Output = Result<(), StoreError>> + Send {
+            async move {
+                Self::complete_on(store, conn, key, token, outcome, ttl).await?;
+                Self::unhold_on(conn, store.table_name(), key).await
+            }
+        }
 
         /// Gives the hold of [`hold_on`](Self::hold_on) back.
         fn unhold_on(

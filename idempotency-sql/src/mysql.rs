@@ -183,9 +183,16 @@ fn statements(table: &str) -> TableSql<Sql> {
                 "UPDATE {t} SET expires_at = {NOW} + INTERVAL ? MICROSECOND, updated_at = {NOW} \
                  WHERE {owned}"
             ),
+            // The lease is renewed only once half of it is spent: otherwise the indexed
+            // `expires_at` and `updated_at` keep their values and no index entry is rewritten.
+            // Assignments run left to right: `updated_at` reads `expires_at` before it changes.
             checkpoint: format!(
-                "UPDATE {t} SET progress = ?, expires_at = {NOW} + INTERVAL ? MICROSECOND, \
-                 updated_at = {NOW} WHERE {owned}"
+                "UPDATE {t} SET progress = ?, \
+                 updated_at = IF(expires_at < {NOW} + INTERVAL (? DIV 2) MICROSECOND, {NOW}, \
+                   updated_at), \
+                 expires_at = IF(expires_at < {NOW} + INTERVAL (? DIV 2) MICROSECOND, \
+                   {NOW} + INTERVAL ? MICROSECOND, expires_at) \
+                 WHERE {owned}"
             ),
             resume: format!(
                 "UPDATE {t} SET expires_at = created_at, attempts = 1, updated_at = {NOW} \
@@ -303,7 +310,7 @@ impl Steps for MySql {
     const VERSIONS: Versions<Self> = Versions::new(&VERSIONS);
     const COMPLETE: &'static [Param] = &[Status, Body, Span, Key, Token];
     const TOUCH: &'static [Param] = &[Span, Key, Token];
-    const CHECKPOINT: &'static [Param] = &[Body, Span, Key, Token];
+    const CHECKPOINT: &'static [Param] = &[Body, Span, Span, Span, Key, Token];
     const PURGE: &'static [Param] = &[Grace, Floor, Limit];
 
     fn statements(table: &str) -> TableSql<Sql> {

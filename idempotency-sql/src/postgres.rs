@@ -6,9 +6,9 @@ use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::QueryAs;
 use sqlx::{FromRow, PgConnection, Postgres};
 
-use super::common::{ClaimRow, map_err, micros};
+use super::common::{ClaimRow, map_err, micros, owned, token_param};
 use super::conflicts::MarkSql;
-use super::dialect::sealed::{Param, Param::*, Steps};
+use super::dialect::sealed::{Param, Param::*, Shared, Steps, Values};
 use super::dialect::{SqlStore, TableSql};
 use super::schema::{self, VersionSql, Versions};
 use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
@@ -99,6 +99,9 @@ pub struct Sql {
     /// plan and to run, the common case), its wait bounded as `claim_bounded`'s; the token it
     /// returns is `NULL` when the key exists, which `claim_bounded` then decides.
     insert_fresh: String,
+    /// `complete` that also gives the run's hold back (`pg_advisory_unlock` of the key's first
+    /// eight bytes, as [`crate::steps`] takes it), in the same round trip.
+    complete_unhold: String,
 }
 
 const NOW: &str = "statement_timestamp()";
@@ -235,6 +238,13 @@ fn statements(table: &str) -> TableSql<Sql> {
         let marks = MarkSql::new(&t, "ADD COLUMN IF NOT EXISTS", "TIMESTAMPTZ", NOW, "$1");
         TableSql {
             own: Sql {
+                complete_unhold: format!(
+                    "UPDATE {t} SET state = 'completed', response_status = $3, response_body = $4, \
+                     completed_at = {NOW}, updated_at = {NOW}, \
+                     expires_at = {NOW} + $5 * interval '1 microsecond' WHERE {owned} \
+                     RETURNING pg_advisory_unlock(\
+                       ('x' || encode(substring(key_hash from 1 for 8), 'hex'))::bit(64)::bigint)"
+                ),
                 insert_fresh,
                 claim: claim(false),
                 claim_bounded: claim(true),
@@ -248,9 +258,16 @@ fn statements(table: &str) -> TableSql<Sql> {
                 "UPDATE {t} SET expires_at = {NOW} + $3 * interval '1 microsecond', \
                  updated_at = {NOW} WHERE {owned}"
             ),
+            // The lease is renewed only once half of it is spent: otherwise the indexed
+            // `expires_at` and `updated_at` keep their values, and the checkpoint is a HOT update
+            // (no index entries written).
             checkpoint: format!(
-                "UPDATE {t} SET progress = $3, expires_at = {NOW} + $4 * interval '1 microsecond', \
-                 updated_at = {NOW} WHERE {owned}"
+                "UPDATE {t} SET progress = $3, \
+                 expires_at = CASE WHEN expires_at < {NOW} + $4 / 2 * interval '1 microsecond' \
+                   THEN {NOW} + $4 * interval '1 microsecond' ELSE expires_at END, \
+                 updated_at = CASE WHEN expires_at < {NOW} + $4 / 2 * interval '1 microsecond' \
+                   THEN {NOW} ELSE updated_at END \
+                 WHERE {owned}"
             ),
             resume: format!(
                 "UPDATE {t} SET expires_at = created_at, attempts = 1, updated_at = {NOW} \
@@ -374,6 +391,26 @@ impl Steps for Postgres {
             .await
             .map_err(map_err)?;
         Ok(held)
+    }
+
+    async fn complete_unhold_on(
+        store: &PostgresStore,
+        conn: &mut PgConnection,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &idempotency_core::Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let values = Values {
+            key: key.0.as_slice(),
+            token: token_param(token)?,
+            status: i32::from(outcome.status),
+            body: outcome.body.as_ref(),
+            span: micros(ttl),
+            ..Values::default()
+        };
+        let sql = &store.sql.own.complete_unhold;
+        owned(Self::bound_in_order(conn, sql, Self::COMPLETE, values).await?)
     }
 
     async fn unhold_on(

@@ -91,6 +91,19 @@ pub trait StepStore: TxStore {
         ttl: Duration,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
+    /// Stores the run's outcome and gives its hold on `key` back, on the owner's connection: one
+    /// statement on PostgreSQL, the complete then the give-back elsewhere.
+    /// [`Error::LeaseLost`] if another owner took the run over (the hold is then kept: close
+    /// the connection).
+    fn complete_unhold_on(
+        &self,
+        conn: &mut <Self::Database as sqlx::Database>::Connection,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
     /// The in-progress records of `namespace` with checkpoints, least recently written first,
     /// at most `limit`: what the completer may resume.
     fn resumable(
@@ -174,6 +187,17 @@ impl<D: Dialect> StepStore for SqlStore<D> {
         ttl: Duration,
     ) -> Result<(), Error> {
         D::complete_on(self, conn, key, token, outcome, ttl).await
+    }
+
+    async fn complete_unhold_on(
+        &self,
+        conn: &mut D::Connection,
+        key: &StorageKey,
+        token: FencingToken,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), Error> {
+        D::complete_unhold_on(self, conn, key, token, outcome, ttl).await
     }
 
     async fn resumable(&self, namespace: &str, limit: usize) -> Result<Vec<Record>, Error> {

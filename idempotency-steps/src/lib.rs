@@ -25,7 +25,7 @@
 //! | start: hold + claim | 2 (a resume reads the record once more) |
 //! | local step | `BEGIN`, the step's own, 1 checkpoint, `COMMIT` |
 //! | foreign step | the call, then 1 checkpoint |
-//! | complete: the answer + give the hold back | 2 |
+//! | complete: the answer + give the hold back | 1 on PostgreSQL, 2 on MySQL |
 //!
 //! Front ends: a function's steps mode is [`Runner::call`] (its result stored and replayed,
 //! [`Runner::resume`] for the completer); HTTP and gRPC are the tower layer's steps mode (crate

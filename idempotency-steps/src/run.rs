@@ -184,7 +184,7 @@ impl<S: StepStore> Run<S> {
             self.compensate().await?;
         }
         self.store
-            .complete_on(
+            .complete_unhold_on(
                 &mut self.conn,
                 &self.key,
                 self.owner.token,
@@ -192,7 +192,7 @@ impl<S: StepStore> Run<S> {
                 self.ttl,
             )
             .await?;
-        self.give_back().await;
+        self.held = false;
         Ok(())
     }
 

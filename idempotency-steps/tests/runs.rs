@@ -606,3 +606,34 @@ steps_suite!(
     "?1",
     false
 );
+
+/// A completed run gives its hold back with its answer (one statement on PostgreSQL): another
+/// session can take the key's advisory lock at once.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_completed_run_gives_its_hold_back_on_postgres() {
+    use sqlx::Connection;
+    let Some(store) = postgres().await else {
+        return;
+    };
+    store.migrate().await.unwrap();
+    let runner = Runner::new(store);
+    let request = Request::new();
+    let Started::Run(mut run) = runner.start(request.start()).await.unwrap() else {
+        panic!("a new key runs");
+    };
+    let one: i64 = run.foreign("capture", async |_key| Ok(1)).await.unwrap();
+    run.complete(&Outcome::new(201, one.to_string()))
+        .await
+        .unwrap();
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
+    let lock = i64::from_be_bytes(request.key.0[..8].try_into().unwrap());
+    let (taken,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+        .bind(lock)
+        .fetch_one(&mut other)
+        .await
+        .unwrap();
+    assert!(taken, "the completed run's hold was given back");
+}
