@@ -46,14 +46,17 @@ async fn one_round_trip_per_new_message_and_per_settled_copy() {
         "{settled:?}"
     );
 
-    let (verdicts, sent) = commands_of(&log, async {
-        let mut verdicts = Vec::new();
-        for i in 0..MESSAGES {
-            verdicts.push(consumer.process(message(i)).await);
-        }
-        verdicts
-    })
-    .await;
+    // Every message once, in order: the verdicts and the commands sent for them.
+    let round = || {
+        commands_of(&log, async {
+            let mut verdicts = Vec::new();
+            for i in 0..MESSAGES {
+                verdicts.push(consumer.process(message(i)).await);
+            }
+            verdicts
+        })
+    };
+    let (verdicts, sent) = round().await;
     assert!(
         verdicts.iter().all(|verdict| matches!(
             verdict,
@@ -72,14 +75,7 @@ async fn one_round_trip_per_new_message_and_per_settled_copy() {
     assert_eq!(tiers.rows(None).await, i64::try_from(MESSAGES + 1).unwrap());
 
     // The first copy meets the pending claim: the truth answers, and the claim is settled.
-    let (first, sent) = commands_of(&log, async {
-        let mut verdicts = Vec::new();
-        for i in 0..MESSAGES {
-            verdicts.push(consumer.process(message(i)).await);
-        }
-        verdicts
-    })
-    .await;
+    let (first, sent) = round().await;
     assert!(
         first
             .iter()
@@ -89,14 +85,7 @@ async fn one_round_trip_per_new_message_and_per_settled_copy() {
     assert_eq!(sent.len(), 3 * MESSAGES, "claim, read, settle: {sent:?}");
 
     // Later copies replay from the fast tier: one round trip, no truth.
-    let (later, sent) = commands_of(&log, async {
-        let mut verdicts = Vec::new();
-        for i in 0..MESSAGES {
-            verdicts.push(consumer.process(message(i)).await);
-        }
-        verdicts
-    })
-    .await;
+    let (later, sent) = round().await;
     assert!(
         later
             .iter()
