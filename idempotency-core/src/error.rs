@@ -292,26 +292,3 @@ impl From<Error> for tonic::Status {
         tonic::Status::new(code, error.to_string())
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn statuses_and_retries() {
-        let in_flight = Error::InFlight {
-            retry_after: Duration::from_secs(2),
-        };
-        assert_eq!(in_flight.http_status(), 409);
-        assert_eq!(in_flight.retry_after(), Some(Duration::from_secs(2)));
-        assert!(in_flight.is_retryable() && !in_flight.is_transient());
-        assert_eq!(Error::Mismatch.http_status(), 422);
-        assert_eq!(Error::Key(KeyError::Empty).http_status(), 400);
-        let down = Error::Unavailable("refused".into());
-        assert_eq!(down.http_status(), 503);
-        assert!(down.is_transient() && down.is_retryable());
-        assert_eq!(down.retry_after(), Some(Duration::from_secs(1)));
-        assert_eq!(Error::Config("x".into()).retry_after(), None);
-        assert_eq!(Error::Config("x".into()).http_status(), 500);
-    }
-}
