@@ -25,7 +25,7 @@ use crate::guarded::{Answered, Exchange, Guarded};
 use crate::refusal::{Refusal, RefusalKind};
 use crate::request::{Payload, Read, collected, inspect, pass_through};
 use crate::stored::{Ending, ending_of, handle, respond};
-use crate::transactional::run::within;
+use crate::transactional::run::{after, within};
 
 /// Decides and answers one guarded request.
 pub(crate) async fn run<X, S>(
@@ -71,7 +71,7 @@ where
     let Some(flight) = shared.flights.enter(key, policy).await else {
         return Ok(refuse(settings, in_flight(Duration::from_secs(1))));
     };
-    let policy = remaining(policy, started.elapsed());
+    let policy = after(policy, started.elapsed());
     let run = match start(&shared, &key, &fingerprint, input, policy).await {
         Ok(Started::Run(run)) => {
             let decision = if run.resumed() { "resume" } else { "execute" };
@@ -104,14 +104,6 @@ where
     // A client that goes away does not abandon the run: it goes on to its answer.
     let detached = Arc::clone(&shared.settings.detached);
     Detachable::new(finish(shared, slot, handler, flight), detached).await
-}
-
-/// `policy` with `elapsed` of its wait spent.
-fn remaining(policy: InFlightPolicy, elapsed: Duration) -> InFlightPolicy {
-    match policy {
-        InFlightPolicy::Wait { max } if max > elapsed => InFlightPolicy::wait(max - elapsed),
-        _ => InFlightPolicy::Reject,
-    }
 }
 
 /// Starts or resumes the run of `key`, waiting while a live owner runs it as `policy` allows.

@@ -180,7 +180,7 @@ async fn mark_conflict<S: TxStore>(shared: &Shared<S>, key: &StorageKey) {
 }
 
 /// `policy` with `elapsed` of its wait spent.
-fn after(policy: InFlightPolicy, elapsed: Duration) -> InFlightPolicy {
+pub(crate) fn after(policy: InFlightPolicy, elapsed: Duration) -> InFlightPolicy {
     match policy {
         InFlightPolicy::Wait { max } if max > elapsed => InFlightPolicy::wait(max - elapsed),
         _ => InFlightPolicy::Reject,
