@@ -47,6 +47,8 @@ fn steps(world: Arc<World>, effects: String) -> StepsFn<PostgresStore> {
             })
             .await?;
             if world.die_after_reserve.swap(false, Ordering::SeqCst) {
+                // Dies once reserve has committed (it commits with the next step otherwise).
+                run.commit().await?;
                 panic!("the consumer dies after reserve");
             }
             let capture: String = run

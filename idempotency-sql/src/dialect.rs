@@ -182,6 +182,33 @@ pub(crate) mod sealed {
             }
         }
 
+        /// Takes the hold of a run with steps on `request.key` and claims it, on the owner's
+        /// connection: whether the hold was taken, and the claim (`None`: another owner holds
+        /// the key). With the hold, an in-progress run whose hold ended with its owner's
+        /// connection is taken over at once. The hold, then the claim (a takeover ends the
+        /// lease and claims again), unless the database does it all in one statement.
+        fn start_on(
+            store: &SqlStore<Self>,
+            conn: &mut Self::Connection,
+            request: ClaimRequest<'_>,
+        ) -> impl Future<Output = Result<(bool, Option<Claim>), StoreError>> + Send {
+            async move {
+                if !Self::hold_on(conn, store.table_name(), request.key).await? {
+                    return Ok((false, None));
+                }
+                let mut claim = Self::claim_on(store, conn, request).await?;
+                if matches!(claim, Claim::InProgress { .. }) && Self::HOLD_ENDS_WITH_CONNECTION {
+                    let values = Values {
+                        key: request.key.0.as_slice(),
+                        ..Values::default()
+                    };
+                    Self::bound_in_order(conn, &store.sql.expire, &[Param::Key], values).await?;
+                    claim = Self::claim_on(store, conn, request).await?;
+                }
+                Ok((true, Some(claim)))
+            }
+        }
+
         /// Gives the hold of [`hold_on`](Self::hold_on) back.
         fn unhold_on(
             conn: &mut Self::Connection,

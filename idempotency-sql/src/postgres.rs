@@ -1,5 +1,7 @@
 //! The PostgreSQL store: one statement per step, a sequence for fencing tokens.
 
+mod runs;
+
 use std::time::Duration;
 
 use sqlx::postgres::{PgArguments, PgRow};
@@ -99,6 +101,13 @@ pub struct Sql {
     /// plan and to run, the common case), its wait bounded as `claim_bounded`'s; the token it
     /// returns is `NULL` when the key exists, which `claim_bounded` then decides.
     insert_fresh: String,
+    /// A run's start (crate `idempotency-steps`): takes the hold and, with it, inserts a fresh
+    /// key (a plain insert, the common case); returns `held` and the token, `NULL` when the key
+    /// exists, which `start_held` then decides.
+    start: String,
+    /// A run's claim of an existing key, under the hold `start` took: a run whose owner is gone
+    /// is taken over at once.
+    start_held: String,
     /// `complete` that also gives the run's hold back (`pg_advisory_unlock` of the key's first
     /// eight bytes, as [`crate::steps`] takes it), in the same round trip.
     complete_unhold: String,
@@ -122,6 +131,37 @@ fn record_columns() -> String {
     )
 }
 
+/// The columns a claim writes when it takes a record over, and their values.
+const TAKEOVER: &[(&str, &str)] = &[
+    ("namespace", "excluded.namespace"),
+    ("fingerprint", "excluded.fingerprint"),
+    ("state", "'in_progress'"),
+    ("token", "excluded.token"),
+    ("claim_id", "excluded.claim_id"),
+    ("mechanism", "excluded.mechanism"),
+    ("key_derivation", "excluded.key_derivation"),
+    (
+        "attempts",
+        "CASE WHEN r.state = 'in_progress' THEN r.attempts + 1 ELSE 1 END",
+    ),
+    (
+        "created_at",
+        "CASE WHEN r.state = 'in_progress' THEN r.created_at ELSE excluded.created_at END",
+    ),
+    ("updated_at", "excluded.updated_at"),
+    // A takeover resumes the run's checkpoints; a new run after completion starts bare.
+    (
+        "progress",
+        "CASE WHEN r.state = 'in_progress' THEN r.progress ELSE NULL END",
+    ),
+    ("completed_at", "NULL"),
+    ("expires_at", "excluded.expires_at"),
+    ("response_status", "NULL"),
+    ("response_body", "NULL"),
+    ("conflicts", "0"),
+    ("last_conflict_at", "NULL"),
+];
+
 /// The statements of `table`.
 fn statements(table: &str) -> TableSql<Sql> {
     {
@@ -138,41 +178,13 @@ fn statements(table: &str) -> TableSql<Sql> {
         // On conflict: take an expired row over, keep a live one unchanged (the no-op update only
         // happens for a row this statement's snapshot could not see, to return its latest
         // version).
-        let takeover = [
-            ("namespace", "excluded.namespace"),
-            ("fingerprint", "excluded.fingerprint"),
-            ("state", "'in_progress'"),
-            ("token", "excluded.token"),
-            ("claim_id", "excluded.claim_id"),
-            ("mechanism", "excluded.mechanism"),
-            ("key_derivation", "excluded.key_derivation"),
-            (
-                "attempts",
-                "CASE WHEN r.state = 'in_progress' THEN r.attempts + 1 ELSE 1 END",
-            ),
-            (
-                "created_at",
-                "CASE WHEN r.state = 'in_progress' THEN r.created_at ELSE excluded.created_at END",
-            ),
-            ("updated_at", "excluded.updated_at"),
-            // A takeover resumes the run's checkpoints; a new run after completion starts bare.
-            (
-                "progress",
-                "CASE WHEN r.state = 'in_progress' THEN r.progress ELSE NULL END",
-            ),
-            ("completed_at", "NULL"),
-            ("expires_at", "excluded.expires_at"),
-            ("response_status", "NULL"),
-            ("response_body", "NULL"),
-            ("conflicts", "0"),
-            ("last_conflict_at", "NULL"),
-        ]
-        .iter()
-        .map(|(column, value)| {
-            format!("{column} = CASE WHEN {expired} THEN {value} ELSE r.{column} END")
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
+        let takeover = TAKEOVER
+            .iter()
+            .map(|(column, value)| {
+                format!("{column} = CASE WHEN {expired} THEN {value} ELSE r.{column} END")
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
         let answer = |alias: &str, acquired: &str| {
             format!(
                 "SELECT {acquired} AS acquired, {alias}.state, {alias}.fingerprint, {alias}.token, \
@@ -234,6 +246,7 @@ fn statements(table: &str) -> TableSql<Sql> {
              SELECT (SELECT token FROM ins) AS token, \
                set_config('lock_timeout', lt.old, true) AS restored FROM lt"
         );
+        let (start, start_held) = (runs::start(&t, &seq), runs::start_held(&t, &seq));
         let owned = "key_hash = $1 AND token = $2 AND state = 'in_progress'";
         let marks = MarkSql::new(&t, "ADD COLUMN IF NOT EXISTS", "TIMESTAMPTZ", NOW, "$1");
         TableSql {
@@ -246,6 +259,8 @@ fn statements(table: &str) -> TableSql<Sql> {
                        ('x' || encode(substring(key_hash from 1 for 8), 'hex'))::bit(64)::bigint)"
                 ),
                 insert_fresh,
+                start,
+                start_held,
                 claim: claim(false),
                 claim_bounded: claim(true),
             },
@@ -488,20 +503,50 @@ impl Steps for Postgres {
         }
     }
 
+    /// The hold and the claim in one statement.
+    async fn start_on(
+        store: &PostgresStore,
+        conn: &mut PgConnection,
+        request: ClaimRequest<'_>,
+    ) -> Result<(bool, Option<Claim>), StoreError> {
+        let (held, token): (bool, Option<i64>) = claim_query(&store.sql.own.start, &request)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        if !held {
+            return Ok((false, None));
+        }
+        if let Some(token) = token {
+            let token =
+                FencingToken::new(u64::try_from(token).map_err(|_| {
+                    StoreError::Codec(format!("token out of range: {token}").into())
+                })?);
+            let owner = Lease {
+                token,
+                attempt: 1,
+                took_over: false,
+            };
+            return Ok((true, Some(Claim::Acquired(owner))));
+        }
+        let row: Option<ClaimRow> = claim_query(&store.sql.own.start_held, &request)
+            .fetch_optional(conn)
+            .await
+            .map_err(map_err)?;
+        match row {
+            Some(row) => Ok((true, Some(row.into_claim(request.fingerprint)?))),
+            None => Err(StoreError::Backend(
+                "claim statement returned no row".into(),
+            )),
+        }
+    }
+
     /// The one claim statement.
     async fn claim_on(
         store: &PostgresStore,
         conn: &mut PgConnection,
         request: ClaimRequest<'_>,
     ) -> Result<Claim, StoreError> {
-        let row: Option<ClaimRow> = sqlx::query_as(&store.sql.own.claim)
-            .bind(request.key.0.as_slice())
-            .bind(request.namespace)
-            .bind(request.fingerprint.0.as_slice())
-            .bind(micros(request.lease))
-            .bind(request.claim_id.as_bytes().as_slice())
-            .bind(request.mechanism.map(Mechanism::as_str))
-            .bind(request.key_derivation.map(i16::from))
+        let row: Option<ClaimRow> = claim_query(&store.sql.own.claim, &request)
             .fetch_optional(conn)
             .await
             .map_err(map_err)?;
@@ -512,4 +557,22 @@ impl Steps for Postgres {
             )),
         }
     }
+}
+
+/// The claim statement `sql` (the claim, or a run's start) with `request`'s values bound.
+fn claim_query<'q, O>(
+    sql: &'q str,
+    request: &'q ClaimRequest<'q>,
+) -> QueryAs<'q, Postgres, O, PgArguments>
+where
+    O: for<'r> FromRow<'r, PgRow>,
+{
+    sqlx::query_as(sql)
+        .bind(request.key.0.as_slice())
+        .bind(request.namespace)
+        .bind(request.fingerprint.0.as_slice())
+        .bind(micros(request.lease))
+        .bind(request.claim_id.as_bytes().as_slice())
+        .bind(request.mechanism.map(Mechanism::as_str))
+        .bind(request.key_derivation.map(i16::from))
 }

@@ -1,6 +1,7 @@
 //! What runs with steps (crate `idempotency-steps`) need of a record table: an owner's hold that
 //! ends with its connection, a fenced checkpoint, a step's transaction on the owner's connection.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
@@ -9,7 +10,7 @@ use std::time::Duration;
 use idempotency_core::{
     Claim, ClaimRequest, Error, FencingToken, Outcome, Progress, Record, RecordState, StorageKey,
 };
-use sqlx::Connection;
+use sqlx::TransactionManager;
 
 use crate::common::{ListFilter, map_err, micros, owned, token_param};
 use crate::dialect::sealed::{Param, Values};
@@ -28,7 +29,8 @@ use crate::tx::TxStore;
 ///
 /// | step | statements |
 /// |---|---|
-/// | hold, give back | 1 each (none on SQLite) |
+/// | start: hold and claim | 1 on PostgreSQL, 2 on MySQL (1 on SQLite) |
+/// | give the hold back | 1 (none on SQLite) |
 /// | checkpoint (in the step's transaction, or alone after a foreign call) | 1 |
 /// | take over a held-free run whose lease is still live | 1, then the claim |
 pub trait StepStore: TxStore {
@@ -56,10 +58,24 @@ pub trait StepStore: TxStore {
     fn forget_hold(&self, key: &StorageKey);
 
     /// Begins a step's transaction on the owner's connection (`BEGIN IMMEDIATE` on SQLite).
-    fn begin_on<'c>(
+    /// The connection stays in it until [`commit_on`](Self::commit_on) or
+    /// [`rollback_on`](Self::rollback_on); a connection dropped inside it is closed.
+    fn begin_on(
         &self,
-        conn: &'c mut <Self::Database as sqlx::Database>::Connection,
-    ) -> impl Future<Output = Result<sqlx::Transaction<'c, Self::Database>, Error>> + Send;
+        conn: &mut <Self::Database as sqlx::Database>::Connection,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Commits the step's transaction [`begin_on`](Self::begin_on) began.
+    fn commit_on(
+        &self,
+        conn: &mut <Self::Database as sqlx::Database>::Connection,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Rolls the step's transaction [`begin_on`](Self::begin_on) began back.
+    fn rollback_on(
+        &self,
+        conn: &mut <Self::Database as sqlx::Database>::Connection,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Writes `progress` on the record the owner of `token` holds and renews its lease, on
     /// `conn` (inside a step's transaction, or alone). [`Error::LeaseLost`] if another owner
@@ -72,6 +88,17 @@ pub trait StepStore: TxStore {
         progress: &Progress,
         lease: Duration,
     ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Takes the hold on `request.key` and claims it, on the owner's connection: whether the
+    /// hold was taken, and the claim (`None`: another owner holds the key). With the hold, an
+    /// in-progress run whose owner is gone (its hold ended with its connection, or its lease
+    /// on SQLite) is taken over at once. One statement on PostgreSQL; the hold, then the claim,
+    /// elsewhere.
+    fn start_on(
+        &self,
+        conn: &mut <Self::Database as sqlx::Database>::Connection,
+        request: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<(bool, Option<Claim>), Error>> + Send;
 
     /// [`Store::claim`](idempotency_core::Store::claim) on the owner's connection.
     fn claim_on(
@@ -139,15 +166,18 @@ impl<D: Dialect> StepStore for SqlStore<D> {
         }
     }
 
-    async fn begin_on<'c>(
-        &self,
-        conn: &'c mut D::Connection,
-    ) -> Result<sqlx::Transaction<'c, D>, Error> {
-        match D::BEGIN {
-            Some(statement) => conn.begin_with(statement).await,
-            None => conn.begin().await,
-        }
-        .map_err(map_err)
+    async fn begin_on(&self, conn: &mut D::Connection) -> Result<(), Error> {
+        D::TransactionManager::begin(conn, D::BEGIN.map(Cow::Borrowed))
+            .await
+            .map_err(map_err)
+    }
+
+    async fn commit_on(&self, conn: &mut D::Connection) -> Result<(), Error> {
+        D::TransactionManager::commit(conn).await.map_err(map_err)
+    }
+
+    async fn rollback_on(&self, conn: &mut D::Connection) -> Result<(), Error> {
+        D::TransactionManager::rollback(conn).await.map_err(map_err)
     }
 
     async fn checkpoint_on(
@@ -168,6 +198,14 @@ impl<D: Dialect> StepStore for SqlStore<D> {
         };
         let sql = &self.sql.checkpoint;
         owned(D::bound_in_order(conn, sql, D::CHECKPOINT, values).await?)
+    }
+
+    async fn start_on(
+        &self,
+        conn: &mut D::Connection,
+        request: ClaimRequest<'_>,
+    ) -> Result<(bool, Option<Claim>), Error> {
+        D::start_on(self, conn, request).await
     }
 
     async fn claim_on(

@@ -46,9 +46,11 @@ mod completer;
 mod error;
 mod run;
 mod runner;
+mod tx;
 
 pub use call::{Answer, CallError};
 pub use completer::{Completer, DEFAULT_COMPLETER_BATCH, DEFAULT_MAX_ATTEMPTS, Sweep};
 pub use error::StepError;
-pub use run::{Connection, Db, Run, Undo};
+pub use run::{Run, Undo};
 pub use runner::{DEFAULT_MAX_INPUT, DEFAULT_RUN_LEASE, DEFAULT_RUN_TTL, Runner, Start, Started};
+pub use tx::{Connection, Db, StepTx};

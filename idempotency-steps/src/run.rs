@@ -13,12 +13,7 @@ use sqlx::pool::PoolConnection;
 use tracing::Instrument;
 
 use crate::StepError;
-
-/// The database of store `S`.
-pub type Db<S> = <S as idempotency_sql::TxStore>::Database;
-
-/// A connection of store `S`'s database.
-pub type Connection<S> = <Db<S> as sqlx::Database>::Connection;
+use crate::tx::{Connection, Db, StepTx};
 
 /// The compensation of a local step: given a connection inside the compensation's own
 /// transaction and the step's checkpointed result, it undoes the step's writes.
@@ -44,7 +39,13 @@ pub struct Run<S: StepStore> {
     pub(crate) owner: Lease,
     pub(crate) lease: Duration,
     pub(crate) ttl: Duration,
+    /// The checkpoints committed so far.
     pub(crate) progress: Progress,
+    /// The progress with the steps whose checkpoints are not written yet: the open local
+    /// step's, a foreign step's.
+    pub(crate) pending: Option<Progress>,
+    /// Whether a local step's transaction is open on the connection.
+    pub(crate) in_step: bool,
     pub(crate) undo: Vec<(String, Undo<S>)>,
     pub(crate) held: bool,
     /// Whether an earlier owner had checkpointed steps when this one started.
@@ -79,9 +80,9 @@ impl<S: StepStore> Run<S> {
         self.resumed
     }
 
-    /// The checkpoints so far.
+    /// The steps completed so far, with those whose checkpoints are not written yet.
     pub fn progress(&self) -> &Progress {
-        &self.progress
+        self.pending.as_ref().unwrap_or(&self.progress)
     }
 
     /// The idempotency key a foreign call of `step` sends to the other service: stable across
@@ -91,16 +92,23 @@ impl<S: StepStore> Run<S> {
     }
 
     /// Runs the local step `name` in its own transaction on the business database: `step`
-    /// writes through the transaction it is given, and its result is checkpointed in the same
-    /// transaction, so its writes and its checkpoint commit together. Completed before: its
-    /// checkpointed result, nothing run.
+    /// writes through the transaction it is given ([`StepTx`]), and its result is
+    /// checkpointed in the same transaction, so its writes and its checkpoint commit together.
+    /// Completed before: its checkpointed result, nothing run.
+    ///
+    /// The transaction commits when the next step starts, or with the run's answer
+    /// ([`complete`](Self::complete)), which then costs no transaction of its own;
+    /// [`commit`](Self::commit) commits it at once. A run dropped before rolls the step back.
     pub async fn local<T, F>(&mut self, name: &str, step: F) -> Result<T, StepError>
     where
         T: Serialize + DeserializeOwned,
-        F: AsyncFnOnce(&mut sqlx::Transaction<'_, Db<S>>) -> Result<T, StepError>,
+        F: AsyncFnOnce(&mut StepTx<'_, S>) -> Result<T, StepError>,
     {
         if let Some(done) = self.done(name) {
             return done;
+        }
+        if self.in_step {
+            self.commit().await?;
         }
         let span = tracing::info_span!("step", step = name, kind = "local");
         self.run_local(name, step).instrument(span).await
@@ -109,29 +117,73 @@ impl<S: StepStore> Run<S> {
     async fn run_local<T, F>(&mut self, name: &str, step: F) -> Result<T, StepError>
     where
         T: Serialize + DeserializeOwned,
-        F: AsyncFnOnce(&mut sqlx::Transaction<'_, Db<S>>) -> Result<T, StepError>,
+        F: AsyncFnOnce(&mut StepTx<'_, S>) -> Result<T, StepError>,
     {
-        let mut tx = self.store.begin_on(&mut self.conn).await?;
-        let value = match step(&mut tx).await {
-            Ok(value) => value,
-            Err(error) => {
-                let _ = tx.rollback().await;
-                return self.failed(name, error).await;
-            }
+        self.store.begin_on(&mut self.conn).await?;
+        self.in_step = true;
+        let mut tx = StepTx {
+            conn: &mut *self.conn,
         };
-        let progress = with_step(&self.progress, name, &value)?;
-        self.store
-            .checkpoint_on(&mut tx, &self.key, self.owner.token, &progress, self.lease)
-            .await?;
-        tx.commit().await.map_err(idempotency_sql::from_sqlx)?;
-        self.checkpointed(name, progress);
-        Ok(value)
+        let done = match step(&mut tx).await {
+            Ok(value) => with_step(self.progress(), name, &value).map(|next| (value, next)),
+            Err(error) => Err(error),
+        };
+        match done {
+            Ok((value, next)) => {
+                self.pending = Some(next);
+                Ok(value)
+            }
+            Err(error) => {
+                self.in_step = false;
+                let _ = self.store.rollback_on(&mut self.conn).await;
+                self.failed(name, error).await
+            }
+        }
+    }
+
+    /// Writes the checkpoints not written yet (the open local step's, a foreign step's) and
+    /// commits the open local step's transaction, now rather than with the next step or the
+    /// answer (a drill that stops the process after a step does). Nothing pending: nothing
+    /// done. On an error the open step is rolled back: a retry runs it again.
+    pub async fn commit(&mut self) -> Result<(), StepError> {
+        let Some(progress) = self.pending.take() else {
+            return Ok(());
+        };
+        let in_step = std::mem::take(&mut self.in_step);
+        let written = async {
+            self.store
+                .checkpoint_on(
+                    &mut self.conn,
+                    &self.key,
+                    self.owner.token,
+                    &progress,
+                    self.lease,
+                )
+                .await?;
+            if in_step {
+                self.store.commit_on(&mut self.conn).await?;
+            }
+            Ok::<_, Error>(())
+        }
+        .await;
+        if let Err(error) = written {
+            if in_step {
+                let _ = self.store.rollback_on(&mut self.conn).await;
+            }
+            return Err(error.into());
+        }
+        let step = progress.stopped_at().unwrap_or_default().to_owned();
+        metrics::counter!("idempotency_step_checkpoints_total", "step" => step).increment(1);
+        self.progress = progress;
+        Ok(())
     }
 
     /// Runs the foreign step `name`: `call` gets the step's downstream key and calls another
-    /// service outside any transaction; its result is checkpointed just after, alone. A crash
-    /// between the call and its checkpoint calls again on resume with the same key, which the
-    /// other service deduplicates on. Completed before: its checkpointed result, nothing called.
+    /// service outside any transaction. Its result is checkpointed with the next local step's
+    /// transaction, or alone when the next step is foreign, or the run pauses or fails (the
+    /// answer needs none). A crash before that checkpoint calls again on resume with the same
+    /// key, which the other service deduplicates on. Completed before: its checkpointed result,
+    /// nothing called.
     pub async fn foreign<T, F>(&mut self, name: &str, call: F) -> Result<T, StepError>
     where
         T: Serialize + DeserializeOwned,
@@ -140,6 +192,7 @@ impl<S: StepStore> Run<S> {
         if let Some(done) = self.done(name) {
             return done;
         }
+        self.commit().await?;
         let span = tracing::info_span!("step", step = name, kind = "foreign");
         self.run_foreign(name, call).instrument(span).await
     }
@@ -154,17 +207,7 @@ impl<S: StepStore> Run<S> {
             Ok(value) => value,
             Err(error) => return self.failed(name, error).await,
         };
-        let progress = with_step(&self.progress, name, &value)?;
-        self.store
-            .checkpoint_on(
-                &mut self.conn,
-                &self.key,
-                self.owner.token,
-                &progress,
-                self.lease,
-            )
-            .await?;
-        self.checkpointed(name, progress);
+        self.pending = Some(with_step(&self.progress, name, &value)?);
         Ok(value)
     }
 
@@ -176,14 +219,19 @@ impl<S: StepStore> Run<S> {
         self.undo.push((name.to_owned(), undo));
     }
 
-    /// Stores `outcome` as the run's answer and gives the run's key back. When a step ended
-    /// the run, the declared compensations of the completed steps run first (each once).
+    /// Stores `outcome` as the run's answer and gives the run's key back: in the last local
+    /// step's transaction when it is still open, so the step and the answer commit together
+    /// (the answer supersedes the checkpoints not written yet). When a step ended the run, the
+    /// declared compensations of the completed steps run first (each once).
     /// [`Error::LeaseLost`] if another owner took the run over meanwhile.
     pub async fn complete(mut self, outcome: &Outcome) -> Result<(), StepError> {
         if self.progress.ending.is_some() {
             self.compensate().await?;
         }
-        self.store
+        self.pending = None;
+        let in_step = std::mem::take(&mut self.in_step);
+        let stored = self
+            .store
             .complete_unhold_on(
                 &mut self.conn,
                 &self.key,
@@ -191,7 +239,20 @@ impl<S: StepStore> Run<S> {
                 outcome,
                 self.ttl,
             )
-            .await?;
+            .await;
+        let stored = match stored {
+            Ok(()) if in_step => self.store.commit_on(&mut self.conn).await,
+            other => other,
+        };
+        if let Err(error) = stored {
+            if in_step {
+                // The step and the answer roll back together; the hold may be given back
+                // already (it is not transactional), and is otherwise closed with the
+                // connection.
+                let _ = self.store.rollback_on(&mut self.conn).await;
+            }
+            return Err(error.into());
+        }
         self.held = false;
         Ok(())
     }
@@ -199,6 +260,9 @@ impl<S: StepStore> Run<S> {
     /// Leaves the run resumable (a step may succeed later): its checkpoints stay, its lease
     /// ends now and its key is given back, so a retry or the completer resumes it at once.
     pub async fn pause(mut self) {
+        if let Err(error) = self.commit().await {
+            tracing::warn!(%error, "a paused run's last steps could not be checkpointed; they run again");
+        }
         if let Err(error) = self.store.expire_on(&mut self.conn, &self.key).await {
             tracing::warn!(%error, "a paused run's lease could not be ended; it ends on its own");
         }
@@ -212,7 +276,7 @@ impl<S: StepStore> Run<S> {
         {
             return Some(Err(StepError::End(ending.answer.clone())));
         }
-        let step = self.progress.step(name)?;
+        let step = self.progress().step(name)?;
         Some(
             serde_json::from_value(step.result.clone()).map_err(|error| {
                 StepError::Store(Error::Codec(
@@ -227,9 +291,14 @@ impl<S: StepStore> Run<S> {
         let StepError::End(answer) = error else {
             metrics::counter!("idempotency_step_failures_total", "step" => name.to_owned())
                 .increment(1);
+            // A foreign step's result not written yet is kept, so a resume does not call again.
+            if let Err(written) = self.commit().await {
+                tracing::warn!(error = %written, "a failed run's last checkpoint could not be written");
+            }
             return Err(error);
         };
-        let mut progress = self.progress.clone();
+        let mut progress = self.progress().clone();
+        self.pending = None;
         progress.ending = Some(Ending {
             step: name.to_owned(),
             answer: answer.clone(),
@@ -247,12 +316,6 @@ impl<S: StepStore> Run<S> {
         Err(StepError::End(answer))
     }
 
-    fn checkpointed(&mut self, name: &str, progress: Progress) {
-        self.progress = progress;
-        metrics::counter!("idempotency_step_checkpoints_total", "step" => name.to_owned())
-            .increment(1);
-    }
-
     /// Runs the declared compensations of completed steps not compensated yet, last first.
     async fn compensate(&mut self) -> Result<(), StepError> {
         let undo = std::mem::take(&mut self.undo);
@@ -265,12 +328,25 @@ impl<S: StepStore> Run<S> {
             if let Some(step) = progress.steps.iter_mut().find(|step| step.name == name) {
                 step.compensated = true;
             }
-            let mut tx = self.store.begin_on(&mut self.conn).await?;
-            undo(&mut tx, result).await?;
-            self.store
-                .checkpoint_on(&mut tx, &self.key, self.owner.token, &progress, self.lease)
-                .await?;
-            tx.commit().await.map_err(idempotency_sql::from_sqlx)?;
+            self.store.begin_on(&mut self.conn).await?;
+            let undone = async {
+                undo(&mut self.conn, result).await?;
+                self.store
+                    .checkpoint_on(
+                        &mut self.conn,
+                        &self.key,
+                        self.owner.token,
+                        &progress,
+                        self.lease,
+                    )
+                    .await?;
+                Ok::<_, StepError>(self.store.commit_on(&mut self.conn).await?)
+            }
+            .await;
+            if let Err(error) = undone {
+                let _ = self.store.rollback_on(&mut self.conn).await;
+                return Err(error);
+            }
             self.progress = progress;
             metrics::counter!("idempotency_step_compensations_total", "step" => name).increment(1);
         }

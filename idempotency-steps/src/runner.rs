@@ -10,7 +10,8 @@ use idempotency_core::{
 use idempotency_sql::StepStore;
 use sqlx::pool::PoolConnection;
 
-use crate::run::{Db, Run};
+use crate::run::Run;
+use crate::tx::Db;
 
 /// How long a run's record blocks its key without a checkpoint, by default. On PostgreSQL and
 /// MySQL a dead owner is noticed at once by its hold; the lease matters on SQLite and in
@@ -114,14 +115,6 @@ pub enum Started<S: StepStore> {
     Mismatch,
 }
 
-/// What the claim taken under the hold came to.
-enum Claimed {
-    Owned(Lease),
-    Replay(Outcome),
-    InFlight(Duration),
-    Mismatch,
-}
-
 impl<S: StepStore> Runner<S> {
     /// Runs on `store`, with [`DEFAULT_RUN_LEASE`], [`DEFAULT_RUN_TTL`] and
     /// [`DEFAULT_MAX_INPUT`].
@@ -167,7 +160,8 @@ impl<S: StepStore> Runner<S> {
     /// owner is gone (its hold ended with its connection, or its lease ended on SQLite). A
     /// live owner's run is [`Started::InFlight`].
     ///
-    /// Costs a hold and a claim (two statements); a resume reads the record once more.
+    /// Costs one statement on PostgreSQL (the hold and the claim), two on MySQL; a resume
+    /// reads the record once more.
     pub async fn start(&self, start: Start<'_>) -> Result<Started<S>, Error> {
         let mut conn = self
             .store
@@ -175,24 +169,28 @@ impl<S: StepStore> Runner<S> {
             .acquire()
             .await
             .map_err(idempotency_sql::from_sqlx)?;
-        if !self.store.hold(&mut conn, start.key).await? {
-            return Ok(Started::InFlight(Duration::from_secs(1)));
-        }
-        match self.claim_held(&mut conn, &start).await {
-            Ok(Claimed::Owned(owner)) => self.owned(conn, &start, owner).await,
-            Ok(other) => {
-                self.release_hold(conn, start.key).await;
-                Ok(match other {
-                    Claimed::Replay(outcome) => Started::Replay(outcome),
-                    Claimed::InFlight(after) => Started::InFlight(after),
-                    Claimed::Owned(_) | Claimed::Mismatch => Started::Mismatch,
-                })
-            }
+        let (held, claim) = match self.store.start_on(&mut conn, self.claim(&start)).await {
+            Ok(started) => started,
             Err(error) => {
-                self.release_hold(conn, start.key).await;
-                Err(error)
+                // A hold the statement may have taken is given back with the connection.
+                conn.close_on_drop();
+                self.store.forget_hold(start.key);
+                return Err(error);
             }
+        };
+        let started = match claim {
+            Some(Claim::Acquired(owner)) if held => return self.owned(conn, &start, owner).await,
+            Some(Claim::Completed(outcome)) => Started::Replay(outcome),
+            Some(Claim::Mismatch) => Started::Mismatch,
+            Some(Claim::InProgress { lease_remaining }) => Started::InFlight(
+                lease_remaining.clamp(Duration::from_secs(1), Duration::from_secs(5)),
+            ),
+            Some(Claim::Acquired(_)) | None => Started::InFlight(Duration::from_secs(1)),
+        };
+        if held {
+            self.release_hold(conn, start.key).await;
         }
+        Ok(started)
     }
 
     /// The run this process now owns, its progress read back when it resumes one.
@@ -210,6 +208,8 @@ impl<S: StepStore> Runner<S> {
             lease: self.lease,
             ttl: self.ttl,
             progress: Progress::new(self.kept(&start.input)),
+            pending: None,
+            in_step: false,
             undo: Vec::new(),
             held: true,
             resumed: false,
@@ -245,14 +245,9 @@ impl<S: StepStore> Runner<S> {
         }
     }
 
-    /// Claims the key this connection holds. An in-progress record whose owner's hold is gone
-    /// (so, on PostgreSQL and MySQL, whose owner is gone) is taken over at once.
-    async fn claim_held(
-        &self,
-        conn: &mut PoolConnection<Db<S>>,
-        start: &Start<'_>,
-    ) -> Result<Claimed, Error> {
-        let request = ClaimRequest {
+    /// The claim of `start`'s key.
+    fn claim<'a>(&self, start: &Start<'a>) -> ClaimRequest<'a> {
+        ClaimRequest {
             key: start.key,
             namespace: start.namespace,
             fingerprint: start.fingerprint,
@@ -263,20 +258,7 @@ impl<S: StepStore> Runner<S> {
                 .store
                 .tx_request(start.namespace, start.key, start.fingerprint)
                 .key_derivation,
-        };
-        let mut claim = self.store.claim_on(conn, request).await?;
-        if matches!(claim, Claim::InProgress { .. }) && S::HOLD_ENDS_WITH_CONNECTION {
-            self.store.expire_on(conn, start.key).await?;
-            claim = self.store.claim_on(conn, request).await?;
         }
-        Ok(match claim {
-            Claim::Acquired(owner) => Claimed::Owned(owner),
-            Claim::Completed(outcome) => Claimed::Replay(outcome),
-            Claim::InProgress { lease_remaining } => Claimed::InFlight(
-                lease_remaining.clamp(Duration::from_secs(1), Duration::from_secs(5)),
-            ),
-            Claim::Mismatch => Claimed::Mismatch,
-        })
     }
 
     /// Gives a hold back that no run keeps; a connection whose hold stays is closed.

@@ -34,9 +34,15 @@ struct Ran {
     capture: AtomicUsize,
     grant: AtomicUsize,
     unreserve: AtomicUsize,
+    /// The downstream keys capture was called with.
+    keys: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Ran {
+    fn downstream_keys(&self) -> usize {
+        self.keys.lock().unwrap().len()
+    }
+
     fn counts(&self) -> [usize; 4] {
         [
             self.reserve.load(Ordering::SeqCst),
@@ -166,12 +172,22 @@ macro_rules! steps_suite {
                         })
                     }),
                 );
-                if stop_after == Some("reserve") {
-                    return Err(StepError::retry("stopped after reserve"));
+                match stop_after {
+                    // Stopped after reserve's commit, as the drills' crash is.
+                    Some("reserve") => {
+                        run.commit().await?;
+                        return Err(StepError::retry("stopped after reserve"));
+                    }
+                    // Stopped with reserve's transaction still open: it rolls back.
+                    Some("reserve, open") => {
+                        return Err(StepError::retry("stopped inside reserve"));
+                    }
+                    _ => {}
                 }
                 let capture: String = run
                     .foreign("capture", async |key| {
                         ran.capture.fetch_add(1, Ordering::SeqCst);
+                        ran.keys.lock().unwrap().insert(key.to_owned());
                         match provider {
                             Provider::Captures => Ok(format!("cap-{}", &key[..8])),
                             Provider::Declines => Err(StepError::end("declined")),
@@ -183,8 +199,17 @@ macro_rules! steps_suite {
                         ran.unreserve
                             .fetch_add(ran_undo.load(Ordering::SeqCst), Ordering::SeqCst);
                     })?;
-                if stop_after == Some("capture") {
-                    return Err(StepError::retry("stopped after capture"));
+                match stop_after {
+                    // Stopped after capture's checkpoint is written.
+                    Some("capture") => {
+                        run.commit().await?;
+                        return Err(StepError::retry("stopped after capture"));
+                    }
+                    // Stopped before it (it is written with the next step's transaction).
+                    Some("capture, unwritten") => {
+                        return Err(StepError::retry("stopped before capture's checkpoint"));
+                    }
+                    _ => {}
                 }
                 let grant = format!("UPDATE {orders} SET coupons = coupons + 1 WHERE id = 1");
                 let coupon: i64 = run
@@ -271,7 +296,16 @@ macro_rules! steps_suite {
                 let Some((runner, orders)) = fresh(crash_lease()).await else {
                     return;
                 };
-                for stop in ["reserve", "capture"] {
+                // Where the owner stops, where the resume starts, and how often each step ran.
+                let stops = [
+                    ("reserve", Some("reserve"), [1, 1, 1, 0]),
+                    ("capture", Some("capture"), [1, 1, 1, 0]),
+                    // The step's transaction was open: it rolled back and runs again.
+                    ("reserve, open", None, [2, 1, 1, 0]),
+                    // The call is made again, with the same downstream key.
+                    ("capture, unwritten", Some("reserve"), [1, 2, 1, 0]),
+                ];
+                for (stop, resumed_at, counts) in stops {
                     let (ran, request) = (Ran::default(), Request::new());
                     let Started::Run(mut run) = runner.start(request.start()).await.unwrap() else {
                         panic!("a new key runs");
@@ -284,13 +318,14 @@ macro_rules! steps_suite {
                     let Started::Run(run) = start_when_free(&runner, &request).await else {
                         panic!("the run resumes");
                     };
-                    assert!(run.resumed(), "after {stop}");
-                    assert_eq!(run.progress().stopped_at(), Some(stop));
+                    assert_eq!(run.resumed(), resumed_at.is_some(), "after {stop}");
+                    assert_eq!(run.progress().stopped_at(), resumed_at);
                     let outcome = finish(run, &orders, &ran, Provider::Captures).await;
                     assert_eq!(outcome.status, 201);
-                    assert_eq!(ran.counts(), [1, 1, 1, 0], "after {stop}");
+                    assert_eq!(ran.counts(), counts, "after {stop}");
+                    assert_eq!(ran.downstream_keys(), 1, "after {stop}");
                 }
-                assert_eq!(order(&runner, &orders).await, (2, 2));
+                assert_eq!(order(&runner, &orders).await, (4, 4));
             }
 
             #[tokio::test]
@@ -636,4 +671,42 @@ async fn a_completed_run_gives_its_hold_back_on_postgres() {
         .await
         .unwrap();
     assert!(taken, "the completed run's hold was given back");
+}
+
+/// A paused run's checkpoints belong to its payload: the same key with another payload is a
+/// mismatch, not a takeover that would resume them; the run's own payload resumes them.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn another_payload_never_resumes_a_runs_checkpoints_on_postgres() {
+    let Some(store) = postgres().await else {
+        return;
+    };
+    store.migrate().await.unwrap();
+    let runner = Runner::new(store);
+    let request = Request::new();
+    let Started::Run(mut run) = runner.start(request.start()).await.unwrap() else {
+        panic!("a new key runs");
+    };
+    let one: i64 = run.foreign("capture", async |_key| Ok(1)).await.unwrap();
+    run.pause().await;
+    let other_input = br#"{"order_id":2}"#;
+    let other = Fingerprint::of_bytes(other_input);
+    let start = Start::new(
+        &request.key,
+        request.scope.namespace(),
+        &other,
+        &other_input[..],
+    );
+    assert!(matches!(
+        runner.start(start).await.unwrap(),
+        Started::Mismatch
+    ));
+    let Started::Run(run) = runner.start(request.start()).await.unwrap() else {
+        panic!("the run's own payload resumes it");
+    };
+    assert!(run.resumed());
+    assert_eq!(run.progress().stopped_at(), Some("capture"));
+    run.complete(&Outcome::new(201, one.to_string()))
+        .await
+        .unwrap();
 }

@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use http::header::CONTENT_TYPE;
 use http_body_util::Full;
 use idempotency_sql::StepStore;
-use idempotency_steps::StepError;
+use idempotency_steps::{Run, StepError};
 use idempotency_tower::steps::Steps;
 use serde::{Deserialize, Serialize};
 
@@ -71,12 +71,16 @@ impl<DB: sqlx::Database> Clone for CheckoutState<DB> {
 }
 
 impl<DB: sqlx::Database> CheckoutState<DB> {
-    /// The drill's crash: exits at once, as a killed process would (no answer, no cleanup).
-    fn crash_point(&self, step: &str) {
+    /// The drill's crash: once `step` has committed, exits at once, as a killed process would
+    /// (no answer, no cleanup). A local step commits with the next step or the answer, so the
+    /// drill commits it first.
+    async fn crash_point<S: StepStore>(&self, run: &mut Run<S>, step: &str) -> Result<(), Problem> {
         if self.crash_after.as_deref() == Some(step) {
+            run.commit().await.map_err(problem)?;
             tracing::warn!(step, "drill: CRASH_AFTER reached, exiting abruptly");
             std::process::exit(137);
         }
+        Ok(())
     }
 }
 
@@ -114,14 +118,14 @@ where
             })
         }),
     );
-    state.crash_point("reserve");
+    state.crash_point(&mut run, "reserve").await?;
     let capture: Capture = run
         .foreign("capture", async |key| {
             capture_at(state.provider, key, &reserved).await
         })
         .await
         .map_err(problem)?;
-    state.crash_point("capture");
+    state.crash_point(&mut run, "capture").await?;
     let coupon_id: i64 = run
         .local("grant", async |tx| {
             sql.grant_on(&mut **tx, &reserved, &capture.capture_id)
@@ -130,7 +134,7 @@ where
         })
         .await
         .map_err(problem)?;
-    state.crash_point("grant");
+    state.crash_point(&mut run, "grant").await?;
     Ok((
         StatusCode::CREATED,
         Json(Checkout {
