@@ -12,7 +12,9 @@ use sqlx::Pool;
 use super::common::{Settings, micros, owned, token_param};
 use super::schema::{Steps, Versions};
 use super::tx::{TxClaim, TxClaimRequest};
-use idempotency_core::{Claim, ClaimRequest, FencingToken, Outcome, StorageKey, StoreError};
+use idempotency_core::{
+    Claim, ClaimRequest, FencingToken, Outcome, RecordState, StorageKey, StoreError,
+};
 
 /// A [`Store`](idempotency_core::Store) on a SQL database through sqlx, also usable inside the caller's transactions
 /// ([`TxStore`](super::TxStore)). Named by its database: [`PostgresStore`](super::PostgresStore),
@@ -185,8 +187,9 @@ pub(crate) mod sealed {
         /// Takes the hold of a run with steps on `request.key` and claims it, on the owner's
         /// connection: whether the hold was taken, and the claim (`None`: another owner holds
         /// the key). With the hold, an in-progress run whose hold ended with its owner's
-        /// connection is taken over at once. The hold, then the claim (a takeover ends the
-        /// lease and claims again), unless the database does it all in one statement.
+        /// connection is taken over at once, unless another payload's checkpoints are on it.
+        /// The hold, a read, then the claim (a takeover ends the lease and claims again),
+        /// unless the database does it in fewer statements.
         fn start_on(
             store: &SqlStore<Self>,
             conn: &mut Self::Connection,
@@ -195,6 +198,15 @@ pub(crate) mod sealed {
             async move {
                 if !Self::hold_on(conn, store.table_name(), request.key).await? {
                     return Ok((false, None));
+                }
+                // Another payload never resumes a run's checkpoints: a mismatch (the claim
+                // would take an ended lease over whatever the payload).
+                if let Some(record) = idempotency_core::Store::get(store, request.key).await?
+                    && record.state == RecordState::InProgress
+                    && record.progress.is_some()
+                    && record.fingerprint != *request.fingerprint
+                {
+                    return Ok((true, Some(Claim::Mismatch)));
                 }
                 let mut claim = Self::claim_on(store, conn, request).await?;
                 if matches!(claim, Claim::InProgress { .. }) && Self::HOLD_ENDS_WITH_CONNECTION {

@@ -29,7 +29,7 @@ use crate::tx::TxStore;
 ///
 /// | step | statements |
 /// |---|---|
-/// | start: hold and claim | 1 on PostgreSQL, 2 on MySQL (1 on SQLite) |
+/// | start: hold and claim of a new key | 1 on PostgreSQL, 4 on MySQL (3 on SQLite) |
 /// | give the hold back | 1 (none on SQLite) |
 /// | checkpoint (in the step's transaction, or alone after a foreign call) | 1 |
 /// | take over a held-free run whose lease is still live | 1, then the claim |
@@ -92,8 +92,9 @@ pub trait StepStore: TxStore {
     /// Takes the hold on `request.key` and claims it, on the owner's connection: whether the
     /// hold was taken, and the claim (`None`: another owner holds the key). With the hold, an
     /// in-progress run whose owner is gone (its hold ended with its connection, or its lease
-    /// on SQLite) is taken over at once. One statement on PostgreSQL; the hold, then the claim,
-    /// elsewhere.
+    /// on SQLite) is taken over at once, unless another payload's checkpoints are on it (a
+    /// mismatch). One statement on PostgreSQL for a new key; elsewhere the hold, a read, then
+    /// the claim.
     fn start_on(
         &self,
         conn: &mut <Self::Database as sqlx::Database>::Connection,

@@ -8,10 +8,11 @@
 //!
 //! - a **local** step ([`Run::local`]) writes in its own transaction, and its result is
 //!   checkpointed in that transaction: its writes and its checkpoint commit together (the
-//!   iron rule, per step);
+//!   iron rule, per step), when the next step starts or with the run's answer;
 //! - a **foreign** step ([`Run::foreign`]) calls another service outside any transaction with
 //!   a **downstream key** derived from the record's key and the step, so the other service
-//!   deduplicates a call made again after a crash; its answer is checkpointed just after;
+//!   deduplicates a call made again after a crash; its answer is checkpointed with the next
+//!   step's transaction;
 //! - a step may **end** the run with an answer ([`StepError::End`]: a declined card); the
 //!   declared compensations ([`Run::undo`]) of the completed steps run, last first, each
 //!   checkpointed, before the answer is stored; a step that may succeed later
@@ -20,12 +21,12 @@
 //!   MySQL the database drops the hold with a dead process's connection, so a retry takes the
 //!   run over at once, while a live owner's duplicates wait or are told it is in flight.
 //!
-//! | per run (PostgreSQL, MySQL) | statements |
+//! | per run (PostgreSQL; MySQL) | statements |
 //! |---|---|
-//! | start: hold + claim | 2 (a resume reads the record once more) |
+//! | start: hold + claim of a new key | 1; 4 (a resume reads the record once more) |
 //! | local step | `BEGIN`, the step's own, 1 checkpoint, `COMMIT` |
-//! | foreign step | the call, then 1 checkpoint |
-//! | complete: the answer + give the hold back | 1 on PostgreSQL, 2 on MySQL |
+//! | foreign step | the call; its checkpoint joins the next step's transaction |
+//! | complete: the answer + give the hold back, in the last step's transaction | 1; 2 |
 //!
 //! Front ends: a function's steps mode is [`Runner::call`] (its result stored and replayed,
 //! [`Runner::resume`] for the completer); HTTP and gRPC are the tower layer's steps mode (crate

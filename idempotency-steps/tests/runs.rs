@@ -384,6 +384,42 @@ macro_rules! steps_suite {
                 assert!(progress.step("reserve").unwrap().compensated);
             }
 
+            /// A paused run's checkpoints belong to its payload: the same key with another
+            /// payload is a mismatch, not a takeover that would resume them; the run's own
+            /// payload resumes them.
+            #[tokio::test]
+            async fn another_payload_never_resumes_a_runs_checkpoints() {
+                let Some((runner, _orders)) = fresh(Duration::from_secs(30)).await else {
+                    return;
+                };
+                let request = Request::new();
+                let Started::Run(mut run) = runner.start(request.start()).await.unwrap() else {
+                    panic!("a new key runs");
+                };
+                let one: i64 = run.foreign("capture", async |_key| Ok(1)).await.unwrap();
+                run.pause().await;
+                let other_input = br#"{"order_id":2}"#;
+                let other = Fingerprint::of_bytes(other_input);
+                let start = Start::new(
+                    &request.key,
+                    request.scope.namespace(),
+                    &other,
+                    &other_input[..],
+                );
+                assert!(matches!(
+                    runner.start(start).await.unwrap(),
+                    Started::Mismatch
+                ));
+                let Started::Run(run) = runner.start(request.start()).await.unwrap() else {
+                    panic!("the run's own payload resumes it");
+                };
+                assert!(run.resumed());
+                assert_eq!(run.progress().stopped_at(), Some("capture"));
+                run.complete(&Outcome::new(201, one.to_string()))
+                    .await
+                    .unwrap();
+            }
+
             #[tokio::test]
             async fn a_paused_run_resumes_at_once() {
                 let Some((runner, orders)) = fresh(Duration::from_secs(30)).await else {
@@ -671,42 +707,4 @@ async fn a_completed_run_gives_its_hold_back_on_postgres() {
         .await
         .unwrap();
     assert!(taken, "the completed run's hold was given back");
-}
-
-/// A paused run's checkpoints belong to its payload: the same key with another payload is a
-/// mismatch, not a takeover that would resume them; the run's own payload resumes them.
-#[cfg(feature = "postgres")]
-#[tokio::test]
-async fn another_payload_never_resumes_a_runs_checkpoints_on_postgres() {
-    let Some(store) = postgres().await else {
-        return;
-    };
-    store.migrate().await.unwrap();
-    let runner = Runner::new(store);
-    let request = Request::new();
-    let Started::Run(mut run) = runner.start(request.start()).await.unwrap() else {
-        panic!("a new key runs");
-    };
-    let one: i64 = run.foreign("capture", async |_key| Ok(1)).await.unwrap();
-    run.pause().await;
-    let other_input = br#"{"order_id":2}"#;
-    let other = Fingerprint::of_bytes(other_input);
-    let start = Start::new(
-        &request.key,
-        request.scope.namespace(),
-        &other,
-        &other_input[..],
-    );
-    assert!(matches!(
-        runner.start(start).await.unwrap(),
-        Started::Mismatch
-    ));
-    let Started::Run(run) = runner.start(request.start()).await.unwrap() else {
-        panic!("the run's own payload resumes it");
-    };
-    assert!(run.resumed());
-    assert_eq!(run.progress().stopped_at(), Some("capture"));
-    run.complete(&Outcome::new(201, one.to_string()))
-        .await
-        .unwrap();
 }
