@@ -88,6 +88,9 @@ where
         }
         Ok(Started::Mismatch) => {
             telemetry::record_decision("mismatch", &key, None);
+            let namespace = settings.scope.namespace();
+            let store = shared.runner.store();
+            crate::answer::mark_conflict(store, shared.store_timeout, namespace, &key).await;
             return Ok(refuse(settings, mismatch()));
         }
         Err(error) => {
