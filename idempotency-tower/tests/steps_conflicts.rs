@@ -1,6 +1,7 @@
 //! The steps layer against a key reused with another payload: 422, the record marked (as the
 //! other layers mark it), and the run's own payload still replayed. On SQLite: no server.
 #![cfg(all(feature = "steps", feature = "sqlite", feature = "axum"))]
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use axum::Router;
 use axum::body::{Body, Bytes};
