@@ -54,6 +54,7 @@ where
     let resume = Resume {
         key: record.key,
         fingerprint: record.fingerprint,
+        principal: None,
     };
     let Some(request) = Input::request::<B>(&progress.input, resume) else {
         tracing::warn!(key = %record.key, "a run's kept request does not decode; left to its client and operators");

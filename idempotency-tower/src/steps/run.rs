@@ -48,10 +48,10 @@ where
         Err(refusal) => return Ok(refuse(settings, refusal)),
     };
     // The completer's resume names its run; any other request is read as every layer reads it.
-    let (key, fingerprint) = match parts.extensions.remove::<Resume>() {
-        Some(resume) => (resume.key, resume.fingerprint),
+    let (key, fingerprint, principal) = match parts.extensions.get::<Resume>() {
+        Some(resume) => (resume.key, resume.fingerprint, resume.principal.clone()),
         None => match inspect(settings, &parts, &held, header_key) {
-            Read::Guard(key, fingerprint) => (key, fingerprint),
+            Read::Guard(key, fingerprint) => (key, fingerprint, settings.principal_of(&parts)),
             Read::PassThrough => return pass_through(inner, parts, held).await,
             Read::Refuse(refusal) => return Ok(refuse(settings, refusal)),
         },
@@ -61,7 +61,7 @@ where
             let kept = keep
                 .as_ref()
                 .map_or_else(|| data.clone(), |keep| keep(data));
-            Input::encode(&parts, &kept)
+            Input::encode(&parts, &kept, principal)
         }
         Payload::Streaming(_) => Bytes::new(),
     };

@@ -309,6 +309,14 @@ impl Settings {
         }
     }
 
+    /// The principal `parts` is scoped to (`None` with a shared scope, or without one).
+    pub(crate) fn principal_of(&self, parts: &Parts) -> Option<String> {
+        match &self.principal {
+            PrincipalSource::Shared => None,
+            PrincipalSource::Each(principal) => principal(parts),
+        }
+    }
+
     /// Whether keys share one scope with no verification of the callers.
     pub(crate) fn shared_unverified(&self) -> bool {
         matches!(self.principal, PrincipalSource::Shared) && self.verify.is_none()
