@@ -199,6 +199,30 @@ pub(crate) mod sealed {
                 if !Self::hold_on(conn, store.table_name(), request.key).await? {
                     return Ok((false, None));
                 }
+                Ok((true, Some(Self::claim_held_on(store, conn, request).await?)))
+            }
+        }
+
+        /// Waits up to `wait` for the hold on `key` that a live owner has: `true` once taken
+        /// (its owner completed, paused or died), `false` when the wait ran out. `false` at
+        /// once where holds are kept in the process (SQLite).
+        fn hold_waiting_on(
+            conn: &mut Self::Connection,
+            table: &str,
+            key: &StorageKey,
+            wait: Duration,
+        ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+        /// Claims `request.key`, which `conn` holds: an in-progress run whose hold ended with
+        /// its owner's connection is taken over at once, unless another payload's checkpoints
+        /// are on it (a mismatch). A read, then the claim (a takeover ends the lease and
+        /// claims again), unless the database does it in one statement.
+        fn claim_held_on(
+            store: &SqlStore<Self>,
+            conn: &mut Self::Connection,
+            request: ClaimRequest<'_>,
+        ) -> impl Future<Output = Result<Claim, StoreError>> + Send {
+            async move {
                 // Another payload never resumes a run's checkpoints: a mismatch (the claim
                 // would take an ended lease over whatever the payload).
                 if let Some(record) = idempotency_core::Store::get(store, request.key).await?
@@ -206,7 +230,7 @@ pub(crate) mod sealed {
                     && record.progress.is_some()
                     && record.fingerprint != *request.fingerprint
                 {
-                    return Ok((true, Some(Claim::Mismatch)));
+                    return Ok(Claim::Mismatch);
                 }
                 let mut claim = Self::claim_on(store, conn, request).await?;
                 if matches!(claim, Claim::InProgress { .. }) && Self::HOLD_ENDS_WITH_CONNECTION {
@@ -217,7 +241,7 @@ pub(crate) mod sealed {
                     Self::bound_in_order(conn, &store.sql.expire, &[Param::Key], values).await?;
                     claim = Self::claim_on(store, conn, request).await?;
                 }
-                Ok((true, Some(claim)))
+                Ok(claim)
             }
         }
 

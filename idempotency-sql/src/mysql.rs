@@ -330,6 +330,22 @@ impl Steps for MySql {
         Ok(held == Some(1))
     }
 
+    /// `GET_LOCK` with a timeout (seconds, with a fraction).
+    async fn hold_waiting_on(
+        conn: &mut MySqlConnection,
+        table: &str,
+        key: &StorageKey,
+        wait: Duration,
+    ) -> Result<bool, StoreError> {
+        let (held,): (Option<i64>,) = sqlx::query_as("SELECT GET_LOCK(?, ?)")
+            .bind(crate::steps::lock_name(table, key))
+            .bind(wait.as_secs_f64().max(0.001))
+            .fetch_one(conn)
+            .await
+            .map_err(map_err)?;
+        Ok(held == Some(1))
+    }
+
     async fn unhold_on(
         conn: &mut MySqlConnection,
         table: &str,

@@ -528,15 +528,49 @@ impl Steps for Postgres {
             };
             return Ok((true, Some(Claim::Acquired(owner))));
         }
+        Ok((true, Some(Self::claim_held_on(store, conn, request).await?)))
+    }
+
+    /// One statement: the takeover's rules are in it.
+    async fn claim_held_on(
+        store: &PostgresStore,
+        conn: &mut PgConnection,
+        request: ClaimRequest<'_>,
+    ) -> Result<Claim, StoreError> {
         let row: Option<ClaimRow> = claim_query(&store.sql.own.start_held, &request)
             .fetch_optional(conn)
             .await
             .map_err(map_err)?;
         match row {
-            Some(row) => Ok((true, Some(row.into_claim(request.fingerprint)?))),
+            Some(row) => row.into_claim(request.fingerprint),
             None => Err(StoreError::Backend(
                 "claim statement returned no row".into(),
             )),
+        }
+    }
+
+    /// `pg_advisory_lock`, its wait bounded by `lock_timeout` for this statement only.
+    async fn hold_waiting_on(
+        conn: &mut PgConnection,
+        _table: &str,
+        key: &StorageKey,
+        wait: Duration,
+    ) -> Result<bool, StoreError> {
+        let millis = wait.as_millis().max(1);
+        let held =
+            sqlx::query("SELECT set_config('lock_timeout', $2, true), pg_advisory_lock($1)::text")
+                .bind(crate::steps::lock_id(key))
+                .bind(format!("{millis}ms"))
+                .execute(conn)
+                .await;
+        match held {
+            Ok(_) => Ok(true),
+            Err(sqlx::Error::Database(error))
+                if error.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
+            {
+                Ok(false)
+            }
+            Err(error) => Err(map_err(error)),
         }
     }
 

@@ -223,6 +223,16 @@ impl Steps for Sqlite {
         Ok(crate::steps::in_process::take(table, key))
     }
 
+    /// Holds are kept in the process: a waiter polls instead.
+    async fn hold_waiting_on(
+        _conn: &mut SqliteConnection,
+        _table: &str,
+        _key: &idempotency_core::StorageKey,
+        _wait: Duration,
+    ) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
     async fn unhold_on(
         _conn: &mut SqliteConnection,
         table: &str,

@@ -101,6 +101,25 @@ pub trait StepStore: TxStore {
         request: ClaimRequest<'_>,
     ) -> impl Future<Output = Result<(bool, Option<Claim>), Error>> + Send;
 
+    /// Waits up to `wait` on `conn` for the hold on `key` that a live owner has: `true` once
+    /// taken (its owner completed, paused or died; claim it then with
+    /// [`claim_held_on`](Self::claim_held_on)), `false` when the wait ran out. The database
+    /// wakes the waiter: no polling. `false` at once on SQLite, whose holds are in the process.
+    fn hold_waiting_on(
+        &self,
+        conn: &mut <Self::Database as sqlx::Database>::Connection,
+        key: &StorageKey,
+        wait: Duration,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
+
+    /// Claims `request.key`, which `conn` holds, as [`start_on`](Self::start_on) does once it
+    /// has the hold.
+    fn claim_held_on(
+        &self,
+        conn: &mut <Self::Database as sqlx::Database>::Connection,
+        request: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Claim, Error>> + Send;
+
     /// [`Store::claim`](idempotency_core::Store::claim) on the owner's connection.
     fn claim_on(
         &self,
@@ -207,6 +226,23 @@ impl<D: Dialect> StepStore for SqlStore<D> {
         request: ClaimRequest<'_>,
     ) -> Result<(bool, Option<Claim>), Error> {
         D::start_on(self, conn, request).await
+    }
+
+    async fn hold_waiting_on(
+        &self,
+        conn: &mut D::Connection,
+        key: &StorageKey,
+        wait: Duration,
+    ) -> Result<bool, Error> {
+        D::hold_waiting_on(conn, self.table_name(), key, wait).await
+    }
+
+    async fn claim_held_on(
+        &self,
+        conn: &mut D::Connection,
+        request: ClaimRequest<'_>,
+    ) -> Result<Claim, Error> {
+        D::claim_held_on(self, conn, request).await
     }
 
     async fn claim_on(

@@ -160,24 +160,52 @@ impl<S: StepStore> Runner<S> {
     /// owner is gone (its hold ended with its connection, or its lease ended on SQLite). A
     /// live owner's run is [`Started::InFlight`].
     ///
-    /// Costs one statement on PostgreSQL (the hold and the claim), two on MySQL; a resume
-    /// reads the record once more.
+    /// Costs one statement on PostgreSQL (the hold and the claim of a new key), four on MySQL;
+    /// a resume reads the record once more.
     pub async fn start(&self, start: Start<'_>) -> Result<Started<S>, Error> {
+        self.start_waiting(start, Duration::ZERO).await
+    }
+
+    /// [`start`](Self::start), waiting up to `wait` while a live owner runs it: on PostgreSQL
+    /// and MySQL the database wakes the waiter when the owner completes, pauses or dies (its
+    /// hold is given back), and the waiter then replays the answer or takes the run over. A
+    /// waiter blocks one connection while it waits. SQLite answers [`Started::InFlight`] at
+    /// once (poll again).
+    pub async fn start_waiting(
+        &self,
+        start: Start<'_>,
+        wait: Duration,
+    ) -> Result<Started<S>, Error> {
         let mut conn = self
             .store
             .pool()
             .acquire()
             .await
             .map_err(idempotency_sql::from_sqlx)?;
-        let (held, claim) = match self.store.start_on(&mut conn, self.claim(&start)).await {
+        let request = self.claim(&start);
+        let (mut held, mut claim) = match self.store.start_on(&mut conn, request).await {
             Ok(started) => started,
-            Err(error) => {
-                // A hold the statement may have taken is given back with the connection.
-                conn.close_on_drop();
-                self.store.forget_hold(start.key);
-                return Err(error);
-            }
+            Err(error) => return Err(self.failed(conn, start.key, error)),
         };
+        if !held && claim.is_none() && !wait.is_zero() && S::HOLD_ENDS_WITH_CONNECTION {
+            // A wait the database bounds; a waiter dropped meanwhile closes its connection,
+            // so a hold taken after it is given back.
+            conn.close_on_drop();
+            held = match self.store.hold_waiting_on(&mut conn, start.key, wait).await {
+                Ok(held) => held,
+                Err(error) => return Err(self.failed(conn, start.key, error)),
+            };
+            if held {
+                claim = match self
+                    .store
+                    .claim_held_on(&mut conn, self.claim(&start))
+                    .await
+                {
+                    Ok(claim) => Some(claim),
+                    Err(error) => return Err(self.failed(conn, start.key, error)),
+                };
+            }
+        }
         let started = match claim {
             Some(Claim::Acquired(owner)) if held => return self.owned(conn, &start, owner).await,
             Some(Claim::Completed(outcome)) => Started::Replay(outcome),
@@ -191,6 +219,13 @@ impl<S: StepStore> Runner<S> {
             self.release_hold(conn, start.key).await;
         }
         Ok(started)
+    }
+
+    /// A start that failed: a hold it may have taken is given back with the connection.
+    fn failed(&self, mut conn: PoolConnection<Db<S>>, key: &StorageKey, error: Error) -> Error {
+        conn.close_on_drop();
+        self.store.forget_hold(key);
+        error
     }
 
     /// The run this process now owns, its progress read back when it resumes one.

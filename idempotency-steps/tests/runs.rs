@@ -708,3 +708,104 @@ async fn a_completed_run_gives_its_hold_back_on_postgres() {
         .unwrap();
     assert!(taken, "the completed run's hold was given back");
 }
+
+/// Duplicates that wait for a live owner are woken by the database when it gives its hold
+/// back: one when the owner answers (it replays the answer), one when the owner dies (it takes
+/// the run over after the last checkpoint). Neither polls: `start_waiting` asks the database
+/// once and waits on the hold.
+async fn waiters_are_woken_by_the_hold<S: idempotency_sql::StepStore>(
+    runner: Runner<S>,
+    waiting: impl AsyncFn() -> i64,
+) {
+    let runner = Arc::new(runner);
+    for ending in ["answers", "dies"] {
+        let request = Arc::new(Request::new());
+        let Started::Run(mut run) = runner.start(request.start()).await.unwrap() else {
+            panic!("a new key runs");
+        };
+        let one: i64 = run.foreign("capture", async |_key| Ok(1)).await.unwrap();
+        run.commit().await.unwrap();
+        let before = waiting().await;
+        let waiter = tokio::spawn({
+            let (runner, request) = (Arc::clone(&runner), Arc::clone(&request));
+            async move {
+                let started = runner.start_waiting(request.start(), Duration::from_secs(60));
+                match started.await.unwrap() {
+                    Started::Replay(outcome) => format!("replay {}", outcome.status),
+                    Started::Run(run) => {
+                        let resumed = run.progress().stopped_at().unwrap_or("").to_owned();
+                        run.complete(&Outcome::new(201, "1")).await.unwrap();
+                        format!("resumed after {resumed}")
+                    }
+                    Started::InFlight(after) => format!("in flight, retry after {after:?}"),
+                    Started::Mismatch => "mismatch".to_owned(),
+                }
+            }
+        });
+        // The waiter is waiting on the hold inside the database.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while waiting().await <= before {
+            assert!(
+                Instant::now() < deadline,
+                "the waiter never waited on the hold"
+            );
+            tokio::task::yield_now().await;
+        }
+        match ending {
+            "answers" => run
+                .complete(&Outcome::new(201, one.to_string()))
+                .await
+                .unwrap(),
+            _ => drop(run),
+        }
+        // Well before the waiter's own bound (60 s): woken, not timed out.
+        let answer = tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .expect("woken by the hold")
+            .unwrap();
+        let expected = match ending {
+            "answers" => "replay 201",
+            _ => "resumed after capture",
+        };
+        assert_eq!(answer, expected, "the owner {ending}");
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn waiters_are_woken_by_the_hold_on_postgres() {
+    let Some(store) = postgres().await else {
+        return;
+    };
+    store.migrate().await.unwrap();
+    let pool = idempotency_sql::TxStore::pool(&store).clone();
+    let waiting = async || -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    waiters_are_woken_by_the_hold(Runner::new(store), waiting).await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test]
+async fn waiters_are_woken_by_the_hold_on_mysql() {
+    let Some(store) = mysql().await else {
+        return;
+    };
+    store.migrate().await.unwrap();
+    let pool = idempotency_sql::TxStore::pool(&store).clone();
+    let waiting = async || -> i64 {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.processlist \
+             WHERE info LIKE 'SELECT GET_LOCK(%' AND time >= 0 AND state LIKE '%lock%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    waiters_are_woken_by_the_hold(Runner::new(store), waiting).await;
+}

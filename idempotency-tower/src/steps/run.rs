@@ -121,8 +121,12 @@ async fn start<S: StepStore>(
     let mut pause = Duration::from_millis(5);
     let namespace = shared.settings.scope.namespace();
     loop {
+        // The database wakes a waiter when the owner gives its hold back (PostgreSQL, MySQL);
+        // SQLite, whose holds are in the process, is polled.
+        let wait = until.saturating_duration_since(Instant::now());
         let request = Start::new(key, namespace, fingerprint, input.clone());
-        let started = within(shared.store_timeout, shared.runner.start(request)).await?;
+        let starting = shared.runner.start_waiting(request, wait);
+        let started = within(shared.store_timeout + wait, starting).await?;
         let now = Instant::now();
         match started {
             Started::InFlight(_) if now < until => {
