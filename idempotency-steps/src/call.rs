@@ -123,7 +123,7 @@ impl<S: StepStore> Runner<S> {
         R: Serialize + DeserializeOwned,
         F: AsyncFnOnce(&mut Run<S>, I) -> Result<R, StepError>,
     {
-        let mut run = match self.start(start).await? {
+        let mut run = match self.start_waiting(start, self.wait).await? {
             Started::Run(run) => run,
             Started::Replay(outcome) => {
                 return stored(&outcome).map(|value| Answer {

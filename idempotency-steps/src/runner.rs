@@ -64,6 +64,7 @@ pub struct Runner<S> {
     lease: Duration,
     ttl: Duration,
     max_input: usize,
+    pub(crate) wait: Duration,
 }
 
 /// What [`Runner::start`] is asked to start or resume.
@@ -124,6 +125,7 @@ impl<S: StepStore> Runner<S> {
             lease: DEFAULT_RUN_LEASE,
             ttl: DEFAULT_RUN_TTL,
             max_input: DEFAULT_MAX_INPUT,
+            wait: Duration::ZERO,
         }
     }
 
@@ -143,6 +145,14 @@ impl<S: StepStore> Runner<S> {
     /// resume the run).
     pub fn with_max_input(mut self, bytes: usize) -> Self {
         self.max_input = bytes;
+        self
+    }
+
+    /// How long [`call`](Self::call) and [`run_once`](Self::run_once) wait for a live owner's
+    /// run (woken by the database when it ends, see [`start_waiting`](Self::start_waiting))
+    /// before they answer [`CallError::InFlight`](crate::CallError::InFlight); none by default.
+    pub fn with_wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
         self
     }
 

@@ -769,6 +769,39 @@ async fn waiters_are_woken_by_the_hold<S: idempotency_sql::StepStore>(
         };
         assert_eq!(answer, expected, "the owner {ending}");
     }
+    // A function's call waits the same way (`Runner::with_wait`), then returns the result.
+    let request = Arc::new(Request::new());
+    let Started::Run(run) = runner.start(request.start()).await.unwrap() else {
+        panic!("a new key runs");
+    };
+    let before = waiting().await;
+    let call = tokio::spawn({
+        let request = Arc::clone(&request);
+        let runner = (*runner).clone().with_wait(Duration::from_secs(60));
+        async move {
+            let ran = runner.run_once(request.start(), (), async |_run: &mut Run<S>, ()| {
+                Ok::<i64, StepError>(2)
+            });
+            ran.await.map(|answer| (answer.value, answer.replayed))
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while waiting().await <= before {
+        assert!(
+            Instant::now() < deadline,
+            "the call never waited on the hold"
+        );
+        tokio::task::yield_now().await;
+    }
+    run.complete(&Outcome::new(0, "1")).await.unwrap();
+    let answered = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .expect("woken by the hold")
+        .unwrap();
+    assert!(
+        matches!(answered, Ok((1, true))),
+        "the owner's result, replayed"
+    );
 }
 
 #[cfg(feature = "postgres")]
