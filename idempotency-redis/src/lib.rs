@@ -35,6 +35,7 @@ mod store;
 mod time;
 mod tokens;
 mod unanswered;
+mod wake_ups;
 
 pub use connect::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, connect, connect_client, connect_cluster};
 pub use operations::{NodeAddress, ScanConnection, ScanStep};
