@@ -22,8 +22,9 @@
 //! duplicates are spread over all N, and what reached the store is summed over their clients.
 //!
 //! Options: `--stores memory,redis,postgres`, `--waiters 1,100,10000`, `--hold-ms 1500`,
-//! `--wait-ms 3000`, `--instances 1`, `--only replay|timeout`; `REDIS_URL` and `DATABASE_URL`
-//! as elsewhere.
+//! `--wait-ms 3000`, `--instances 1`, `--only replay|timeout`, `--wake-ups on|off` (off: the
+//! Redis stores do not listen, and their waiters poll); `REDIS_URL` and `DATABASE_URL` as
+//! elsewhere.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::post;
+use axum::serve::ListenerExt;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -52,6 +54,7 @@ struct Options {
     wait: Duration,
     instances: usize,
     only: Option<String>,
+    wake_ups: bool,
 }
 
 impl Options {
@@ -63,6 +66,7 @@ impl Options {
             wait: Duration::from_millis(3_000),
             instances: 1,
             only: None,
+            wake_ups: true,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -93,6 +97,7 @@ impl Options {
                         .max(1);
                 }
                 "--only" => options.only = Some(value),
+                "--wake-ups" => options.wake_ups = value != "off",
                 other => return Err(format!("unknown option {other}")),
             }
         }
@@ -101,7 +106,8 @@ impl Options {
 }
 
 /// The store `name`, its client connected through a counting proxy.
-async fn store(name: &str) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
+#[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+async fn store(name: &str, wake_ups: bool) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
     match name {
         "memory" => Ok((BoxStore::new(MemoryStore::new()), None)),
         #[cfg(feature = "redis")]
@@ -111,9 +117,15 @@ async fn store(name: &str) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
             let proxy = CountingProxy::start(upstream_of(&url)?, Protocol::Raw)
                 .await
                 .map_err(|error| error.to_string())?;
-            let store = idempotency_redis::RedisStore::connect(&through(&url, proxy.addr)?)
-                .await
-                .map_err(|error| error.to_string())?;
+            let url = through(&url, proxy.addr)?;
+            let store = if wake_ups {
+                idempotency_redis::RedisStore::connect(&url).await
+            } else {
+                idempotency_redis::connect(&url)
+                    .await
+                    .map(idempotency_redis::RedisStore::new)
+            }
+            .map_err(|error| error.to_string())?;
             Ok((BoxStore::new(store), Some(proxy.traffic)))
         }
         #[cfg(feature = "postgres")]
@@ -172,6 +184,10 @@ async fn serve(
         .layer(layer);
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
+    // Answers leave at once (no Nagle delay behind an unacknowledged one on the same socket).
+    let listener = listener.tap_io(|stream| {
+        let _ = stream.set_nodelay(true);
+    });
     tokio::spawn(async move { axum::serve(listener, router).await });
     Ok(addr)
 }
@@ -250,6 +266,7 @@ async fn run(
     store_name: &str,
     waiters: usize,
     instances: usize,
+    wake_ups: bool,
     hold: Duration,
     wait: Duration,
 ) -> Result<String, String> {
@@ -264,7 +281,7 @@ async fn run(
         // Instances of the memory store share one (it is in process anyway).
         let (store, counted) = match &memory {
             Some(store) => (BoxStore::clone(store), None),
-            None => store(store_name).await?,
+            None => store(store_name, wake_ups).await?,
         };
         if store_name == "memory" {
             memory = Some(store.clone());
@@ -380,7 +397,16 @@ async fn main() -> std::process::ExitCode {
         println!("|---|---|---|---|---|---|---|---|---|");
         for store in &options.stores {
             for &waiters in &options.waiters {
-                match run(store, waiters, options.instances, hold, wait).await {
+                match run(
+                    store,
+                    waiters,
+                    options.instances,
+                    options.wake_ups,
+                    hold,
+                    wait,
+                )
+                .await
+                {
                     Ok(row) => println!("{row}"),
                     Err(error) => {
                         eprintln!("waiters: {store} with {waiters} waiters: {error}");
