@@ -103,7 +103,8 @@ macro_rules! connecting_constructors {
 
         impl $store<::redis::cluster_async::ClusterConnection> {
             /// Connects to a Redis Cluster through some of its nodes (see
-            /// [`connect_cluster`](crate::connect_cluster)).
+            /// [`connect_cluster`](crate::connect_cluster)). A [`RedisStore`](crate::RedisStore)
+            /// so opened also wakes its waiters ([`RedisStore::with_cluster_wake_ups`](crate::RedisStore::with_cluster_wake_ups)).
             pub async fn connect_cluster<I, U>(
                 nodes: I,
             ) -> Result<Self, idempotency_core::StoreError>
@@ -111,7 +112,12 @@ macro_rules! connecting_constructors {
                 I: IntoIterator<Item = U>,
                 U: AsRef<str>,
             {
-                Ok(Self::new(crate::connect_cluster(nodes).await?))
+                let nodes: Vec<String> = nodes
+                    .into_iter()
+                    .map(|node| node.as_ref().to_owned())
+                    .collect();
+                let connection = crate::connect_cluster(&nodes).await?;
+                Ok(Self::new(connection).opened_on(nodes))
             }
         }
     };

@@ -50,7 +50,7 @@ pub(super) struct Scripts {
 /// | claim of a lease at or near its end | the same `SET`, then the claim script (`EVALSHA`): takeover, or in progress | 2 |
 /// | complete or touch of a lease this process claimed, on Valkey 8.1 or Redis 8.4 | `SET k v IFEQ <its in-progress record> PX ms`; if the record changed meanwhile (taken over, or renewed by a call whose answer was lost), the step's script decides | 1 (2) |
 /// | complete and touch otherwise, release | one Lua script each (`EVALSHA`, loaded once, reloaded on `NOSCRIPT`); complete and release also `PUBLISH` on the record key's channel, inside the script (`SPUBLISH` on a Cluster; pipelined after a native complete) | 1 |
-/// | duplicates waiting here for a key in flight ([`with_wake_ups`](Self::with_wake_ups)) | on the listener's connection, `SUBSCRIBE` to the key's channel once per key, however many wait, before one `GET` of the record; one `GET` per message heard, and per [`in_flight_poll`](idempotency_core::Config::in_flight_poll) tick (the fallback); `UNSUBSCRIBE` when the wait ends | 1 per key + 1 per read |
+/// | duplicates waiting here for a key in flight ([`with_wake_ups`](Self::with_wake_ups)) | on the listener's connection, `SUBSCRIBE` to the key's channel (`SSUBSCRIBE` on a Cluster, to the key's node) once per key, however many wait, before one `GET` of the record; one `GET` per message heard, and per [`in_flight_poll`](idempotency_core::Config::in_flight_poll) tick (the fallback); `UNSUBSCRIBE` (`SUNSUBSCRIBE`) when the wait ends | 1 per key + 1 per read |
 ///
 /// - **Records** are one packed string each (an 81-byte binary header, the namespace of at most
 ///   32 767 bytes, a conflict mark once [`Store::mark_conflict`] set one (one script), the
@@ -160,6 +160,26 @@ impl<C> std::fmt::Debug for RedisStore<C> {
 
 super::connect::connecting_constructors!(RedisStore);
 
+impl RedisStore<::redis::cluster_async::ClusterConnection> {
+    /// Wakes the duplicates waiting here as [`with_wake_ups`](RedisStore::with_wake_ups) does,
+    /// on a Cluster: one listener connection per node (through `nodes`, in RESP3) subscribes
+    /// with `SSUBSCRIBE` to the channels of the keys with waiters here, each on the node of
+    /// its key's slot, where the scripts `SPUBLISH`. [`connect_cluster`](RedisStore::connect_cluster)
+    /// sets it up already.
+    pub fn with_cluster_wake_ups<I, U>(self, nodes: I) -> Self
+    where
+        I: IntoIterator<Item = U>,
+        U: AsRef<str>,
+    {
+        self.opened_on(
+            nodes
+                .into_iter()
+                .map(|node| node.as_ref().to_owned())
+                .collect(),
+        )
+    }
+}
+
 impl<C> RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -203,11 +223,15 @@ where
     /// ([`Config::in_flight_poll`](idempotency_core::Config::in_flight_poll)). Not on a Cluster
     /// connection: its waiters poll.
     pub fn with_wake_ups(mut self, client: &::redis::Client) -> Self {
-        if self.publish == "PUBLISH" {
-            match WakeUps::new(client, self.call_timeout) {
-                Ok(wake_ups) => self.wake_ups = Some(Arc::new(wake_ups)),
-                Err(error) => tracing::warn!(%error, "no wake-ups: waiters poll"),
-            }
+        if self.publish != "PUBLISH" {
+            tracing::warn!(
+                "no wake-ups from one server for a Cluster store: see with_cluster_wake_ups"
+            );
+            return self;
+        }
+        match WakeUps::new(client, self.call_timeout) {
+            Ok(wake_ups) => self.wake_ups = Some(Arc::new(wake_ups)),
+            Err(error) => tracing::warn!(%error, "no wake-ups: waiters poll"),
         }
         self
     }
@@ -215,6 +239,15 @@ where
     /// A store opened by its constructors: it listens for wake-ups on `client`.
     pub(crate) fn opened_by(self, client: &::redis::Client) -> Self {
         self.with_wake_ups(client)
+    }
+
+    /// A store opened by its Cluster constructor: it listens for wake-ups on the Cluster.
+    pub(crate) fn opened_on(self, nodes: Vec<String>) -> Self {
+        let wake_ups = WakeUps::cluster(nodes, self.call_timeout);
+        Self {
+            wake_ups: Some(Arc::new(wake_ups)),
+            ..self
+        }
     }
 
     /// Prefixes every key (default `idempotency:`), to share a server between services.

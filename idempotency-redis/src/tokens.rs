@@ -93,6 +93,11 @@ where
         self
     }
 
+    /// A token store opened on a Cluster: nothing more to set up.
+    pub(crate) fn opened_on(self, _nodes: Vec<String>) -> Self {
+        self
+    }
+
     fn token_key(&self, key: &StorageKey) -> String {
         format!("{}{{{}}}", self.prefix, key.to_hex())
     }

@@ -4,10 +4,11 @@
 //! Cluster): the record's key is its channel too (channels and keys are apart), so the message
 //! costs no round trip of its own and, on a Cluster, carrying the record's hash tag, stays on
 //! the record's node. One listener per store (shared by its clones) holds one RESP3 connection
-//! to one server and subscribes (`SUBSCRIBE`) to the channels of the keys that have waiters in
-//! this process: one subscription per key, however many wait, dropped (`UNSUBSCRIBE`) when the
-//! key's last waiter leaves. A message changes the key's receiver; the engine then reads the
-//! record.
+//! (on a Cluster, one per node, each subscribed to the channels of its slots) and subscribes
+//! (`SUBSCRIBE`; `SSUBSCRIBE` on a Cluster) to the channels of the keys that have waiters in
+//! this process: one subscription per key, however many wait, dropped (`UNSUBSCRIBE`,
+//! `SUNSUBSCRIBE`) when the key's last waiter leaves. A message changes the key's receiver; the
+//! engine then reads the record.
 //!
 //! A lost connection drops every subscription (the receivers err, and the waiters poll again
 //! as without wake-ups); the next key to be waited for connects anew.
@@ -19,6 +20,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ::redis::aio::MultiplexedConnection;
+use ::redis::cluster::ClusterClientBuilder;
+use ::redis::cluster_async::ClusterConnection;
 use ::redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -27,9 +30,24 @@ use super::connect::CONNECT_TIMEOUT;
 /// The listener of one store: started by the first subscription, ended with the store (and
 /// the last subscription).
 pub(super) struct WakeUps {
-    client: Client,
+    source: Source,
     timeout: Duration,
     requests: OnceLock<mpsc::UnboundedSender<Request>>,
+}
+
+/// Where the listener connects.
+#[derive(Clone)]
+enum Source {
+    /// One server, through this client (in RESP3).
+    Server(Box<Client>),
+    /// A Cluster, through these nodes.
+    Cluster(Vec<String>),
+}
+
+/// The listener's connection.
+enum Connection {
+    Server(MultiplexedConnection),
+    Cluster(ClusterConnection),
 }
 
 enum Request {
@@ -58,10 +76,19 @@ impl WakeUps {
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
         Ok(Self {
-            client: Client::open(info.set_redis_settings(settings))?,
+            source: Source::Server(Box::new(Client::open(info.set_redis_settings(settings))?)),
             timeout,
             requests: OnceLock::new(),
         })
+    }
+
+    /// A listener over connections to the Cluster of `nodes`, as [`new`](Self::new).
+    pub(super) fn cluster(nodes: Vec<String>, timeout: Duration) -> Self {
+        Self {
+            source: Source::Cluster(nodes),
+            timeout,
+            requests: OnceLock::new(),
+        }
     }
 
     /// Subscribes to `channel`: the receiver once `SUBSCRIBE` was answered, or `None` if the
@@ -70,7 +97,7 @@ impl WakeUps {
         let requests = self.requests.get_or_init(|| {
             let (sender, receiver) = mpsc::unbounded_channel();
             let listener = Listener {
-                client: self.client.clone(),
+                source: self.source.clone(),
                 timeout: self.timeout,
                 requests: sender.downgrade(),
                 connection: None,
@@ -88,11 +115,11 @@ impl WakeUps {
 
 /// The listener's task: subscriptions in the order asked, messages as they come.
 struct Listener {
-    client: Client,
+    source: Source,
     timeout: Duration,
     /// To tell it of ended subscriptions (weak: the store's end ends the listener).
     requests: mpsc::WeakUnboundedSender<Request>,
-    connection: Option<(MultiplexedConnection, mpsc::UnboundedReceiver<PushInfo>)>,
+    connection: Option<(Connection, mpsc::UnboundedReceiver<PushInfo>)>,
     channels: HashMap<Vec<u8>, Subscribed>,
     next: u64,
 }
@@ -125,7 +152,7 @@ impl Listener {
     fn heard(&mut self, push: Option<PushInfo>) {
         match push {
             Some(PushInfo {
-                kind: PushKind::Message,
+                kind: PushKind::Message | PushKind::SMessage,
                 data,
             }) => {
                 if let Some(Value::BulkString(channel)) = data.first()
@@ -226,18 +253,36 @@ impl Listener {
         let sent = tokio::time::timeout(self.timeout, async {
             if self.connection.is_none() {
                 let (pushes, heard) = mpsc::unbounded_channel();
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_push_sender(pushes);
-                let connection = self
-                    .client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
+                let connection = match &self.source {
+                    Source::Server(client) => {
+                        let config = AsyncConnectionConfig::new()
+                            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                            .set_push_sender(pushes);
+                        let connection = client
+                            .get_multiplexed_async_connection_with_config(&config)
+                            .await?;
+                        Connection::Server(connection)
+                    }
+                    Source::Cluster(nodes) => {
+                        let client = ClusterClientBuilder::new(nodes.clone())
+                            .use_protocol(ProtocolVersion::RESP3)
+                            .connection_timeout(CONNECT_TIMEOUT)
+                            .push_sender(pushes)
+                            .build()?;
+                        Connection::Cluster(client.get_async_connection().await?)
+                    }
+                };
                 self.connection = Some((connection, heard));
             }
             match &mut self.connection {
-                Some((connection, _)) if subscribe => connection.subscribe(channel).await,
-                Some((connection, _)) => connection.unsubscribe(channel).await,
+                Some((Connection::Server(server), _)) if subscribe => {
+                    server.subscribe(channel).await
+                }
+                Some((Connection::Server(server), _)) => server.unsubscribe(channel).await,
+                Some((Connection::Cluster(cluster), _)) if subscribe => {
+                    cluster.ssubscribe(channel).await
+                }
+                Some((Connection::Cluster(cluster), _)) => cluster.sunsubscribe(channel).await,
                 None => Ok(()),
             }
         })
