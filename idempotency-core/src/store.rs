@@ -5,6 +5,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
+
 use crate::{
     ClaimId, FencingToken, Fingerprint, Mechanism, Outcome, Record, StorageKey, StoreError,
 };
@@ -168,6 +170,19 @@ pub trait Store: Send + Sync + 'static {
         std::future::ready(Ok(false))
     }
 
+    /// Subscribes to the wake-ups of `key`, for the duplicates waiting while it is in flight:
+    /// the receiver changes when the store hears that the key was completed or released, by
+    /// any process. The subscription is live when this returns (the record is read after it,
+    /// so no landing falls between), holds while a receiver is kept, and was lost if the
+    /// receiver errs. `None`, the default: no wake-ups, waiters poll.
+    fn wake_ups(
+        &self,
+        key: &StorageKey,
+    ) -> impl Future<Output = Option<watch::Receiver<()>>> + Send {
+        let _ = key;
+        std::future::ready(None)
+    }
+
     /// Deletes up to `limit` expired records (completed past their TTL, or abandoned leases
     /// whose end is more than the store's abandoned grace ago, [`DEFAULT_ABANDONED_GRACE`] by
     /// default) and returns how many went. Stores with native expiry may return 0.
@@ -210,6 +225,10 @@ pub trait DynStore: Send + Sync + 'static {
         &'a self,
         key: &'a StorageKey,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    fn wake_ups_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+    ) -> BoxFuture<'a, Option<watch::Receiver<()>>>;
 }
 
 impl<S: Store> DynStore for S {
@@ -259,6 +278,12 @@ impl<S: Store> DynStore for S {
         key: &'a StorageKey,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(self.mark_conflict(key))
+    }
+    fn wake_ups_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+    ) -> BoxFuture<'a, Option<watch::Receiver<()>>> {
+        Box::pin(self.wake_ups(key))
     }
 }
 
@@ -313,6 +338,9 @@ impl Store for BoxStore {
     async fn mark_conflict(&self, key: &StorageKey) -> Result<bool, StoreError> {
         self.0.mark_conflict_dyn(key).await
     }
+    async fn wake_ups(&self, key: &StorageKey) -> Option<watch::Receiver<()>> {
+        self.0.wake_ups_dyn(key).await
+    }
 }
 
 impl<S: Store> Store for Arc<S> {
@@ -365,5 +393,11 @@ impl<S: Store> Store for Arc<S> {
         key: &StorageKey,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).mark_conflict(key)
+    }
+    fn wake_ups(
+        &self,
+        key: &StorageKey,
+    ) -> impl Future<Output = Option<watch::Receiver<()>>> + Send {
+        (**self).wake_ups(key)
     }
 }

@@ -38,13 +38,8 @@ pub(super) async fn connect_store(
     manage(client, None).await
 }
 
-fn open(url: &str) -> Result<::redis::Client, StoreError> {
+pub(super) fn open(url: &str) -> Result<::redis::Client, StoreError> {
     ::redis::Client::open(url).map_err(|error| StoreError::Config(format!("redis url: {error}")))
-}
-
-/// Opens a store's connection to `url` (see [`connect_store`]).
-pub(super) async fn connect_store_url(url: &str) -> Result<ConnectionManager, StoreError> {
-    connect_store(open(url)?).await
 }
 
 async fn manage(
@@ -90,9 +85,10 @@ macro_rules! connecting_constructors {
         impl $store<::redis::aio::ConnectionManager> {
             /// Connects to one Redis server, as [`connect`](crate::connect) does but with no
             /// timer on each reply at the connection level: the store bounds each call itself
-            /// ([`with_call_timeout`](Self::with_call_timeout)).
+            /// ([`with_call_timeout`](Self::with_call_timeout)). A [`RedisStore`](crate::RedisStore)
+            /// so opened also wakes its waiters ([`RedisStore::with_wake_ups`](crate::RedisStore::with_wake_ups)).
             pub async fn connect(url: &str) -> Result<Self, idempotency_core::StoreError> {
-                Ok(Self::new(crate::connect::connect_store_url(url).await?))
+                Self::from_client(crate::connect::open(url)?).await
             }
 
             /// Connects through a [`Client`](::redis::Client) you configured yourself, as
@@ -100,13 +96,15 @@ macro_rules! connecting_constructors {
             pub async fn from_client(
                 client: ::redis::Client,
             ) -> Result<Self, idempotency_core::StoreError> {
-                Ok(Self::new(crate::connect::connect_store(client).await?))
+                let connection = crate::connect::connect_store(client.clone()).await?;
+                Ok(Self::new(connection).opened_by(&client))
             }
         }
 
         impl $store<::redis::cluster_async::ClusterConnection> {
             /// Connects to a Redis Cluster through some of its nodes (see
-            /// [`connect_cluster`](crate::connect_cluster)).
+            /// [`connect_cluster`](crate::connect_cluster)). A [`RedisStore`](crate::RedisStore)
+            /// so opened also wakes its waiters ([`RedisStore::with_cluster_wake_ups`](crate::RedisStore::with_cluster_wake_ups)).
             pub async fn connect_cluster<I, U>(
                 nodes: I,
             ) -> Result<Self, idempotency_core::StoreError>
@@ -114,7 +112,12 @@ macro_rules! connecting_constructors {
                 I: IntoIterator<Item = U>,
                 U: AsRef<str>,
             {
-                Ok(Self::new(crate::connect_cluster(nodes).await?))
+                let nodes: Vec<String> = nodes
+                    .into_iter()
+                    .map(|node| node.as_ref().to_owned())
+                    .collect();
+                let connection = crate::connect_cluster(&nodes).await?;
+                Ok(Self::new(connection).opened_on(nodes))
             }
         }
     };

@@ -9,6 +9,10 @@
 //!   script.
 //! - [`connect`] / [`connect_cluster`]: connections with bounded time-outs that reconnect by
 //!   themselves; one connection may serve both stores.
+//! - Wake-ups: the complete and release scripts publish on the record key's channel, and a
+//!   store's listener connection subscribes to the keys its waiters wait for
+//!   ([`RedisStore::with_wake_ups`]), so duplicates waiting in other processes are answered at
+//!   once.
 //!
 //! Every command and script touches one key, which carries the record's hash tag
 //! (`{<key hex>}`), so both stores run unchanged on Redis Cluster.
@@ -35,6 +39,7 @@ mod store;
 mod time;
 mod tokens;
 mod unanswered;
+mod wake_ups;
 
 pub use connect::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT, connect, connect_client, connect_cluster};
 pub use operations::{NodeAddress, ScanConnection, ScanStep};

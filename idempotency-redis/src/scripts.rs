@@ -69,20 +69,30 @@ return {1, token, attempt, took_over}
 "#;
 
 /// `KEYS[1]` record. `ARGV`: token (8 bytes), the completed fields (updated, expires, completed
-/// at, status: 26 bytes), body, ttl ms. Returns 1, or 0 if the token is stale.
+/// at, status: 26 bytes), body, ttl ms, the publish command (`PUBLISH`, or `SPUBLISH` on a
+/// Cluster). Returns 1, or 0 if the token is stale.
+///
+/// Publishes on the record key's channel: the waiters of other processes read the record at
+/// once (see [`super::wake_ups`]).
 pub(super) const COMPLETE: &str = concat!(
     owned!(),
     "redis.call('SET', KEYS[1], 'c' .. string.sub(v, 2, 53) .. ARGV[2] .. string.sub(v, 80) .. ARGV[3],\n\
        'PX', ARGV[4])\n\
+     redis.call(ARGV[5], KEYS[1], '')\n\
      return 1\n"
 );
 
-/// `KEYS[1]` record. `ARGV`: token (8 bytes). Returns 1, or 0 if the token is stale.
+/// `KEYS[1]` record. `ARGV`: token (8 bytes), the publish command (as [`COMPLETE`]'s).
+/// Returns 1, or 0 if the token is stale.
 ///
 /// The record is simply deleted: no fence key is left behind. The releasing process pushes its
 /// token clock past the released token (see [`super::fencing`]), so its own later tokens are
-/// greater; other processes order theirs by their clocks.
-pub(super) const RELEASE: &str = concat!(owned!(), "redis.call('DEL', KEYS[1])\nreturn 1\n");
+/// greater; other processes order theirs by their clocks. Publishes as [`COMPLETE`] does: the
+/// waiters claim the key.
+pub(super) const RELEASE: &str = concat!(
+    owned!(),
+    "redis.call('DEL', KEYS[1])\nredis.call(ARGV[2], KEYS[1], '')\nreturn 1\n"
+);
 
 /// `KEYS[1]` record. `ARGV`: token (8 bytes), updated, lease end and grace (24 bytes), PX ms
 /// (lease + grace). Returns 1, or 0 if the token is stale.

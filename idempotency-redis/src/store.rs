@@ -13,6 +13,7 @@ use super::codec::{self, Existing};
 use super::error::{bounded, map_error, millis};
 use super::held::Held;
 use super::unanswered::{Sent, Unanswered};
+use super::wake_ups::WakeUps;
 use super::{fencing, scripts};
 use crate::time::unix_micros_now;
 use idempotency_core::{
@@ -48,7 +49,8 @@ pub(super) struct Scripts {
 /// | claim of a live lease (in progress, or mismatch) | the same `SET`: it returns the record | 1 |
 /// | claim of a lease at or near its end | the same `SET`, then the claim script (`EVALSHA`): takeover, or in progress | 2 |
 /// | complete or touch of a lease this process claimed, on Valkey 8.1 or Redis 8.4 | `SET k v IFEQ <its in-progress record> PX ms`; if the record changed meanwhile (taken over, or renewed by a call whose answer was lost), the step's script decides | 1 (2) |
-/// | complete and touch otherwise, release | one Lua script each (`EVALSHA`, loaded once, reloaded on `NOSCRIPT`) | 1 |
+/// | complete and touch otherwise, release | one Lua script each (`EVALSHA`, loaded once, reloaded on `NOSCRIPT`); complete and release also `PUBLISH` on the record key's channel, inside the script (`SPUBLISH` on a Cluster; pipelined after a native complete) | 1 |
+/// | duplicates waiting here for a key in flight ([`with_wake_ups`](Self::with_wake_ups)) | on the listener's connection, `SUBSCRIBE` to the key's channel (`SSUBSCRIBE` on a Cluster, to the key's node) once per key, however many wait, before one `GET` of the record; one `GET` per message heard, and per [`in_flight_poll`](idempotency_core::Config::in_flight_poll) tick (the fallback); `UNSUBSCRIBE` (`SUNSUBSCRIBE`) when the wait ends | 1 per key + 1 per read |
 ///
 /// - **Records** are one packed string each (an 81-byte binary header, the namespace of at most
 ///   32 767 bytes, a conflict mark once [`Store::mark_conflict`] set one (one script), the
@@ -121,6 +123,9 @@ pub struct RedisStore<C = ConnectionManager> {
     pub(super) held: Arc<Held>,
     completed: Arc<idempotency_core::CompletedKeys>,
     unanswered: Arc<Unanswered>,
+    /// The command complete and release publish with: `PUBLISH`, or `SPUBLISH` on a Cluster.
+    pub(super) publish: &'static str,
+    wake_ups: Option<Arc<WakeUps>>,
 }
 
 impl<C: Clone> Clone for RedisStore<C> {
@@ -135,6 +140,8 @@ impl<C: Clone> Clone for RedisStore<C> {
             held: Arc::clone(&self.held),
             completed: Arc::clone(&self.completed),
             unanswered: Arc::clone(&self.unanswered),
+            publish: self.publish,
+            wake_ups: self.wake_ups.clone(),
         }
     }
 }
@@ -146,11 +153,32 @@ impl<C> std::fmt::Debug for RedisStore<C> {
             .field("call_timeout", &self.call_timeout)
             .field("abandoned_grace", &self.grace)
             .field("clock_margin", &self.clock_margin)
+            .field("wake_ups", &self.wake_ups.is_some())
             .finish_non_exhaustive()
     }
 }
 
 super::connect::connecting_constructors!(RedisStore);
+
+impl RedisStore<::redis::cluster_async::ClusterConnection> {
+    /// Wakes the duplicates waiting here as [`with_wake_ups`](RedisStore::with_wake_ups) does,
+    /// on a Cluster: one listener connection per node (through `nodes`, in RESP3) subscribes
+    /// with `SSUBSCRIBE` to the channels of the keys with waiters here, each on the node of
+    /// its key's slot, where the scripts `SPUBLISH`. [`connect_cluster`](RedisStore::connect_cluster)
+    /// sets it up already.
+    pub fn with_cluster_wake_ups<I, U>(self, nodes: I) -> Self
+    where
+        I: IntoIterator<Item = U>,
+        U: AsRef<str>,
+    {
+        self.opened_on(
+            nodes
+                .into_iter()
+                .map(|node| node.as_ref().to_owned())
+                .collect(),
+        )
+    }
+}
 
 impl<C> RedisStore<C>
 where
@@ -176,6 +204,49 @@ where
             held: Arc::new(Held::new()),
             completed: Arc::new(idempotency_core::CompletedKeys::new()),
             unanswered: Arc::default(),
+            publish: if std::any::TypeId::of::<C>()
+                == std::any::TypeId::of::<::redis::cluster_async::ClusterConnection>()
+            {
+                "SPUBLISH"
+            } else {
+                "PUBLISH"
+            },
+            wake_ups: None,
+        }
+    }
+
+    /// Wakes the duplicates waiting here for a key in flight as soon as any process completes
+    /// or releases it: one listener connection of `client` (in RESP3) subscribes to the keys
+    /// that have waiters here, one subscription per key. The stores that open their own
+    /// connection ([`connect`](RedisStore::connect), [`from_client`](RedisStore::from_client))
+    /// have it already; without it, waiters poll
+    /// ([`Config::in_flight_poll`](idempotency_core::Config::in_flight_poll)). Not on a Cluster
+    /// connection: its waiters poll.
+    pub fn with_wake_ups(mut self, client: &::redis::Client) -> Self {
+        if self.publish != "PUBLISH" {
+            tracing::warn!(
+                "no wake-ups from one server for a Cluster store: see with_cluster_wake_ups"
+            );
+            return self;
+        }
+        match WakeUps::new(client, self.call_timeout) {
+            Ok(wake_ups) => self.wake_ups = Some(Arc::new(wake_ups)),
+            Err(error) => tracing::warn!(%error, "no wake-ups: waiters poll"),
+        }
+        self
+    }
+
+    /// A store opened by its constructors: it listens for wake-ups on `client`.
+    pub(crate) fn opened_by(self, client: &::redis::Client) -> Self {
+        self.with_wake_ups(client)
+    }
+
+    /// A store opened by its Cluster constructor: it listens for wake-ups on the Cluster.
+    pub(crate) fn opened_on(self, nodes: Vec<String>) -> Self {
+        let wake_ups = WakeUps::cluster(nodes, self.call_timeout);
+        Self {
+            wake_ups: Some(Arc::new(wake_ups)),
+            ..self
         }
     }
 
@@ -264,7 +335,8 @@ where
     }
 
     /// `SET k <record> IFEQ <held> PX px`: replaces the held in-progress record of a lease in
-    /// one native command. `None` (then nothing was written, and the step's script decides) if
+    /// one native command (with `publish`, pipelined with the wake-up the complete script
+    /// sends, one round trip). `None` (then nothing was written, and the step's script decides) if
     /// the server has no `IFEQ`, or if the record is not the one held: taken over, or renewed
     /// by a call whose answer never came back (a keep-alive dropped mid-call when the work
     /// ended).
@@ -274,18 +346,34 @@ where
         record: Vec<u8>,
         held: &[u8],
         px: u64,
+        publish: bool,
     ) -> Option<Result<(), StoreError>> {
-        let mut command = ::redis::cmd("SET");
-        command
-            .arg(self.record_key(key))
+        let record_key = self.record_key(key);
+        let mut pipe = ::redis::pipe();
+        pipe.cmd("SET")
+            .arg(&record_key)
             .arg(record)
             .arg("IFEQ")
             .arg(held)
             .arg("PX")
             .arg(px);
+        if publish {
+            pipe.cmd(self.publish).arg(&record_key).arg("");
+        }
         let mut connection = self.connection.clone();
         // Its error is read here: a syntax error (no `IFEQ`) must be told apart from a failure.
-        let answer = command.query_async::<Value>(&mut connection).await;
+        let answers = pipe
+            .ignore_errors()
+            .query_async::<Vec<::redis::RedisResult<Value>>>(&mut connection)
+            .await;
+        let answer = answers.and_then(|answers| {
+            answers.into_iter().next().unwrap_or_else(|| {
+                Err(::redis::RedisError::from((
+                    ::redis::ErrorKind::Client,
+                    "no answer to SET IFEQ",
+                )))
+            })
+        });
         Some(match answer {
             Ok(Value::Okay) => {
                 self.held.supported(true);
@@ -453,6 +541,12 @@ where
 
     async fn mark_conflict(&self, key: &StorageKey) -> Result<bool, StoreError> {
         bounded(self.call_timeout, self.mark_conflict_op(key)).await
+    }
+
+    /// One subscription per key on the store's listener (see [`with_wake_ups`](Self::with_wake_ups)).
+    async fn wake_ups(&self, key: &StorageKey) -> Option<tokio::sync::watch::Receiver<()>> {
+        let wake_ups = self.wake_ups.as_ref()?;
+        wake_ups.subscribe(self.record_key(key).into_bytes()).await
     }
 
     /// Redis expires records natively; nothing to purge.

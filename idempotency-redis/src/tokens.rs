@@ -88,6 +88,16 @@ where
         self
     }
 
+    /// A token store opened by its constructors: nothing more to set up.
+    pub(crate) fn opened_by(self, _client: &::redis::Client) -> Self {
+        self
+    }
+
+    /// A token store opened on a Cluster: nothing more to set up.
+    pub(crate) fn opened_on(self, _nodes: Vec<String>) -> Self {
+        self
+    }
+
     fn token_key(&self, key: &StorageKey) -> String {
         format!("{}{{{}}}", self.prefix, key.to_hex())
     }

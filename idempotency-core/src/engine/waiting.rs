@@ -2,6 +2,7 @@
 //! woken when the record lands.
 
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::Decision;
@@ -84,10 +85,12 @@ impl<S: Store> Idempotency<S> {
         }
     }
 
-    /// Reads the record of `key` once per tick (backing off up to
-    /// [`Config::in_flight_poll`](crate::Config::in_flight_poll)), or at once when woken, while
-    /// its flight has waiters; lands the flight when the record is completed, gone or
-    /// abandoned, or the store fails.
+    /// Reads the record of `key` while its flight has waiters, and lands the flight when the
+    /// record is completed, gone or abandoned, or the store fails. Reads come at once when an
+    /// owner of this engine finishes or the store's wake-ups ([`Store::wake_ups`], subscribed
+    /// before the first read) tell of a landing; else once per tick: every
+    /// [`Config::in_flight_poll`](crate::Config::in_flight_poll) while subscribed, and without
+    /// wake-ups (or once they were lost) from 1/32 of it, doubling.
     fn spawn_flight_reads(&self, namespace: NamespaceRef<'_>, key: StorageKey, reads: FlightReads) {
         let FlightReads {
             id,
@@ -98,9 +101,31 @@ impl<S: Store> Idempotency<S> {
         let namespace = namespace.to_owned();
         engine.tracker().clone().spawn(async move {
             let poll = engine.inner.config.in_flight_poll;
-            let mut pause = (poll / 32).max(Duration::from_millis(1));
+            let first = (poll / 32).max(Duration::from_millis(1));
+            let mut heard = engine.inner.store.wake_ups(&key).await;
+            let mut pause = if heard.is_some() {
+                Duration::ZERO
+            } else {
+                first
+            };
             loop {
-                let _ = tokio::time::timeout(pause, wake.notified()).await;
+                let lost = {
+                    let mut own = std::pin::pin!(wake.notified());
+                    let mut store = std::pin::pin!(async {
+                        match heard.as_mut() {
+                            Some(heard) => heard.changed().await.is_err(),
+                            None => std::future::pending().await,
+                        }
+                    });
+                    let woken = std::future::poll_fn(|cx| match own.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(false),
+                        Poll::Pending => store.as_mut().poll(cx),
+                    });
+                    !pause.is_zero() && tokio::time::timeout(pause, woken).await == Ok(true)
+                };
+                if lost {
+                    (heard, pause) = (None, first);
+                }
                 // Every waiter left (the flight is gone), or it landed otherwise.
                 if !matches!(flight.has_changed(), Ok(false)) {
                     return;
@@ -126,7 +151,11 @@ impl<S: Store> Idempotency<S> {
                     engine.inner.waits.land(&key, id, landing);
                     return;
                 }
-                pause = (pause * 2).min(poll);
+                pause = if heard.is_some() {
+                    poll
+                } else {
+                    (pause * 2).min(poll)
+                };
             }
         });
     }

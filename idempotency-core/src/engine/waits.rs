@@ -3,8 +3,8 @@
 //! finishes wakes its waiters at once with its outcome, without a read. Their number is
 //! bounded per key; beyond the bound a duplicate is answered "in flight" at once.
 //!
-//! A store-side wake-up (Redis pub/sub, PostgreSQL `NOTIFY`) feeds the same flights through
-//! [`Waits::wake`].
+//! Across processes, the store's wake-ups ([`Store::wake_ups`](crate::Store::wake_ups), one
+//! subscription per flight) wake the flight's reads.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -90,7 +90,7 @@ where
         {
             let completed = codec::completed_from(&in_progress, &fields, &outcome.body);
             if let Some(done) = self
-                .compare_and_set(key, completed, &in_progress, ttl_ms)
+                .compare_and_set(key, completed, &in_progress, ttl_ms, true)
                 .await
             {
                 return self.completed(key, done);
@@ -102,7 +102,8 @@ where
             .arg(&codec::token_bytes(token)[..])
             .arg(&fields[..])
             .arg(&outcome.body[..])
-            .arg(ttl_ms);
+            .arg(ttl_ms)
+            .arg(self.publish);
         let done = self.owned_step(invocation).await;
         self.completed(key, done)
     }
@@ -115,7 +116,8 @@ where
         let mut invocation = self.scripts.release.prepare_invoke();
         invocation
             .key(self.record_key(key))
-            .arg(&codec::token_bytes(token)[..]);
+            .arg(&codec::token_bytes(token)[..])
+            .arg(self.publish);
         // The record and its token go (no fence key is kept): this process's later tokens still
         // exceed it, even if the token was not issued here.
         fencing::observe(token.get());
@@ -137,7 +139,10 @@ where
             && let Some(in_progress) = self.held.get(key, token.get())
         {
             let renewed = codec::renewed(&in_progress, &fields);
-            match self.compare_and_set(key, renewed, &in_progress, px).await {
+            match self
+                .compare_and_set(key, renewed, &in_progress, px, false)
+                .await
+            {
                 Some(Ok(())) => {
                     self.held.touched(key, token.get(), &fields);
                     return Ok(());

@@ -17,8 +17,14 @@
 //! of the hold), and per second while they wait (the second half); and how much the process's
 //! resident memory grew.
 //!
+//! With `--instances N` (default 1), N layers serve the route, each with its own store client
+//! (as N processes sharing one store would): the first request goes to the first, the
+//! duplicates are spread over all N, and what reached the store is summed over their clients.
+//!
 //! Options: `--stores memory,redis,postgres`, `--waiters 1,100,10000`, `--hold-ms 1500`,
-//! `--wait-ms 3000`, `--only replay|timeout`; `REDIS_URL` and `DATABASE_URL` as elsewhere.
+//! `--wait-ms 3000`, `--instances 1`, `--only replay|timeout`, `--wake-ups on|off` (off: the
+//! Redis stores do not listen, and their waiters poll); `REDIS_URL` and `DATABASE_URL` as
+//! elsewhere.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::post;
+use axum::serve::ListenerExt;
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -45,7 +52,9 @@ struct Options {
     waiters: Vec<usize>,
     hold: Duration,
     wait: Duration,
+    instances: usize,
     only: Option<String>,
+    wake_ups: bool,
 }
 
 impl Options {
@@ -55,7 +64,9 @@ impl Options {
             waiters: vec![1, 100, 10_000],
             hold: Duration::from_millis(1_500),
             wait: Duration::from_millis(3_000),
+            instances: 1,
             only: None,
+            wake_ups: true,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -79,7 +90,14 @@ impl Options {
                 }
                 "--hold-ms" => options.hold = millis(&value)?,
                 "--wait-ms" => options.wait = millis(&value)?,
+                "--instances" => {
+                    options.instances = value
+                        .parse::<usize>()
+                        .map_err(|_| format!("--instances: not a number: {value}"))?
+                        .max(1);
+                }
                 "--only" => options.only = Some(value),
+                "--wake-ups" => options.wake_ups = value != "off",
                 other => return Err(format!("unknown option {other}")),
             }
         }
@@ -88,7 +106,8 @@ impl Options {
 }
 
 /// The store `name`, its client connected through a counting proxy.
-async fn store(name: &str) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
+#[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+async fn store(name: &str, wake_ups: bool) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
     match name {
         "memory" => Ok((BoxStore::new(MemoryStore::new()), None)),
         #[cfg(feature = "redis")]
@@ -98,9 +117,15 @@ async fn store(name: &str) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
             let proxy = CountingProxy::start(upstream_of(&url)?, Protocol::Raw)
                 .await
                 .map_err(|error| error.to_string())?;
-            let store = idempotency_redis::RedisStore::connect(&through(&url, proxy.addr)?)
-                .await
-                .map_err(|error| error.to_string())?;
+            let url = through(&url, proxy.addr)?;
+            let store = if wake_ups {
+                idempotency_redis::RedisStore::connect(&url).await
+            } else {
+                idempotency_redis::connect(&url)
+                    .await
+                    .map(idempotency_redis::RedisStore::new)
+            }
+            .map_err(|error| error.to_string())?;
             Ok((BoxStore::new(store), Some(proxy.traffic)))
         }
         #[cfg(feature = "postgres")]
@@ -133,9 +158,14 @@ struct Held {
     release: Notify,
 }
 
-async fn serve(store: BoxStore, wait: Duration, held: Arc<Held>) -> std::io::Result<SocketAddr> {
+async fn serve(
+    store: BoxStore,
+    namespace: &str,
+    wait: Duration,
+    held: Arc<Held>,
+) -> std::io::Result<SocketAddr> {
     let layer = IdempotencyLayer::builder(store)
-        .namespace(format!("waiters-{}", unique()))
+        .namespace(namespace)
         .shared_scope()
         .wait_in_flight(wait)
         .build();
@@ -154,6 +184,10 @@ async fn serve(store: BoxStore, wait: Duration, held: Arc<Held>) -> std::io::Res
         .layer(layer);
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
+    // Answers leave at once (no Nagle delay behind an unacknowledged one on the same socket).
+    let listener = listener.tap_io(|stream| {
+        let _ = stream.set_nodelay(true);
+    });
     tokio::spawn(async move { axum::serve(listener, router).await });
     Ok(addr)
 }
@@ -216,50 +250,79 @@ fn ms(duration: Duration) -> String {
     format!("{:.0}", duration.as_secs_f64() * 1e3)
 }
 
-/// One run: the first request held, `waiters` duplicates, the first released after `hold`.
+/// What the store clients of every instance sent so far (bytes, writes), if counted.
+fn sent(traffic: &[Arc<Traffic>]) -> Option<(u64, u64)> {
+    (!traffic.is_empty()).then(|| {
+        traffic.iter().fold((0, 0), |(bytes, writes), traffic| {
+            let (b, w) = traffic.now();
+            (bytes + b, writes + w)
+        })
+    })
+}
+
+/// One run: the first request held, `waiters` duplicates spread over `instances` layers, the
+/// first released after `hold`.
 async fn run(
     store_name: &str,
     waiters: usize,
+    instances: usize,
+    wake_ups: bool,
     hold: Duration,
     wait: Duration,
 ) -> Result<String, String> {
-    let (store, traffic) = store(store_name).await?;
     let held = Arc::new(Held {
         entered: Notify::new(),
         release: Notify::new(),
     });
-    let addr = serve(store, wait, Arc::clone(&held))
-        .await
-        .map_err(|error| error.to_string())?;
+    let namespace = format!("waiters-{}", unique());
+    let (mut addrs, mut traffic) = (Vec::new(), Vec::new());
+    let mut memory = None;
+    for _ in 0..instances {
+        // Instances of the memory store share one (it is in process anyway).
+        let (store, counted) = match &memory {
+            Some(store) => (BoxStore::clone(store), None),
+            None => store(store_name, wake_ups).await?,
+        };
+        if store_name == "memory" {
+            memory = Some(store.clone());
+        }
+        traffic.extend(counted);
+        let addr = serve(store, &namespace, wait, Arc::clone(&held))
+            .await
+            .map_err(|error| error.to_string())?;
+        addrs.push(addr);
+    }
     let key = format!("waiters-{}", unique());
 
     let first = tokio::spawn({
-        let (sender, key) = (connect_h2c(addr).await?, key.clone());
+        let (sender, key, addr) = (connect_h2c(addrs[0]).await?, key.clone(), addrs[0]);
         async move { send(sender, addr, &key).await }
     });
     held.entered.notified().await;
 
-    let connections = waiters.div_ceil(STREAMS_PER_CONNECTION).max(1);
+    let connections = waiters.div_ceil(STREAMS_PER_CONNECTION).max(instances);
     let mut senders = Vec::with_capacity(connections);
-    for _ in 0..connections {
-        senders.push(connect_h2c(addr).await?);
+    for n in 0..connections {
+        let addr = addrs[n % instances];
+        senders.push((connect_h2c(addr).await?, addr));
     }
     let memory_before = resident_kib();
-    let traffic_before = traffic.as_ref().map(|traffic| traffic.now());
+    let traffic_before = sent(&traffic);
     let sent_at = Instant::now();
     let duplicates: Vec<_> = (0..waiters)
         .map(|n| {
-            let (sender, key) = (senders[n % connections].clone(), key.clone());
+            let (sender, addr) = senders[n % connections].clone();
+            let key = key.clone();
             tokio::spawn(async move { send(sender, addr, &key).await })
         })
         .collect();
     // The first half of the hold takes the duplicates' arrivals (each claims once, unless a
     // wait for the key is already under way here); the second half is the steady wait.
     tokio::time::sleep(hold / 2).await;
-    let traffic_arrived = traffic.as_ref().map(|traffic| traffic.now());
+    let traffic_arrived = sent(&traffic);
     tokio::time::sleep(hold - hold / 2).await;
     let memory_held = resident_kib();
-    let traffic_held = traffic.as_ref().map(|traffic| traffic.now());
+    let traffic_held = sent(&traffic);
     held.release.notify_one();
     let first = first.await.map_err(|error| error.to_string())??;
 
@@ -295,7 +358,7 @@ async fn run(
         _ => "in process | in process".to_owned(),
     };
     Ok(format!(
-        "| {store_name} | {waiters} | {statuses:?} | {} / {} / {} | {} / {} / {} | {store_load} | {} |",
+        "| {store_name} | {instances} | {waiters} | {statuses:?} | {} / {} / {} | {} / {} / {} | {store_load} | {} |",
         ms(percentile(&after_first, 0.5)),
         ms(percentile(&after_first, 0.99)),
         ms(after_first.last().copied().unwrap_or_default()),
@@ -329,12 +392,21 @@ async fn main() -> std::process::ExitCode {
             wait.as_millis()
         );
         println!(
-            "| store | waiters | answers | after the first's answer, ms (p50 / p99 / max) | after sending, ms (p50 / p99 / max) | to the store per duplicate, arriving | to the store, steady waiting | memory growth, KiB |"
+            "| store | instances | waiters | answers | after the first's answer, ms (p50 / p99 / max) | after sending, ms (p50 / p99 / max) | to the store per duplicate, arriving | to the store, steady waiting | memory growth, KiB |"
         );
-        println!("|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|");
         for store in &options.stores {
             for &waiters in &options.waiters {
-                match run(store, waiters, hold, wait).await {
+                match run(
+                    store,
+                    waiters,
+                    options.instances,
+                    options.wake_ups,
+                    hold,
+                    wait,
+                )
+                .await
+                {
                     Ok(row) => println!("{row}"),
                     Err(error) => {
                         eprintln!("waiters: {store} with {waiters} waiters: {error}");
