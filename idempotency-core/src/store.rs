@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{
-    ClaimId, FencingToken, Fingerprint, Mechanism, Outcome, Record, StorageKey, StoreError,
+    ClaimId, FencingToken, Fingerprint, Mechanism, Outcome, Record, RecordState, StorageKey,
+    StoreError,
 };
 
 /// How long every store keeps an abandoned in-progress record after its lease ended (default of
@@ -172,6 +173,44 @@ pub trait Store: Send + Sync + 'static {
     /// whose end is more than the store's abandoned grace ago, [`DEFAULT_ABANDONED_GRACE`] by
     /// default) and returns how many went. Stores with native expiry may return 0.
     fn purge_expired(&self, limit: usize) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Completes the in-progress record of `key` with `outcome`, kept for `ttl`, if it was
+    /// claimed with `fingerprint`, whichever claim holds it: what a caller that learnt
+    /// elsewhere that the key's work committed (two tiers: the record of truth) does to a claim
+    /// left pending. Returns whether it completed the record; one absent, completed, or of
+    /// another fingerprint is left as it is (`Ok(false)`).
+    ///
+    /// The default reads the record, then completes it with the token it read
+    /// ([`get`](Store::get), then [`complete`](Store::complete): two round trips; a claim taken
+    /// over between them is left, `Ok(false)`). A store that can check and complete in one
+    /// step overrides it.
+    fn settle(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        async move {
+            let Some(record) = self.get(key).await? else {
+                return Ok(false);
+            };
+            if record.state != RecordState::InProgress || record.fingerprint != *fingerprint {
+                return Ok(false);
+            }
+            let request = CompleteRequest {
+                key,
+                token: record.token,
+                outcome,
+                ttl,
+            };
+            match self.complete(request).await {
+                Ok(()) => Ok(true),
+                Err(StoreError::LeaseLost) => Ok(false),
+                Err(error) => Err(error),
+            }
+        }
+    }
 }
 
 /// A boxed future, as [`DynStore`] returns.
@@ -209,6 +248,13 @@ pub trait DynStore: Send + Sync + 'static {
     fn mark_conflict_dyn<'a>(
         &'a self,
         key: &'a StorageKey,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    fn settle_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        fingerprint: &'a Fingerprint,
+        outcome: &'a Outcome,
+        ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
 }
 
@@ -259,6 +305,15 @@ impl<S: Store> DynStore for S {
         key: &'a StorageKey,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(self.mark_conflict(key))
+    }
+    fn settle_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        fingerprint: &'a Fingerprint,
+        outcome: &'a Outcome,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(self.settle(key, fingerprint, outcome, ttl))
     }
 }
 
@@ -313,6 +368,15 @@ impl Store for BoxStore {
     async fn mark_conflict(&self, key: &StorageKey) -> Result<bool, StoreError> {
         self.0.mark_conflict_dyn(key).await
     }
+    async fn settle(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        self.0.settle_dyn(key, fingerprint, outcome, ttl).await
+    }
 }
 
 impl<S: Store> Store for Arc<S> {
@@ -365,5 +429,14 @@ impl<S: Store> Store for Arc<S> {
         key: &StorageKey,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).mark_conflict(key)
+    }
+    fn settle(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).settle(key, fingerprint, outcome, ttl)
     }
 }
