@@ -11,7 +11,7 @@ use super::conflicts::MarkSql;
 use super::dialect::sealed::{Param, Param::*, Shared, Steps, Values};
 use super::dialect::{SqlStore, TableSql};
 use super::schema::{self, VersionSql, Versions};
-use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
+use super::tx::{TxClaim, TxClaimRequest, TxLease, still_running, tx_claim};
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, FencingToken, Lease, Mechanism, StorageKey, StoreError,
 };
@@ -99,6 +99,14 @@ pub struct Sql {
     /// plan and to run, the common case), its wait bounded as `claim_bounded`'s; the token it
     /// returns is `NULL` when the key exists, which `claim_bounded` then decides.
     insert_fresh: String,
+    /// `insert_fresh` for a claim completed before its transaction commits
+    /// ([`TxClaimRequest::completes_before_commit`](crate::TxClaimRequest)): the record as it
+    /// will be once completed (state, times, expiry the TTL, $4, after `completed_at`), its
+    /// outcome to come.
+    insert_completed: String,
+    /// The completion of a record `insert_completed` wrote: its outcome alone, no indexed
+    /// column changed (a HOT update where the page has room).
+    complete_outcome: String,
     /// `complete` that also gives the run's hold back (`pg_advisory_unlock` of the key's first
     /// eight bytes, as [`crate::steps`] takes it), in the same round trip.
     complete_unhold: String,
@@ -223,17 +231,28 @@ fn statements(table: &str) -> TableSql<Sql> {
         };
         // `lt` sets the bound before `ins` runs (its `SELECT` reads `lt`); the target list reads
         // `ins` before it restores the caller's setting.
-        let insert_fresh = format!(
-            "WITH lt AS (SELECT current_setting('lock_timeout') AS old, \
-               set_config('lock_timeout', $6, true) AS new), \
-             ins AS (INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
-               attempts, created_at, updated_at, expires_at, mechanism, key_derivation) \
-               SELECT $1, $2, $3, 'in_progress', nextval('{seq}'), $5, 1, {NOW}, {NOW}, \
-               {NOW} + $4 * interval '1 microsecond', $7, $8 FROM lt \
-               ON CONFLICT (key_hash) DO NOTHING RETURNING token) \
-             SELECT (SELECT token FROM ins) AS token, \
-               set_config('lock_timeout', lt.old, true) AS restored FROM lt"
-        );
+        // In progress with a lease of $4 µs, or (`completed`) as it will be once completed, its
+        // expiry $4 µs (the TTL) away.
+        let insert_first = |completed: bool| {
+            let (state, completed_at, at) = if completed {
+                ("completed", ", completed_at", format!(", {NOW}"))
+            } else {
+                ("in_progress", "", String::new())
+            };
+            format!(
+                "WITH lt AS (SELECT current_setting('lock_timeout') AS old, \
+                   set_config('lock_timeout', $6, true) AS new), \
+                 ins AS (INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
+                   attempts, created_at, updated_at{completed_at}, expires_at, mechanism, \
+                   key_derivation) \
+                   SELECT $1, $2, $3, '{state}', nextval('{seq}'), $5, 1, {NOW}, {NOW}{at}, \
+                   {NOW} + $4 * interval '1 microsecond', $7, $8 FROM lt \
+                   ON CONFLICT (key_hash) DO NOTHING RETURNING token) \
+                 SELECT (SELECT token FROM ins) AS token, \
+                   set_config('lock_timeout', lt.old, true) AS restored FROM lt"
+            )
+        };
+        let insert_fresh = insert_first(false);
         let owned = "key_hash = $1 AND token = $2 AND state = 'in_progress'";
         let marks = MarkSql::new(&t, "ADD COLUMN IF NOT EXISTS", "TIMESTAMPTZ", NOW, "$1");
         TableSql {
@@ -246,6 +265,14 @@ fn statements(table: &str) -> TableSql<Sql> {
                        ('x' || encode(substring(key_hash from 1 for 8), 'hex'))::bit(64)::bigint)"
                 ),
                 insert_fresh,
+                insert_completed: insert_first(true),
+                // The times stay the claim's: the record is kept its TTL from `completed_at`,
+                // and every write of the transaction shows at its commit anyway.
+                complete_outcome: format!(
+                    "UPDATE {t} SET response_status = $3, response_body = $4 \
+                     WHERE key_hash = $1 AND token = $2 \
+                     AND state = 'completed' AND response_status IS NULL"
+                ),
                 claim: claim(false),
                 claim_bounded: claim(true),
             },
@@ -347,11 +374,24 @@ fn tx_claim_query<'q, O>(
 where
     O: for<'r> FromRow<'r, PgRow>,
 {
+    tx_claim_query_for(sql, request, wait, request.lease)
+}
+
+/// [`tx_claim_query`] with `span` (µs) for $4: the lease, or the TTL of `insert_completed`.
+fn tx_claim_query_for<'q, O>(
+    sql: &'q str,
+    request: TxClaimRequest<'q>,
+    wait: &'q str,
+    span: Duration,
+) -> QueryAs<'q, Postgres, O, PgArguments>
+where
+    O: for<'r> FromRow<'r, PgRow>,
+{
     sqlx::query_as(sql)
         .bind(request.key.0.as_slice())
         .bind(request.namespace)
         .bind(request.fingerprint.0.as_slice())
-        .bind(micros(request.lease))
+        .bind(micros(span))
         .bind(ClaimId::random().as_bytes().to_vec())
         .bind(wait)
         .bind(request.mechanism.map(Mechanism::as_str))
@@ -413,6 +453,29 @@ impl Steps for Postgres {
         owned(Self::bound_in_order(conn, sql, Self::COMPLETE, values).await?)
     }
 
+    /// A record `insert_completed` wrote gets its outcome alone (`complete_outcome`); any
+    /// other, the plain completion.
+    async fn complete_in_tx_on(
+        store: &PostgresStore,
+        conn: &mut PgConnection,
+        lease: &TxLease,
+        outcome: &idempotency_core::Outcome,
+    ) -> Result<(), StoreError> {
+        if !lease.written_complete {
+            let (key, token) = (&lease.key, lease.lease.token);
+            return Self::complete_on(store, conn, key, token, outcome, lease.ttl).await;
+        }
+        let values = Values {
+            key: lease.key.0.as_slice(),
+            token: token_param(lease.lease.token)?,
+            status: i32::from(outcome.status),
+            body: outcome.body.as_ref(),
+            ..Values::default()
+        };
+        let sql = &store.sql.own.complete_outcome;
+        owned(Self::bound_in_order(conn, sql, &[Key, Token, Status, Body], values).await?)
+    }
+
     async fn unhold_on(
         conn: &mut PgConnection,
         _table: &str,
@@ -447,8 +510,15 @@ impl Steps for Postgres {
         let sql = &store.sql.own;
         let millis = request.in_flight.max_wait().as_millis().max(1);
         let wait = format!("{millis}ms");
+        // A caller that completes before its commit gets the record written completed.
+        let completed = request.completes_before_commit;
+        let (first, span) = if completed {
+            (&sql.insert_completed, request.ttl)
+        } else {
+            (&sql.insert_fresh, request.lease)
+        };
         let fresh: Result<(Option<i64>, String), sqlx::Error> =
-            tx_claim_query(&sql.insert_fresh, request, &wait)
+            tx_claim_query_for(first, request, &wait, span)
                 .fetch_one(&mut *conn)
                 .await;
         match fresh {
@@ -460,7 +530,11 @@ impl Steps for Postgres {
                     attempt: 1,
                     took_over: false,
                 };
-                return Ok(tx_claim(Claim::Acquired(lease), &request));
+                let mut claim = tx_claim(Claim::Acquired(lease), &request);
+                if let TxClaim::Execute(lease) = &mut claim {
+                    lease.written_complete = completed;
+                }
+                return Ok(claim);
             }
             Ok((None, _)) => {}
             Err(sqlx::Error::Database(error))
