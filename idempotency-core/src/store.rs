@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::{
-    ClaimId, FencingToken, Fingerprint, Mechanism, Outcome, Record, StorageKey, StoreError,
+    ClaimId, FencingToken, Fingerprint, Mechanism, Outcome, Record, RecordState, StorageKey,
+    StoreError,
 };
 
 /// How long every store keeps an abandoned in-progress record after its lease ended (default of
@@ -187,6 +188,44 @@ pub trait Store: Send + Sync + 'static {
     /// whose end is more than the store's abandoned grace ago, [`DEFAULT_ABANDONED_GRACE`] by
     /// default) and returns how many went. Stores with native expiry may return 0.
     fn purge_expired(&self, limit: usize) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Completes the in-progress record of `key` with `outcome`, kept for `ttl`, if it was
+    /// claimed with `fingerprint`, whichever claim holds it: what a caller that learnt
+    /// elsewhere that the key's work committed (two tiers: the record of truth) does to a claim
+    /// left pending. Returns whether it completed the record; one absent, completed, or of
+    /// another fingerprint is left as it is (`Ok(false)`).
+    ///
+    /// The default reads the record, then completes it with the token it read
+    /// ([`get`](Store::get), then [`complete`](Store::complete): two round trips; a claim taken
+    /// over between them is left, `Ok(false)`). A store that can check and complete in one
+    /// step overrides it.
+    fn settle(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        async move {
+            let Some(record) = self.get(key).await? else {
+                return Ok(false);
+            };
+            if record.state != RecordState::InProgress || record.fingerprint != *fingerprint {
+                return Ok(false);
+            }
+            let request = CompleteRequest {
+                key,
+                token: record.token,
+                outcome,
+                ttl,
+            };
+            match self.complete(request).await {
+                Ok(()) => Ok(true),
+                Err(StoreError::LeaseLost) => Ok(false),
+                Err(error) => Err(error),
+            }
+        }
+    }
 }
 
 /// A boxed future, as [`DynStore`] returns.
@@ -229,6 +268,13 @@ pub trait DynStore: Send + Sync + 'static {
         &'a self,
         key: &'a StorageKey,
     ) -> BoxFuture<'a, Option<watch::Receiver<()>>>;
+    fn settle_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        fingerprint: &'a Fingerprint,
+        outcome: &'a Outcome,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 }
 
 impl<S: Store> DynStore for S {
@@ -285,6 +331,15 @@ impl<S: Store> DynStore for S {
     ) -> BoxFuture<'a, Option<watch::Receiver<()>>> {
         Box::pin(self.wake_ups(key))
     }
+    fn settle_dyn<'a>(
+        &'a self,
+        key: &'a StorageKey,
+        fingerprint: &'a Fingerprint,
+        outcome: &'a Outcome,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(self.settle(key, fingerprint, outcome, ttl))
+    }
 }
 
 /// A store chosen at run time (for example from `IDEMPOTENCY_STORE`).
@@ -340,6 +395,15 @@ impl Store for BoxStore {
     }
     async fn wake_ups(&self, key: &StorageKey) -> Option<watch::Receiver<()>> {
         self.0.wake_ups_dyn(key).await
+    }
+    async fn settle(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        self.0.settle_dyn(key, fingerprint, outcome, ttl).await
     }
 }
 
@@ -399,5 +463,14 @@ impl<S: Store> Store for Arc<S> {
         key: &StorageKey,
     ) -> impl Future<Output = Option<watch::Receiver<()>>> + Send {
         (**self).wake_ups(key)
+    }
+    fn settle(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).settle(key, fingerprint, outcome, ttl)
     }
 }

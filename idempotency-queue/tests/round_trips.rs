@@ -1,7 +1,8 @@
 //! What two tiers cost on Redis, counted by a proxy that parses every command the consumer
 //! sends (`REDIS_URL`; PostgreSQL `DATABASE_URL` is the truth): a new message is one round trip
 //! (its claim; the truth commits with the work and the claim stays pending), the first copy of
-//! a message asks the truth and settles the pending claim (three), and every later copy is one.
+//! a message asks the truth and settles the pending claim (two: the claim, the settle script),
+//! and every later copy is one.
 #![cfg(feature = "sql")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -74,7 +75,8 @@ async fn one_round_trip_per_new_message_and_per_settled_copy() {
     );
     assert_eq!(tiers.rows(None).await, i64::try_from(MESSAGES + 1).unwrap());
 
-    // The first copy meets the pending claim: the truth answers, and the claim is settled.
+    // The first copy meets the pending claim: the truth answers, and the claim is settled in
+    // one script.
     let (first, sent) = round().await;
     assert!(
         first
@@ -82,7 +84,14 @@ async fn one_round_trip_per_new_message_and_per_settled_copy() {
             .all(|verdict| matches!(verdict, Verdict::AlreadyDone { .. })),
         "{first:?}"
     );
-    assert_eq!(sent.len(), 3 * MESSAGES, "claim, read, settle: {sent:?}");
+    assert_eq!(sent.len(), 2 * MESSAGES, "claim, settle: {sent:?}");
+    assert!(
+        sent.iter()
+            .skip(1)
+            .step_by(2)
+            .all(|command| command == "EVALSHA"),
+        "the settle is one script: {sent:?}"
+    );
 
     // Later copies replay from the fast tier: one round trip, no truth.
     let (later, sent) = round().await;

@@ -17,8 +17,8 @@ use super::wake_ups::WakeUps;
 use super::{fencing, scripts};
 use crate::time::unix_micros_now;
 use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, CompleteRequest, DEFAULT_ABANDONED_GRACE, FencingToken, Record,
-    StorageKey, Store, StoreError, TouchRequest,
+    Claim, ClaimId, ClaimRequest, CompleteRequest, DEFAULT_ABANDONED_GRACE, FencingToken,
+    Fingerprint, Outcome, Record, StorageKey, Store, StoreError, TouchRequest,
 };
 
 /// Default prefix of every key the store writes.
@@ -32,6 +32,7 @@ pub const DEFAULT_CLOCK_MARGIN: Duration = Duration::from_secs(1);
 pub(super) struct Scripts {
     claim: Script,
     complete: Script,
+    settle: Script,
     release: Script,
     touch: Script,
     delete: Script,
@@ -49,7 +50,7 @@ pub(super) struct Scripts {
 /// | claim of a live lease (in progress, or mismatch) | the same `SET`: it returns the record | 1 |
 /// | claim of a lease at or near its end | the same `SET`, then the claim script (`EVALSHA`): takeover, or in progress | 2 |
 /// | complete or touch of a lease this process claimed, on Valkey 8.1 or Redis 8.4 | `SET k v IFEQ <its in-progress record> PX ms`; if the record changed meanwhile (taken over, or renewed by a call whose answer was lost), the step's script decides | 1 (2) |
-/// | complete and touch otherwise, release | one Lua script each (`EVALSHA`, loaded once, reloaded on `NOSCRIPT`); complete and release also `PUBLISH` on the record key's channel, inside the script (`SPUBLISH` on a Cluster; pipelined after a native complete) | 1 |
+/// | complete and touch otherwise, release, settle of a pending claim | one Lua script each (`EVALSHA`, loaded once, reloaded on `NOSCRIPT`); complete and release also `PUBLISH` on the record key's channel, inside the script (`SPUBLISH` on a Cluster; pipelined after a native complete) | 1 |
 /// | duplicates waiting here for a key in flight ([`with_wake_ups`](Self::with_wake_ups)) | on the listener's connection, `SUBSCRIBE` to the key's channel (`SSUBSCRIBE` on a Cluster, to the key's node) once per key, however many wait, before one `GET` of the record; one `GET` per message heard, and per [`in_flight_poll`](idempotency_core::Config::in_flight_poll) tick (the fallback); `UNSUBSCRIBE` (`SUNSUBSCRIBE`) when the wait ends | 1 per key + 1 per read |
 ///
 /// - **Records** are one packed string each (an 81-byte binary header, the namespace of at most
@@ -196,6 +197,7 @@ where
             scripts: Arc::new(Scripts {
                 claim: Script::new(scripts::CLAIM),
                 complete: Script::new(scripts::COMPLETE),
+                settle: Script::new(scripts::SETTLE),
                 release: Script::new(scripts::RELEASE),
                 touch: Script::new(scripts::TOUCH),
                 delete: Script::new(scripts::DELETE),
@@ -547,6 +549,21 @@ where
     async fn wake_ups(&self, key: &StorageKey) -> Option<tokio::sync::watch::Receiver<()>> {
         let wake_ups = self.wake_ups.as_ref()?;
         wake_ups.subscribe(self.record_key(key).into_bytes()).await
+    }
+    /// One script: the record checked (in progress, this fingerprint) and completed in one
+    /// round trip.
+    async fn settle(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        bounded(
+            self.call_timeout,
+            self.settle_op(key, fingerprint, outcome, ttl),
+        )
+        .await
     }
 
     /// Redis expires records natively; nothing to purge.

@@ -11,7 +11,7 @@ use sqlx::Pool;
 
 use super::common::{Settings, micros, owned, token_param};
 use super::schema::{Steps, Versions};
-use super::tx::{TxClaim, TxClaimRequest};
+use super::tx::{TxClaim, TxClaimRequest, TxLease};
 use idempotency_core::{
     Claim, ClaimRequest, FencingToken, Outcome, RecordState, StorageKey, StoreError,
 };
@@ -288,6 +288,25 @@ pub(crate) mod sealed {
                 let sql = &store.sql.complete;
                 owned(Self::bound_in_order(conn, sql, Self::COMPLETE, values).await?)
             }
+        }
+
+        /// Completes a transactional claim on its transaction's connection; a claim that wrote
+        /// its completed state already ([`TxClaimRequest::completes_before_commit`]) gets its
+        /// outcome where the dialect has a statement for it, else the plain completion.
+        fn complete_in_tx_on(
+            store: &SqlStore<Self>,
+            conn: &mut Self::Connection,
+            lease: &TxLease,
+            outcome: &Outcome,
+        ) -> impl Future<Output = Result<(), StoreError>> + Send {
+            Self::complete_on(
+                store,
+                conn,
+                &lease.key,
+                lease.lease.token,
+                outcome,
+                lease.ttl,
+            )
         }
 
         /// Renews the lease of an owned record.

@@ -1,6 +1,7 @@
 //! The PostgreSQL store: one statement per step, a sequence for fencing tokens.
 
 mod runs;
+mod statements;
 
 use std::time::Duration;
 
@@ -9,11 +10,10 @@ use sqlx::query::QueryAs;
 use sqlx::{FromRow, PgConnection, Postgres};
 
 use super::common::{ClaimRow, map_err, micros, owned, token_param};
-use super::conflicts::MarkSql;
 use super::dialect::sealed::{Param, Param::*, Shared, Steps, Values};
 use super::dialect::{SqlStore, TableSql};
 use super::schema::{self, VersionSql, Versions};
-use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
+use super::tx::{TxClaim, TxClaimRequest, TxLease, still_running, tx_claim};
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, FencingToken, Lease, Mechanism, StorageKey, StoreError,
 };
@@ -108,28 +108,20 @@ pub struct Sql {
     /// A run's claim of an existing key, under the hold `start` took: a run whose owner is gone
     /// is taken over at once.
     start_held: String,
+    /// `insert_fresh` for a claim completed before its transaction commits
+    /// ([`TxClaimRequest::completes_before_commit`](crate::TxClaimRequest)): the record as it
+    /// will be once completed (state, times, expiry the TTL, $4, after `completed_at`), its
+    /// outcome to come.
+    insert_completed: String,
+    /// The completion of a record `insert_completed` wrote: its outcome alone, no indexed
+    /// column changed (a HOT update where the page has room).
+    complete_outcome: String,
     /// `complete` that also gives the run's hold back (`pg_advisory_unlock` of the key's first
     /// eight bytes, as [`crate::steps`] takes it), in the same round trip.
     complete_unhold: String,
 }
 
 const NOW: &str = "statement_timestamp()";
-
-fn record_columns() -> String {
-    let us = |column: &str| format!("(EXTRACT(EPOCH FROM {column}) * 1000000)::bigint");
-    format!(
-        "key_hash, namespace, fingerprint, state, token, attempts::bigint AS attempts, \
-         {} AS created_us, {} AS updated_us, {} AS completed_us, {} AS expires_us, \
-         response_status::bigint AS response_status, response_body, \
-         conflicts::bigint AS conflicts, {} AS last_conflict_us, mechanism, \
-         key_derivation::bigint AS key_derivation, progress",
-        us("created_at"),
-        us("updated_at"),
-        us("completed_at"),
-        us("expires_at"),
-        us("last_conflict_at")
-    )
-}
 
 /// The columns a claim writes when it takes a record over, and their values.
 const TAKEOVER: &[(&str, &str)] = &[
@@ -162,195 +154,6 @@ const TAKEOVER: &[(&str, &str)] = &[
     ("last_conflict_at", "NULL"),
 ];
 
-/// The statements of `table`.
-fn statements(table: &str) -> TableSql<Sql> {
-    {
-        let t = format!("\"{table}\"");
-        let seq = format!("\"{table}_token_seq\"");
-        let expired = format!("r.expires_at <= {NOW}");
-        // Completed past the TTL, or an abandoned lease past its end plus the grace ($2 µs);
-        // last written at least the table's configured TTL ($3 µs) ago.
-        let purgeable = format!(
-            "expires_at <= {NOW} AND (state = 'completed' OR \
-             expires_at <= {NOW} - $2 * interval '1 microsecond') \
-             AND updated_at <= {NOW} - $3 * interval '1 microsecond'"
-        );
-        // On conflict: take an expired row over, keep a live one unchanged (the no-op update only
-        // happens for a row this statement's snapshot could not see, to return its latest
-        // version).
-        let takeover = TAKEOVER
-            .iter()
-            .map(|(column, value)| {
-                format!("{column} = CASE WHEN {expired} THEN {value} ELSE r.{column} END")
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let answer = |alias: &str, acquired: &str| {
-            format!(
-                "SELECT {acquired} AS acquired, {alias}.state, {alias}.fingerprint, {alias}.token, \
-                 {alias}.attempts::bigint AS attempts, \
-                 GREATEST(0, EXTRACT(EPOCH FROM {alias}.expires_at - {NOW}) * 1000000)::bigint \
-                 AS remaining_us, {alias}.response_status::bigint AS response_status, \
-                 {alias}.response_body"
-            )
-        };
-        let claim = |bounded: bool| {
-            // Bounded: `lt` sets the wait before `ins` runs (`tok` reads it), `back` restores the
-            // caller's setting after (it reads `ins`), so the business statements that follow in
-            // the transaction keep their own lock timeout.
-            // What wrote the record: after the lock timeout where there is one.
-            let origin = if bounded { "$7, $8" } else { "$6, $7" };
-            let (lt, from_lt, back, with_back) = if bounded {
-                (
-                    "lt AS (SELECT current_setting('lock_timeout') AS old, \
-                     set_config('lock_timeout', $6, true) AS new), ",
-                    " FROM lt",
-                    ", back AS (SELECT set_config('lock_timeout', lt.old, true) AS old FROM lt \
-                     WHERE (SELECT count(*) FROM ins) >= 0)",
-                    " CROSS JOIN back",
-                )
-            } else {
-                ("", "", "", "")
-            };
-            format!(
-                "WITH {lt}cur AS (\
-               SELECT state, fingerprint, token, attempts, expires_at, response_status, \
-               response_body FROM {t} WHERE key_hash = $1), \
-             tok AS (SELECT nextval('{seq}') AS v{from_lt}), \
-             ins AS (\
-               INSERT INTO {t} AS r (key_hash, namespace, fingerprint, state, token, claim_id, \
-               attempts, created_at, updated_at, expires_at, mechanism, key_derivation) \
-               SELECT $1, $2, $3, 'in_progress', tok.v, $5, 1, {NOW}, {NOW}, \
-               {NOW} + $4 * interval '1 microsecond', {origin} FROM tok \
-               WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.expires_at > {NOW}) \
-               ON CONFLICT (key_hash) DO UPDATE SET {takeover} \
-               RETURNING r.state, r.fingerprint, r.token, r.attempts, r.expires_at, \
-               r.response_status, r.response_body){back} \
-             {} FROM ins i{with_back} \
-             UNION ALL \
-             {} FROM cur c{with_back} WHERE NOT EXISTS (SELECT 1 FROM ins)",
-                answer("i", "i.token = (SELECT v FROM tok)"),
-                answer("c", "false"),
-            )
-        };
-        // `lt` sets the bound before `ins` runs (its `SELECT` reads `lt`); the target list reads
-        // `ins` before it restores the caller's setting.
-        let insert_fresh = format!(
-            "WITH lt AS (SELECT current_setting('lock_timeout') AS old, \
-               set_config('lock_timeout', $6, true) AS new), \
-             ins AS (INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
-               attempts, created_at, updated_at, expires_at, mechanism, key_derivation) \
-               SELECT $1, $2, $3, 'in_progress', nextval('{seq}'), $5, 1, {NOW}, {NOW}, \
-               {NOW} + $4 * interval '1 microsecond', $7, $8 FROM lt \
-               ON CONFLICT (key_hash) DO NOTHING RETURNING token) \
-             SELECT (SELECT token FROM ins) AS token, \
-               set_config('lock_timeout', lt.old, true) AS restored FROM lt"
-        );
-        let (start, start_held) = (runs::start(&t, &seq), runs::start_held(&t, &seq));
-        let owned = "key_hash = $1 AND token = $2 AND state = 'in_progress'";
-        let marks = MarkSql::new(&t, "ADD COLUMN IF NOT EXISTS", "TIMESTAMPTZ", NOW, "$1");
-        TableSql {
-            own: Sql {
-                complete_unhold: format!(
-                    "UPDATE {t} SET state = 'completed', response_status = $3, response_body = $4, \
-                     completed_at = {NOW}, updated_at = {NOW}, \
-                     expires_at = {NOW} + $5 * interval '1 microsecond' WHERE {owned} \
-                     RETURNING pg_advisory_unlock(\
-                       ('x' || encode(substring(key_hash from 1 for 8), 'hex'))::bit(64)::bigint)"
-                ),
-                insert_fresh,
-                start,
-                start_held,
-                claim: claim(false),
-                claim_bounded: claim(true),
-            },
-            complete: format!(
-                "UPDATE {t} SET state = 'completed', response_status = $3, response_body = $4, \
-                 completed_at = {NOW}, updated_at = {NOW}, \
-                 expires_at = {NOW} + $5 * interval '1 microsecond' WHERE {owned}"
-            ),
-            touch: format!(
-                "UPDATE {t} SET expires_at = {NOW} + $3 * interval '1 microsecond', \
-                 updated_at = {NOW} WHERE {owned}"
-            ),
-            // The lease is renewed only once half of it is spent: otherwise the indexed
-            // `expires_at` and `updated_at` keep their values, and the checkpoint is a HOT update
-            // (no index entries written).
-            checkpoint: format!(
-                "UPDATE {t} SET progress = $3, \
-                 expires_at = CASE WHEN expires_at < {NOW} + $4 / 2 * interval '1 microsecond' \
-                   THEN {NOW} + $4 * interval '1 microsecond' ELSE expires_at END, \
-                 updated_at = CASE WHEN expires_at < {NOW} + $4 / 2 * interval '1 microsecond' \
-                   THEN {NOW} ELSE updated_at END \
-                 WHERE {owned}"
-            ),
-            resume: format!(
-                "UPDATE {t} SET expires_at = created_at, attempts = 1, updated_at = {NOW} \
-                 WHERE {owned}"
-            ),
-            expire: format!(
-                "UPDATE {t} SET expires_at = created_at WHERE key_hash = $1 AND state = 'in_progress'"
-            ),
-            purge: format!(
-                "DELETE FROM {t} WHERE key_hash IN (\
-                   SELECT key_hash FROM {t} WHERE {purgeable} \
-                   ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
-                 AND {purgeable}"
-            ),
-            steps: vec![
-                vec![
-                    format!(
-                        "CREATE TABLE IF NOT EXISTS {t} (\
-                       key_hash BYTEA PRIMARY KEY, \
-                       namespace TEXT NOT NULL, \
-                       fingerprint BYTEA NOT NULL, \
-                       state TEXT NOT NULL CHECK (state IN ('in_progress', 'completed')), \
-                       token BIGINT NOT NULL, \
-                       attempts INTEGER NOT NULL, \
-                       created_at TIMESTAMPTZ NOT NULL, \
-                       updated_at TIMESTAMPTZ NOT NULL, \
-                       completed_at TIMESTAMPTZ, \
-                       expires_at TIMESTAMPTZ NOT NULL, \
-                       response_status INTEGER, \
-                       response_body BYTEA)"
-                    ),
-                    format!(
-                        "CREATE INDEX IF NOT EXISTS \"{table}_expires_idx\" ON {t} (expires_at)"
-                    ),
-                    format!(
-                        "CREATE INDEX IF NOT EXISTS \"{table}_reconcile_idx\" \
-                     ON {t} (namespace, state, updated_at)"
-                    ),
-                    format!("CREATE SEQUENCE IF NOT EXISTS {seq}"),
-                ],
-                vec![
-                    // 2: the claimer's id of an in-progress claim (`undo_claim`).
-                    format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS claim_id BYTEA"),
-                ],
-                // 3: the conflict mark (`mark_conflict`).
-                marks.step,
-                vec![
-                    // 4: what wrote the record (`Record::mechanism`, `Record::key_derivation`).
-                    format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS mechanism TEXT"),
-                    format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS key_derivation SMALLINT"),
-                ],
-                // 5: the checkpoints of a run with steps (`Record::progress`).
-                vec![format!(
-                    "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS progress BYTEA"
-                )],
-            ],
-            mark_conflict: marks.mark,
-            undo: format!(
-                "DELETE FROM {t} WHERE key_hash = $1 AND claim_id = $2 AND state = 'in_progress'"
-            ),
-            release: format!("DELETE FROM {t} WHERE {owned}"),
-            delete: format!("DELETE FROM {t} WHERE key_hash = $1 AND token = $2"),
-            get: format!("SELECT {} FROM {t} WHERE key_hash = $1", record_columns()),
-            select_records: format!("SELECT {} FROM {t} WHERE TRUE", record_columns()),
-        }
-    }
-}
-
 /// `sql` (`insert_fresh` or `claim_bounded`) with the values of a transactional claim bound:
 /// key, namespace, fingerprint, lease, a fresh claim id (never undone: the transaction rolls a
 /// failed claim back), the lock wait, what wrote the record.
@@ -362,11 +165,24 @@ fn tx_claim_query<'q, O>(
 where
     O: for<'r> FromRow<'r, PgRow>,
 {
+    tx_claim_query_for(sql, request, wait, request.lease)
+}
+
+/// [`tx_claim_query`] with `span` (µs) for $4: the lease, or the TTL of `insert_completed`.
+fn tx_claim_query_for<'q, O>(
+    sql: &'q str,
+    request: TxClaimRequest<'q>,
+    wait: &'q str,
+    span: Duration,
+) -> QueryAs<'q, Postgres, O, PgArguments>
+where
+    O: for<'r> FromRow<'r, PgRow>,
+{
     sqlx::query_as(sql)
         .bind(request.key.0.as_slice())
         .bind(request.namespace)
         .bind(request.fingerprint.0.as_slice())
-        .bind(micros(request.lease))
+        .bind(micros(span))
         .bind(ClaimId::random().as_bytes().to_vec())
         .bind(wait)
         .bind(request.mechanism.map(Mechanism::as_str))
@@ -392,7 +208,7 @@ impl Steps for Postgres {
     const PURGE: &'static [Param] = &[Limit, Grace, Floor];
 
     fn statements(table: &str) -> TableSql<Sql> {
-        statements(table)
+        statements::statements(table)
     }
 
     async fn hold_on(
@@ -426,6 +242,29 @@ impl Steps for Postgres {
         };
         let sql = &store.sql.own.complete_unhold;
         owned(Self::bound_in_order(conn, sql, Self::COMPLETE, values).await?)
+    }
+
+    /// A record `insert_completed` wrote gets its outcome alone (`complete_outcome`); any
+    /// other, the plain completion.
+    async fn complete_in_tx_on(
+        store: &PostgresStore,
+        conn: &mut PgConnection,
+        lease: &TxLease,
+        outcome: &idempotency_core::Outcome,
+    ) -> Result<(), StoreError> {
+        if !lease.written_complete {
+            let (key, token) = (&lease.key, lease.lease.token);
+            return Self::complete_on(store, conn, key, token, outcome, lease.ttl).await;
+        }
+        let values = Values {
+            key: lease.key.0.as_slice(),
+            token: token_param(lease.lease.token)?,
+            status: i32::from(outcome.status),
+            body: outcome.body.as_ref(),
+            ..Values::default()
+        };
+        let sql = &store.sql.own.complete_outcome;
+        owned(Self::bound_in_order(conn, sql, &[Key, Token, Status, Body], values).await?)
     }
 
     async fn unhold_on(
@@ -462,8 +301,15 @@ impl Steps for Postgres {
         let sql = &store.sql.own;
         let millis = request.in_flight.max_wait().as_millis().max(1);
         let wait = format!("{millis}ms");
+        // A caller that completes before its commit gets the record written completed.
+        let completed = request.completes_before_commit;
+        let (first, span) = if completed {
+            (&sql.insert_completed, request.ttl)
+        } else {
+            (&sql.insert_fresh, request.lease)
+        };
         let fresh: Result<(Option<i64>, String), sqlx::Error> =
-            tx_claim_query(&sql.insert_fresh, request, &wait)
+            tx_claim_query_for(first, request, &wait, span)
                 .fetch_one(&mut *conn)
                 .await;
         match fresh {
@@ -475,7 +321,11 @@ impl Steps for Postgres {
                     attempt: 1,
                     took_over: false,
                 };
-                return Ok(tx_claim(Claim::Acquired(lease), &request));
+                let mut claim = tx_claim(Claim::Acquired(lease), &request);
+                if let TxClaim::Execute(lease) = &mut claim {
+                    lease.written_complete = completed;
+                }
+                return Ok(claim);
             }
             Ok((None, _)) => {}
             Err(sqlx::Error::Database(error))

@@ -229,6 +229,7 @@ impl<D: Dialect> TxStore for SqlStore<D> {
             mechanism: None,
             key_derivation: Some(crate::derivation::CURRENT),
             previous_key: None,
+            completes_before_commit: false,
         }
     }
 
@@ -279,15 +280,7 @@ impl<D: Dialect> TxStore for SqlStore<D> {
     ) -> Result<(), StoreError> {
         // The previous derivation's key first, then this release's own (`with_previous_keys`).
         for lease in lease.previous.as_deref().into_iter().chain([&lease]) {
-            D::complete_on(
-                self,
-                tx.connection(),
-                &lease.key,
-                lease.lease.token,
-                outcome,
-                lease.ttl,
-            )
-            .await?;
+            D::complete_in_tx_on(self, tx.connection(), lease, outcome).await?;
         }
         Ok(())
     }

@@ -50,6 +50,13 @@ pub struct TxClaimRequest<'a> {
     /// The key the previous key derivation gave the same claim, claimed first while previous
     /// keys are read ([`TxStore::reads_previous_keys`]); `None` otherwise.
     pub previous_key: Option<&'a StorageKey>,
+    /// Whether the caller completes the claim in this transaction before it commits, always
+    /// (a business error or a crash rolls the transaction back): no other transaction ever sees
+    /// the record in progress. PostgreSQL then writes a fresh key's record as it will be once
+    /// completed (state, times, expiry `ttl` after them) in the claim, and the completion
+    /// writes the outcome alone, a change of no indexed column (a HOT update); the record's
+    /// times are the claim's. `false` from [`TxStore::tx_request`].
+    pub completes_before_commit: bool,
 }
 
 /// What [`TxStore::claim_in_tx`] found.
@@ -87,6 +94,9 @@ pub struct TxLease {
     /// The claim of the previous derivation's key taken with it
     /// ([`TxStore::reads_previous_keys`]), completed first and released with it.
     pub(crate) previous: Option<Box<TxLease>>,
+    /// Whether the claim wrote the record's completed state already
+    /// ([`TxClaimRequest::completes_before_commit`]): the completion writes the outcome alone.
+    pub(crate) written_complete: bool,
 }
 
 impl TxLease {
@@ -234,10 +244,27 @@ pub trait TxStore: Store + Clone {
         let keyed = KeyedClaim::new(self, scope, mechanism, key);
         let fingerprint = *fingerprint;
         async move {
-            let mut request = keyed.request(self, &fingerprint);
-            if let Some(ttl) = ttl {
-                request.ttl = ttl;
-            }
+            let request = keyed.request_with_ttl(self, &fingerprint, ttl, false);
+            self.claim_storage_key_in_tx(tx, request).await
+        }
+    }
+
+    /// [`claim_key_in_tx`](Self::claim_key_in_tx) for a caller that always completes the claim
+    /// in `tx` before committing it ([`TxClaimRequest::completes_before_commit`]): a record of
+    /// truth written with its business writes.
+    fn claim_key_to_complete_in_tx<T: InTransaction<Self::Database> + ?Sized>(
+        &self,
+        tx: &mut T,
+        scope: &Scope,
+        mechanism: Mechanism,
+        key: &str,
+        fingerprint: &Fingerprint,
+        ttl: Option<Duration>,
+    ) -> impl Future<Output = Result<TxClaim, Error>> + Send {
+        let keyed = KeyedClaim::new(self, scope, mechanism, key);
+        let fingerprint = *fingerprint;
+        async move {
+            let request = keyed.request_with_ttl(self, &fingerprint, ttl, true);
             self.claim_storage_key_in_tx(tx, request).await
         }
     }
@@ -281,6 +308,23 @@ impl KeyedClaim {
             previous_key: self.previous.as_ref(),
             ..store.tx_request(&self.namespace, &self.key, fingerprint)
         }
+    }
+
+    /// [`request`](Self::request), its completed record kept for `ttl` (the store's if
+    /// `None`), completed before the commit or not.
+    pub(crate) fn request_with_ttl<'a, S: TxStore>(
+        &'a self,
+        store: &S,
+        fingerprint: &'a Fingerprint,
+        ttl: Option<Duration>,
+        completes_before_commit: bool,
+    ) -> TxClaimRequest<'a> {
+        let mut request = self.request(store, fingerprint);
+        if let Some(ttl) = ttl {
+            request.ttl = ttl;
+        }
+        request.completes_before_commit = completes_before_commit;
+        request
     }
 }
 
@@ -327,6 +371,7 @@ pub(crate) fn tx_claim(claim: idempotency_core::Claim, request: &TxClaimRequest<
             lease,
             ttl: request.ttl,
             previous: None,
+            written_complete: false,
         }),
         idempotency_core::Claim::Completed(outcome) => TxClaim::Replay(outcome),
         idempotency_core::Claim::InProgress { lease_remaining } => TxClaim::InFlight {

@@ -317,3 +317,127 @@ async fn operations_judge_expiry_by_the_database_clock() {
 // failing audit write leaves the action un-applied.
 on_a_fresh_table!(audit_is_atomic_with_the_action, drop_tables);
 on_a_fresh_table!(purges_keep_the_table_ttl, drop_tables);
+
+/// A claim its caller completes before the commit (`claim_key_to_complete_in_tx`, the queue's
+/// record of truth) is committed as any completed record: state, outcome, expiry after the
+/// TTL, a replay for the next claim; its completion writes the outcome alone, a HOT update
+/// (no index entry written again), which the plain completion of an in-progress claim is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_completed_before_its_commit_is_completed_by_a_hot_update() {
+    use idempotency_core::{Mechanism, Outcome, RecordState, Scope};
+    use idempotency_sql::TxClaim;
+
+    // One connection: the statistics read are the ones its own updates flushed.
+    let Some((store, pool, coupons)) = fresh(1).await else {
+        return;
+    };
+    let table = store.table_name().to_owned();
+    let scope = Scope::new("truth");
+    let fingerprint = Fingerprint::of_bytes(b"paid");
+    let ttl = Duration::from_secs(7 * 24 * 3600);
+    let hot_updates = || async {
+        sqlx::query("SELECT pg_stat_force_next_flush()")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let (hot, all): (i64, i64) = sqlx::query_as(
+            "SELECT n_tup_hot_upd, n_tup_upd FROM pg_stat_user_tables WHERE relname = $1",
+        )
+        .bind(&table)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        (hot, all)
+    };
+    let run = |key: &'static str, before_commit: bool| {
+        let (store, scope) = (store.clone(), scope.clone());
+        async move {
+            let mut tx = store.begin().await.unwrap();
+            let claim = if before_commit {
+                store
+                    .claim_key_to_complete_in_tx(
+                        &mut tx,
+                        &scope,
+                        Mechanism::Message,
+                        key,
+                        &fingerprint,
+                        Some(ttl),
+                    )
+                    .await
+            } else {
+                store
+                    .claim_key_in_tx(
+                        &mut tx,
+                        &scope,
+                        Mechanism::Message,
+                        key,
+                        &fingerprint,
+                        Some(ttl),
+                    )
+                    .await
+            };
+            let TxClaim::Execute(lease) = claim.unwrap() else {
+                panic!("a fresh key is executed");
+            };
+            let outcome = Outcome::new(0, format!("coupon for {key}"));
+            store
+                .complete_in_tx(&mut tx, lease, &outcome)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            outcome
+        }
+    };
+
+    let before = hot_updates().await;
+    let plain = run("T1", false).await;
+    let after_plain = hot_updates().await;
+    assert_eq!(after_plain.1 - before.1, 1, "one completion");
+    assert_eq!(
+        after_plain.0 - before.0,
+        0,
+        "the plain completion changes indexed columns"
+    );
+
+    let outcome = run("T2", true).await;
+    let after = hot_updates().await;
+    assert_eq!(after.1 - after_plain.1, 1, "one completion");
+    assert_eq!(
+        after.0 - after_plain.0,
+        1,
+        "the outcome alone: a HOT update"
+    );
+
+    // Committed as the plain path commits: completed, its outcome, its expiry a TTL away; the
+    // next claim replays.
+    for (key, expected) in [("T1", &plain), ("T2", &outcome)] {
+        let storage = scope.storage_key_for(Mechanism::Message, key);
+        let record = store.get(&storage).await.unwrap().expect("committed");
+        assert_eq!(record.state, RecordState::Completed);
+        assert_eq!(record.outcome.as_ref(), Some(expected));
+        let completed_at = record.completed_at.unwrap();
+        let kept = record.expires_at.duration_since(completed_at).unwrap();
+        assert!(
+            kept > ttl - Duration::from_millis(100) && kept <= ttl,
+            "{kept:?}"
+        );
+        let mut tx = store.begin().await.unwrap();
+        let again = store
+            .claim_key_to_complete_in_tx(
+                &mut tx,
+                &scope,
+                Mechanism::Message,
+                key,
+                &fingerprint,
+                Some(ttl),
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(again, TxClaim::Replay(ref replayed) if replayed == expected),
+            "{again:?}"
+        );
+        tx.rollback().await.unwrap();
+    }
+    drop_tables(&pool, &[table, coupons]).await;
+}

@@ -117,6 +117,53 @@ pub async fn lifecycle<S: Store>(store: &S) {
     ));
 }
 
+/// [`Store::settle`] completes an in-progress claim of its fingerprint, whichever token holds it,
+/// and leaves every other record (absent, of another fingerprint, completed) as it is.
+pub async fn settle_pending_claims<S: Store>(store: &S) {
+    let (key, fp) = (unique_key(), fingerprint("a"));
+    let outcome = binary_outcome();
+    assert!(!store.settle(&key, &fp, &outcome, LONG).await.unwrap());
+    assert_eq!(store.get(&key).await.unwrap(), None);
+
+    let lease = acquire(store, &key, &fp, LONG).await;
+    let other = Outcome::new(200, "other");
+    assert!(
+        !store
+            .settle(&key, &fingerprint("b"), &other, LONG)
+            .await
+            .unwrap()
+    );
+    let record = store.get(&key).await.unwrap().expect("the claim stays");
+    assert_eq!(
+        (record.state, record.token),
+        (RecordState::InProgress, lease.token)
+    );
+
+    assert!(store.settle(&key, &fp, &outcome, LONG).await.unwrap());
+    assert_eq!(
+        store.claim(request(&key, &fp, LONG)).await.unwrap(),
+        Claim::Completed(outcome.clone())
+    );
+    let record = store.get(&key).await.unwrap().expect("the record");
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.token, lease.token);
+    assert_eq!(record.outcome, Some(outcome.clone()));
+    // The owner's own complete comes too late; a second settle changes nothing.
+    assert!(matches!(
+        complete(store, &key, lease.token, &other, LONG).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(!store.settle(&key, &fp, &other, LONG).await.unwrap());
+    assert_eq!(
+        store
+            .get(&key)
+            .await
+            .unwrap()
+            .and_then(|record| record.outcome),
+        Some(outcome)
+    );
+}
+
 /// The same key with another fingerprint is a mismatch, in progress and completed, and the
 /// record is untouched.
 pub async fn mismatch<S: Store>(store: &S) {

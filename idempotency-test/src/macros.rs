@@ -10,7 +10,7 @@ macro_rules! store_conformance_tests {
             touch_extends_lease, release_and_reclaim, unknown_key_is_refused,
             completed_expiry_and_purge, abandoned_lease_outlives_purge,
             model_walk, undo_spares_other_claims,
-            conflict_marks);
+            conflict_marks, settle_pending_claims);
         $crate::store_conformance_tests!(@shared $make; keys_are_independent, claim_storm);
     };
     (@tests $make:expr; $($check:ident),*) => {$(

@@ -204,10 +204,11 @@ where
         self.check_deferred_to();
         let mut tx = self.store.begin().await.map_err(TruthError::Store)?;
         // Keyed as a message, as the fast tier keys it (one storage key in both tiers), with
-        // the truth's TTL instead of the store's.
+        // the truth's TTL instead of the store's; completed below before the commit, or rolled
+        // back, so a fresh key's record is written completed (its outcome written last).
         let claim = self
             .store
-            .claim_key_in_tx(
+            .claim_key_to_complete_in_tx(
                 &mut tx,
                 &self.scope,
                 Mechanism::Message,

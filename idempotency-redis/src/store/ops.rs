@@ -10,7 +10,8 @@ use crate::fencing;
 use crate::time::{unix_micros_now, unix_millis};
 use crate::unanswered::Sent;
 use idempotency_core::{
-    Claim, ClaimRequest, CompleteRequest, FencingToken, Lease, Record, StorageKey, StoreError,
+    Claim, ClaimRequest, CompleteRequest, FencingToken, Fingerprint, Lease, Outcome, Record,
+    StorageKey, StoreError,
 };
 
 use super::RedisStore;
@@ -106,6 +107,32 @@ where
             .arg(self.publish);
         let done = self.owned_step(invocation).await;
         self.completed(key, done)
+    }
+
+    pub(super) async fn settle_op(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let ttl_ms = millis(ttl);
+        let fields =
+            codec::completed_fields(unix_millis(SystemTime::now()), ttl_ms, outcome.status);
+        let mut invocation = self.scripts.settle.prepare_invoke();
+        invocation
+            .key(self.record_key(key))
+            .arg(&fingerprint.0[..])
+            .arg(&fields[..])
+            .arg(&outcome.body[..])
+            .arg(ttl_ms);
+        let settled: i64 = self.invoke(&invocation).await?;
+        // The in-progress record this process may hold for it is stale either way.
+        self.held.forget(key);
+        if settled == 1 {
+            self.completed.remember(key);
+        }
+        Ok(settled == 1)
     }
 
     pub(super) async fn release_op(

@@ -1,14 +1,29 @@
 //! Consumer throughput through a real RabbitMQ and a real NATS JetStream, with and without the
 //! idempotency step, every variant on both brokers in one run: a bare consumer against the
-//! memory store and the Redis store (no-op handler), and a bare SQL consumer against two tiers
+//! memory store and the Redis store (no-op handler), and, with a business `INSERT` in a
+//! PostgreSQL transaction, a bare consumer, the post-mortem's dedup written by hand (a dedup
+//! row inserted in the business transaction, a unique conflict a duplicate) and two tiers
 //! (Redis fast path + PostgreSQL dedup record in the business transaction), new keys and
-//! duplicates.
+//! duplicates. Each row also gets its CPU time per message (the bench, its PostgreSQL
+//! backends, Redis, the broker); a last pass counts what each SQL variant sends per message.
 //!
 //! ```text
 //! cargo build --release -p idempotency-bench --features queue,redis,postgres --bin queue_bench
-//! BENCH_MESSAGES=5000 BENCH_CONCURRENCY=16 target/release/queue_bench
+//! BENCH_MESSAGES=5000 BENCH_CONCURRENCY=16 BENCH_ROUNDS=3 target/release/queue_bench
 //! ```
+//!
+//! `BENCH_ROUNDS` (1): rounds of every variant, the table gives the medians. `BENCH_ONLY`: a
+//! comma-separated list of variants to run (`bare`, `memory`, `redis`, `bare-sql`,
+//! `hand-written`, `hand-written-output`, `sql-only`, `two-tier`, `two-tier-again`,
+//! `two-tier-later`, `two-tier-miss`). `BENCH_COUNT` (1000): messages per variant of the
+//! counting pass (0: none).
+//!
+//! Two variants place the difference between the hand-written consumer and two tiers:
+//! `hand-written-output` also stores an output with its dedup row (an `UPDATE` after the
+//! business `INSERT`, as the record of truth does), `sql-only` is two tiers without the Redis
+//! tier (`TwoTier::sql_only`: the record of truth alone).
 
+mod cpu;
 mod nats;
 mod rabbitmq;
 
@@ -16,11 +31,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use cpu::Cpu;
+use idempotency_bench::wire::{CountingProxy, Protocol, plaintext_postgres, through, upstream_of};
 use idempotency_core::{Idempotency, MemoryStore, Scope, Store};
-use idempotency_queue::two_tier::{SqlTruth, Tx};
+use idempotency_queue::two_tier::{SqlTruth, TwoTier, Tx};
 use idempotency_queue::{Handler, Header, IdempotentConsumer, Job, KeyExtractor};
 use idempotency_redis::RedisStore;
 use idempotency_sql::PostgresStore;
+use idempotency_test::redis_commands::{Log, counting_proxy};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 
 pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -32,8 +51,18 @@ const BENCH_TTL: Duration = Duration::from_secs(600);
 /// The header every benchmark message carries its business key in.
 pub(crate) const KEY_HEADER: &str = "business-key";
 
+/// SQLSTATE `unique_violation`.
+const UNIQUE_VIOLATION: &str = "23505";
+
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+/// One timed consumption: its rate and where its CPU went.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Run {
+    pub(crate) rate: f64,
+    pub(crate) cpu: Cpu,
 }
 
 /// A broker the bench runs the same variants on: messages `T0` … `T<messages - 1>`, the key in
@@ -41,21 +70,23 @@ fn env_or(name: &str, default: &str) -> String {
 pub(crate) trait Broker {
     /// Its name in the table.
     fn name(&self) -> &'static str;
+    /// How many messages a queue gets.
+    fn messages(&self) -> usize;
     /// A fresh, empty queue (RabbitMQ) or stream subject (NATS) for `variant`.
     async fn declare(&self, variant: &str) -> Result<String, Error>;
     /// Publishes one message per key, every publish confirmed; untimed.
     async fn publish(&self, queue: &str) -> Result<(), Error>;
-    /// Consumes every message with a plain loop: `work(key)`, then the ack. Messages per second.
-    async fn bare<F, Fut>(&self, queue: &str, work: F) -> Result<f64, Error>
+    /// Consumes every message with a plain loop: `work(key)`, then the ack.
+    async fn bare<F, Fut>(&self, queue: &str, work: F) -> Result<Run, Error>
     where
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), Error>> + Send;
-    /// Consumes every message through `consumer`. Messages per second.
+    /// Consumes every message through `consumer`.
     async fn guarded<S, K, H>(
         &self,
         queue: &str,
         consumer: IdempotentConsumer<S, K, H>,
-    ) -> Result<f64, Error>
+    ) -> Result<Run, Error>
     where
         S: Store,
         K: KeyExtractor,
@@ -64,12 +95,20 @@ pub(crate) trait Broker {
     async fn delete(&self, queue: &str) -> Result<(), Error>;
 }
 
-/// Runs `consume` (spawned) until `acked()` reaches `messages`; messages per second.
-pub(crate) async fn timed<Fut>(messages: usize, consume: Fut, acked: impl Fn() -> u64) -> f64
+/// Runs `consume` (spawned) on `broker` until `acked()` reaches `messages`: the rate and the
+/// CPU spent meanwhile.
+pub(crate) async fn timed<Fut>(
+    broker: &'static str,
+    messages: usize,
+    consume: Fut,
+    acked: impl Fn() -> u64,
+) -> Result<Run, Error>
 where
     Fut: Future + Send + 'static,
     Fut::Output: Send + 'static,
 {
+    let meter = cpu::meter()?;
+    let mark = meter.mark(broker).await?;
     let started = Instant::now();
     let task = tokio::spawn(consume);
     while acked() < messages as u64 {
@@ -80,20 +119,22 @@ where
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let rate = messages as f64 / started.elapsed().as_secs_f64();
+    let cpu = meter.since(&mark).await?;
     // The last verdicts are counted before their acks are sent: let those go out (untimed),
     // else they are redelivered into the next run that reads the same queue.
     tokio::time::sleep(Duration::from_millis(200)).await;
     task.abort();
-    rate
+    Ok(Run { rate, cpu })
 }
 
 /// [`timed`] for an idempotent consumer: `consume(consumer)` until it acked `messages`; prints
 /// the run's requeues, if any (they cost throughput; none are expected).
-pub(crate) async fn guarded_rate<S, K, H, F, Fut>(
+pub(crate) async fn guarded_run<S, K, H, F, Fut>(
+    broker: &'static str,
     messages: usize,
     consumer: IdempotentConsumer<S, K, H>,
     consume: F,
-) -> f64
+) -> Result<Run, Error>
 where
     S: Store,
     K: KeyExtractor,
@@ -104,29 +145,47 @@ where
 {
     let consumer = Arc::new(consumer);
     let acked = || consumer.stats().snapshot().acked();
-    let rate = timed(messages, consume(Arc::clone(&consumer)), acked).await;
+    let run = timed(broker, messages, consume(Arc::clone(&consumer)), acked).await?;
     let stats = consumer.stats().snapshot();
     if stats.failed + stats.store_unavailable + stats.in_flight > 0 {
         eprintln!("  (requeues during the run: {stats:?})");
     }
-    rate
+    Ok(run)
 }
 
-/// The SQL side: the business table, the dedup table, the Redis prefix, all under this run's
-/// names.
+/// The SQL side: the business table, the dedup tables, the Redis prefix, all under this
+/// round's names.
 struct Sql {
     pool: PgPool,
     coupons: String,
+    /// The two tiers' record of truth.
     dedup: String,
+    /// The hand-written consumer's dedup table.
+    by_hand: String,
+    /// The dedup table of the hand-written consumer that stores an output.
+    by_hand_output: String,
     redis_url: String,
+    nonce: u128,
 }
 
 impl Sql {
     async fn new(pool: PgPool, redis_url: String, nonce: u128) -> Result<Self, Error> {
         let coupons = format!("bench_coupons_{nonce}");
         let dedup = format!("bench_dedup_{nonce}");
+        let by_hand = format!("bench_by_hand_{nonce}");
+        let by_hand_output = format!("bench_by_hand_output_{nonce}");
         sqlx::query(&format!(
             "CREATE TABLE {coupons} (id BIGSERIAL PRIMARY KEY, business_key TEXT NOT NULL)"
+        ))
+        .execute(&pool)
+        .await?;
+        sqlx::query(&format!(
+            "CREATE TABLE {by_hand} (business_key TEXT PRIMARY KEY)"
+        ))
+        .execute(&pool)
+        .await?;
+        sqlx::query(&format!(
+            "CREATE TABLE {by_hand_output} (business_key TEXT PRIMARY KEY, output BYTEA)"
         ))
         .execute(&pool)
         .await?;
@@ -138,7 +197,10 @@ impl Sql {
             pool,
             coupons,
             dedup,
+            by_hand,
+            by_hand_output,
             redis_url,
+            nonce,
         })
     }
 
@@ -152,13 +214,95 @@ impl Sql {
             .with_key_prefix(prefix))
     }
 
-    /// The two-tier consumer: `fast` in front, the dedup record claimed in the insert's
-    /// transaction.
-    fn two_tier(
+    /// The bare SQL consumer's work: the business `INSERT` in a transaction.
+    fn bare(
         &self,
-        fast: RedisStore,
+    ) -> impl Fn(String) -> futures_util::future::BoxFuture<'static, Result<(), Error>>
+    + Send
+    + Sync
+    + 'static {
+        let (pool, insert) = (self.pool.clone(), self.insert());
+        move |key| {
+            let (pool, insert) = (pool.clone(), insert.clone());
+            Box::pin(async move {
+                let mut tx = pool.begin().await?;
+                sqlx::query(&insert).bind(key).execute(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(())
+            })
+        }
+    }
+
+    /// The post-mortem's consumer written by hand: in the business transaction, the key into a
+    /// dedup table with a unique key, then the business `INSERT`; a unique conflict on the key
+    /// is a duplicate (rolled back, acked). With `output`, the dedup row also gets the output
+    /// (`null`, as the record of truth stores `()`) by an `UPDATE` after the business `INSERT`.
+    fn hand_written(
+        &self,
+        output: bool,
+    ) -> impl Fn(String) -> futures_util::future::BoxFuture<'static, Result<(), Error>>
+    + Send
+    + Sync
+    + 'static {
+        let pool = self.pool.clone();
+        let table = if output {
+            &self.by_hand_output
+        } else {
+            &self.by_hand
+        };
+        let dedup = format!("INSERT INTO {table} (business_key) VALUES ($1)");
+        let store =
+            output.then(|| format!("UPDATE {table} SET output = $1 WHERE business_key = $2"));
+        let insert = self.insert();
+        move |key| {
+            let (pool, dedup, insert) = (pool.clone(), dedup.clone(), insert.clone());
+            let store = store.clone();
+            Box::pin(async move {
+                let mut tx = pool.begin().await?;
+                match sqlx::query(&dedup).bind(&key).execute(&mut *tx).await {
+                    Ok(_) => {}
+                    Err(sqlx::Error::Database(error))
+                        if error.code().as_deref() == Some(UNIQUE_VIOLATION) =>
+                    {
+                        tx.rollback().await?;
+                        return Ok(());
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+                sqlx::query(&insert).bind(&key).execute(&mut *tx).await?;
+                if let Some(store) = &store {
+                    sqlx::query(store)
+                        .bind(&b"null"[..])
+                        .bind(&key)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            })
+        }
+    }
+
+    /// The record of truth alone, without a fast tier (`TwoTier::sql_only`).
+    fn sql_only(
+        &self,
         scope: &Scope,
-    ) -> Result<IdempotentConsumer<RedisStore, Header, impl Handler + use<>>, Error> {
+    ) -> Result<IdempotentConsumer<PostgresStore, Header, impl Handler + use<>>, Error> {
+        Ok(TwoTier::new(self.truth(scope)?).sql_only(Header::new(KEY_HEADER))?)
+    }
+
+    /// The record of truth: the dedup record claimed in the business `INSERT`'s transaction.
+    fn truth(
+        &self,
+        scope: &Scope,
+    ) -> Result<
+        SqlTruth<
+            PostgresStore,
+            Job,
+            impl idempotency_queue::two_tier::Business<Postgres, Job> + use<>,
+        >,
+        Error,
+    > {
         let insert = self.insert();
         let truth = PostgresStore::new(self.pool.clone()).with_table_name(&self.dedup)?;
         let business = move |tx: Tx<Postgres>, job: Job| {
@@ -171,11 +315,21 @@ impl Sql {
                     .map(drop)
             }
         };
+        Ok(SqlTruth::new(truth, scope.clone(), business))
+    }
+
+    /// The two-tier consumer: `fast` in front, the dedup record claimed in the insert's
+    /// transaction.
+    fn two_tier(
+        &self,
+        fast: RedisStore,
+        scope: &Scope,
+    ) -> Result<IdempotentConsumer<RedisStore, Header, impl Handler + use<>>, Error> {
         Ok(IdempotentConsumer::new(
             Idempotency::new(fast).with_ttl(BENCH_TTL),
             scope.clone(),
             Header::new(KEY_HEADER),
-            SqlTruth::new(truth, scope.clone(), business),
+            self.truth(scope)?,
         ))
     }
 
@@ -185,144 +339,289 @@ impl Sql {
     }
 
     async fn drop_tables(&self) -> Result<(), Error> {
-        for table in [&self.coupons, &self.dedup] {
+        for table in [
+            &self.coupons,
+            &self.dedup,
+            &self.by_hand,
+            &self.by_hand_output,
+        ] {
             sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
                 .execute(&self.pool)
                 .await?;
         }
+        // The record's fencing sequence is not the table's: it stays unless dropped.
+        sqlx::query(&format!(
+            "DROP SEQUENCE IF EXISTS \"{}_token_seq\"",
+            self.dedup
+        ))
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 }
 
-/// One row of the table.
-type Row = (&'static str, &'static str, f64);
+/// The variants, in the table's order.
+const VARIANTS: [(&str, &str, &str); 11] = [
+    ("bare", "bare (ack only)", "no-op"),
+    ("memory", "idempotent, memory store", "no-op"),
+    ("redis", "idempotent, Redis store", "no-op"),
+    ("bare-sql", "bare (ack only)", "INSERT in a PG tx"),
+    (
+        "hand-written",
+        "hand-written dedup (dedup row in the tx, unique conflict = duplicate)",
+        "INSERT in a PG tx",
+    ),
+    (
+        "hand-written-output",
+        "hand-written dedup, output stored (an UPDATE of the dedup row)",
+        "INSERT in a PG tx",
+    ),
+    (
+        "sql-only",
+        "idempotent, PG record of truth only (no Redis), new keys",
+        "INSERT in a PG tx",
+    ),
+    (
+        "two-tier",
+        "idempotent, Redis + PG two tiers, new keys",
+        "INSERT in a PG tx",
+    ),
+    (
+        "two-tier-again",
+        "idempotent, two tiers, first copies (Redis pending: the truth answers, then the settle)",
+        "not run",
+    ),
+    (
+        "two-tier-later",
+        "idempotent, two tiers, later copies (Redis hit)",
+        "not run",
+    ),
+    (
+        "two-tier-miss",
+        "idempotent, two tiers, duplicates after a Redis loss (SQL hit)",
+        "not run",
+    ),
+];
 
-/// Every variant on `broker`.
-async fn variants<B: Broker>(broker: &B, sql: &Sql, nonce: u128) -> Result<Vec<Row>, Error> {
-    let mut rows = Vec::new();
+/// Runs `variant` on `broker` against `sql` (the two-tier duplicates after `two-tier` on the
+/// same `sql`).
+async fn run_variant<B: Broker>(broker: &B, sql: &Sql, variant: &str) -> Result<Run, Error> {
     let no_op = |_job: Job| async { Ok::<_, String>(()) };
+    let nonce = sql.nonce;
     let scope = |variant: &str| Scope::new(format!("bench-{nonce}-{}-{variant}", broker.name()));
-
-    let queue = broker.declare("bare").await?;
+    let prefix = |variant: &str| format!("queue-bench-{nonce}-{}-{variant}", broker.name());
+    // Each on a queue of its own (a run's consumer may leave prefetched messages unacked when
+    // it stops; on a shared queue they would stall the next).
+    let queue = broker.declare(variant).await?;
     broker.publish(&queue).await?;
-    let rate = broker.bare(&queue, |_| async { Ok(()) }).await?;
+    let run = match variant {
+        "bare" => broker.bare(&queue, |_| async { Ok(()) }).await?,
+        "memory" => {
+            let engine = Idempotency::new(MemoryStore::new());
+            let consumer =
+                IdempotentConsumer::new(engine, scope(variant), Header::new(KEY_HEADER), no_op);
+            broker.guarded(&queue, consumer).await?
+        }
+        "redis" => {
+            let engine = Idempotency::new(sql.redis(&prefix(variant)).await?).with_ttl(BENCH_TTL);
+            let consumer =
+                IdempotentConsumer::new(engine, scope(variant), Header::new(KEY_HEADER), no_op);
+            broker.guarded(&queue, consumer).await?
+        }
+        "bare-sql" => broker.bare(&queue, sql.bare()).await?,
+        "hand-written" => broker.bare(&queue, sql.hand_written(false)).await?,
+        "hand-written-output" => broker.bare(&queue, sql.hand_written(true)).await?,
+        "sql-only" => {
+            broker
+                .guarded(&queue, sql.sql_only(&scope(variant))?)
+                .await?
+        }
+        // The same keys four times, one scope: new keys; first copies (each meets its pending
+        // claim: the truth answers, the claim is settled); later copies, answered by Redis;
+        // the same keys after losing Redis (a new prefix: an empty fast path), SQL answers.
+        "two-tier" | "two-tier-again" | "two-tier-later" | "two-tier-miss" => {
+            let fast = match variant {
+                "two-tier-miss" => format!("{}-empty", prefix("two-tier")),
+                _ => prefix("two-tier"),
+            };
+            let consumer = sql.two_tier(sql.redis(&fast).await?, &scope("two-tier"))?;
+            broker.guarded(&queue, consumer).await?
+        }
+        other => return Err(format!("no variant {other}").into()),
+    };
     broker.delete(&queue).await?;
-    rows.push(("bare (ack only)", "no-op", rate));
+    Ok(run)
+}
 
-    let queue = broker.declare("memory").await?;
-    broker.publish(&queue).await?;
-    let engine = Idempotency::new(MemoryStore::new());
-    let consumer = IdempotentConsumer::new(engine, scope("memory"), Header::new(KEY_HEADER), no_op);
-    let rate = broker.guarded(&queue, consumer).await?;
-    broker.delete(&queue).await?;
-    rows.push(("idempotent, memory store", "no-op", rate));
-
-    let queue = broker.declare("redis").await?;
-    broker.publish(&queue).await?;
-    let prefix = format!("queue-bench-{nonce}-{}-redis", broker.name());
-    let engine = Idempotency::new(sql.redis(&prefix).await?).with_ttl(BENCH_TTL);
-    let consumer = IdempotentConsumer::new(engine, scope("redis"), Header::new(KEY_HEADER), no_op);
-    let rate = broker.guarded(&queue, consumer).await?;
-    broker.delete(&queue).await?;
-    rows.push(("idempotent, Redis store", "no-op", rate));
-
-    let queue = broker.declare("bare-sql").await?;
-    broker.publish(&queue).await?;
-    let (pool, insert) = (sql.pool.clone(), sql.insert());
-    let rate = broker
-        .bare(&queue, move |key| {
-            let (pool, insert) = (pool.clone(), insert.clone());
-            async move {
-                let mut tx = pool.begin().await?;
-                sqlx::query(&insert).bind(key).execute(&mut *tx).await?;
-                tx.commit().await?;
-                Ok(())
-            }
-        })
-        .await?;
-    broker.delete(&queue).await?;
-    rows.push(("bare (ack only)", "INSERT in a PG tx", rate));
-
-    // Three runs over the same keys, each on a queue of its own (a run's consumer may leave
-    // prefetched messages unacked when it stops; on a shared queue they would stall the next).
-    let two_tier = scope("two-tier");
-    let prefix = format!("queue-bench-{nonce}-{}-two-tier", broker.name());
-    let runs = [
-        (
-            "two-tier",
-            prefix.clone(),
-            (
-                "idempotent, Redis + PG two tiers, new keys",
-                "INSERT in a PG tx",
-            ),
-        ),
-        // The same keys again: every delivery a duplicate answered by Redis.
-        (
-            "two-tier-again",
-            prefix.clone(),
-            ("idempotent, two tiers, duplicates (Redis hit)", "not run"),
-        ),
-        // The same keys after losing Redis (a new prefix: an empty fast path): SQL answers.
-        (
-            "two-tier-miss",
-            format!("{prefix}-empty"),
-            (
-                "idempotent, two tiers, duplicates after a Redis loss (SQL hit)",
-                "not run",
-            ),
-        ),
-    ];
-    for (variant, fast_prefix, (label, handler)) in runs {
-        let queue = broker.declare(variant).await?;
-        broker.publish(&queue).await?;
-        let consumer = sql.two_tier(sql.redis(&fast_prefix).await?, &two_tier)?;
-        let rate = broker.guarded(&queue, consumer).await?;
-        broker.delete(&queue).await?;
-        rows.push((label, handler, rate));
+/// One round of the chosen variants on `broker`.
+async fn round<B: Broker>(broker: &B, sql: &Sql, only: &[String]) -> Result<Vec<Run>, Error> {
+    let mut runs = Vec::new();
+    for (variant, _, _) in VARIANTS {
+        if only.iter().any(|chosen| chosen == variant) {
+            runs.push(run_variant(broker, sql, variant).await?);
+        }
     }
-    Ok(rows)
+    Ok(runs)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+/// The medians of a variant's rounds: rate, then µs per message of the bench, PostgreSQL,
+/// Redis, the broker, all.
+fn medians(runs: &[Run], messages: usize) -> (f64, [f64; 5]) {
+    let of = |part: fn(&Cpu) -> u64| {
+        median(
+            runs.iter()
+                .map(|run| Cpu::per_message(part(&run.cpu), messages))
+                .collect(),
+        )
+    };
+    let cpu = [
+        of(|cpu| cpu.bench),
+        of(|cpu| cpu.postgres),
+        of(|cpu| cpu.redis),
+        of(|cpu| cpu.broker),
+        of(Cpu::total),
+    ];
+    (median(runs.iter().map(|run| run.rate).collect()), cpu)
+}
+
+/// What each SQL variant sends per message, counted by proxies in front of PostgreSQL
+/// (frontend messages) and Redis (commands): `messages` new keys per variant on `broker`.
+async fn count<B: Broker>(
+    broker: &B,
+    database_url: &str,
+    redis_url: &str,
+    nonce: u128,
+) -> Result<(), Error> {
+    let pg = CountingProxy::start(upstream_of(database_url)?, Protocol::Postgres).await?;
+    let log: Log = Arc::default();
+    let redis_upstream = upstream_of(redis_url)?.to_string();
+    let redis_proxy = counting_proxy(redis_upstream, Arc::clone(&log)).await;
+    let pool = PgPool::connect(&plaintext_postgres(&through(database_url, pg.addr)?)).await?;
+    let redis_url = through(redis_url, redis_proxy.parse()?)?;
+    let sql = Sql::new(pool, redis_url, nonce).await?;
+    let messages = broker.messages();
+    println!();
+    println!(
+        "Sent per message ({messages} messages per variant, {}):",
+        broker.name()
+    );
+    println!("| variant | PG round trips | PG statements | Redis commands |");
+    println!("|---|---:|---:|---:|");
+    for (variant, label, _) in &VARIANTS[3..10] {
+        let before = (pg.traffic.snapshot(), log.lock().map_or(0, |log| log.len()));
+        run_variant(broker, &sql, variant).await?;
+        let sent = pg.traffic.snapshot().since(&before.0);
+        let commands = log.lock().map_or(0, |log| log.len()) - before.1;
+        let per = |n: u64| n as f64 / messages as f64;
+        println!(
+            "| {label} | {:.2} | {:.2} | {:.2} |",
+            per(sent.pg_round_trips() - sent.pg_pings()),
+            per(sent.pg_statements()),
+            per(commands as u64),
+        );
+    }
+    sql.drop_tables().await
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let messages: usize = env_or("BENCH_MESSAGES", "5000").parse()?;
     let concurrency: usize = env_or("BENCH_CONCURRENCY", "16").parse()?;
+    let rounds: usize = env_or("BENCH_ROUNDS", "1").parse()?;
+    let counted: usize = env_or("BENCH_COUNT", "1000").parse()?;
+    let all = VARIANTS.map(|(variant, _, _)| variant).join(",");
+    let only: Vec<String> = env_or("BENCH_ONLY", &all)
+        .split(',')
+        .map(str::to_owned)
+        .collect();
     let nonce = SystemTime::now().duration_since(UNIX_EPOCH)?.as_micros();
-    let pool = PgPool::connect(&env_or(
-        "DATABASE_URL",
-        "postgres://postgres@127.0.0.1:5432/test",
-    ))
-    .await?;
-    let sql = Sql::new(pool, env_or("REDIS_URL", "redis://127.0.0.1:6379"), nonce).await?;
-    let rabbitmq = rabbitmq::RabbitMq::connect(
-        &env_or("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
-        messages,
-        concurrency,
-        nonce,
-    )
-    .await?;
-    let nats = nats::Nats::connect(
-        &env_or("NATS_URL", "nats://127.0.0.1:4222"),
-        messages,
-        concurrency,
-        nonce,
-    )
-    .await?;
+    let database_url = env_or("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test");
+    let redis_url = env_or("REDIS_URL", "redis://127.0.0.1:6379");
+    let application_name = format!("queue_bench_{nonce}");
+    let options: PgConnectOptions = database_url.parse()?;
+    let pool = PgPoolOptions::new()
+        .connect_with(options.application_name(&application_name))
+        .await?;
+    cpu::install(pool.clone(), application_name);
+    let amqp_url = env_or("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f");
+    let rabbitmq = rabbitmq::RabbitMq::connect(&amqp_url, messages, concurrency, nonce).await?;
+    let nats_url = env_or("NATS_URL", "nats://127.0.0.1:4222");
+    let nats = nats::Nats::connect(&nats_url, messages, concurrency, nonce).await?;
 
     println!(
-        "{messages} messages, {concurrency} concurrent (RabbitMQ prefetch and NATS max_ack_pending {})",
+        "{messages} messages, {concurrency} concurrent (RabbitMQ prefetch and NATS max_ack_pending {}), {rounds} round(s), medians",
         concurrency * 4
     );
-    let on_rabbitmq = variants(&rabbitmq, &sql, nonce).await?;
-    let on_nats = variants(&nats, &sql, nonce).await?;
-    println!("| variant | handler | RabbitMQ msg/s | NATS msg/s |");
-    println!("|---|---|---|---|");
-    for ((variant, handler, amqp), (_, _, js)) in on_rabbitmq.into_iter().zip(on_nats) {
-        println!("| {variant} | {handler} | {amqp:.0} | {js:.0} |");
+    let (mut on_rabbitmq, mut on_nats) = (Vec::new(), Vec::new());
+    for round_number in 0..rounds {
+        let sql = Sql::new(
+            pool.clone(),
+            redis_url.clone(),
+            nonce + round_number as u128,
+        )
+        .await?;
+        on_rabbitmq.push(round(&rabbitmq, &sql, &only).await?);
+        on_nats.push(round(&nats, &sql, &only).await?);
+        eprintln!(
+            "round {} done; business rows {}",
+            round_number + 1,
+            sql.rows().await?
+        );
+        sql.drop_tables().await?;
     }
     println!(
-        "business rows: {} (per broker: bare SQL {messages} + two tiers {messages}; duplicates added none)",
-        sql.rows().await?
+        "| variant | handler | RabbitMQ msg/s | CPU µs/msg: bench + PG + Redis + broker = all | NATS msg/s | CPU µs/msg |"
     );
-    sql.drop_tables().await
+    println!("|---|---|---:|---|---:|---|");
+    let chosen: Vec<_> = VARIANTS
+        .iter()
+        .filter(|(variant, _, _)| only.iter().any(|chosen| chosen == variant))
+        .collect();
+    let mut summary = Vec::new();
+    for (index, (variant, label, handler)) in chosen.iter().enumerate() {
+        let of = |runs: &[Vec<Run>]| {
+            let runs: Vec<Run> = runs.iter().map(|round| round[index]).collect();
+            medians(&runs, messages)
+        };
+        let (amqp, js) = (of(&on_rabbitmq), of(&on_nats));
+        let cpu = |[bench, pg, redis, broker, all]: [f64; 5]| {
+            format!("{bench:.0} + {pg:.0} + {redis:.0} + {broker:.0} = {all:.0}")
+        };
+        println!(
+            "| {label} | {handler} | {:.0} | {} | {:.0} | {} |",
+            amqp.0,
+            cpu(amqp.1),
+            js.0,
+            cpu(js.1)
+        );
+        summary.push((*variant, amqp, js));
+    }
+    let find = |name: &str| summary.iter().find(|(variant, _, _)| *variant == name);
+    if let (Some((_, tier_amqp, tier_js)), Some((_, hand_amqp, hand_js))) =
+        (find("two-tier"), find("hand-written"))
+    {
+        println!(
+            "two tiers, new keys / hand-written: RabbitMQ {:.2} (CPU per message {:.2}), NATS {:.2} (CPU per message {:.2})",
+            tier_amqp.0 / hand_amqp.0,
+            tier_amqp.1[4] / hand_amqp.1[4],
+            tier_js.0 / hand_js.0,
+            tier_js.1[4] / hand_js.1[4],
+        );
+    }
+    if counted > 0 {
+        let rabbitmq =
+            rabbitmq::RabbitMq::connect(&amqp_url, counted, concurrency, nonce + 1000).await?;
+        count(&rabbitmq, &database_url, &redis_url, nonce + 1000).await?;
+    }
+    Ok(())
 }

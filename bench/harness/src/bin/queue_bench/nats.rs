@@ -12,7 +12,7 @@ use futures_util::TryStreamExt;
 use idempotency_core::Store;
 use idempotency_queue::{Handler, IdempotentConsumer, KeyExtractor, nats};
 
-use crate::{Broker, Error, KEY_HEADER, guarded_rate, timed};
+use crate::{Broker, Error, KEY_HEADER, Run, guarded_run, timed};
 
 pub(crate) struct Nats {
     js: jetstream::Context,
@@ -51,6 +51,10 @@ impl Nats {
 impl Broker for Nats {
     fn name(&self) -> &'static str {
         "nats"
+    }
+
+    fn messages(&self) -> usize {
+        self.messages
     }
 
     async fn declare(&self, variant: &str) -> Result<String, Error> {
@@ -93,7 +97,7 @@ impl Broker for Nats {
         Ok(())
     }
 
-    async fn bare<F, Fut>(&self, subject: &str, work: F) -> Result<f64, Error>
+    async fn bare<F, Fut>(&self, subject: &str, work: F) -> Result<Run, Error>
     where
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), Error>> + Send,
@@ -123,14 +127,17 @@ impl Broker for Nats {
                 .try_for_each_concurrent(concurrency, step)
                 .await
         };
-        Ok(timed(self.messages, consume, || done.load(Ordering::Relaxed)).await)
+        timed(self.name(), self.messages, consume, || {
+            done.load(Ordering::Relaxed)
+        })
+        .await
     }
 
     async fn guarded<S, K, H>(
         &self,
         subject: &str,
         consumer: IdempotentConsumer<S, K, H>,
-    ) -> Result<f64, Error>
+    ) -> Result<Run, Error>
     where
         S: Store,
         K: KeyExtractor,
@@ -145,7 +152,7 @@ impl Broker for Nats {
                 .concurrency(concurrency)
                 .await
         };
-        Ok(guarded_rate(self.messages, consumer, consume).await)
+        guarded_run(self.name(), self.messages, consumer, consume).await
     }
 
     async fn delete(&self, subject: &str) -> Result<(), Error> {

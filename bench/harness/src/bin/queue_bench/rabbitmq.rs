@@ -14,7 +14,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
-use crate::{Broker, Error, KEY_HEADER, guarded_rate, timed};
+use crate::{Broker, Error, KEY_HEADER, Run, guarded_run, timed};
 
 pub(crate) struct RabbitMq {
     connection: Connection,
@@ -78,6 +78,10 @@ impl Broker for RabbitMq {
         "rabbitmq"
     }
 
+    fn messages(&self) -> usize {
+        self.messages
+    }
+
     async fn declare(&self, variant: &str) -> Result<String, Error> {
         let queue = format!("queue-bench-{}-{variant}", self.nonce);
         self.channel
@@ -116,7 +120,7 @@ impl Broker for RabbitMq {
         Ok(())
     }
 
-    async fn bare<F, Fut>(&self, queue: &str, work: F) -> Result<f64, Error>
+    async fn bare<F, Fut>(&self, queue: &str, work: F) -> Result<Run, Error>
     where
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), Error>> + Send,
@@ -139,14 +143,17 @@ impl Broker for RabbitMq {
             };
             deliveries.try_for_each_concurrent(concurrency, step).await
         };
-        Ok(timed(self.messages, consume, || done.load(Ordering::Relaxed)).await)
+        timed(self.name(), self.messages, consume, || {
+            done.load(Ordering::Relaxed)
+        })
+        .await
     }
 
     async fn guarded<S, K, H>(
         &self,
         queue: &str,
         consumer: IdempotentConsumer<S, K, H>,
-    ) -> Result<f64, Error>
+    ) -> Result<Run, Error>
     where
         S: Store,
         K: KeyExtractor,
@@ -161,7 +168,7 @@ impl Broker for RabbitMq {
                 .concurrency(concurrency)
                 .await
         };
-        Ok(guarded_rate(self.messages, consumer, consume).await)
+        guarded_run(self.name(), self.messages, consumer, consume).await
     }
 
     async fn delete(&self, queue: &str) -> Result<(), Error> {
