@@ -387,16 +387,7 @@ impl Steps for Postgres {
         conn: &mut PgConnection,
         request: ClaimRequest<'_>,
     ) -> Result<Claim, StoreError> {
-        let row: Option<ClaimRow> = claim_query(&store.sql.own.start_held, &request)
-            .fetch_optional(conn)
-            .await
-            .map_err(map_err)?;
-        match row {
-            Some(row) => row.into_claim(request.fingerprint),
-            None => Err(StoreError::Backend(
-                "claim statement returned no row".into(),
-            )),
-        }
+        claim_with(&store.sql.own.start_held, conn, request).await
     }
 
     /// `pg_advisory_lock`, its wait bounded by `lock_timeout` for this statement only.
@@ -430,16 +421,26 @@ impl Steps for Postgres {
         conn: &mut PgConnection,
         request: ClaimRequest<'_>,
     ) -> Result<Claim, StoreError> {
-        let row: Option<ClaimRow> = claim_query(&store.sql.own.claim, &request)
-            .fetch_optional(conn)
-            .await
-            .map_err(map_err)?;
-        match row {
-            Some(row) => row.into_claim(request.fingerprint),
-            None => Err(StoreError::Backend(
-                "claim statement returned no row".into(),
-            )),
-        }
+        claim_with(&store.sql.own.claim, conn, request).await
+    }
+}
+
+/// Runs the claim statement `sql` (the claim, or a held run's) for `request`: its one row, read
+/// for `request`'s fingerprint.
+async fn claim_with(
+    sql: &str,
+    conn: &mut PgConnection,
+    request: ClaimRequest<'_>,
+) -> Result<Claim, StoreError> {
+    let row: Option<ClaimRow> = claim_query(sql, &request)
+        .fetch_optional(conn)
+        .await
+        .map_err(map_err)?;
+    match row {
+        Some(row) => row.into_claim(request.fingerprint),
+        None => Err(StoreError::Backend(
+            "claim statement returned no row".into(),
+        )),
     }
 }
 

@@ -151,15 +151,7 @@ impl<S: StepStore> Run<S> {
         };
         let in_step = std::mem::take(&mut self.in_step);
         let written = async {
-            self.store
-                .checkpoint_on(
-                    &mut self.conn,
-                    &self.key,
-                    self.owner.token,
-                    &progress,
-                    self.lease,
-                )
-                .await?;
+            self.write(&progress).await?;
             if in_step {
                 self.store.commit_on(&mut self.conn).await?;
             }
@@ -303,15 +295,7 @@ impl<S: StepStore> Run<S> {
             step: name.to_owned(),
             answer: answer.clone(),
         });
-        self.store
-            .checkpoint_on(
-                &mut self.conn,
-                &self.key,
-                self.owner.token,
-                &progress,
-                self.lease,
-            )
-            .await?;
+        self.write(&progress).await?;
         self.progress = progress;
         Err(StepError::End(answer))
     }
@@ -331,15 +315,7 @@ impl<S: StepStore> Run<S> {
             self.store.begin_on(&mut self.conn).await?;
             let undone = async {
                 undo(&mut self.conn, result).await?;
-                self.store
-                    .checkpoint_on(
-                        &mut self.conn,
-                        &self.key,
-                        self.owner.token,
-                        &progress,
-                        self.lease,
-                    )
-                    .await?;
+                self.write(&progress).await?;
                 Ok::<_, StepError>(self.store.commit_on(&mut self.conn).await?)
             }
             .await;
@@ -351,6 +327,19 @@ impl<S: StepStore> Run<S> {
             metrics::counter!("idempotency_step_compensations_total", "step" => name).increment(1);
         }
         Ok(())
+    }
+
+    /// Writes `progress` on the run's record (fenced by its token), renewing its lease.
+    async fn write(&mut self, progress: &Progress) -> Result<(), Error> {
+        self.store
+            .checkpoint_on(
+                &mut self.conn,
+                &self.key,
+                self.owner.token,
+                progress,
+                self.lease,
+            )
+            .await
     }
 
     /// Gives the run's key back; a connection whose hold could not be given back is closed.
