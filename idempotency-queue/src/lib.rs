@@ -25,7 +25,7 @@
 //! deliveries, &dead_letters)` or `nats::serve_pull(&consumer, &pull, &dead_letters)`, then
 //! `.concurrency(n)`, `.with_graceful_shutdown(signal)` and `.await` (reconnecting:
 //! `serve_reconnecting`). Two tiers (feature `sql`): `two_tier::SqlTruth` makes the SQL dedup
-//! record, claimed in the business transaction, the one that decides execution, with a Redis
+//! record, written in the business transaction, the one that decides execution, with a Redis
 //! (or any) store in front as the fast path.
 //!
 //! ```

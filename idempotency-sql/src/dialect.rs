@@ -290,9 +290,7 @@ pub(crate) mod sealed {
             }
         }
 
-        /// Completes a transactional claim on its transaction's connection; a claim that wrote
-        /// its completed state already ([`TxClaimRequest::completes_before_commit`]) gets its
-        /// outcome where the dialect has a statement for it, else the plain completion.
+        /// Completes a transactional claim on its transaction's connection.
         fn complete_in_tx_on(
             store: &SqlStore<Self>,
             conn: &mut Self::Connection,
@@ -307,6 +305,19 @@ pub(crate) mod sealed {
                 outcome,
                 lease.ttl,
             )
+        }
+
+        /// The record of `request.key` written completed with `outcome` at the end of its
+        /// transaction ([`TxStore::record_in_tx`](crate::TxStore::record_in_tx)): `None` once
+        /// written, else what the claim found. The claim, then the completion, unless the
+        /// database does both in one statement.
+        fn record_in_tx_on(
+            store: &SqlStore<Self>,
+            conn: &mut Self::Connection,
+            request: TxClaimRequest<'_>,
+            outcome: &Outcome,
+        ) -> impl Future<Output = Result<Option<TxClaim>, StoreError>> + Send {
+            claim_then_complete(store, conn, request, outcome)
         }
 
         /// Renews the lease of an owned record.
@@ -391,5 +402,22 @@ pub(crate) mod sealed {
                 host_now: std::time::SystemTime::now(),
             }
         }
+    }
+}
+
+/// A transactional claim of `request.key`, completed with `outcome` at once when it is taken:
+/// `None` then, else what the claim found.
+pub(crate) async fn claim_then_complete<D: sealed::Steps>(
+    store: &SqlStore<D>,
+    conn: &mut D::Connection,
+    request: TxClaimRequest<'_>,
+    outcome: &Outcome,
+) -> Result<Option<TxClaim>, StoreError> {
+    match D::claim_in_tx_on(store, conn, request).await? {
+        TxClaim::Execute(lease) => {
+            D::complete_in_tx_on(store, conn, &lease, outcome).await?;
+            Ok(None)
+        }
+        found => Ok(Some(found)),
     }
 }

@@ -11,9 +11,9 @@ use sqlx::{FromRow, PgConnection, Postgres};
 
 use super::common::{ClaimRow, map_err, micros, owned, token_param};
 use super::dialect::sealed::{Param, Param::*, Shared, Steps, Values};
-use super::dialect::{SqlStore, TableSql};
+use super::dialect::{SqlStore, TableSql, claim_then_complete};
 use super::schema::{self, VersionSql, Versions};
-use super::tx::{TxClaim, TxClaimRequest, TxLease, still_running, tx_claim};
+use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, FencingToken, Lease, Mechanism, StorageKey, StoreError,
 };
@@ -108,14 +108,10 @@ pub struct Sql {
     /// A run's claim of an existing key, under the hold `start` took: a run whose owner is gone
     /// is taken over at once.
     start_held: String,
-    /// `insert_fresh` for a claim completed before its transaction commits
-    /// ([`TxClaimRequest::completes_before_commit`](crate::TxClaimRequest)): the record as it
-    /// will be once completed (state, times, expiry the TTL, $4, after `completed_at`), its
-    /// outcome to come.
-    insert_completed: String,
-    /// The completion of a record `insert_completed` wrote: its outcome alone, no indexed
-    /// column changed (a HOT update where the page has room).
-    complete_outcome: String,
+    /// A plain insert of a record written after the business writes of its transaction
+    /// ([`TxStore::record_in_tx`](crate::TxStore::record_in_tx)): completed, with its outcome,
+    /// its expiry the TTL away; nothing when the key exists, which `claim_bounded` decides.
+    insert_recorded: String,
     /// `complete` that also gives the run's hold back (`pg_advisory_unlock` of the key's first
     /// eight bytes, as [`crate::steps`] takes it), in the same round trip.
     complete_unhold: String,
@@ -165,24 +161,11 @@ fn tx_claim_query<'q, O>(
 where
     O: for<'r> FromRow<'r, PgRow>,
 {
-    tx_claim_query_for(sql, request, wait, request.lease)
-}
-
-/// [`tx_claim_query`] with `span` (µs) for $4: the lease, or the TTL of `insert_completed`.
-fn tx_claim_query_for<'q, O>(
-    sql: &'q str,
-    request: TxClaimRequest<'q>,
-    wait: &'q str,
-    span: Duration,
-) -> QueryAs<'q, Postgres, O, PgArguments>
-where
-    O: for<'r> FromRow<'r, PgRow>,
-{
     sqlx::query_as(sql)
         .bind(request.key.0.as_slice())
         .bind(request.namespace)
         .bind(request.fingerprint.0.as_slice())
-        .bind(micros(span))
+        .bind(micros(request.lease))
         .bind(ClaimId::random().as_bytes().to_vec())
         .bind(wait)
         .bind(request.mechanism.map(Mechanism::as_str))
@@ -244,27 +227,32 @@ impl Steps for Postgres {
         owned(Self::bound_in_order(conn, sql, Self::COMPLETE, values).await?)
     }
 
-    /// A record `insert_completed` wrote gets its outcome alone (`complete_outcome`); any
-    /// other, the plain completion.
-    async fn complete_in_tx_on(
+    /// One statement: the record inserted completed, with its outcome; a key that has a record
+    /// is claimed as [`claim_in_tx_on`](Self::claim_in_tx_on) would (an expired record taken
+    /// over and completed, else what the claim found).
+    async fn record_in_tx_on(
         store: &PostgresStore,
         conn: &mut PgConnection,
-        lease: &TxLease,
+        request: TxClaimRequest<'_>,
         outcome: &idempotency_core::Outcome,
-    ) -> Result<(), StoreError> {
-        if !lease.written_complete {
-            let (key, token) = (&lease.key, lease.lease.token);
-            return Self::complete_on(store, conn, key, token, outcome, lease.ttl).await;
+    ) -> Result<Option<TxClaim>, StoreError> {
+        let inserted = sqlx::query(&store.sql.own.insert_recorded)
+            .bind(request.key.0.as_slice())
+            .bind(request.namespace)
+            .bind(request.fingerprint.0.as_slice())
+            .bind(micros(request.ttl))
+            .bind(ClaimId::random().as_bytes().to_vec())
+            .bind(request.mechanism.map(Mechanism::as_str))
+            .bind(request.key_derivation.map(i16::from))
+            .bind(i32::from(outcome.status))
+            .bind(outcome.body.as_ref())
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        if inserted.rows_affected() == 1 {
+            return Ok(None);
         }
-        let values = Values {
-            key: lease.key.0.as_slice(),
-            token: token_param(lease.lease.token)?,
-            status: i32::from(outcome.status),
-            body: outcome.body.as_ref(),
-            ..Values::default()
-        };
-        let sql = &store.sql.own.complete_outcome;
-        owned(Self::bound_in_order(conn, sql, &[Key, Token, Status, Body], values).await?)
+        claim_then_complete(store, conn, request, outcome).await
     }
 
     async fn unhold_on(
@@ -301,15 +289,8 @@ impl Steps for Postgres {
         let sql = &store.sql.own;
         let millis = request.in_flight.max_wait().as_millis().max(1);
         let wait = format!("{millis}ms");
-        // A caller that completes before its commit gets the record written completed.
-        let completed = request.completes_before_commit;
-        let (first, span) = if completed {
-            (&sql.insert_completed, request.ttl)
-        } else {
-            (&sql.insert_fresh, request.lease)
-        };
         let fresh: Result<(Option<i64>, String), sqlx::Error> =
-            tx_claim_query_for(first, request, &wait, span)
+            tx_claim_query(&sql.insert_fresh, request, &wait)
                 .fetch_one(&mut *conn)
                 .await;
         match fresh {
@@ -321,11 +302,7 @@ impl Steps for Postgres {
                     attempt: 1,
                     took_over: false,
                 };
-                let mut claim = tx_claim(Claim::Acquired(lease), &request);
-                if let TxClaim::Execute(lease) = &mut claim {
-                    lease.written_complete = completed;
-                }
-                return Ok(claim);
+                return Ok(tx_claim(Claim::Acquired(lease), &request));
             }
             Ok((None, _)) => {}
             Err(sqlx::Error::Database(error))

@@ -229,7 +229,6 @@ impl<D: Dialect> TxStore for SqlStore<D> {
             mechanism: None,
             key_derivation: Some(crate::derivation::CURRENT),
             previous_key: None,
-            completes_before_commit: false,
         }
     }
 
@@ -283,6 +282,18 @@ impl<D: Dialect> TxStore for SqlStore<D> {
             D::complete_in_tx_on(self, tx.connection(), lease, outcome).await?;
         }
         Ok(())
+    }
+
+    async fn record_storage_key_in_tx<T: InTransaction<D> + ?Sized>(
+        &self,
+        tx: &mut T,
+        request: TxClaimRequest<'_>,
+        outcome: &Outcome,
+    ) -> Result<Option<TxClaim>, StoreError> {
+        if request.previous_key.is_none() {
+            return D::record_in_tx_on(self, tx.connection(), request, outcome).await;
+        }
+        crate::tx::claimed_and_completed(self, tx, request, outcome).await
     }
 
     async fn release_in_tx<T: InTransaction<D> + ?Sized>(

@@ -50,13 +50,6 @@ pub struct TxClaimRequest<'a> {
     /// The key the previous key derivation gave the same claim, claimed first while previous
     /// keys are read ([`TxStore::reads_previous_keys`]); `None` otherwise.
     pub previous_key: Option<&'a StorageKey>,
-    /// Whether the caller completes the claim in this transaction before it commits, always
-    /// (a business error or a crash rolls the transaction back): no other transaction ever sees
-    /// the record in progress. PostgreSQL then writes a fresh key's record as it will be once
-    /// completed (state, times, expiry `ttl` after them) in the claim, and the completion
-    /// writes the outcome alone, a change of no indexed column (a HOT update); the record's
-    /// times are the claim's. `false` from [`TxStore::tx_request`].
-    pub completes_before_commit: bool,
 }
 
 /// What [`TxStore::claim_in_tx`] found.
@@ -94,9 +87,6 @@ pub struct TxLease {
     /// The claim of the previous derivation's key taken with it
     /// ([`TxStore::reads_previous_keys`]), completed first and released with it.
     pub(crate) previous: Option<Box<TxLease>>,
-    /// Whether the claim wrote the record's completed state already
-    /// ([`TxClaimRequest::completes_before_commit`]): the completion writes the outcome alone.
-    pub(crate) written_complete: bool,
 }
 
 impl TxLease {
@@ -244,15 +234,27 @@ pub trait TxStore: Store + Clone {
         let keyed = KeyedClaim::new(self, scope, mechanism, key);
         let fingerprint = *fingerprint;
         async move {
-            let request = keyed.request_with_ttl(self, &fingerprint, ttl, false);
+            let request = keyed.request_with_ttl(self, &fingerprint, ttl);
             self.claim_storage_key_in_tx(tx, request).await
         }
     }
 
-    /// [`claim_key_in_tx`](Self::claim_key_in_tx) for a caller that always completes the claim
-    /// in `tx` before committing it ([`TxClaimRequest::completes_before_commit`]): a record of
-    /// truth written with its business writes.
-    fn claim_key_to_complete_in_tx<T: InTransaction<Self::Database> + ?Sized>(
+    /// Writes the record of `key` of the front end of `mechanism` in `scope` inside `tx`, at
+    /// the end of the transaction: after its business writes, completed with `outcome` and kept
+    /// for `ttl` (the store's `with_tx_ttl` if `None`), as a dedup row the business code's
+    /// transaction inserts last. `None`: written, commit `tx`. Otherwise the key has a record
+    /// and this is what a claim found ([`TxClaim::Replay`], [`TxClaim::InFlight`] or
+    /// [`TxClaim::Mismatch`], never `Execute`): roll `tx` back and answer with it.
+    ///
+    /// For work that a claim made before it runs already keeps from running twice, where that
+    /// claim cannot tell whether the work committed (a queue's fast tier): the business code
+    /// runs before the record is checked, so a concurrent duplicate that got this far runs it
+    /// too, and the record's unique key commits one of them (the other waits on it, then rolls
+    /// back). PostgreSQL writes a new key's record in one plain `INSERT`, whose wait on such a
+    /// copy is bounded by the session's `lock_timeout` only (that copy is at its own end, or
+    /// running the same work); elsewhere the claim's bounded wait applies.
+    #[allow(clippy::too_many_arguments)]
+    fn record_in_tx<T: InTransaction<Self::Database> + ?Sized>(
         &self,
         tx: &mut T,
         scope: &Scope,
@@ -260,13 +262,45 @@ pub trait TxStore: Store + Clone {
         key: &str,
         fingerprint: &Fingerprint,
         ttl: Option<Duration>,
-    ) -> impl Future<Output = Result<TxClaim, Error>> + Send {
+        outcome: &Outcome,
+    ) -> impl Future<Output = Result<Option<TxClaim>, Error>> + Send {
         let keyed = KeyedClaim::new(self, scope, mechanism, key);
         let fingerprint = *fingerprint;
         async move {
-            let request = keyed.request_with_ttl(self, &fingerprint, ttl, true);
-            self.claim_storage_key_in_tx(tx, request).await
+            let request = keyed.request_with_ttl(self, &fingerprint, ttl);
+            self.record_storage_key_in_tx(tx, request, outcome).await
         }
+    }
+
+    /// [`record_in_tx`](Self::record_in_tx) for an already hashed key: claimed, and completed
+    /// at once when taken, unless the store writes it in one statement.
+    fn record_storage_key_in_tx<T: InTransaction<Self::Database> + ?Sized>(
+        &self,
+        tx: &mut T,
+        request: TxClaimRequest<'_>,
+        outcome: &Outcome,
+    ) -> impl Future<Output = Result<Option<TxClaim>, Error>> + Send {
+        claimed_and_completed(self, tx, request, outcome)
+    }
+}
+
+/// [`TxStore::record_storage_key_in_tx`] as a claim, then the completion once taken.
+pub(crate) async fn claimed_and_completed<S, T>(
+    store: &S,
+    tx: &mut T,
+    request: TxClaimRequest<'_>,
+    outcome: &Outcome,
+) -> Result<Option<TxClaim>, Error>
+where
+    S: TxStore,
+    T: InTransaction<S::Database> + ?Sized,
+{
+    match store.claim_storage_key_in_tx(tx, request).await? {
+        TxClaim::Execute(lease) => {
+            store.complete_in_tx(tx, lease, outcome).await?;
+            Ok(None)
+        }
+        found => Ok(Some(found)),
     }
 }
 
@@ -311,19 +345,17 @@ impl KeyedClaim {
     }
 
     /// [`request`](Self::request), its completed record kept for `ttl` (the store's if
-    /// `None`), completed before the commit or not.
+    /// `None`).
     pub(crate) fn request_with_ttl<'a, S: TxStore>(
         &'a self,
         store: &S,
         fingerprint: &'a Fingerprint,
         ttl: Option<Duration>,
-        completes_before_commit: bool,
     ) -> TxClaimRequest<'a> {
         let mut request = self.request(store, fingerprint);
         if let Some(ttl) = ttl {
             request.ttl = ttl;
         }
-        request.completes_before_commit = completes_before_commit;
         request
     }
 }
@@ -371,7 +403,6 @@ pub(crate) fn tx_claim(claim: idempotency_core::Claim, request: &TxClaimRequest<
             lease,
             ttl: request.ttl,
             previous: None,
-            written_complete: false,
         }),
         idempotency_core::Claim::Completed(outcome) => TxClaim::Replay(outcome),
         idempotency_core::Claim::InProgress { lease_remaining } => TxClaim::InFlight {

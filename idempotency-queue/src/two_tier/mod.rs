@@ -1,16 +1,17 @@
 //! Two tiers: a fast-path store answers most duplicates, the SQL record decides execution.
 //!
 //! The post-mortem's consumer puts a Redis `SET NX` in front and writes its dedup row *after* the
-//! business change; after a Redis flush or fail-over two consumers both pass the check and both
-//! grant. Here the tiers are split the other way round:
+//! business change, outside its transaction; after a Redis flush or fail-over two consumers both
+//! pass the check and both grant. Here the record and the business writes share a transaction:
 //!
 //! - **Tier 1** (any [`Store`](idempotency_core::Store), typically Redis) is the
 //!   [`IdempotentConsumer`](crate::IdempotentConsumer)'s engine: a completed key is acked with
 //!   one round trip, a key in flight elsewhere is handed to the truth.
-//! - **Tier 2** ([`SqlTruth`], the handler) claims the key with
-//!   [`TxStore::claim_in_tx`](idempotency_sql::TxStore::claim_in_tx)'s claim **in the
-//!   same transaction as the business writes** and commits both together. It alone decides
-//!   whether the business code runs.
+//! - **Tier 2** ([`SqlTruth`], the handler) writes the key's record **in the same transaction
+//!   as the business writes** and commits both together. A first copy writes it last, completed
+//!   ([`TxStore::record_in_tx`](idempotency_sql::TxStore::record_in_tx), the post-mortem's
+//!   order and cost); any other copy claims it first. It alone decides whether the business
+//!   writes commit: of two copies that both ran, the record's unique key commits one.
 //!
 //! A tier-1 miss (flushed, failed over, expired) therefore costs one SQL claim that finds the
 //! committed record ([`Verdict::AlreadyDone`](crate::Verdict::AlreadyDone)), never a second

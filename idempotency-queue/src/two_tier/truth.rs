@@ -11,6 +11,7 @@ use idempotency_core::{Mechanism, Outcome, Scope};
 use idempotency_sql::{TxClaim, TxStore};
 use serde::Serialize;
 
+use super::tx::AfterCommit;
 use super::{FromJob, TruthError, Tx};
 use crate::{Handled, Handler, Job, consumer};
 
@@ -23,6 +24,9 @@ pub const DEFAULT_TRUTH_TTL: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// Counter of jobs a [`SqlTruth`] ran for a consumer that does not defer to it (a wrapper
 /// around it that forgot [`Handler::guards_itself`]), labelled `namespace`.
 pub const UNDEFERRED_TRUTH: &str = "idempotency_queue_undeferred_truth_total";
+
+/// A transaction the business code ran in, its after-commit hooks, and its outcome.
+type Ran<DB> = (sqlx::Transaction<'static, DB>, Vec<AfterCommit>, Outcome);
 
 /// The business code of a [`SqlTruth`]: an `async` closure over the transaction and what it
 /// reads from the job ([`FromJob`]: the [`Job`], or its payload decoded, [`Json`](super::Json)),
@@ -85,9 +89,17 @@ where
     }
 }
 
-/// A [`Handler`] that runs `business` inside a transaction which first claims the job's key
-/// in `store` ([`TxStore::claim_in_tx`]), then stores what it produced as the key's outcome
-/// and commits both together.
+/// A [`Handler`] that runs `business` inside a transaction which also writes the job's dedup
+/// record in `store`, completed with what the business code produced (the key's outcome), and
+/// commits both together.
+///
+/// - A **first copy** (the fast tier's first claim of the key, [`Job::lease`]) runs the
+///   business code first and writes its record last ([`TxStore::record_in_tx`], one statement
+///   on PostgreSQL): the transaction of the post-mortem's consumer, a dedup row after the
+///   business writes. A copy that got this far too (the fast tier lost the claim) waits on that
+///   record, rolls its own writes back and answers as below.
+/// - **Any other copy** (the fast tier saw the key, or there is none) claims the record first
+///   ([`TxStore::claim_key_in_tx`]) and runs the business code only when it is taken:
 ///
 /// | SQL claim | what happens |
 /// |---|---|
@@ -195,20 +207,72 @@ where
     }
 
     /// Runs the job: claim, business, outcome, commit, then the business code's
-    /// [`Tx::after_commit`] hooks.
+    /// [`Tx::after_commit`] hooks. A first copy (the fast tier's first claim of the key) runs
+    /// the business code first and writes its record last, completed: see
+    /// [`TxStore::record_in_tx`].
     pub async fn run(&self, job: &Job) -> Result<Handled, TruthError<B::Error>> {
         let input = match I::from_job(job) {
             Ok(input) => input,
             Err(reason) => return Ok(Handled::Invalid(reason)),
         };
         self.check_deferred_to();
-        let mut tx = self.store.begin().await.map_err(TruthError::Store)?;
+        let tx = self.store.begin().await.map_err(TruthError::Store)?;
+        if job
+            .lease
+            .is_some_and(|lease| lease.attempt == 1 && !lease.took_over)
+        {
+            return self.record_last(tx, job, input).await;
+        }
+        self.claim_first(tx, job, input).await
+    }
+
+    /// A first copy: the fast tier's claim keeps other copies from running meanwhile, and
+    /// cannot tell whether this one's work committed; the record of truth, written last in the
+    /// business transaction (one statement on PostgreSQL), can. A copy that ran anyway (the
+    /// fast tier lost its claim) meets this one's record: it waits for its commit, rolls back,
+    /// and answers as a claim would.
+    async fn record_last(
+        &self,
+        tx: sqlx::Transaction<'static, T::Database>,
+        job: &Job,
+        input: I,
+    ) -> Result<Handled, TruthError<B::Error>> {
+        let (mut tx, after_commit, outcome) = self.business(tx, input).await?;
+        let found = self
+            .store
+            .record_in_tx(
+                &mut tx,
+                &self.scope,
+                Mechanism::Message,
+                job.key.as_str(),
+                &job.fingerprint,
+                Some(self.ttl),
+                &outcome,
+            )
+            .await
+            .map_err(TruthError::Store)?;
+        match found {
+            None => self.commit(tx, after_commit, outcome).await,
+            Some(claim) => {
+                let _ = tx.rollback().await;
+                Ok(self.found(claim, job).await)
+            }
+        }
+    }
+
+    /// Any other copy: the record claimed first (waiting on a concurrent copy's transaction),
+    /// the business code run only if the claim is taken.
+    async fn claim_first(
+        &self,
+        mut tx: sqlx::Transaction<'static, T::Database>,
+        job: &Job,
+        input: I,
+    ) -> Result<Handled, TruthError<B::Error>> {
         // Keyed as a message, as the fast tier keys it (one storage key in both tiers), with
-        // the truth's TTL instead of the store's; completed below before the commit, or rolled
-        // back, so a fresh key's record is written completed (its outcome written last).
+        // the truth's TTL instead of the store's.
         let claim = self
             .store
-            .claim_key_to_complete_in_tx(
+            .claim_key_in_tx(
                 &mut tx,
                 &self.scope,
                 Mechanism::Message,
@@ -220,40 +284,71 @@ where
             .map_err(TruthError::Store)?;
         let lease = match claim {
             TxClaim::Execute(lease) => lease,
-            TxClaim::Replay(outcome) => return Ok(Handled::AlreadyDone(outcome.body)),
-            TxClaim::Mismatch => {
-                tracing::warn!(
-                    namespace = self.scope.namespace(),
-                    "business key reused with another payload; not run, rejected"
-                );
+            found => {
                 // The claim wrote nothing: end its transaction (SQLite's write lock with it)
-                // before the mark's own statement.
+                // before a mark's own statement.
                 let _ = tx.rollback().await;
-                self.mark_record(&job.key).await;
-                return Ok(Handled::Mismatch);
+                return Ok(self.found(found, job).await);
             }
-            TxClaim::InFlight { retry_after } => return Ok(Handled::InFlight { retry_after }),
         };
-        let (given, kept) = Tx::split(tx);
-        let body = {
-            let output = self
-                .business
-                .run(given, input)
-                .await
-                .map_err(TruthError::Business)?;
-            serde_json::to_vec(&output).map_err(TruthError::Output)?
-        };
-        let (mut tx, after_commit) = kept.into_parts().ok_or(TruthError::Escaped)?;
-        let outcome = Outcome::new(0, Bytes::from(body));
+        let (mut tx, after_commit, outcome) = self.business(tx, input).await?;
         self.store
             .complete_in_tx(&mut tx, lease, &outcome)
             .await
             .map_err(TruthError::Store)?;
+        self.commit(tx, after_commit, outcome).await
+    }
+
+    /// Runs the business code in `tx`: the transaction back, its after-commit hooks, and the
+    /// outcome (the output as JSON).
+    async fn business(
+        &self,
+        tx: sqlx::Transaction<'static, T::Database>,
+        input: I,
+    ) -> Result<Ran<T::Database>, TruthError<B::Error>> {
+        let (given, kept) = Tx::split(tx);
+        let output = self
+            .business
+            .run(given, input)
+            .await
+            .map_err(TruthError::Business)?;
+        let body = serde_json::to_vec(&output).map_err(TruthError::Output)?;
+        let (tx, after_commit) = kept.into_parts().ok_or(TruthError::Escaped)?;
+        Ok((tx, after_commit, Outcome::new(0, Bytes::from(body))))
+    }
+
+    /// Commits, then runs the after-commit hooks.
+    async fn commit(
+        &self,
+        tx: sqlx::Transaction<'static, T::Database>,
+        after_commit: Vec<AfterCommit>,
+        outcome: Outcome,
+    ) -> Result<Handled, TruthError<B::Error>> {
         tx.commit().await.map_err(TruthError::Database)?;
         for hook in after_commit {
             hook.await;
         }
         Ok(Handled::Output(outcome.body))
+    }
+
+    /// The answer to a copy whose key the record already has (its transaction rolled back).
+    async fn found(&self, claim: TxClaim, job: &Job) -> Handled {
+        match claim {
+            TxClaim::Replay(outcome) => Handled::AlreadyDone(outcome.body),
+            TxClaim::InFlight { retry_after } => Handled::InFlight { retry_after },
+            // Not an answer of a claim that was not taken; a requeue decides again.
+            TxClaim::Execute(_) => Handled::InFlight {
+                retry_after: Duration::ZERO,
+            },
+            TxClaim::Mismatch => {
+                tracing::warn!(
+                    namespace = self.scope.namespace(),
+                    "business key reused with another payload; not run, rejected"
+                );
+                self.mark_record(&job.key).await;
+                Handled::Mismatch
+            }
+        }
     }
 }
 

@@ -92,29 +92,29 @@ pub(super) fn statements(table: &str) -> TableSql<Sql> {
             )
         };
         // `lt` sets the bound before `ins` runs (its `SELECT` reads `lt`); the target list reads
-        // `ins` before it restores the caller's setting.
-        // In progress with a lease of $4 µs, or (`completed`) as it will be once completed, its
-        // expiry $4 µs (the TTL) away.
-        let insert_first = |completed: bool| {
-            let (state, completed_at, at) = if completed {
-                ("completed", ", completed_at", format!(", {NOW}"))
-            } else {
-                ("in_progress", "", String::new())
-            };
-            format!(
-                "WITH lt AS (SELECT current_setting('lock_timeout') AS old, \
-                   set_config('lock_timeout', $6, true) AS new), \
-                 ins AS (INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
-                   attempts, created_at, updated_at{completed_at}, expires_at, mechanism, \
-                   key_derivation) \
-                   SELECT $1, $2, $3, '{state}', nextval('{seq}'), $5, 1, {NOW}, {NOW}{at}, \
-                   {NOW} + $4 * interval '1 microsecond', $7, $8 FROM lt \
-                   ON CONFLICT (key_hash) DO NOTHING RETURNING token) \
-                 SELECT (SELECT token FROM ins) AS token, \
-                   set_config('lock_timeout', lt.old, true) AS restored FROM lt"
-            )
-        };
-        let insert_fresh = insert_first(false);
+        // `ins` before it restores the caller's setting. In progress, a lease of $4 µs.
+        let insert_fresh = format!(
+            "WITH lt AS (SELECT current_setting('lock_timeout') AS old, \
+               set_config('lock_timeout', $6, true) AS new), \
+             ins AS (INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, \
+               attempts, created_at, updated_at, expires_at, mechanism, key_derivation) \
+               SELECT $1, $2, $3, 'in_progress', nextval('{seq}'), $5, 1, {NOW}, {NOW}, \
+               {NOW} + $4 * interval '1 microsecond', $7, $8 FROM lt \
+               ON CONFLICT (key_hash) DO NOTHING RETURNING token) \
+             SELECT (SELECT token FROM ins) AS token, \
+               set_config('lock_timeout', lt.old, true) AS restored FROM lt"
+        );
+        // Written last in its transaction: completed, its outcome ($8, $9), kept $4 µs (the
+        // TTL). Its wait on a concurrent copy's uncommitted row is the session's: that copy is
+        // at its end (written last too) or running the same work.
+        let insert_recorded = format!(
+            "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, attempts, \
+               created_at, updated_at, completed_at, expires_at, response_status, response_body, \
+               mechanism, key_derivation) \
+             VALUES ($1, $2, $3, 'completed', nextval('{seq}'), $5, 1, {NOW}, {NOW}, {NOW}, \
+               {NOW} + $4 * interval '1 microsecond', $8, $9, $6, $7) \
+             ON CONFLICT (key_hash) DO NOTHING"
+        );
         let (start, start_held) = (runs::start(&t, &seq), runs::start_held(&t, &seq));
         let owned = "key_hash = $1 AND token = $2 AND state = 'in_progress'";
         let marks = MarkSql::new(&t, "ADD COLUMN IF NOT EXISTS", "TIMESTAMPTZ", NOW, "$1");
@@ -130,14 +130,7 @@ pub(super) fn statements(table: &str) -> TableSql<Sql> {
                 insert_fresh,
                 start,
                 start_held,
-                insert_completed: insert_first(true),
-                // The times stay the claim's: the record is kept its TTL from `completed_at`,
-                // and every write of the transaction shows at its commit anyway.
-                complete_outcome: format!(
-                    "UPDATE {t} SET response_status = $3, response_body = $4 \
-                     WHERE key_hash = $1 AND token = $2 \
-                     AND state = 'completed' AND response_status IS NULL"
-                ),
+                insert_recorded,
                 claim: claim(false),
                 claim_bounded: claim(true),
             },

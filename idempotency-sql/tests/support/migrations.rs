@@ -147,6 +147,8 @@ macro_rules! store_scenario_tests {
             |store, pool, coupons| $crate::support::tx_owner_rollback_under_storm(store, pool, coupons));
         $crate::support::store_scenario_tests!(@test tx_walk_follows_the_iron_rule, 2,
             |store, pool, coupons| $crate::support::tx_walk(store, pool, coupons));
+        $crate::support::store_scenario_tests!(@test tx_record_written_last, 22,
+            |store, pool, coupons| $crate::support::tx_record_written_last(store, pool, coupons));
         $crate::support::store_scenario_tests!(@test tx_sees_engine_claims, 4,
             |store, pool, _coupons| $crate::support::tx_sees_engine_claims(store, pool));
         $crate::support::store_scenario_tests!(@test tx_upgrade, 20,

@@ -204,6 +204,115 @@ where
     );
 }
 
+/// A first copy written the way a queue's record of truth writes it: the coupon first, the
+/// record last (`record_in_tx`), completed in the same statement or two. Retries an aborted
+/// transaction as [`callback_retrying`] does. `None`: written and committed; otherwise what
+/// the record said, the coupon rolled back.
+pub async fn recorded_last<S>(
+    store: &S,
+    coupons: &str,
+    trade_no: &str,
+    payload: &str,
+) -> Option<TxClaim>
+where
+    S: TxStore,
+    for<'c> &'c mut <S::Database as Database>::Connection: Executor<'c, Database = S::Database>,
+    for<'q> <S::Database as Database>::Arguments<'q>: IntoArguments<'q, S::Database>,
+{
+    let scope = Scope::new("coupon-grant");
+    let fingerprint = Fingerprint::of_bytes(payload.as_bytes());
+    let ttl = Duration::from_secs(3600);
+    for _ in 0..20 {
+        let mut tx = store.begin().await.unwrap();
+        let grant = format!("INSERT INTO {coupons} (trade_no) VALUES ('{trade_no}')");
+        sqlx::query(&grant).execute(&mut *tx).await.unwrap();
+        let outcome = Outcome::new(0, format!("coupon for {payload}"));
+        let found = store
+            .record_in_tx(
+                &mut tx,
+                &scope,
+                Mechanism::Message,
+                trade_no,
+                &fingerprint,
+                Some(ttl),
+                &outcome,
+            )
+            .await;
+        match found {
+            Ok(None) => {
+                tx.commit().await.unwrap();
+                return None;
+            }
+            Ok(Some(found)) => {
+                tx.rollback().await.unwrap();
+                return Some(found);
+            }
+            Err(error) if error.is_transient() => {
+                eprintln!("retrying an aborted transaction: {error}")
+            }
+            Err(error) => panic!("record_in_tx failed: {error}"),
+        }
+    }
+    panic!("20 aborted transactions in a row");
+}
+
+/// Records written last, after the business writes (`record_in_tx`, a queue's first copies):
+/// of 20 concurrent first copies of one key exactly one commits its coupon and record, the
+/// others wait on its record, then roll back and replay its outcome; a later copy replays;
+/// another payload is a mismatch; the record is completed, kept its TTL.
+pub async fn tx_record_written_last<S>(store: S, pool: Pool<S::Database>, coupons: String)
+where
+    S: TxStore + Clone,
+    for<'c> &'c mut <S::Database as Database>::Connection: Executor<'c, Database = S::Database>,
+    for<'q> <S::Database as Database>::Arguments<'q>: IntoArguments<'q, S::Database>,
+    i64: sqlx::Type<S::Database> + for<'r> sqlx::Decode<'r, S::Database>,
+    (i64,): for<'r> sqlx::FromRow<'r, <S::Database as Database>::Row>,
+{
+    const COPIES: usize = 20;
+    let trade_no = format!("T{}", &unique_key().to_hex()[..16]);
+    let found = concurrently(COPIES, |_| {
+        let (store, coupons, trade_no) = (store.clone(), coupons.clone(), trade_no.clone());
+        async move { recorded_last(&store, &coupons, &trade_no, "paid").await }
+    })
+    .await;
+    let outcome = Outcome::new(0, "coupon for paid");
+    let written = found.iter().filter(|found| found.is_none()).count();
+    assert_eq!(written, 1, "one copy commits: {found:?}");
+    assert!(
+        found
+            .iter()
+            .flatten()
+            .all(|found| matches!(found, TxClaim::Replay(replayed) if *replayed == outcome)),
+        "every other copy replays the committed outcome: {found:?}"
+    );
+    let sql = format!("SELECT COUNT(*) FROM {coupons} WHERE trade_no = '{trade_no}'");
+    assert_eq!(count(&pool, &sql).await, 1, "one coupon");
+
+    let later = recorded_last(&store, &coupons, &trade_no, "paid").await;
+    assert!(
+        matches!(later, Some(TxClaim::Replay(ref replayed)) if *replayed == outcome),
+        "{later:?}"
+    );
+    let other = recorded_last(&store, &coupons, &trade_no, "refunded").await;
+    assert!(matches!(other, Some(TxClaim::Mismatch)), "{other:?}");
+    assert_eq!(count(&pool, &sql).await, 1, "still one coupon");
+
+    let key = Scope::new("coupon-grant").storage_key_for(Mechanism::Message, &trade_no);
+    let record = store.get(&key).await.unwrap().expect("committed");
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.outcome, Some(outcome));
+    assert_eq!(record.mechanism, Some(Mechanism::Message));
+    let kept = record
+        .expires_at
+        .duration_since(record.completed_at.unwrap())
+        .unwrap();
+    let ttl = Duration::from_secs(3600);
+    assert!(
+        kept > ttl - Duration::from_secs(2) && kept <= ttl + Duration::from_secs(1),
+        "{kept:?}"
+    );
+}
+
 /// A transaction that fails after its business write leaves no trace: no record, no coupon;
 /// the retry runs the business code once.
 pub async fn tx_rollback_leaves_no_trace<S>(store: S, pool: Pool<S::Database>, coupons: String)

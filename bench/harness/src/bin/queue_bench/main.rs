@@ -14,11 +14,14 @@
 //!
 //! `BENCH_ROUNDS` (1): rounds of every variant, the table gives the medians. `BENCH_ONLY`: a
 //! comma-separated list of variants to run (`bare`, `memory`, `redis`, `bare-sql`,
-//! `hand-written`, `hand-written-output`, `sql-only`, `two-tier`, `two-tier-again`,
+//! `hand-written`, `hand-written-output`, `post-mortem`, `sql-only`, `two-tier`, `two-tier-again`,
 //! `two-tier-later`, `two-tier-miss`). `BENCH_COUNT` (1000): messages per variant of the
 //! counting pass (0: none).
 //!
-//! Two variants place the difference between the hand-written consumer and two tiers:
+//! `post-mortem` is the post-mortem's consumer itself, by hand: a Redis `SET NX` in front, the
+//! dedup table asked when Redis has seen the key, the dedup row written after the business
+//! `INSERT` (issue 39's floor compares two tiers with it, and with `hand-written`). Two more
+//! variants place the difference between the hand-written consumer and two tiers:
 //! `hand-written-output` also stores an output with its dedup row (an `UPDATE` after the
 //! business `INSERT`, as the record of truth does), `sql-only` is two tiers without the Redis
 //! tier (`TwoTier::sql_only`: the record of truth alone).
@@ -164,6 +167,8 @@ struct Sql {
     by_hand: String,
     /// The dedup table of the hand-written consumer that stores an output.
     by_hand_output: String,
+    /// The dedup table of the post-mortem's consumer by hand.
+    post_mortem: String,
     redis_url: String,
     nonce: u128,
 }
@@ -174,6 +179,7 @@ impl Sql {
         let dedup = format!("bench_dedup_{nonce}");
         let by_hand = format!("bench_by_hand_{nonce}");
         let by_hand_output = format!("bench_by_hand_output_{nonce}");
+        let post_mortem = format!("bench_post_mortem_{nonce}");
         sqlx::query(&format!(
             "CREATE TABLE {coupons} (id BIGSERIAL PRIMARY KEY, business_key TEXT NOT NULL)"
         ))
@@ -189,6 +195,11 @@ impl Sql {
         ))
         .execute(&pool)
         .await?;
+        sqlx::query(&format!(
+            "CREATE TABLE {post_mortem} (business_key TEXT PRIMARY KEY)"
+        ))
+        .execute(&pool)
+        .await?;
         PostgresStore::new(pool.clone())
             .with_table_name(&dedup)?
             .migrate()
@@ -199,6 +210,7 @@ impl Sql {
             dedup,
             by_hand,
             by_hand_output,
+            post_mortem,
             redis_url,
             nonce,
         })
@@ -283,6 +295,69 @@ impl Sql {
         }
     }
 
+    /// The post-mortem's consumer by hand, as it is written there: `SET NX EX` of the key in
+    /// Redis (the pre-check, one round trip); a key Redis has seen is looked up in the dedup
+    /// table, the truth (Redis may have lost the work's commit or the key), and acked if there;
+    /// then, in one transaction, the business `INSERT` and the dedup row after it, a unique
+    /// conflict on it a concurrent duplicate (rolled back, acked).
+    async fn post_mortem(
+        &self,
+        prefix: &str,
+    ) -> Result<
+        impl Fn(String) -> futures_util::future::BoxFuture<'static, Result<(), Error>>
+        + Send
+        + Sync
+        + 'static,
+        Error,
+    > {
+        let redis = redis::Client::open(self.redis_url.as_str())?
+            .get_connection_manager()
+            .await?;
+        let pool = self.pool.clone();
+        let table = &self.post_mortem;
+        let seen = format!("SELECT 1 FROM {table} WHERE business_key = $1");
+        let dedup = format!("INSERT INTO {table} (business_key) VALUES ($1)");
+        let insert = self.insert();
+        let prefix = format!("{prefix}:idem:mq:");
+        let ttl = BENCH_TTL.as_secs();
+        Ok(move |key: String| {
+            let (pool, mut redis) = (pool.clone(), redis.clone());
+            let (seen, dedup, insert) = (seen.clone(), dedup.clone(), insert.clone());
+            let marker = format!("{prefix}{key}");
+            Box::pin(async move {
+                let first: Option<String> = redis::cmd("SET")
+                    .arg(&marker)
+                    .arg(1)
+                    .arg("NX")
+                    .arg("EX")
+                    .arg(ttl)
+                    .query_async(&mut redis)
+                    .await?;
+                if first.is_none() {
+                    let done: Option<i32> = sqlx::query_scalar(&seen)
+                        .bind(&key)
+                        .fetch_optional(&pool)
+                        .await?;
+                    if done.is_some() {
+                        return Ok(());
+                    }
+                }
+                let mut tx = pool.begin().await?;
+                sqlx::query(&insert).bind(&key).execute(&mut *tx).await?;
+                match sqlx::query(&dedup).bind(&key).execute(&mut *tx).await {
+                    Ok(_) => tx.commit().await?,
+                    Err(sqlx::Error::Database(error))
+                        if error.code().as_deref() == Some(UNIQUE_VIOLATION) =>
+                    {
+                        tx.rollback().await?;
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+                Ok(())
+            }) as futures_util::future::BoxFuture<'static, Result<(), Error>>
+        })
+    }
+
     /// The record of truth alone, without a fast tier (`TwoTier::sql_only`).
     fn sql_only(
         &self,
@@ -344,6 +419,7 @@ impl Sql {
             &self.dedup,
             &self.by_hand,
             &self.by_hand_output,
+            &self.post_mortem,
         ] {
             sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
                 .execute(&self.pool)
@@ -361,7 +437,7 @@ impl Sql {
 }
 
 /// The variants, in the table's order.
-const VARIANTS: [(&str, &str, &str); 11] = [
+const VARIANTS: [(&str, &str, &str); 12] = [
     ("bare", "bare (ack only)", "no-op"),
     ("memory", "idempotent, memory store", "no-op"),
     ("redis", "idempotent, Redis store", "no-op"),
@@ -374,6 +450,11 @@ const VARIANTS: [(&str, &str, &str); 11] = [
     (
         "hand-written-output",
         "hand-written dedup, output stored (an UPDATE of the dedup row)",
+        "INSERT in a PG tx",
+    ),
+    (
+        "post-mortem",
+        "the post-mortem's consumer by hand (Redis SET NX, the dedup row after the business INSERT)",
         "INSERT in a PG tx",
     ),
     (
@@ -431,6 +512,11 @@ async fn run_variant<B: Broker>(broker: &B, sql: &Sql, variant: &str) -> Result<
         "bare-sql" => broker.bare(&queue, sql.bare()).await?,
         "hand-written" => broker.bare(&queue, sql.hand_written(false)).await?,
         "hand-written-output" => broker.bare(&queue, sql.hand_written(true)).await?,
+        "post-mortem" => {
+            broker
+                .bare(&queue, sql.post_mortem(&prefix(variant)).await?)
+                .await?
+        }
         "sql-only" => {
             broker
                 .guarded(&queue, sql.sql_only(&scope(variant))?)
@@ -517,7 +603,7 @@ async fn count<B: Broker>(
     );
     println!("| variant | PG round trips | PG statements | Redis commands |");
     println!("|---|---:|---:|---:|");
-    for (variant, label, _) in &VARIANTS[3..10] {
+    for (variant, label, _) in &VARIANTS[3..11] {
         let before = (pg.traffic.snapshot(), log.lock().map_or(0, |log| log.len()));
         run_variant(broker, &sql, variant).await?;
         let sent = pg.traffic.snapshot().since(&before.0);
@@ -607,16 +693,18 @@ async fn main() -> Result<(), Error> {
         summary.push((*variant, amqp, js));
     }
     let find = |name: &str| summary.iter().find(|(variant, _, _)| *variant == name);
-    if let (Some((_, tier_amqp, tier_js)), Some((_, hand_amqp, hand_js))) =
-        (find("two-tier"), find("hand-written"))
-    {
-        println!(
-            "two tiers, new keys / hand-written: RabbitMQ {:.2} (CPU per message {:.2}), NATS {:.2} (CPU per message {:.2})",
-            tier_amqp.0 / hand_amqp.0,
-            tier_amqp.1[4] / hand_amqp.1[4],
-            tier_js.0 / hand_js.0,
-            tier_js.1[4] / hand_js.1[4],
-        );
+    for baseline in ["post-mortem", "hand-written"] {
+        if let (Some((_, tier_amqp, tier_js)), Some((_, hand_amqp, hand_js))) =
+            (find("two-tier"), find(baseline))
+        {
+            println!(
+                "two tiers, new keys / {baseline}: RabbitMQ {:.2} (CPU per message {:.2}), NATS {:.2} (CPU per message {:.2})",
+                tier_amqp.0 / hand_amqp.0,
+                tier_amqp.1[4] / hand_amqp.1[4],
+                tier_js.0 / hand_js.0,
+                tier_js.1[4] / hand_js.1[4],
+            );
+        }
     }
     if counted > 0 {
         let rabbitmq =
