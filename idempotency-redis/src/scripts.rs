@@ -83,16 +83,17 @@ pub(super) const COMPLETE: &str = concat!(
 );
 
 /// `KEYS[1]` record. `ARGV`: fingerprint (32 bytes), then as [`COMPLETE`]'s: the completed
-/// fields (26 bytes), body, ttl ms. Completes the record if it is in progress with that
-/// fingerprint, whatever its token (`Store::settle`: a claim left pending, whose work the
-/// record of truth says committed). Returns 1, or 0 if it is absent, completed or of another
-/// fingerprint.
+/// fields (26 bytes), body, ttl ms, the publish command. Completes the record if it is in
+/// progress with that fingerprint, whatever its token (`Store::settle`: a claim left pending,
+/// whose work the record of truth says committed), and publishes as [`COMPLETE`] does.
+/// Returns 1, or 0 if it is absent, completed or of another fingerprint.
 pub(super) const SETTLE: &str = "local v = redis.call('GET', KEYS[1])\n\
      if not v or string.byte(v, 1) ~= 112 or string.sub(v, 2, 33) ~= ARGV[1] then\n\
        return 0\n\
      end\n\
      redis.call('SET', KEYS[1], 'c' .. string.sub(v, 2, 53) .. ARGV[2] .. string.sub(v, 80) .. ARGV[3],\n\
        'PX', ARGV[4])\n\
+     redis.call(ARGV[5], KEYS[1], '')\n\
      return 1\n";
 
 /// `KEYS[1]` record. `ARGV`: token (8 bytes), the publish command (as [`COMPLETE`]'s).

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use idempotency_core::{
     Decision, Execution, Fingerprint, Idempotency, InFlightPolicy, Namespace, Outcome, Scope,
-    StorageKey,
+    StorageKey, Store,
 };
 use idempotency_redis::{RedisStore, connect, driver};
 use idempotency_test::redis_commands::{Log, counting_proxy, upstream};
@@ -166,6 +166,29 @@ async fn a_release_wakes_the_waiters_elsewhere_and_they_claim() {
         }
         other => panic!("the waiter claims a released key, got {other:?}"),
     }
+}
+
+/// A claim left pending (a queue's first copy, whose work committed with its record of truth)
+/// and settled from the truth's answer wakes the waiters elsewhere too: the settle script
+/// publishes as the complete script does.
+#[tokio::test]
+async fn a_settle_wakes_the_waiters_elsewhere() {
+    let Some(redis) = redis().await else { return };
+    let log = Log::default();
+    let (a, b) = (owner(&redis).await, counted(&redis, &log).await);
+    let (key, execution) = claimed(&a).await;
+    execution.leave_pending();
+    let since = log.lock().unwrap().len();
+    let waiting = duplicate(&b, key);
+    until(|| sent(&log, since, "GET") == 1).await;
+    assert_eq!(sent(&log, since, "SUBSCRIBE"), 1);
+    let outcome = Outcome::new(201, "paid");
+    let ttl = Duration::from_secs(600);
+    let fingerprint = fingerprint();
+    let settled = a.store().settle(&key, &fingerprint, &outcome, ttl).await;
+    assert!(settled.unwrap(), "the pending claim is settled");
+    replayed(answer(waiting).await);
+    assert_eq!(sent(&log, since, "GET"), 2, "one read when woken");
 }
 
 /// The owner completes after the waiter joined but before its subscription is live (its

@@ -125,7 +125,8 @@ where
             .arg(&fingerprint.0[..])
             .arg(&fields[..])
             .arg(&outcome.body[..])
-            .arg(ttl_ms);
+            .arg(ttl_ms)
+            .arg(self.publish);
         let settled: i64 = self.invoke(&invocation).await?;
         // The in-progress record this process may hold for it is stale either way.
         self.held.forget(key);
