@@ -47,6 +47,8 @@ pub(crate) struct Settings {
     pub(crate) abandoned_grace: Duration,
     /// The TTL the table is configured with ([`SqlStore::with_table_ttl`](super::SqlStore::with_table_ttl)).
     pub(crate) table_ttl: Option<Duration>,
+    /// Whether waiters are woken by the database (PostgreSQL's `LISTEN`/`NOTIFY`).
+    pub(crate) wake_ups: bool,
 }
 
 impl Default for Settings {
@@ -59,6 +61,7 @@ impl Default for Settings {
             previous_keys: false,
             abandoned_grace: idempotency_core::DEFAULT_ABANDONED_GRACE,
             table_ttl: None,
+            wake_ups: true,
         }
     }
 }

@@ -320,6 +320,16 @@ pub(crate) mod sealed {
             claim_then_complete(store, conn, request, outcome)
         }
 
+        /// A receiver of `key`'s wake-ups ([`Store::wake_ups`](idempotency_core::Store::wake_ups)):
+        /// `None` where the database wakes no waiter.
+        fn wake_ups(
+            store: &SqlStore<Self>,
+            key: &StorageKey,
+        ) -> impl Future<Output = Option<tokio::sync::watch::Receiver<()>>> + Send {
+            let _ = (store, key);
+            std::future::ready(None)
+        }
+
         /// Renews the lease of an owned record.
         fn touch(
             store: &SqlStore<Self>,

@@ -242,6 +242,8 @@ fn statements(table: &str) -> TableSql<Sql> {
                 vec![format!(
                     "ALTER TABLE {t} ADD COLUMN progress MEDIUMBLOB NULL"
                 )],
+                // 6: nothing on MySQL (PostgreSQL's waiter flag: MySQL has no `NOTIFY`).
+                vec![],
             ],
             mark_conflict: marks.mark,
             undo: format!(

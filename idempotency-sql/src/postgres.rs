@@ -2,6 +2,7 @@
 
 mod runs;
 mod statements;
+mod wake_ups;
 
 use std::time::Duration;
 
@@ -91,6 +92,20 @@ pub async fn migrate_table(
 /// ```
 pub type PostgresStore = SqlStore<Postgres>;
 
+impl PostgresStore {
+    /// Whether duplicates waiting for a key in flight elsewhere are woken by the database
+    /// (default on): the first waiter of a key in a process flags its record, and the
+    /// completion or release of a flagged record sends a `NOTIFY` on the table's channel, which
+    /// the store's one listener (a connection of its pool, opened by the first wait) hears.
+    /// Unflagged records send none, so a `NOTIFY`'s cost falls on contended keys only. Off:
+    /// waiters poll ([`Config::in_flight_poll`](idempotency_core::Config::in_flight_poll)), as
+    /// behind a pooler that does not keep `LISTEN` (PgBouncer in transaction mode).
+    pub fn with_wake_ups(mut self, enabled: bool) -> Self {
+        self.settings.wake_ups = enabled;
+        self
+    }
+}
+
 /// PostgreSQL's own statements, built once per table name.
 pub struct Sql {
     claim: String,
@@ -112,6 +127,11 @@ pub struct Sql {
     /// ([`TxStore::record_in_tx`](crate::TxStore::record_in_tx)): completed, with its outcome,
     /// its expiry the TTL away; nothing when the key exists, which `claim_bounded` decides.
     insert_recorded: String,
+    /// A waiter's flag on an in-progress record: its completion or release is notified
+    /// ([`wake_ups`]).
+    flag: String,
+    /// The listener of the table's channel, started by the first wait.
+    wake_ups: wake_ups::WakeUps,
     /// `complete` that also gives the run's hold back (`pg_advisory_unlock` of the key's first
     /// eight bytes, as [`crate::steps`] takes it), in the same round trip.
     complete_unhold: String,
@@ -253,6 +273,33 @@ impl Steps for Postgres {
             return Ok(None);
         }
         claim_then_complete(store, conn, request, outcome).await
+    }
+
+    /// The table's listener subscribed to `key`, then the record flagged (its completion or
+    /// release is notified from now on); `None` (waiters poll) if either fails.
+    async fn wake_ups(
+        store: &PostgresStore,
+        key: &StorageKey,
+    ) -> Option<tokio::sync::watch::Receiver<()>> {
+        if !store.settings.wake_ups {
+            return None;
+        }
+        let own = &store.sql.own;
+        let woken = own
+            .wake_ups
+            .subscribe(&store.pool, store.table_name(), key)
+            .await?;
+        let flagged = sqlx::query(&own.flag)
+            .bind(key.0.as_slice())
+            .execute(&store.pool)
+            .await;
+        match flagged {
+            Ok(_) => Some(woken),
+            Err(error) => {
+                tracing::debug!(%error, "a waiter's flag was not written; it polls");
+                None
+            }
+        }
     }
 
     async fn unhold_on(

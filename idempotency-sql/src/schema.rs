@@ -21,8 +21,9 @@ pub const SCHEMA_TABLE: &str = "idempotency_schema";
 /// The schema version this release brings record tables to: 1 is release 0.1's schema, 2 adds
 /// the claim id of in-progress records, 3 the conflict mark (`conflicts`, `last_conflict_at`),
 /// 4 what wrote each record (its mechanism and key derivation; rows written before read as
-/// unknown), 5 the checkpoints of runs with steps (`progress`).
-pub const SCHEMA_VERSION: u32 = 5;
+/// unknown), 5 the checkpoints of runs with steps (`progress`), 6 a waiter's flag on
+/// PostgreSQL (`waited`, see `PostgresStore::with_wake_ups`; nothing elsewhere).
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The statements a dialect runs to read and write versions. Each takes the record table's
 /// name as its one parameter, `write_version` the version as its second.

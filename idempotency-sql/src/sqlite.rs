@@ -169,6 +169,8 @@ fn statements(table: &str) -> TableSql<Sql> {
                 ],
                 // 5: the checkpoints of a run with steps (`Record::progress`).
                 vec![format!("ALTER TABLE {t} ADD COLUMN progress BLOB")],
+                // 6: nothing on SQLite (PostgreSQL's waiter flag: waiters share the process).
+                vec![],
             ],
             mark_conflict: marks.mark,
             undo: format!(

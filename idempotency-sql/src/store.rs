@@ -196,6 +196,10 @@ impl<D: Dialect> Store for SqlStore<D> {
     async fn mark_conflict(&self, key: &StorageKey) -> Result<bool, StoreError> {
         D::mark(&self.pool, &self.sql.mark_conflict, key).await
     }
+
+    async fn wake_ups(&self, key: &StorageKey) -> Option<tokio::sync::watch::Receiver<()>> {
+        D::wake_ups(self, key).await
+    }
 }
 
 impl<D: Dialect> TxStore for SqlStore<D> {

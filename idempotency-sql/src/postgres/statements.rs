@@ -131,13 +131,23 @@ pub(super) fn statements(table: &str) -> TableSql<Sql> {
                 start,
                 start_held,
                 insert_recorded,
+                flag: format!(
+                    "UPDATE {t} SET waited = true \
+                     WHERE key_hash = $1 AND state = 'in_progress' AND waited IS NOT TRUE"
+                ),
+                wake_ups: Default::default(),
                 claim: claim(false),
                 claim_bounded: claim(true),
             },
-            complete: format!(
-                "UPDATE {t} SET state = 'completed', response_status = $3, response_body = $4, \
-                 completed_at = {NOW}, updated_at = {NOW}, \
-                 expires_at = {NOW} + $5 * interval '1 microsecond' WHERE {owned}"
+            // A row a waiter flagged is notified on the table's channel (`wake_ups`); one row
+            // back per row completed, as an `UPDATE` counts them.
+            complete: notifying(
+                &format!(
+                    "UPDATE {t} SET state = 'completed', response_status = $3, \
+                     response_body = $4, completed_at = {NOW}, updated_at = {NOW}, \
+                     expires_at = {NOW} + $5 * interval '1 microsecond' WHERE {owned}"
+                ),
+                table,
             ),
             touch: format!(
                 "UPDATE {t} SET expires_at = {NOW} + $3 * interval '1 microsecond', \
@@ -208,15 +218,29 @@ pub(super) fn statements(table: &str) -> TableSql<Sql> {
                 vec![format!(
                     "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS progress BYTEA"
                 )],
+                // 6: a waiter's flag (`wake_ups`): its completion or release is notified.
+                vec![format!(
+                    "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS waited BOOLEAN"
+                )],
             ],
             mark_conflict: marks.mark,
             undo: format!(
                 "DELETE FROM {t} WHERE key_hash = $1 AND claim_id = $2 AND state = 'in_progress'"
             ),
-            release: format!("DELETE FROM {t} WHERE {owned}"),
+            release: notifying(&format!("DELETE FROM {t} WHERE {owned}"), table),
             delete: format!("DELETE FROM {t} WHERE key_hash = $1 AND token = $2"),
             get: format!("SELECT {} FROM {t} WHERE key_hash = $1", record_columns()),
             select_records: format!("SELECT {} FROM {t} WHERE TRUE", record_columns()),
         }
     }
+}
+
+/// `write` (an `UPDATE` or `DELETE` of owned rows) that also notifies the rows a waiter flagged
+/// on `table`'s channel, the key as payload: one row back per row written.
+fn notifying(write: &str, table: &str) -> String {
+    format!(
+        "WITH w AS ({write} RETURNING key_hash, waited) \
+         SELECT CASE WHEN w.waited THEN pg_notify('{table}', encode(w.key_hash, 'hex')) END \
+         FROM w"
+    )
 }

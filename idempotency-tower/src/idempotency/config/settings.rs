@@ -310,6 +310,7 @@ impl Settings {
     }
 
     /// The principal `parts` is scoped to (`None` with a shared scope, or without one).
+    #[cfg(feature = "steps")]
     pub(crate) fn principal_of(&self, parts: &Parts) -> Option<String> {
         match &self.principal {
             PrincipalSource::Shared => None,
