@@ -65,6 +65,13 @@ idempotency_test::store_conformance_tests!(async {
     }
 });
 
+idempotency_test::checkpoint_conformance_tests!(async {
+    match connection().await {
+        Ok(connection) => Some(RedisStore::new(connection).with_key_prefix("test:cluster:")),
+        Err(error) => unavailable("Redis Cluster", error),
+    }
+});
+
 idempotency_test::token_conformance_tests!(async {
     match connection().await {
         Ok(connection) => {

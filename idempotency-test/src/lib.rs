@@ -17,6 +17,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod checkpoints;
 mod conflicts;
 mod fault_proxy;
 mod macros;
@@ -29,6 +30,7 @@ mod spans;
 mod support;
 mod tokens;
 
+pub use checkpoints::checkpoints;
 pub use conflicts::conflict_marks;
 pub use fault_proxy::{FaultProxy, LinkFault};
 pub use model::{Walk, model_walk};

@@ -10,8 +10,8 @@ use crate::fencing;
 use crate::time::{unix_micros_now, unix_millis};
 use crate::unanswered::Sent;
 use idempotency_core::{
-    Claim, ClaimRequest, CompleteRequest, FencingToken, Fingerprint, Lease, Outcome, Record,
-    StorageKey, StoreError,
+    Claim, ClaimRequest, CompleteRequest, FencingToken, Fingerprint, Lease, Outcome, Progress,
+    Record, StorageKey, StoreError, TouchRequest,
 };
 
 use super::RedisStore;
@@ -140,9 +140,11 @@ where
         key: &StorageKey,
         token: FencingToken,
     ) -> Result<(), StoreError> {
+        let record_key = self.record_key(key);
         let mut invocation = self.scripts.release.prepare_invoke();
         invocation
-            .key(self.record_key(key))
+            .key(&record_key)
+            .key(progress_key(&record_key))
             .arg(&codec::token_bytes(token)[..])
             .arg(self.publish);
         // The record and its token go (no fence key is kept): this process's later tokens still
@@ -181,25 +183,81 @@ where
                 None => {}
             }
         }
-        let mut invocation = self.scripts.touch.prepare_invoke();
+        self.renew_scripted(key, token, &fields, px, None).await
+    }
+
+    pub(super) async fn checkpoint_op(
+        &self,
+        request: TouchRequest<'_>,
+        progress: &Progress,
+    ) -> Result<(), StoreError> {
+        let TouchRequest { key, token, lease } = request;
+        let (lease_ms, grace_ms) = (millis(lease), millis(self.grace));
+        let fields = codec::lease_fields(unix_millis(SystemTime::now()), lease_ms, grace_ms);
+        // At least 1 ms: a lease ended now (a pause) with no grace still names an expiry.
+        let px = lease_ms.saturating_add(grace_ms).max(1);
+        self.renew_scripted(key, token, &fields, px, Some(progress))
+            .await
+    }
+
+    /// Renews the lease by script, with `progress` written beside the record if given (the
+    /// checkpoint script, else the touch script).
+    async fn renew_scripted(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        fields: &[u8; 24],
+        px: u64,
+        progress: Option<&Progress>,
+    ) -> Result<(), StoreError> {
+        let record_key = self.record_key(key);
+        let script = match progress {
+            Some(_) => &self.scripts.checkpoint,
+            None => &self.scripts.touch,
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation.key(&record_key);
+        if progress.is_some() {
+            invocation.key(progress_key(&record_key));
+        }
         invocation
-            .key(self.record_key(key))
             .arg(&codec::token_bytes(token)[..])
             .arg(&fields[..])
             .arg(px);
-        let touched = self.owned_step(invocation).await;
-        match &touched {
-            Ok(()) => self.held.touched(key, token.get(), &fields),
+        if let Some(progress) = progress {
+            invocation.arg(progress.encode());
+        }
+        let renewed = self.owned_step(invocation).await;
+        match &renewed {
+            Ok(()) => self.held.touched(key, token.get(), fields),
             // Lost, or perhaps applied (a time-out): the record is no longer known exactly.
             Err(_) => self.held.forget(key),
         }
-        touched
+        renewed
     }
 
+    /// The record and its checkpoints in one `MGET` (one slot: the same hash tag); the
+    /// checkpoints count only for a record in progress with the created time they carry.
     pub(super) async fn get_op(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
-        let mut command = ::redis::cmd("GET");
-        command.arg(self.record_key(key));
-        let stored: Option<Vec<u8>> = self.query(&command).await?;
-        codec::record(key, stored)
+        let record_key = self.record_key(key);
+        let mut command = ::redis::cmd("MGET");
+        command.arg(&record_key).arg(progress_key(&record_key));
+        let (stored, progress): (Option<Vec<u8>>, Option<Vec<u8>>) = self.query(&command).await?;
+        let created = stored
+            .as_ref()
+            .filter(|stored| stored.first() == Some(&b'p'))
+            .and_then(|stored| stored.get(45..53).map(<[u8]>::to_vec));
+        let mut record = codec::record(key, stored)?;
+        if let (Some(record), Some(created), Some(progress)) = (&mut record, created, progress)
+            && progress.get(..8) == Some(&created[..])
+        {
+            record.progress = Some(Progress::decode(&progress[8..])?);
+        }
+        Ok(record)
     }
+}
+
+/// The key of a record's checkpoints: `<record key>:p`, in the record's slot (its hash tag).
+pub(super) fn progress_key(record_key: &str) -> String {
+    format!("{record_key}:p")
 }
