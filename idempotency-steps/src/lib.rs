@@ -42,16 +42,28 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod answer;
+#[cfg(feature = "sql")]
 mod call;
+mod checkpoints;
 mod completer;
 mod error;
+pub mod leased;
+#[cfg(feature = "sql")]
 mod run;
+#[cfg(feature = "sql")]
 mod runner;
+mod start;
+#[cfg(feature = "sql")]
 mod tx;
 
-pub use call::{Answer, CallError};
-pub use completer::{Completer, DEFAULT_COMPLETER_BATCH, DEFAULT_MAX_ATTEMPTS, Sweep};
+pub use answer::{Answer, CallError};
+pub use completer::{Completer, DEFAULT_COMPLETER_BATCH, DEFAULT_MAX_ATTEMPTS, RunSource, Sweep};
 pub use error::StepError;
+#[cfg(feature = "sql")]
 pub use run::{Run, Undo};
-pub use runner::{DEFAULT_MAX_INPUT, DEFAULT_RUN_LEASE, DEFAULT_RUN_TTL, Runner, Start, Started};
+#[cfg(feature = "sql")]
+pub use runner::{Runner, Started};
+pub use start::{DEFAULT_MAX_INPUT, DEFAULT_RUN_LEASE, DEFAULT_RUN_TTL, Start};
+#[cfg(feature = "sql")]
 pub use tx::{Connection, Db, StepTx};
