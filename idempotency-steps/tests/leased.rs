@@ -1,5 +1,5 @@
-//! Leased runs (steps on a core store: the memory store, and Redis at `REDIS_URL`, default
-//! `redis://127.0.0.1:6379`): a step whose checkpoint landed never runs again, a step cut off
+//! Leased runs (steps on a core store: the memory store, Redis at `REDIS_URL`, default
+//! `redis://127.0.0.1:6379`, and the Redis Cluster of `idempotency_test::redis_cluster`): a step whose checkpoint landed never runs again, a step cut off
 //! before its checkpoint runs again with the same downstream key, a dead owner's run is taken
 //! over when its lease ends and the stalled owner is fenced out, an ending compensates, a
 //! retry pauses and resumes, another payload is refused, and the completer resumes a run
@@ -454,5 +454,14 @@ every_check!(redis, async {
     match idempotency_redis::RedisStore::connect(&url).await {
         Ok(store) => Some(store.with_key_prefix("test:steps:")),
         Err(error) => idempotency_test::unavailable("Redis", error),
+    }
+});
+
+every_check!(cluster, async {
+    match idempotency_test::redis_cluster(idempotency_redis::connect_cluster).await {
+        Ok(connection) => {
+            Some(idempotency_redis::RedisStore::new(connection).with_key_prefix("test:steps:"))
+        }
+        Err(error) => idempotency_test::unavailable("Redis Cluster", error),
     }
 });

@@ -25,6 +25,7 @@ mod model;
 mod operations;
 #[cfg(feature = "tls")]
 pub mod pki;
+mod redis_cluster;
 pub mod redis_commands;
 mod spans;
 mod support;
@@ -37,6 +38,7 @@ pub use model::{Walk, model_walk};
 pub use operations::{
     KeptAudit, SharedBuffer, claimed, completed, operations_suite, unique_namespace,
 };
+pub use redis_cluster::{redis_cluster, redis_cluster_nodes};
 pub use spans::{CapturedSpan, SpanCapture, captured};
 use support::{
     LONG, PAST_SHORT, SHORT, acquire, binary_outcome, complete, fingerprint, request, touch,

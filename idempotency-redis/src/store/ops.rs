@@ -192,10 +192,11 @@ where
         progress: &Progress,
     ) -> Result<(), StoreError> {
         let TouchRequest { key, token, lease } = request;
-        let (lease_ms, grace_ms) = (millis(lease), millis(self.grace));
+        // A lease of zero ends now (a paused run, resumable at once), not in a millisecond.
+        let lease_ms = if lease.is_zero() { 0 } else { millis(lease) };
+        let grace_ms = millis(self.grace);
         let fields = codec::lease_fields(unix_millis(SystemTime::now()), lease_ms, grace_ms);
-        // At least 1 ms: a lease ended now (a pause) with no grace still names an expiry.
-        let px = lease_ms.saturating_add(grace_ms).max(1);
+        let px = lease_ms.saturating_add(grace_ms);
         self.renew_scripted(key, token, &fields, px, Some(progress))
             .await
     }
