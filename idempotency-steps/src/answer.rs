@@ -3,10 +3,10 @@
 //! its end that both runners' `run_once` share.
 
 use std::future::Future;
+use std::time::Duration;
 
 use idempotency_core::{
-    Error, Fingerprint, IdempotencyKey, Mechanism, Outcome, Record, Scope, StorageKey,
-    canonical_json,
+    Error, Fingerprint, IdempotencyKey, Mechanism, Outcome, Record, Scope, canonical_json,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -63,25 +63,69 @@ pub(crate) trait Owned: Sized {
     fn pause(self) -> impl Future<Output = ()> + Send;
 }
 
-/// The storage key, fingerprint and kept bytes of a call of `key` in `scope` with `input`
-/// (the fingerprint is the input's canonical JSON).
-pub(crate) fn call_parts<I: Serialize>(
-    scope: &Scope,
-    key: &IdempotencyKey,
-    input: &I,
-) -> Result<(StorageKey, Fingerprint, Vec<u8>), Error> {
-    let kept = serde_json::to_value(input).map_err(codec)?;
-    let fingerprint = Fingerprint::of_bytes(canonical_json(&kept).as_bytes());
-    let storage_key = scope.storage_key_for(Mechanism::Function, key.as_str());
-    Ok((
-        storage_key,
-        fingerprint,
-        serde_json::to_vec(&kept).map_err(codec)?,
-    ))
+/// What a runner's start found, whichever runner: its run, or the answer without one.
+pub(crate) enum Found<O> {
+    /// This process owns the run.
+    Run(O),
+    /// The stored answer.
+    Replay(Outcome),
+    /// A live owner runs it.
+    InFlight(Duration),
+    /// Another payload's key.
+    Mismatch,
 }
 
-/// The start of the stopped run of `record` (as a completer lists it), and its kept input.
-pub(crate) fn resume_parts<I: DeserializeOwned>(record: &Record) -> Result<(Start<'_>, I), Error> {
+/// A runner, as a function's steps mode starts its runs (waiting up to its own wait).
+pub(crate) trait Starts {
+    /// The run it owns.
+    type Run: Owned;
+    /// Starts (or resumes) the run `start` names, waiting for a live owner up to the runner's
+    /// wait.
+    fn start_call(
+        &self,
+        start: Start<'_>,
+    ) -> impl Future<Output = Result<Found<Self::Run>, Error>> + Send;
+}
+
+/// A runner's `call`: `steps` run once per `key` in `scope` with `input` (its canonical JSON the
+/// fingerprint, kept for the completer).
+pub(crate) async fn call<T, I, R, F>(
+    runner: &T,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    input: I,
+    steps: F,
+) -> Result<R, CallError>
+where
+    T: Starts,
+    I: Serialize,
+    R: Serialize + DeserializeOwned,
+    F: AsyncFnOnce(&mut T::Run, I) -> Result<R, StepError>,
+{
+    let kept = serde_json::to_value(&input).map_err(codec)?;
+    let fingerprint = Fingerprint::of_bytes(canonical_json(&kept).as_bytes());
+    let storage_key = scope.storage_key_for(Mechanism::Function, key.as_str());
+    let bytes = serde_json::to_vec(&kept).map_err(codec)?;
+    let mut start = Start::new(&storage_key, scope.namespace(), &fingerprint, bytes);
+    start.mechanism = Some(Mechanism::Function);
+    run_once(runner, start, input, steps)
+        .await
+        .map(Answer::into_value)
+}
+
+/// A runner's `resume`: the stopped run of `record` (as a completer lists it) driven on with
+/// its kept input.
+pub(crate) async fn resume<T, I, R, F>(
+    runner: &T,
+    record: &Record,
+    steps: F,
+) -> Result<R, CallError>
+where
+    T: Starts,
+    I: DeserializeOwned,
+    R: Serialize + DeserializeOwned,
+    F: AsyncFnOnce(&mut T::Run, I) -> Result<R, StepError>,
+{
     let kept = record
         .progress
         .as_ref()
@@ -94,20 +138,30 @@ pub(crate) fn resume_parts<I: DeserializeOwned>(record: &Record) -> Result<(Star
         Vec::new(),
     );
     start.mechanism = record.mechanism;
-    Ok((start, input))
+    run_once(runner, start, input, steps)
+        .await
+        .map(Answer::into_value)
 }
 
-/// Runs `steps` on the run this process owns and stores (or pauses on) what they return.
-pub(crate) async fn drive<O, I, R, F>(
-    mut run: O,
+/// A runner's `run_once`: the run `start` names started or resumed and driven to its end (its
+/// answer stored, or paused), or its stored answer.
+pub(crate) async fn run_once<T, I, R, F>(
+    runner: &T,
+    start: Start<'_>,
     input: I,
     steps: F,
 ) -> Result<Answer<R>, CallError>
 where
-    O: Owned,
+    T: Starts,
     R: Serialize + DeserializeOwned,
-    F: AsyncFnOnce(&mut O, I) -> Result<R, StepError>,
+    F: AsyncFnOnce(&mut T::Run, I) -> Result<R, StepError>,
 {
+    let mut run = match runner.start_call(start).await? {
+        Found::Run(run) => run,
+        Found::Replay(outcome) => return replayed(&outcome),
+        Found::InFlight(after) => return Err(CallError::InFlight(after)),
+        Found::Mismatch => return Err(CallError::Mismatch),
+    };
     match steps(&mut run, input).await {
         Ok(result) => {
             let body = serde_json::to_vec(&result).map_err(codec)?;
@@ -143,7 +197,7 @@ async fn finish<O: Owned>(run: O, outcome: &Outcome) -> Result<(), CallError> {
 }
 
 /// The stored result of a completed call, replayed.
-pub(crate) fn replayed<R: DeserializeOwned>(outcome: &Outcome) -> Result<Answer<R>, CallError> {
+fn replayed<R: DeserializeOwned>(outcome: &Outcome) -> Result<Answer<R>, CallError> {
     let value = match outcome.status {
         ENDED => {
             return Err(CallError::Ended(

@@ -2,12 +2,12 @@
 //! key, its result stored and replayed, and [`Runner::resume`] drives a stopped call on (the
 //! completer).
 
-use idempotency_core::{IdempotencyKey, Mechanism, Outcome, Record, Scope};
+use idempotency_core::{Error, IdempotencyKey, Outcome, Record, Scope};
 use idempotency_sql::StepStore;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::answer::{self, Owned, call_parts, replayed, resume_parts};
+use crate::answer::{self, Found, Owned, Starts};
 use crate::{Answer, CallError, Run, Runner, Start, Started, StepError};
 
 impl<S: StepStore> Owned for Run<S> {
@@ -17,6 +17,19 @@ impl<S: StepStore> Owned for Run<S> {
 
     async fn pause(self) {
         Run::pause(self).await
+    }
+}
+
+impl<S: StepStore> Starts for Runner<S> {
+    type Run = Run<S>;
+
+    async fn start_call(&self, start: Start<'_>) -> Result<Found<Run<S>>, Error> {
+        Ok(match self.start_waiting(start, self.wait).await? {
+            Started::Run(run) => Found::Run(run),
+            Started::Replay(outcome) => Found::Replay(outcome),
+            Started::InFlight(after) => Found::InFlight(after),
+            Started::Mismatch => Found::Mismatch,
+        })
     }
 }
 
@@ -41,12 +54,7 @@ impl<S: StepStore> Runner<S> {
         R: Serialize + DeserializeOwned,
         F: AsyncFnOnce(&mut Run<S>, I) -> Result<R, StepError>,
     {
-        let (storage_key, fingerprint, bytes) = call_parts(scope, key, &input)?;
-        let mut start = Start::new(&storage_key, scope.namespace(), &fingerprint, bytes);
-        start.mechanism = Some(Mechanism::Function);
-        self.run_once(start, input, steps)
-            .await
-            .map(Answer::into_value)
+        answer::call(self, scope, key, input, steps).await
     }
 
     /// Drives on the stopped call of `record` (as the [`Completer`](crate::Completer) lists
@@ -57,10 +65,7 @@ impl<S: StepStore> Runner<S> {
         R: Serialize + DeserializeOwned,
         F: AsyncFnOnce(&mut Run<S>, I) -> Result<R, StepError>,
     {
-        let (start, input) = resume_parts(record)?;
-        self.run_once(start, input, steps)
-            .await
-            .map(Answer::into_value)
+        answer::resume(self, record, steps).await
     }
 
     /// Runs `steps` once for the run `start` names (its key, fingerprint and kept input, as
@@ -77,12 +82,6 @@ impl<S: StepStore> Runner<S> {
         R: Serialize + DeserializeOwned,
         F: AsyncFnOnce(&mut Run<S>, I) -> Result<R, StepError>,
     {
-        let run = match self.start_waiting(start, self.wait).await? {
-            Started::Run(run) => run,
-            Started::Replay(outcome) => return replayed(&outcome),
-            Started::InFlight(after) => return Err(CallError::InFlight(after)),
-            Started::Mismatch => return Err(CallError::Mismatch),
-        };
-        answer::drive(run, input, steps).await
+        answer::run_once(self, start, input, steps).await
     }
 }
