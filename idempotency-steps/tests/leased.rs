@@ -229,6 +229,56 @@ async fn a_stalled_owner_taken_over_is_fenced_out<S: Store + Operations>(store: 
     ));
 }
 
+async fn a_step_longer_than_the_lease_keeps_its_run<S: Store + Operations>(store: Arc<S>) {
+    let runner = Runner::new(store).with_lease(SHORT);
+    let (scope, key) = fresh();
+    let storage = scope.storage_key(&key);
+    let fingerprint = Fingerprint::of_bytes(b"order 7");
+    let start = || Start::new(&storage, scope.namespace(), &fingerprint, &b"7"[..]);
+    let Started::Run(mut run) = runner.start(start()).await.unwrap() else {
+        panic!("a new key is run");
+    };
+    let claimed = runner.store().get(&storage).await.unwrap().unwrap();
+    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+    let owner = tokio::spawn(async move {
+        let captured: u32 = run
+            .foreign("capture", async |_| {
+                finished.await.unwrap();
+                Ok(1)
+            })
+            .await
+            .unwrap();
+        run.complete(&Outcome::new(200, captured.to_string()))
+            .await
+            .unwrap();
+    });
+    // The heartbeat renews the lease while the step runs: wait until a renewal came after the
+    // claim's lease would have ended.
+    let renewed = async {
+        loop {
+            let record = runner.store().get(&storage).await.unwrap().unwrap();
+            if record.updated_at >= claimed.expires_at {
+                return record;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let renewed = tokio::time::timeout(WAIT, renewed)
+        .await
+        .expect("the heartbeat renews the lease");
+    assert_eq!(renewed.state, RecordState::InProgress);
+    assert!(
+        matches!(runner.start(start()).await.unwrap(), Started::InFlight(_)),
+        "a live owner's run is not taken over"
+    );
+    finish.send(()).unwrap();
+    owner.await.unwrap();
+    assert!(matches!(
+        runner.start(start()).await.unwrap(),
+        Started::Replay(outcome) if outcome.body == "1"
+    ));
+}
+
 async fn an_ending_compensates_last_step_first<S: Store + Operations>(store: Arc<S>) {
     let runner = Runner::new(store);
     let (scope, key) = fresh();
@@ -441,7 +491,8 @@ macro_rules! every_check {
         leased_tests!($store, $make;
             completes_then_replays, a_crash_after_a_checkpoint_resumes_after_it,
             a_crash_inside_a_step_calls_it_again_with_the_same_key,
-            a_stalled_owner_taken_over_is_fenced_out, an_ending_compensates_last_step_first,
+            a_stalled_owner_taken_over_is_fenced_out, a_step_longer_than_the_lease_keeps_its_run,
+            an_ending_compensates_last_step_first,
             a_retry_pauses_and_a_call_resumes, another_payload_is_a_mismatch,
             the_completer_resumes_an_abandoned_run);
     };
