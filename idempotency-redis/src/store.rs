@@ -3,6 +3,8 @@
 
 mod ops;
 
+pub(crate) use ops::progress_key;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -237,28 +237,17 @@ where
         renewed
     }
 
-    /// The record and its checkpoints in one `MGET` (one slot: the same hash tag); the
-    /// checkpoints count only for a record in progress with the created time they carry.
+    /// The record and its checkpoints in one `MGET` (one slot: the same hash tag).
     pub(super) async fn get_op(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         let record_key = self.record_key(key);
         let mut command = ::redis::cmd("MGET");
         command.arg(&record_key).arg(progress_key(&record_key));
         let (stored, progress): (Option<Vec<u8>>, Option<Vec<u8>>) = self.query(&command).await?;
-        let created = stored
-            .as_ref()
-            .filter(|stored| stored.first() == Some(&b'p'))
-            .and_then(|stored| stored.get(45..53).map(<[u8]>::to_vec));
-        let mut record = codec::record(key, stored)?;
-        if let (Some(record), Some(created), Some(progress)) = (&mut record, created, progress)
-            && progress.get(..8) == Some(&created[..])
-        {
-            record.progress = Some(Progress::decode(&progress[8..])?);
-        }
-        Ok(record)
+        codec::record_with_progress(key, stored, progress)
     }
 }
 
 /// The key of a record's checkpoints: `<record key>:p`, in the record's slot (its hash tag).
-pub(super) fn progress_key(record_key: &str) -> String {
+pub(crate) fn progress_key(record_key: &str) -> String {
     format!("{record_key}:p")
 }

@@ -15,8 +15,8 @@ pub const DEFAULT_SCAN_LIMIT: u64 = 10_000;
 
 /// The stopped runs of a core store, as a [`Completer`](crate::Completer) finds them: records
 /// in progress whose lease ended (a dead or paused owner) and that have checkpoints, found by
-/// the store's record scan ([`Operations::page`]), each then read with its checkpoints
-/// ([`Store::get`]: on Redis they are kept beside the record).
+/// the store's record scan ([`Operations::page`], which lists each record with its checkpoints:
+/// one read per page of records, none per run).
 ///
 /// ```
 /// use idempotency_core::MemoryStore;
@@ -61,15 +61,11 @@ impl<S: Store + Operations> RunSource for Abandoned<S> {
             };
             let page = self.store.page(request).await?;
             examined += page.examined;
-            for listed in page.records {
-                if found.len() >= limit {
-                    break;
-                }
-                let record = self.store.get(&listed.key).await?;
-                if let Some(record) = record.filter(|record| record.progress.is_some()) {
-                    found.push(record);
-                }
-            }
+            let runs = page
+                .records
+                .into_iter()
+                .filter(|record| record.progress.is_some());
+            found.extend(runs.take(limit - found.len()));
             match page.next {
                 Some(next) if found.len() < limit && examined < self.scan_limit => cursor = next,
                 _ => break,
