@@ -361,6 +361,12 @@ pub(super) fn completed_from(in_progress: &[u8], fields: &[u8; 26], body: &[u8])
     record
 }
 
+/// The key of a record's checkpoints (a run with steps, [`super::scripts::CHECKPOINT`]):
+/// `<record key>:p`, in the record's slot (its hash tag).
+pub(crate) fn progress_key(record_key: &str) -> String {
+    format!("{record_key}:p")
+}
+
 /// The record `stored` with the run's checkpoints `progress` (`<record key>:p`), which count
 /// only for a record in progress with the created time they start with (a takeover keeps it; a
 /// new record of the key has another).

@@ -18,7 +18,7 @@ use ::redis::{RedisError, Value};
 
 use super::codec;
 use super::error::{bounded, map_error};
-use super::store::{RedisStore, progress_key};
+use super::store::RedisStore;
 use idempotency_core::{BoxFuture, FencingToken, StorageKey, StoreError};
 use idempotency_operations::{Cursor, Operations, Page, PageRequest, Query};
 
@@ -304,7 +304,7 @@ impl<C: ScanConnection> RedisStore<C> {
         let names: Vec<String> = keys
             .iter()
             .map(|(key, _)| key.clone())
-            .chain(keys.iter().map(|(key, _)| progress_key(key)))
+            .chain(keys.iter().map(|(key, _)| codec::progress_key(key)))
             .collect();
         let mut values = if names.is_empty() {
             Vec::new()

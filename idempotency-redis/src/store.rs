@@ -3,8 +3,6 @@
 
 mod ops;
 
-pub(crate) use ops::progress_key;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -325,7 +323,7 @@ where
         let mut invocation = self.scripts.delete.prepare_invoke();
         invocation
             .key(&record_key)
-            .key(ops::progress_key(&record_key))
+            .key(codec::progress_key(&record_key))
             .arg(&codec::token_bytes(token)[..]);
         self.held.forget(key);
         self.completed.forget(key);
@@ -444,7 +442,7 @@ where
                 let mut invocation = self.scripts.claim.prepare_invoke();
                 invocation
                     .key(&record_key)
-                    .key(ops::progress_key(&record_key))
+                    .key(codec::progress_key(&record_key))
                     .arg(&request.fingerprint.0[..])
                     .arg(token)
                     .arg(codec::in_progress_tail(

@@ -144,7 +144,7 @@ where
         let mut invocation = self.scripts.release.prepare_invoke();
         invocation
             .key(&record_key)
-            .key(progress_key(&record_key))
+            .key(codec::progress_key(&record_key))
             .arg(&codec::token_bytes(token)[..])
             .arg(self.publish);
         // The record and its token go (no fence key is kept): this process's later tokens still
@@ -219,7 +219,7 @@ where
         let mut invocation = script.prepare_invoke();
         invocation.key(&record_key);
         if progress.is_some() {
-            invocation.key(progress_key(&record_key));
+            invocation.key(codec::progress_key(&record_key));
         }
         invocation
             .arg(&codec::token_bytes(token)[..])
@@ -241,13 +241,10 @@ where
     pub(super) async fn get_op(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         let record_key = self.record_key(key);
         let mut command = ::redis::cmd("MGET");
-        command.arg(&record_key).arg(progress_key(&record_key));
+        command
+            .arg(&record_key)
+            .arg(codec::progress_key(&record_key));
         let (stored, progress): (Option<Vec<u8>>, Option<Vec<u8>>) = self.query(&command).await?;
         codec::record_with_progress(key, stored, progress)
     }
-}
-
-/// The key of a record's checkpoints: `<record key>:p`, in the record's slot (its hash tag).
-pub(crate) fn progress_key(record_key: &str) -> String {
-    format!("{record_key}:p")
 }
