@@ -279,6 +279,58 @@ async fn a_step_longer_than_the_lease_keeps_its_run<S: Store + Operations>(store
     ));
 }
 
+async fn a_duplicate_waits_for_the_live_run<S: Store + Operations>(store: Arc<S>) {
+    let runner = Runner::new(store);
+    let (scope, key) = fresh();
+    let storage = scope.storage_key(&key);
+    let fingerprint = Fingerprint::of_bytes(b"order 7");
+    let start = || Start::new(&storage, scope.namespace(), &fingerprint, &b"7"[..]);
+    let Started::Run(mut run) = runner.start(start()).await.unwrap() else {
+        panic!("a new key is run");
+    };
+    // Without a wait, and with one that runs out first: in flight.
+    let impatient = runner.clone().with_wait(Duration::from_millis(50));
+    let refused = impatient
+        .run_once(
+            start(),
+            7u32,
+            async |_, _: u32| -> Result<String, StepError> {
+                unreachable!("a live owner's run is not run twice")
+            },
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(CallError::InFlight(_))),
+        "{refused:?}"
+    );
+
+    // A duplicate that waits long enough gets the owner's answer, running nothing.
+    let patient = runner.clone().with_wait(WAIT);
+    let namespace = scope.namespace().to_owned();
+    let duplicate = tokio::spawn(async move {
+        let start = Start::new(&storage, &namespace, &fingerprint, &b"7"[..]);
+        patient
+            .run_once(
+                start,
+                7u32,
+                async |_, _: u32| -> Result<String, StepError> {
+                    unreachable!("a live owner's run is not run twice")
+                },
+            )
+            .await
+    });
+    let captured: String = run
+        .foreign("capture", async |_| Ok("captured 7".to_owned()))
+        .await
+        .unwrap();
+    let body = serde_json::to_vec(&captured).unwrap();
+    // The answer as a call stores it (status 0: returned), so the duplicate's call decodes it.
+    run.complete(&Outcome::new(0, body)).await.unwrap();
+    let answer = duplicate.await.unwrap().unwrap();
+    assert!(answer.replayed);
+    assert_eq!(answer.value, "captured 7");
+}
+
 async fn an_ending_compensates_last_step_first<S: Store + Operations>(store: Arc<S>) {
     let runner = Runner::new(store);
     let (scope, key) = fresh();
@@ -492,6 +544,7 @@ macro_rules! every_check {
             completes_then_replays, a_crash_after_a_checkpoint_resumes_after_it,
             a_crash_inside_a_step_calls_it_again_with_the_same_key,
             a_stalled_owner_taken_over_is_fenced_out, a_step_longer_than_the_lease_keeps_its_run,
+            a_duplicate_waits_for_the_live_run,
             an_ending_compensates_last_step_first,
             a_retry_pauses_and_a_call_resumes, another_payload_is_a_mismatch,
             the_completer_resumes_an_abandoned_run);
