@@ -56,8 +56,9 @@
 //!   ([`Error::LeaseLost`](idempotency_core::Error::LeaseLost)) at its next checkpoint. A Redis
 //!   failover to a replica that missed the last checkpoint, or a restart within the
 //!   `appendfsync` window, may lose that checkpoint: the step is then called again with the
-//!   same key. The memory store keeps runs as long as its process: after a restart every key
-//!   is new.
+//!   same key (a lost claim loses the whole record: the run starts again, every step with its
+//!   same key; an owner whose record reverted is fenced out). The memory store keeps runs as
+//!   long as its process: after a restart every key is new.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
