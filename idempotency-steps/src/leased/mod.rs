@@ -17,6 +17,15 @@
 //! | duplicates of a live run | wait on the database's lock, or in flight | wait for the store's wake-up (polling at most every 100 ms), or in flight |
 //! | completer's source | the store ([`crate::RunSource`]) | [`Abandoned`]: the store's record scan |
 //!
+//! | per leased run on Redis | round trips (counted in `tests/leased_round_trips.rs`) |
+//! |---|---|
+//! | start of a new run | 1: the claim's `SET … NX GET` |
+//! | a step | the call, then 1 checkpoint script |
+//! | a step completed before | none |
+//! | while a step runs | 1 heartbeat script every third of the lease |
+//! | pause, or the answer | 1 script |
+//! | resume of a paused or dead owner's run | 3: the claim, the takeover script, the checkpoints read (`MGET`) |
+//!
 //! Each step runs **at least once**: a crash after a step returned and before its checkpoint
 //! landed (or a lost checkpoint: a Redis failover, an `appendfsync` window) calls it again on
 //! resume, with the same downstream key, so the other service must deduplicate on that key.
