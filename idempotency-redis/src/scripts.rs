@@ -4,11 +4,11 @@
 //! A fresh claim, a replay and a claim of a live lease are one native `SET ... NX GET`, or a
 //! `GET` for a key the store saw completed (see [`super::store`]); Redis 7.0 has no
 //! compare-and-set, so complete, release, touch and the authoritative claim (a lease at or near
-//! its end) are scripts. Every script touches only its record key (and the claim and the
-//! checkpoint its checkpoints' key, which has the same hash tag), so it runs on one Cluster
-//! node, and each is kept to one `GET` and at most one write (the checkpoint: two): no `TIME` (the client sends the
-//! informational timestamps, the key's TTL is the only clock that decides anything), no
-//! `struct.pack` of fields the client can pack itself.
+//! its end) are scripts. Every script touches only its record key (and the claim, release,
+//! delete and checkpoint its checkpoints' key, which has the same hash tag), so it runs on one
+//! Cluster node, and each is kept to one `GET` and at most one write (the checkpoint: two): no
+//! `TIME` (the client sends the informational timestamps, the key's TTL is the only clock that
+//! decides anything), no `struct.pack` of fields the client can pack itself.
 //!
 //! A record is one packed string (see [`super::codec`] for the layout): an 81-byte header of
 //! big-endian integers and the raw fingerprint, then the namespace, then the outcome body as raw
@@ -30,9 +30,10 @@ macro_rules! owned {
 /// The authoritative claim, run when the native `SET ... NX GET` found an in-progress record
 /// whose lease is at or near its end by the client's clock.
 ///
-/// `KEYS[1]` record, `KEYS[2]` its checkpoints ([`CHECKPOINT`]). `ARGV`: fingerprint (32 bytes), candidate token (decimal, the client's next
-/// token), the new record's bytes from offset 53 on (updated, lease end, grace, status 0,
-/// namespace length, namespace), PX ms (lease + grace).
+/// `KEYS[1]` record, `KEYS[2]` its checkpoints ([`CHECKPOINT`]). `ARGV`: fingerprint (32
+/// bytes), candidate token (decimal, the client's next token), the new record's bytes from
+/// offset 53 on (updated, lease end, grace, status 0, namespace length, namespace), PX ms
+/// (lease + grace).
 ///
 /// The lease of an in-progress record ends `grace` before its key expires, so the time left is
 /// `PTTL - grace` (grace at offset 69): the server's own TTL decides, never a client clock. An
@@ -105,10 +106,10 @@ pub(super) const SETTLE: &str = "local v = redis.call('GET', KEYS[1])\n\
 /// publish command (as [`COMPLETE`]'s). Returns 1, or 0 if the token is stale.
 ///
 /// The record and its checkpoints are simply deleted (a claim of the key in the same
-/// millisecond would otherwise read them as its own): no fence key is left behind. The releasing process pushes its
-/// token clock past the released token (see [`super::fencing`]), so its own later tokens are
-/// greater; other processes order theirs by their clocks. Publishes as [`COMPLETE`] does: the
-/// waiters claim the key.
+/// millisecond would otherwise read them as its own): no fence key is left behind. The
+/// releasing process pushes its token clock past the released token (see
+/// [`super::fencing`]), so its own later tokens are greater; other processes order theirs by
+/// their clocks. Publishes as [`COMPLETE`] does: the waiters claim the key.
 pub(super) const RELEASE: &str = concat!(
     owned!(),
     "redis.call('DEL', KEYS[1], KEYS[2])\nredis.call(ARGV[2], KEYS[1], '')\nreturn 1\n"
@@ -140,7 +141,8 @@ pub(super) const CHECKPOINT: &str = concat!(
 );
 
 /// `KEYS[1]` record, `KEYS[2]` its checkpoints. `ARGV`: token (8 bytes). Deletes both, in any
-/// state, if the record's token is `ARGV[1]` (an operator's fenced delete). Returns 1, or 0 if absent or another token.
+/// state, if the record's token is `ARGV[1]` (an operator's fenced delete). Returns 1, or 0 if
+/// absent or another token.
 pub(super) const DELETE: &str = "local v = redis.call('GET', KEYS[1])\n\
      if not v or string.sub(v, 34, 41) ~= ARGV[1] then\n\
        return 0\n\

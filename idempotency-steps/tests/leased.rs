@@ -1,9 +1,10 @@
 //! Leased runs (steps on a core store: the memory store, Redis at `REDIS_URL`, default
-//! `redis://127.0.0.1:6379`, and the Redis Cluster of `idempotency_test::redis_cluster`): a step whose checkpoint landed never runs again, a step cut off
-//! before its checkpoint runs again with the same downstream key, a dead owner's run is taken
-//! over when its lease ends and the stalled owner is fenced out, an ending compensates, a
-//! retry pauses and resumes, another payload is refused, and the completer resumes a run
-//! nobody retries.
+//! `redis://127.0.0.1:6379`, and the Redis Cluster of `idempotency_test::redis_cluster`): a
+//! step whose checkpoint landed never runs again, a step cut off before its checkpoint runs
+//! again with the same downstream key, a dead owner's run is taken over when its lease ends
+//! and the stalled owner is fenced out, a step longer than the lease keeps its run (the
+//! heartbeat), a duplicate waits for the live run, an ending compensates, a retry pauses and
+//! resumes, another payload is refused, and the completer resumes a run nobody retries.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};

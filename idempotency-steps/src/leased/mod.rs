@@ -1,7 +1,8 @@
-//! Runs with steps on any core store that keeps checkpoints ([`Store::checkpoint`](idempotency_core::Store::checkpoint): Redis,
-//! Redis Cluster, Valkey, the memory store), where the steps are not in a business database:
-//! every step is **foreign** (a call to another service with its downstream key), checkpointed
-//! on the run's record as soon as it returns, and the owner keeps the run by its **lease**.
+//! Runs with steps on any core store that keeps checkpoints
+//! ([`Store::checkpoint`](idempotency_core::Store::checkpoint): Redis, Redis Cluster, Valkey,
+//! the memory store), where the steps are not in a business database: every step is
+//! **foreign** (a call to another service with its downstream key), checkpointed on the run's
+//! record as soon as it returns, and the owner keeps the run by its **lease**.
 //!
 //! The same run as on a SQL store ([`crate::Runner`], [`crate::Run`]), with what each store
 //! can guarantee:
