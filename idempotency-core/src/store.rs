@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::{
-    ClaimId, FencingToken, Fingerprint, Mechanism, Outcome, Record, RecordState, StorageKey,
-    StoreError,
+    ClaimId, FencingToken, Fingerprint, Mechanism, Outcome, Progress, Record, RecordState,
+    StorageKey, StoreError,
 };
 
 /// How long every store keeps an abandoned in-progress record after its lease ended (default of
@@ -147,6 +147,22 @@ pub trait Store: Send + Sync + 'static {
         request: TouchRequest<'_>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Writes `progress` (a run's checkpoints, crate `idempotency-steps`) on the in-progress
+    /// record of `request.key` held by `request.token` and renews its lease, in one step; read
+    /// back in [`Record::progress`] while the record is in progress (a takeover keeps it; a
+    /// takeover with another fingerprint is a [`Claim::Mismatch`]). [`StoreError::LeaseLost`]
+    /// if the token does not hold it. The default keeps no checkpoints: [`StoreError::Config`].
+    fn checkpoint(
+        &self,
+        request: TouchRequest<'_>,
+        progress: &Progress,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (request, progress);
+        std::future::ready(Err(StoreError::Config(
+            "this store keeps no checkpoints".into(),
+        )))
+    }
+
     /// Reads a record as it is (expired records included until purged).
     fn get(
         &self,
@@ -254,6 +270,11 @@ pub trait DynStore: Send + Sync + 'static {
         claim_id: ClaimId,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
     fn touch_dyn<'a>(&'a self, request: TouchRequest<'a>) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn checkpoint_dyn<'a>(
+        &'a self,
+        request: TouchRequest<'a>,
+        progress: &'a Progress,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
     fn get_dyn<'a>(
         &'a self,
         key: &'a StorageKey,
@@ -306,6 +327,13 @@ impl<S: Store> DynStore for S {
     }
     fn touch_dyn<'a>(&'a self, request: TouchRequest<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.touch(request))
+    }
+    fn checkpoint_dyn<'a>(
+        &'a self,
+        request: TouchRequest<'a>,
+        progress: &'a Progress,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.checkpoint(request, progress))
     }
     fn get_dyn<'a>(
         &'a self,
@@ -381,6 +409,13 @@ impl Store for BoxStore {
     async fn touch(&self, request: TouchRequest<'_>) -> Result<(), StoreError> {
         self.0.touch_dyn(request).await
     }
+    async fn checkpoint(
+        &self,
+        request: TouchRequest<'_>,
+        progress: &Progress,
+    ) -> Result<(), StoreError> {
+        self.0.checkpoint_dyn(request, progress).await
+    }
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         self.0.get_dyn(key).await
     }
@@ -439,6 +474,13 @@ impl<S: Store> Store for Arc<S> {
         request: TouchRequest<'_>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).touch(request)
+    }
+    fn checkpoint(
+        &self,
+        request: TouchRequest<'_>,
+        progress: &Progress,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).checkpoint(request, progress)
     }
     fn get(
         &self,

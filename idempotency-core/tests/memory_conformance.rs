@@ -3,6 +3,7 @@
 use idempotency_core::MemoryStore;
 
 idempotency_test::store_conformance_tests!(async { Some(MemoryStore::new()) });
+idempotency_test::checkpoint_conformance_tests!(async { Some(MemoryStore::new()) });
 
 /// With its grace over, a purge removes an abandoned lease; the claim after it is a fresh first
 /// attempt with a greater token.

@@ -361,6 +361,33 @@ pub(super) fn completed_from(in_progress: &[u8], fields: &[u8; 26], body: &[u8])
     record
 }
 
+/// The key of a record's checkpoints (a run with steps, [`super::scripts::CHECKPOINT`]):
+/// `<record key>:p`, in the record's slot (its hash tag).
+pub(crate) fn progress_key(record_key: &str) -> String {
+    format!("{record_key}:p")
+}
+
+/// The record `stored` with the run's checkpoints `progress` (`<record key>:p`), which count
+/// only for a record in progress with the created time they start with (a takeover keeps it; a
+/// new record of the key has another).
+pub(super) fn record_with_progress(
+    key: &StorageKey,
+    stored: Option<Vec<u8>>,
+    progress: Option<Vec<u8>>,
+) -> Result<Option<Record>, StoreError> {
+    let created = stored
+        .as_ref()
+        .filter(|stored| stored.first() == Some(&b'p'))
+        .and_then(|stored| stored.get(45..53).map(<[u8]>::to_vec));
+    let mut record = record(key, stored)?;
+    if let (Some(record), Some(created), Some(progress)) = (&mut record, created, progress)
+        && progress.get(..8) == Some(&created[..])
+    {
+        record.progress = Some(idempotency_core::Progress::decode(&progress[8..])?);
+    }
+    Ok(record)
+}
+
 /// Decodes a stored record (`GET`); `None` is an absent key.
 pub(super) fn record(
     key: &StorageKey,

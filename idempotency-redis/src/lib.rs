@@ -14,8 +14,9 @@
 //!   ([`RedisStore::with_wake_ups`]), so duplicates waiting in other processes are answered at
 //!   once.
 //!
-//! Every command and script touches one key, which carries the record's hash tag
-//! (`{<key hex>}`), so both stores run unchanged on Redis Cluster.
+//! Every command and script touches one key, or a record's key and its checkpoints' key
+//! ([`Store::checkpoint`](idempotency_core::Store::checkpoint)), which carry the record's hash
+//! tag (`{<key hex>}`), so both stores run unchanged on Redis Cluster.
 //!
 //! ```no_run
 //! use idempotency_redis::{RedisStore, RedisTokenStore, connect};

@@ -5,8 +5,9 @@
 //! namespace costs a read of every record. One node is scanned with `SCAN … MATCH
 //! <prefix>{* COUNT <batch>`; a Cluster's masters (from `CLUSTER NODES`, in address order) are
 //! scanned one after the other, the cursor naming the master and its `SCAN` cursor. The records
-//! of one step are read in one round trip: `MGET` on one server, a pipeline of `GET`s sent to
-//! the master that was scanned on a Cluster (the keys a master's `SCAN` returns live on it).
+//! of one step are read in one round trip, each with its run's checkpoints (`<key>:p`, in its
+//! slot): `MGET` on one server, a pipeline of `GET`s sent to the master that was scanned on a
+//! Cluster (the keys a master's `SCAN` returns live on it).
 
 use std::time::{Duration, SystemTime};
 
@@ -299,8 +300,13 @@ impl<C: ScanConnection> RedisStore<C> {
             .into_iter()
             .filter_map(|key| self.storage_key_of(&key).map(|storage| (key, storage)))
             .collect();
-        let names: Vec<String> = keys.iter().map(|(key, _)| key.clone()).collect();
-        let values = if names.is_empty() {
+        // Each record with its run's checkpoints, in the same read (one slot each, one node).
+        let names: Vec<String> = keys
+            .iter()
+            .map(|(key, _)| key.clone())
+            .chain(keys.iter().map(|(key, _)| codec::progress_key(key)))
+            .collect();
+        let mut values = if names.is_empty() {
             Vec::new()
         } else {
             connection
@@ -310,8 +316,9 @@ impl<C: ScanConnection> RedisStore<C> {
         };
         let now = SystemTime::now();
         let mut records = Vec::new();
-        for ((_, key), value) in keys.iter().zip(values) {
-            if let Some(record) = codec::record(key, value)?
+        let progress = values.split_off(keys.len().min(values.len()));
+        for (((_, key), value), progress) in keys.iter().zip(values).zip(progress) {
+            if let Some(record) = codec::record_with_progress(key, value, progress)?
                 && query.matches(&record, now)
             {
                 records.push(record);
@@ -319,7 +326,7 @@ impl<C: ScanConnection> RedisStore<C> {
         }
         Ok(Page {
             records,
-            examined: names.len() as u64,
+            examined: keys.len() as u64,
             next,
         })
     }

@@ -18,7 +18,7 @@ use super::{fencing, scripts};
 use crate::time::unix_micros_now;
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, CompleteRequest, DEFAULT_ABANDONED_GRACE, FencingToken,
-    Fingerprint, Outcome, Record, StorageKey, Store, StoreError, TouchRequest,
+    Fingerprint, Outcome, Progress, Record, StorageKey, Store, StoreError, TouchRequest,
 };
 
 /// Default prefix of every key the store writes.
@@ -35,12 +35,14 @@ pub(super) struct Scripts {
     settle: Script,
     release: Script,
     touch: Script,
+    checkpoint: Script,
     delete: Script,
     pub(super) mark_conflict: Script,
 }
 
 /// A [`Store`] on Redis (7.0 or later) or Redis Cluster. Every step is one round trip, except
-/// the takeover of a crashed owner's lease (two); `get` is one `GET`.
+/// the takeover of a crashed owner's lease (two); `get` is one `MGET` (the record and a run's
+/// checkpoints).
 ///
 /// | step | command | round trips |
 /// |---|---|---|
@@ -50,13 +52,17 @@ pub(super) struct Scripts {
 /// | claim of a live lease (in progress, or mismatch) | the same `SET`: it returns the record | 1 |
 /// | claim of a lease at or near its end | the same `SET`, then the claim script (`EVALSHA`): takeover, or in progress | 2 |
 /// | complete or touch of a lease this process claimed, on Valkey 8.1 or Redis 8.4 | `SET k v IFEQ <its in-progress record> PX ms`; if the record changed meanwhile (taken over, or renewed by a call whose answer was lost), the step's script decides | 1 (2) |
+/// | checkpoint of a run with steps ([`Store::checkpoint`]): the lease renewed, the progress written to `<record key>:p` | one Lua script | 1 |
 /// | complete and touch otherwise, release, settle of a pending claim | one Lua script each (`EVALSHA`, loaded once, reloaded on `NOSCRIPT`); complete, settle and release also `PUBLISH` on the record key's channel, inside the script (`SPUBLISH` on a Cluster; pipelined after a native complete) | 1 |
-/// | duplicates waiting here for a key in flight ([`with_wake_ups`](Self::with_wake_ups)) | on the listener's connection, `SUBSCRIBE` to the key's channel (`SSUBSCRIBE` on a Cluster, to the key's node) once per key, however many wait, before one `GET` of the record; one `GET` per message heard, and per [`in_flight_poll`](idempotency_core::Config::in_flight_poll) tick (the fallback); `UNSUBSCRIBE` (`SUNSUBSCRIBE`) when the wait ends | 1 per key + 1 per read |
+/// | duplicates waiting here for a key in flight ([`with_wake_ups`](Self::with_wake_ups)) | on the listener's connection, `SUBSCRIBE` to the key's channel (`SSUBSCRIBE` on a Cluster, to the key's node) once per key, however many wait, before one read of the record (`get`); one read per message heard, and per [`in_flight_poll`](idempotency_core::Config::in_flight_poll) tick (the fallback); `UNSUBSCRIBE` (`SUNSUBSCRIBE`) when the wait ends | 1 per key + 1 per read |
 ///
 /// - **Records** are one packed string each (an 81-byte binary header, the namespace of at most
 ///   32 767 bytes, a conflict mark once [`Store::mark_conflict`] set one (one script), the
-///   outcome body as raw bytes) under `<prefix>{<key hex>}`. Every command and script touches
-///   that one key, so the store runs unchanged on Redis Cluster.
+///   outcome body as raw bytes) under `<prefix>{<key hex>}`; a run's checkpoints under
+///   `<prefix>{<key hex>}:p`, stamped with the record's created time and read only while the
+///   record is in progress with that time (a takeover keeps them; release and delete remove
+///   them; they expire with the lease they were written with). Every command and script
+///   touches keys of that one hash tag, so the store runs unchanged on Redis Cluster.
 /// - **Duplicates read**: the store remembers (in a fixed table of 16 384 slots, 128 KiB) the
 ///   keys it completed and the completed records its claims found. Their next claims, the
 ///   duplicates of a request done, are a `GET`, which the server serves faster than a `SET` that
@@ -200,6 +206,7 @@ where
                 settle: Script::new(scripts::SETTLE),
                 release: Script::new(scripts::RELEASE),
                 touch: Script::new(scripts::TOUCH),
+                checkpoint: Script::new(scripts::CHECKPOINT),
                 delete: Script::new(scripts::DELETE),
                 mark_conflict: Script::new(scripts::MARK_CONFLICT),
             }),
@@ -312,9 +319,11 @@ where
         key: &StorageKey,
         token: FencingToken,
     ) -> Result<bool, StoreError> {
+        let record_key = self.record_key(key);
         let mut invocation = self.scripts.delete.prepare_invoke();
         invocation
-            .key(self.record_key(key))
+            .key(&record_key)
+            .key(codec::progress_key(&record_key))
             .arg(&codec::token_bytes(token)[..]);
         self.held.forget(key);
         self.completed.forget(key);
@@ -432,7 +441,8 @@ where
                 let token = fencing::next_at(now_us);
                 let mut invocation = self.scripts.claim.prepare_invoke();
                 invocation
-                    .key(record_key)
+                    .key(&record_key)
+                    .key(codec::progress_key(&record_key))
                     .arg(&request.fingerprint.0[..])
                     .arg(token)
                     .arg(codec::in_progress_tail(
@@ -530,6 +540,15 @@ where
     async fn touch(&self, request: TouchRequest<'_>) -> Result<(), StoreError> {
         let TouchRequest { key, token, lease } = request;
         bounded(self.call_timeout, self.touch_op(key, token, lease)).await
+    }
+
+    /// One script: fenced, the lease renewed, the progress written beside the record.
+    async fn checkpoint(
+        &self,
+        request: TouchRequest<'_>,
+        progress: &Progress,
+    ) -> Result<(), StoreError> {
+        bounded(self.call_timeout, self.checkpoint_op(request, progress)).await
     }
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {

@@ -5,60 +5,25 @@
 //! reachable and `.ci/redis-cluster.sh` exists, it is run once to start the cluster on the
 //! loopback ports; if that fails too, the suite is skipped (or fails under `CI=true`).
 
-use std::sync::OnceLock;
-
-use idempotency_core::StoreError;
 use idempotency_redis::{RedisStore, RedisTokenStore, connect_cluster};
 use idempotency_test::unavailable;
 
 fn nodes() -> Vec<String> {
-    std::env::var("REDIS_CLUSTER_URLS")
-        .unwrap_or_else(|_| {
-            "redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003".to_owned()
-        })
-        .split(',')
-        .map(|node| node.trim().to_owned())
-        .filter(|node| !node.is_empty())
-        .collect()
+    idempotency_test::redis_cluster_nodes()
 }
 
-/// Starts the cluster with the CI script, once per test binary, when the environment names no
-/// cluster of its own.
-fn start_cluster_once() -> &'static Result<(), String> {
-    static STARTED: OnceLock<Result<(), String>> = OnceLock::new();
-    STARTED.get_or_init(|| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../.ci/redis-cluster.sh");
-        if std::env::var_os("REDIS_CLUSTER_URLS").is_some() {
-            return Err("REDIS_CLUSTER_URLS is set: not starting a cluster".to_owned());
-        }
-        let status = std::process::Command::new("bash")
-            .arg(script)
-            .status()
-            .map_err(|error| format!("{script}: {error}"))?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(format!("{script} exited with {status}"))
-        }
-    })
-}
-
-async fn connection() -> Result<idempotency_redis::ClusterConnection, StoreError> {
-    match connect_cluster(nodes()).await {
-        Ok(connection) => Ok(connection),
-        Err(first) => {
-            let started = tokio::task::spawn_blocking(start_cluster_once)
-                .await
-                .map_err(|error| StoreError::Backend(error.to_string().into()))?;
-            match started {
-                Ok(()) => connect_cluster(nodes()).await,
-                Err(reason) => Err(StoreError::Unavailable(format!("{first}; {reason}").into())),
-            }
-        }
-    }
+async fn connection() -> Result<idempotency_redis::ClusterConnection, String> {
+    idempotency_test::redis_cluster(connect_cluster).await
 }
 
 idempotency_test::store_conformance_tests!(async {
+    match connection().await {
+        Ok(connection) => Some(RedisStore::new(connection).with_key_prefix("test:cluster:")),
+        Err(error) => unavailable("Redis Cluster", error),
+    }
+});
+
+idempotency_test::checkpoint_conformance_tests!(async {
     match connection().await {
         Ok(connection) => Some(RedisStore::new(connection).with_key_prefix("test:cluster:")),
         Err(error) => unavailable("Redis Cluster", error),

@@ -15,6 +15,13 @@ idempotency_test::store_conformance_tests!(async {
     }
 });
 
+idempotency_test::checkpoint_conformance_tests!(async {
+    match RedisStore::connect(&url()).await {
+        Ok(store) => Some(store.with_key_prefix("test:conformance:")),
+        Err(error) => unavailable("Redis", error),
+    }
+});
+
 idempotency_test::token_conformance_tests!(async {
     match RedisTokenStore::connect(&url()).await {
         Ok(tokens) => Some(tokens.with_key_prefix("test:conformance:token:")),

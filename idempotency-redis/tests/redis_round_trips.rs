@@ -206,7 +206,7 @@ async fn every_step_on(service: &str, upstream: String, native: Option<bool>) {
 
     let (record, sent) = commands_of(&log, store.get(&key)).await;
     assert_eq!(record.unwrap().unwrap().outcome, Some(outcome));
-    assert_eq!(sent, ["GET"], "get");
+    assert_eq!(sent, ["MGET"], "get: the record and its checkpoints");
 
     // A fresh key that shares all but its last byte with the completed one (keys built by
     // hand, not digests) is still one SET: the store's memory of completed keys reads them
@@ -351,7 +351,7 @@ async fn waiting_round(
     until(|| {
         log.lock().unwrap()[before..]
             .iter()
-            .any(|sent| sent == "GET")
+            .any(|sent| sent == "MGET")
     })
     .await;
     execution.complete(Outcome::new(201, "paid")).await.unwrap();
@@ -383,7 +383,7 @@ async fn fifty_duplicates_waiting_for_a_local_owner_cost_what_one_does() {
     waiting_round(&engine, &engine, &log, 1).await; // loads the scripts
     let one = waiting_round(&engine, &engine, &log, 1).await;
     let fifty = waiting_round(&engine, &engine, &log, 50).await;
-    assert_eq!(one, ["SET", "SUBSCRIBE", "GET", "EVALSHA", "GET"]);
+    assert_eq!(one, ["SET", "SUBSCRIBE", "MGET", "EVALSHA", "MGET"]);
     assert_eq!(fifty, one);
 }
 
@@ -402,7 +402,7 @@ async fn fifty_duplicates_waiting_for_a_remote_owner_never_claim_again() {
     let engine = Idempotency::new(store).with_in_flight_poll(Duration::from_millis(20));
     let writes = |sent: Vec<String>| -> Vec<String> {
         sent.into_iter()
-            .filter(|command| command != "GET")
+            .filter(|command| command != "MGET")
             .collect()
     };
     waiting_round(&owner, &engine, &log, 1).await; // loads the scripts

@@ -139,11 +139,11 @@ async fn a_waiter_elsewhere_gets_the_outcome_when_the_owner_completes() {
     let since = log.lock().unwrap().len();
     let waiting = duplicate(&b, key);
     // Subscribed, then read once (still in flight): from now on only a wake-up reads again.
-    until(|| sent(&log, since, "GET") == 1).await;
+    until(|| sent(&log, since, "MGET") == 1).await;
     assert_eq!(sent(&log, since, "SUBSCRIBE"), 1);
     execution.complete(Outcome::new(201, "paid")).await.unwrap();
     replayed(answer(waiting).await);
-    assert_eq!(sent(&log, since, "GET"), 2, "one read when woken");
+    assert_eq!(sent(&log, since, "MGET"), 2, "one read when woken");
     // The flight is over: its subscription goes.
     until(|| sent(&log, since, "UNSUBSCRIBE") == 1).await;
 }
@@ -157,7 +157,7 @@ async fn a_release_wakes_the_waiters_elsewhere_and_they_claim() {
     let (key, execution) = claimed(&a).await;
     let since = log.lock().unwrap().len();
     let waiting = duplicate(&b, key);
-    until(|| sent(&log, since, "GET") == 1).await;
+    until(|| sent(&log, since, "MGET") == 1).await;
     assert_eq!(sent(&log, since, "SUBSCRIBE"), 1);
     execution.release().await.unwrap();
     match answer(waiting).await {
@@ -180,7 +180,7 @@ async fn a_settle_wakes_the_waiters_elsewhere() {
     execution.leave_pending();
     let since = log.lock().unwrap().len();
     let waiting = duplicate(&b, key);
-    until(|| sent(&log, since, "GET") == 1).await;
+    until(|| sent(&log, since, "MGET") == 1).await;
     assert_eq!(sent(&log, since, "SUBSCRIBE"), 1);
     let outcome = Outcome::new(201, "paid");
     let ttl = Duration::from_secs(600);
@@ -188,7 +188,7 @@ async fn a_settle_wakes_the_waiters_elsewhere() {
     let settled = a.store().settle(&key, &fingerprint, &outcome, ttl).await;
     assert!(settled.unwrap(), "the pending claim is settled");
     replayed(answer(waiting).await);
-    assert_eq!(sent(&log, since, "GET"), 2, "one read when woken");
+    assert_eq!(sent(&log, since, "MGET"), 2, "one read when woken");
 }
 
 /// The owner completes after the waiter joined but before its subscription is live (its
@@ -214,11 +214,11 @@ async fn a_complete_before_the_subscription_is_found_by_the_read_after_it() {
     until(|| b.in_flight_waiters() == 1).await;
     execution.complete(Outcome::new(201, "paid")).await.unwrap();
     // No read yet: the reads wait for the subscription.
-    assert_eq!(sent(&log, since, "GET"), 0);
+    assert_eq!(sent(&log, since, "MGET"), 0);
     listener.set(LinkFault::None);
     replayed(answer(waiting).await);
     assert_eq!(sent(&log, since, "SUBSCRIBE"), 1);
-    assert_eq!(sent(&log, since, "GET"), 1, "the read after subscribing");
+    assert_eq!(sent(&log, since, "MGET"), 1, "the read after subscribing");
 }
 
 /// The listener's connection is lost while a duplicate waits: its waiters poll again (from
@@ -233,12 +233,12 @@ async fn a_lost_listener_falls_back_to_polling() {
     let (key, execution) = claimed(&a).await;
     let since = log.lock().unwrap().len();
     let waiting = duplicate(&b, key);
-    until(|| sent(&log, since, "GET") == 1).await;
+    until(|| sent(&log, since, "MGET") == 1).await;
     assert_eq!(sent(&log, since, "SUBSCRIBE"), 1);
     // The server is gone for the listener: reset, and refused if it reconnects.
     listener.set(LinkFault::Refuse);
     // The loss is heard: the waiters read at once, and poll from then on.
-    let heard = until(|| sent(&log, since, "GET") == 2);
+    let heard = until(|| sent(&log, since, "MGET") == 2);
     tokio::time::timeout(ANSWERED_WITHIN, heard)
         .await
         .expect("the loss is heard, not left to the 30 s poll");
@@ -262,7 +262,7 @@ async fn round(
     until(|| b.in_flight_waiters() == 1).await;
     duplicates.extend((1..waiters).map(|_| duplicate(b, key)));
     until(|| b.in_flight_waiters() == waiters).await;
-    until(|| sent(log, since, "GET") == 1).await;
+    until(|| sent(log, since, "MGET") == 1).await;
     execution.complete(Outcome::new(201, "paid")).await.unwrap();
     for waiting in duplicates {
         replayed(answer(waiting).await);
@@ -285,6 +285,6 @@ async fn the_store_load_of_waiting_does_not_grow_with_the_waiters() {
     round(&a, &b, &log, 1).await; // connects the listener
     let thirty = round(&a, &b, &log, 30).await;
     let three_hundred = round(&a, &b, &log, 300).await;
-    assert_eq!(thirty, ["SET", "SUBSCRIBE", "GET", "GET"]);
+    assert_eq!(thirty, ["SET", "SUBSCRIBE", "MGET", "MGET"]);
     assert_eq!(three_hundred, thirty);
 }

@@ -15,6 +15,7 @@ fn url() -> String {
 }
 
 idempotency_test::store_conformance_tests!(store());
+idempotency_test::checkpoint_conformance_tests!(store());
 
 /// A renewal can reach the server and its answer never come back: a keep-alive dropped
 /// mid-call when the work ends, or a time-out. The record then differs from the one the store

@@ -1,55 +1,36 @@
-//! A function's steps mode: [`Runner::call`] runs a function with steps once per key, its
-//! result stored and replayed, and [`Runner::resume`] drives a stopped call on (the completer).
+//! A function's steps mode on a SQL store: [`Runner::call`] runs a function with steps once per
+//! key, its result stored and replayed, and [`Runner::resume`] drives a stopped call on (the
+//! completer).
 
-use idempotency_core::{
-    Error, Fingerprint, IdempotencyKey, Mechanism, Outcome, Record, Scope, canonical_json,
-};
+use idempotency_core::{Error, IdempotencyKey, Outcome, Record, Scope};
 use idempotency_sql::StepStore;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::{Run, Runner, Start, Started, StepError};
+use crate::answer::{self, Found, Owned, Starts};
+use crate::{Answer, CallError, Run, Runner, Start, Started, StepError};
 
-/// The status of a call's stored result: it returned.
-const RETURNED: u16 = 0;
-/// The status of a call's stored result: a step ended it.
-const ENDED: u16 = 1;
+impl<S: StepStore> Owned for Run<S> {
+    async fn complete(self, outcome: &Outcome) -> Result<(), StepError> {
+        Run::complete(self, outcome).await
+    }
 
-/// What [`Runner::run_once`] returned: the run's result, and whether it was the stored one.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Answer<R> {
-    /// The result.
-    pub value: R,
-    /// Whether the run had completed before (nothing ran: the stored result).
-    pub replayed: bool,
-}
-
-impl<R> Answer<R> {
-    /// The result.
-    pub fn into_value(self) -> R {
-        self.value
+    async fn pause(self) {
+        Run::pause(self).await
     }
 }
 
-/// Why [`Runner::call`] returned no result.
-#[derive(Debug, thiserror::Error)]
-pub enum CallError {
-    /// A step ended the call with this answer (stored: every later call with the key gets it).
-    #[error("a step ended the call: {0}")]
-    Ended(serde_json::Value),
-    /// A step may succeed later: the call stopped after its last checkpoint, and the next call
-    /// with the key (or the completer) resumes it.
-    #[error("the call stopped and resumes later: {0}")]
-    Retry(String),
-    /// Another caller runs the key now.
-    #[error("another caller runs this key; retry after {0:?}")]
-    InFlight(std::time::Duration),
-    /// The key was used with another input.
-    #[error("the key was used with another input")]
-    Mismatch,
-    /// The store failed, or the stored result does not decode.
-    #[error(transparent)]
-    Store(#[from] Error),
+impl<S: StepStore> Starts for Runner<S> {
+    type Run = Run<S>;
+
+    async fn start_call(&self, start: Start<'_>) -> Result<Found<Run<S>>, Error> {
+        Ok(match self.start_waiting(start, self.wait).await? {
+            Started::Run(run) => Found::Run(run),
+            Started::Replay(outcome) => Found::Replay(outcome),
+            Started::InFlight(after) => Found::InFlight(after),
+            Started::Mismatch => Found::Mismatch,
+        })
+    }
 }
 
 impl<S: StepStore> Runner<S> {
@@ -73,15 +54,7 @@ impl<S: StepStore> Runner<S> {
         R: Serialize + DeserializeOwned,
         F: AsyncFnOnce(&mut Run<S>, I) -> Result<R, StepError>,
     {
-        let kept = serde_json::to_value(&input).map_err(codec)?;
-        let fingerprint = Fingerprint::of_bytes(canonical_json(&kept).as_bytes());
-        let storage_key = scope.storage_key_for(Mechanism::Function, key.as_str());
-        let bytes = serde_json::to_vec(&kept).map_err(codec)?;
-        let mut start = Start::new(&storage_key, scope.namespace(), &fingerprint, bytes);
-        start.mechanism = Some(Mechanism::Function);
-        self.run_once(start, input, steps)
-            .await
-            .map(Answer::into_value)
+        answer::call(self, scope, key, input, steps).await
     }
 
     /// Drives on the stopped call of `record` (as the [`Completer`](crate::Completer) lists
@@ -92,21 +65,7 @@ impl<S: StepStore> Runner<S> {
         R: Serialize + DeserializeOwned,
         F: AsyncFnOnce(&mut Run<S>, I) -> Result<R, StepError>,
     {
-        let kept = record
-            .progress
-            .as_ref()
-            .map(|progress| progress.input.clone());
-        let input: I = serde_json::from_slice(&kept.unwrap_or_default()).map_err(codec)?;
-        let mut start = Start::new(
-            &record.key,
-            &record.namespace,
-            &record.fingerprint,
-            Vec::new(),
-        );
-        start.mechanism = record.mechanism;
-        self.run_once(start, input, steps)
-            .await
-            .map(Answer::into_value)
+        answer::resume(self, record, steps).await
     }
 
     /// Runs `steps` once for the run `start` names (its key, fingerprint and kept input, as
@@ -123,62 +82,6 @@ impl<S: StepStore> Runner<S> {
         R: Serialize + DeserializeOwned,
         F: AsyncFnOnce(&mut Run<S>, I) -> Result<R, StepError>,
     {
-        let mut run = match self.start_waiting(start, self.wait).await? {
-            Started::Run(run) => run,
-            Started::Replay(outcome) => {
-                return stored(&outcome).map(|value| Answer {
-                    value,
-                    replayed: true,
-                });
-            }
-            Started::InFlight(after) => return Err(CallError::InFlight(after)),
-            Started::Mismatch => return Err(CallError::Mismatch),
-        };
-        match steps(&mut run, input).await {
-            Ok(result) => {
-                let body = serde_json::to_vec(&result).map_err(codec)?;
-                finish(run, &Outcome::new(RETURNED, body)).await?;
-                Ok(Answer {
-                    value: result,
-                    replayed: false,
-                })
-            }
-            Err(StepError::End(answer)) => {
-                let body = serde_json::to_vec(&answer).map_err(codec)?;
-                finish(run, &Outcome::new(ENDED, body)).await?;
-                Err(CallError::Ended(answer))
-            }
-            Err(StepError::Retry(reason)) => {
-                run.pause().await;
-                Err(CallError::Retry(reason))
-            }
-            Err(StepError::Store(error)) => {
-                run.pause().await;
-                Err(CallError::Store(error))
-            }
-        }
+        answer::run_once(self, start, input, steps).await
     }
-}
-
-/// Stores the call's answer (compensating first when a step ended it).
-async fn finish<S: StepStore>(run: Run<S>, outcome: &Outcome) -> Result<(), CallError> {
-    run.complete(outcome).await.map_err(|error| match error {
-        StepError::Store(error) => CallError::Store(error),
-        StepError::Retry(reason) => CallError::Retry(reason),
-        StepError::End(answer) => CallError::Ended(answer),
-    })
-}
-
-/// The stored result of a completed call.
-fn stored<R: DeserializeOwned>(outcome: &Outcome) -> Result<R, CallError> {
-    match outcome.status {
-        ENDED => Err(CallError::Ended(
-            serde_json::from_slice(&outcome.body).map_err(codec)?,
-        )),
-        _ => Ok(serde_json::from_slice(&outcome.body).map_err(codec)?),
-    }
-}
-
-fn codec(error: serde_json::Error) -> Error {
-    Error::Codec(format!("a call's input or result: {error}").into())
 }

@@ -5,7 +5,6 @@ use std::future::Future;
 use std::time::Duration;
 
 use idempotency_core::{Error, Record};
-use idempotency_sql::StepStore;
 use tracing::Instrument;
 
 /// How many runs one sweep resumes at most, by default.
@@ -15,11 +14,37 @@ pub const DEFAULT_COMPLETER_BATCH: usize = 32;
 /// never succeed stops being retried, and the run is counted as stuck.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
 
+/// Where a [`Completer`] finds the runs to resume: a SQL store lists the in-progress records
+/// with checkpoints (every `idempotency_sql::StepStore` is a source); a core
+/// store's runs are found by its record scan ([`leased::Abandoned`](crate::leased::Abandoned)).
+pub trait RunSource: Send + Sync + 'static {
+    /// Up to `limit` runs of `namespace` that stopped part-way, with their checkpoints (least
+    /// recently written first).
+    fn resumable(
+        &self,
+        namespace: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Record>, Error>> + Send;
+}
+
+#[cfg(feature = "sql")]
+impl<S: idempotency_sql::StepStore> RunSource for S {
+    fn resumable(
+        &self,
+        namespace: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Record>, Error>> + Send {
+        idempotency_sql::StepStore::resumable(self, namespace, limit)
+    }
+}
+
 /// Finds the runs of one namespace that stopped part-way (their owner died, or paused on a
 /// step that may succeed later) and resumes each through the front end's `resume`, which
-/// starts it as a retry would ([`Runner::start`](crate::Runner::start)): a run whose owner is
-/// alive is left to it (its hold is taken), a completed step never runs again, and a run
-/// resumed elsewhere meanwhile is fenced out.
+/// starts it as a retry would ([`Runner::start`](crate::Runner::start),
+/// [`leased::Runner::start`](crate::leased::Runner::start)): a run whose owner is alive is left
+/// to it, a completed step never runs again, and a run resumed elsewhere meanwhile is fenced
+/// out. `S` is where the runs are found ([`RunSource`]): a SQL store, or
+/// [`leased::Abandoned`](crate::leased::Abandoned) around a core store.
 ///
 /// Bounded: at most [`DEFAULT_COMPLETER_BATCH`] runs a sweep, one at a time; a run after
 /// [`DEFAULT_MAX_ATTEMPTS`] owners is left to operators (`idempotency_runs_stuck` counts them,
@@ -41,8 +66,8 @@ pub struct Sweep {
     pub stuck: usize,
 }
 
-impl<S: StepStore> Completer<S> {
-    /// The completer of `namespace`'s runs on `store`.
+impl<S: RunSource> Completer<S> {
+    /// The completer of `namespace`'s runs found in `store`.
     pub fn new(store: S, namespace: impl Into<String>) -> Self {
         Self {
             store,
@@ -79,7 +104,7 @@ impl<S: StepStore> Completer<S> {
         F: FnMut(Record) -> Fut,
         Fut: Future<Output = ()>,
     {
-        let records = self.store.resumable(&self.namespace, self.batch).await?;
+        let records = RunSource::resumable(&self.store, &self.namespace, self.batch).await?;
         let mut sweep = Sweep::default();
         for record in records {
             if record.attempts >= self.max_attempts {

@@ -31,6 +31,7 @@ impl StepError {
     }
 }
 
+#[cfg(feature = "sql")]
 impl From<sqlx::Error> for StepError {
     fn from(error: sqlx::Error) -> Self {
         Self::Store(idempotency_sql::from_sqlx(error))

@@ -1,6 +1,13 @@
 //! Retry to completion: handlers with several **steps**, each checkpointed on the idempotency
-//! record in the business database, so that a retry, a takeover after a crash or the
-//! background [`Completer`] resumes after the last completed step and never runs one twice.
+//! record (in the business database, or on Redis or the memory store), so that a retry, a
+//! takeover after a crash or the background [`Completer`] resumes after the last completed step
+//! and never runs one twice.
+//!
+//! Two runners, one concept: a SQL store runs local and foreign steps ([`Runner`], [`Run`],
+//! feature `sql`, on by default); any core store that keeps checkpoints (Redis, Redis Cluster,
+//! Valkey, the memory store) runs foreign steps under a lease ([`leased::Runner`],
+//! [`leased::Run`]; the table in [`leased`] sets the two side by side). A Redis-only service
+//! builds this crate with `default-features = false`: no sqlx.
 //!
 //! A payment handler marks the order, captures the money at a provider, grants a coupon, then
 //! answers. As one unit, a crash after the capture leaves the retry two bad choices: capture
@@ -39,19 +46,44 @@
 //!   ([`Error::LeaseLost`](idempotency_core::Error::LeaseLost)) and rolls its step back.
 //! - **SQLite**: one process holds its runs in memory; another process's dead run is taken over
 //!   when its lease ends ([`DEFAULT_RUN_LEASE`], renewed by each checkpoint).
+//! - **Redis (standalone, Cluster, Valkey) and the memory store** ([`leased`]): steps are
+//!   foreign only, no local transactional step (no business database shares the checkpoint's
+//!   commit). Each step runs **at least once**, with its downstream key, so the other service
+//!   deduplicates a second call; its checkpoint is written (one round trip) as soon as it
+//!   returns, and a step whose checkpoint landed never runs again. A dead owner is noticed
+//!   when its lease ends (renewed by each checkpoint and, while a step runs, a heartbeat every
+//!   third of the lease); a stalled owner taken over is fenced out
+//!   ([`Error::LeaseLost`](idempotency_core::Error::LeaseLost)) at its next checkpoint. A Redis
+//!   failover to a replica that missed the last checkpoint, or a restart within the
+//!   `appendfsync` window, may lose that checkpoint: the step is then called again with the
+//!   same key (a lost claim loses the whole record: the run starts again, every step with its
+//!   same key; an owner whose record reverted is fenced out). The memory store keeps runs as
+//!   long as its process: after a restart every key is new.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod answer;
+#[cfg(feature = "sql")]
 mod call;
+mod checkpoints;
 mod completer;
 mod error;
+pub mod leased;
+#[cfg(feature = "sql")]
 mod run;
+#[cfg(feature = "sql")]
 mod runner;
+mod start;
+#[cfg(feature = "sql")]
 mod tx;
 
-pub use call::{Answer, CallError};
-pub use completer::{Completer, DEFAULT_COMPLETER_BATCH, DEFAULT_MAX_ATTEMPTS, Sweep};
+pub use answer::{Answer, CallError};
+pub use completer::{Completer, DEFAULT_COMPLETER_BATCH, DEFAULT_MAX_ATTEMPTS, RunSource, Sweep};
 pub use error::StepError;
+#[cfg(feature = "sql")]
 pub use run::{Run, Undo};
-pub use runner::{DEFAULT_MAX_INPUT, DEFAULT_RUN_LEASE, DEFAULT_RUN_TTL, Runner, Start, Started};
+#[cfg(feature = "sql")]
+pub use runner::{Runner, Started};
+pub use start::{DEFAULT_MAX_INPUT, DEFAULT_RUN_LEASE, DEFAULT_RUN_TTL, Start};
+#[cfg(feature = "sql")]
 pub use tx::{Connection, Db, StepTx};

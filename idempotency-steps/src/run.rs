@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use idempotency_core::{Ending, Error, Lease, Outcome, Progress, StepResult, StorageKey};
+use idempotency_core::{Error, Lease, Outcome, Progress, StorageKey};
 use idempotency_sql::StepStore;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -13,6 +13,7 @@ use sqlx::pool::PoolConnection;
 use tracing::Instrument;
 
 use crate::StepError;
+use crate::checkpoints::{self, with_step};
 use crate::tx::{Connection, Db, StepTx};
 
 /// The compensation of a local step: given a connection inside the compensation's own
@@ -164,8 +165,7 @@ impl<S: StepStore> Run<S> {
             }
             return Err(error.into());
         }
-        let step = progress.stopped_at().unwrap_or_default().to_owned();
-        metrics::counter!("idempotency_step_checkpoints_total", "step" => step).increment(1);
+        checkpoints::counted(&progress);
         self.progress = progress;
         Ok(())
     }
@@ -263,19 +263,7 @@ impl<S: StepStore> Run<S> {
 
     /// The checkpointed result (or ending) of step `name`, if it completed before.
     fn done<T: DeserializeOwned>(&self, name: &str) -> Option<Result<T, StepError>> {
-        if let Some(ending) = &self.progress.ending
-            && ending.step == name
-        {
-            return Some(Err(StepError::End(ending.answer.clone())));
-        }
-        let step = self.progress().step(name)?;
-        Some(
-            serde_json::from_value(step.result.clone()).map_err(|error| {
-                StepError::Store(Error::Codec(
-                    format!("the checkpoint of step {name:?} does not decode: {error}").into(),
-                ))
-            }),
-        )
+        checkpoints::done(&self.progress, self.progress(), name)
     }
 
     /// A step that failed: an ending is checkpointed (alone) before it is returned.
@@ -289,12 +277,8 @@ impl<S: StepStore> Run<S> {
             }
             return Err(error);
         };
-        let mut progress = self.progress().clone();
+        let progress = checkpoints::ended(self.progress(), name, answer.clone());
         self.pending = None;
-        progress.ending = Some(Ending {
-            step: name.to_owned(),
-            answer: answer.clone(),
-        });
         self.write(&progress).await?;
         self.progress = progress;
         Err(StepError::End(answer))
@@ -304,14 +288,9 @@ impl<S: StepStore> Run<S> {
     async fn compensate(&mut self) -> Result<(), StepError> {
         let undo = std::mem::take(&mut self.undo);
         for (name, undo) in undo.into_iter().rev() {
-            let Some(step) = self.progress.step(&name).filter(|step| !step.compensated) else {
+            let Some((result, progress)) = checkpoints::to_compensate(&self.progress, &name) else {
                 continue;
             };
-            let result = step.result.clone();
-            let mut progress = self.progress.clone();
-            if let Some(step) = progress.steps.iter_mut().find(|step| step.name == name) {
-                step.compensated = true;
-            }
             self.store.begin_on(&mut self.conn).await?;
             let undone = async {
                 undo(&mut self.conn, result).await?;
@@ -360,20 +339,4 @@ impl<S: StepStore> Drop for Run<S> {
             self.store.forget_hold(&self.key);
         }
     }
-}
-
-/// `progress` with step `name` completed with `value`.
-fn with_step<T: Serialize>(
-    progress: &Progress,
-    name: &str,
-    value: &T,
-) -> Result<Progress, StepError> {
-    let result = serde_json::to_value(value).map_err(|error| {
-        StepError::Store(Error::Codec(
-            format!("the result of step {name:?} does not encode: {error}").into(),
-        ))
-    })?;
-    let mut progress = progress.clone();
-    progress.steps.push(StepResult::new(name, result));
-    Ok(progress)
 }

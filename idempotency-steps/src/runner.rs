@@ -3,26 +3,14 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, Error, Fingerprint, Lease, Mechanism, Outcome, Progress,
-    StorageKey,
-};
+use idempotency_core::{Claim, ClaimId, ClaimRequest, Error, Lease, Outcome, Progress, StorageKey};
 use idempotency_sql::StepStore;
 use sqlx::pool::PoolConnection;
 
+use crate::checkpoints;
 use crate::run::Run;
 use crate::tx::Db;
-
-/// How long a run's record blocks its key without a checkpoint, by default. On PostgreSQL and
-/// MySQL a dead owner is noticed at once by its hold; the lease matters on SQLite and in
-/// operators' views (an in-progress record past its lease is listed as abandoned).
-pub const DEFAULT_RUN_LEASE: Duration = Duration::from_secs(30);
-
-/// How long a run's answer is kept, by default.
-pub const DEFAULT_RUN_TTL: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// The most input a run keeps for a resume without its client, by default (64 KiB).
-pub const DEFAULT_MAX_INPUT: usize = 64 * 1024;
+use crate::{DEFAULT_MAX_INPUT, DEFAULT_RUN_LEASE, DEFAULT_RUN_TTL, Start};
 
 /// Starts and resumes runs with steps on a SQL store.
 ///
@@ -65,39 +53,6 @@ pub struct Runner<S> {
     ttl: Duration,
     max_input: usize,
     pub(crate) wait: Duration,
-}
-
-/// What [`Runner::start`] is asked to start or resume.
-#[derive(Clone, Debug)]
-pub struct Start<'a> {
-    /// The run's storage key.
-    pub key: &'a StorageKey,
-    /// The scope's namespace, kept in the clear.
-    pub namespace: &'a str,
-    /// What the key is used with.
-    pub fingerprint: &'a Fingerprint,
-    /// What a resume without the client needs (kept with the first checkpoint).
-    pub input: Bytes,
-    /// The front end starting it, kept with the record.
-    pub mechanism: Option<Mechanism>,
-}
-
-impl<'a> Start<'a> {
-    /// A run of `key` in `namespace`, used with `fingerprint`, started with `input`.
-    pub fn new(
-        key: &'a StorageKey,
-        namespace: &'a str,
-        fingerprint: &'a Fingerprint,
-        input: impl Into<Bytes>,
-    ) -> Self {
-        Self {
-            key,
-            namespace,
-            fingerprint,
-            input: input.into(),
-            mechanism: Some(Mechanism::Request),
-        }
-    }
 }
 
 /// What [`Runner::start`] found.
@@ -263,14 +218,7 @@ impl<S: StepStore> Runner<S> {
             let record = self.store.get(start.key).await?;
             if let Some(progress) = record.and_then(|record| record.progress) {
                 run.resumed = !progress.steps.is_empty() || progress.ending.is_some();
-                run.progress = progress;
-                metrics::counter!("idempotency_runs_resumed_total", "namespace" => start.namespace.to_owned())
-                    .increment(1);
-                tracing::info!(
-                    attempt = owner.attempt,
-                    stopped_at = run.progress.stopped_at().unwrap_or(""),
-                    "resuming a run after its last checkpoint"
-                );
+                run.progress = checkpoints::resumed(progress, start.namespace, owner.attempt);
             }
         }
         Ok(Started::Run(run))
@@ -278,16 +226,7 @@ impl<S: StepStore> Runner<S> {
 
     /// The input kept for a resume: `input` if within the bound.
     fn kept(&self, input: &Bytes) -> Bytes {
-        if input.len() <= self.max_input {
-            input.clone()
-        } else {
-            tracing::warn!(
-                bytes = input.len(),
-                max = self.max_input,
-                "a run's input is too large to keep: only the client's retry can resume it"
-            );
-            Bytes::new()
-        }
+        checkpoints::kept(input, self.max_input)
     }
 
     /// The claim of `start`'s key.

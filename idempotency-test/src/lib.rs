@@ -17,6 +17,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod checkpoints;
 mod conflicts;
 mod fault_proxy;
 mod macros;
@@ -24,17 +25,20 @@ mod model;
 mod operations;
 #[cfg(feature = "tls")]
 pub mod pki;
+mod redis_cluster;
 pub mod redis_commands;
 mod spans;
 mod support;
 mod tokens;
 
+pub use checkpoints::checkpoints;
 pub use conflicts::conflict_marks;
 pub use fault_proxy::{FaultProxy, LinkFault};
 pub use model::{Walk, model_walk};
 pub use operations::{
     KeptAudit, SharedBuffer, claimed, completed, operations_suite, unique_namespace,
 };
+pub use redis_cluster::{redis_cluster, redis_cluster_nodes};
 pub use spans::{CapturedSpan, SpanCapture, captured};
 use support::{
     LONG, PAST_SHORT, SHORT, acquire, binary_outcome, complete, fingerprint, request, touch,

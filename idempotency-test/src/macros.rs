@@ -31,6 +31,16 @@ macro_rules! store_conformance_tests {
     )*};
 }
 
+/// Generates the checks of a store that keeps the checkpoints of runs with steps
+/// ([`Store::checkpoint`](idempotency_core::Store::checkpoint)), beside
+/// [`store_conformance_tests!`]. `$make` is as there.
+#[macro_export]
+macro_rules! checkpoint_conformance_tests {
+    ($make:expr) => {
+        $crate::store_conformance_tests!(@tests $make; checkpoints);
+    };
+}
+
 /// Generates the token conformance test. `$make` is an `async` expression giving
 /// `Option<TokenStore>`.
 #[macro_export]

@@ -23,7 +23,8 @@ use self::micros::Micros;
 use self::shards::{SHARDS, Shards, SharedName, Slot};
 use crate::{
     Claim, ClaimId, ClaimRequest, CompleteRequest, DEFAULT_ABANDONED_GRACE, FencingToken,
-    Fingerprint, Lease, Outcome, Record, RecordState, StorageKey, Store, StoreError, TouchRequest,
+    Fingerprint, Lease, Outcome, Progress, Record, RecordState, StorageKey, Store, StoreError,
+    TouchRequest,
 };
 
 /// What the store keeps per key: a [`Record`] without its key (the [`Keyed`] box's), packed:
@@ -44,7 +45,8 @@ struct Entry {
     expires_at: Micros,
     /// The outcome's status; meaningful once `body` is set.
     status: u16,
-    /// The outcome's encoded response, once completed.
+    /// The outcome's encoded response, once completed; in progress, the run's checkpoints
+    /// ([`Store::checkpoint`]), so the entry keeps its size.
     body: Option<Bytes>,
     /// [`Record::mechanism`] and [`Record::key_derivation`], packed in one byte ([`origin`]).
     origin: u8,
@@ -55,6 +57,7 @@ impl Entry {
     fn outcome(&self) -> Option<Outcome> {
         self.body
             .as_ref()
+            .filter(|_| self.state == RecordState::Completed)
             .map(|body| Outcome::new(self.status, body.clone()))
     }
 
@@ -80,7 +83,9 @@ impl Entry {
             last_conflict_at: None,
             mechanism: origin::mechanism(self.origin),
             key_derivation: origin::derivation(self.origin),
-            progress: None,
+            progress: (self.state == RecordState::InProgress)
+                .then(|| self.body.as_deref().and_then(|b| Progress::decode(b).ok()))
+                .flatten(),
         }
     }
 }
@@ -259,6 +264,11 @@ impl MemoryStore {
             return Some(live_claim(record, request, now));
         }
         let took_over = record.state == RecordState::InProgress;
+        // A takeover keeps the run's checkpoints, which only the same payload may resume.
+        let progress = record.body.clone().filter(|_| took_over);
+        if progress.is_some() && record.fingerprint != *request.fingerprint {
+            return Some(Claim::Mismatch);
+        }
         let lease = Lease {
             token: self.next_token(),
             attempt: if took_over { record.attempts + 1 } else { 1 },
@@ -272,6 +282,9 @@ impl MemoryStore {
             Arc::new(request.namespace.into())
         };
         *record = new_entry(namespace, request, lease, created_at, now);
+        self.capacity
+            .stored(progress.as_ref().map_or(0, Bytes::len));
+        record.body = progress;
         Some(Claim::Acquired(lease))
     }
 
@@ -379,6 +392,7 @@ impl Store for MemoryStore {
             // clone) would allocate a 32-byte counter kept with every record, and keep the
             // caller's buffer whatever its spare capacity.
             record.status = request.outcome.status;
+            self.capacity.dropped(record.body_len());
             record.body = Some(Bytes::from(request.outcome.body.to_vec()));
             self.capacity.stored(request.outcome.body.len());
             record.completed_at = now;
@@ -416,6 +430,22 @@ impl Store for MemoryStore {
     async fn touch(&self, request: TouchRequest<'_>) -> Result<(), StoreError> {
         let TouchRequest { key, token, lease } = request;
         self.update_owned(key, token, |record, now| {
+            record.expires_at = now.plus(lease);
+            record.updated_at = now;
+        })
+    }
+
+    async fn checkpoint(
+        &self,
+        request: TouchRequest<'_>,
+        progress: &Progress,
+    ) -> Result<(), StoreError> {
+        let TouchRequest { key, token, lease } = request;
+        self.update_owned(key, token, |record, now| {
+            let encoded = Bytes::from(progress.encode());
+            self.capacity.dropped(record.body_len());
+            self.capacity.stored(encoded.len());
+            record.body = Some(encoded);
             record.expires_at = now.plus(lease);
             record.updated_at = now;
         })

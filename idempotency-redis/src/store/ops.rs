@@ -10,8 +10,8 @@ use crate::fencing;
 use crate::time::{unix_micros_now, unix_millis};
 use crate::unanswered::Sent;
 use idempotency_core::{
-    Claim, ClaimRequest, CompleteRequest, FencingToken, Fingerprint, Lease, Outcome, Record,
-    StorageKey, StoreError,
+    Claim, ClaimRequest, CompleteRequest, FencingToken, Fingerprint, Lease, Outcome, Progress,
+    Record, StorageKey, StoreError, TouchRequest,
 };
 
 use super::RedisStore;
@@ -141,9 +141,11 @@ where
         key: &StorageKey,
         token: FencingToken,
     ) -> Result<(), StoreError> {
+        let record_key = self.record_key(key);
         let mut invocation = self.scripts.release.prepare_invoke();
         invocation
-            .key(self.record_key(key))
+            .key(&record_key)
+            .key(codec::progress_key(&record_key))
             .arg(&codec::token_bytes(token)[..])
             .arg(self.publish);
         // The record and its token go (no fence key is kept): this process's later tokens still
@@ -182,25 +184,68 @@ where
                 None => {}
             }
         }
-        let mut invocation = self.scripts.touch.prepare_invoke();
+        self.renew_scripted(key, token, &fields, px, None).await
+    }
+
+    pub(super) async fn checkpoint_op(
+        &self,
+        request: TouchRequest<'_>,
+        progress: &Progress,
+    ) -> Result<(), StoreError> {
+        let TouchRequest { key, token, lease } = request;
+        // A lease of zero ends now (a paused run, resumable at once), not in a millisecond.
+        let lease_ms = if lease.is_zero() { 0 } else { millis(lease) };
+        let grace_ms = millis(self.grace);
+        let fields = codec::lease_fields(unix_millis(SystemTime::now()), lease_ms, grace_ms);
+        let px = lease_ms.saturating_add(grace_ms);
+        self.renew_scripted(key, token, &fields, px, Some(progress))
+            .await
+    }
+
+    /// Renews the lease by script, with `progress` written beside the record if given (the
+    /// checkpoint script, else the touch script).
+    async fn renew_scripted(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        fields: &[u8; 24],
+        px: u64,
+        progress: Option<&Progress>,
+    ) -> Result<(), StoreError> {
+        let record_key = self.record_key(key);
+        let script = match progress {
+            Some(_) => &self.scripts.checkpoint,
+            None => &self.scripts.touch,
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation.key(&record_key);
+        if progress.is_some() {
+            invocation.key(codec::progress_key(&record_key));
+        }
         invocation
-            .key(self.record_key(key))
             .arg(&codec::token_bytes(token)[..])
             .arg(&fields[..])
             .arg(px);
-        let touched = self.owned_step(invocation).await;
-        match &touched {
-            Ok(()) => self.held.touched(key, token.get(), &fields),
+        if let Some(progress) = progress {
+            invocation.arg(progress.encode());
+        }
+        let renewed = self.owned_step(invocation).await;
+        match &renewed {
+            Ok(()) => self.held.touched(key, token.get(), fields),
             // Lost, or perhaps applied (a time-out): the record is no longer known exactly.
             Err(_) => self.held.forget(key),
         }
-        touched
+        renewed
     }
 
+    /// The record and its checkpoints in one `MGET` (one slot: the same hash tag).
     pub(super) async fn get_op(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
-        let mut command = ::redis::cmd("GET");
-        command.arg(self.record_key(key));
-        let stored: Option<Vec<u8>> = self.query(&command).await?;
-        codec::record(key, stored)
+        let record_key = self.record_key(key);
+        let mut command = ::redis::cmd("MGET");
+        command
+            .arg(&record_key)
+            .arg(codec::progress_key(&record_key));
+        let (stored, progress): (Option<Vec<u8>>, Option<Vec<u8>>) = self.query(&command).await?;
+        codec::record_with_progress(key, stored, progress)
     }
 }
