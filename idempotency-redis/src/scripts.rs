@@ -141,14 +141,16 @@ pub(super) const CHECKPOINT: &str = concat!(
      return 1\n"
 );
 
-/// `KEYS[1]` record, `KEYS[2]` its checkpoints. `ARGV`: token (8 bytes). Deletes both, in any
-/// state, if the record's token is `ARGV[1]` (an operator's fenced delete). Returns 1, or 0 if
-/// absent or another token.
+/// `KEYS[1]` record, `KEYS[2]` its checkpoints. `ARGV`: token (8 bytes), the publish command
+/// (as [`COMPLETE`]'s). Deletes both, in any state, if the record's token is `ARGV[1]` (an
+/// operator's fenced delete), and publishes as [`RELEASE`] does: the waiters claim the key.
+/// Returns 1, or 0 if absent or another token.
 pub(super) const DELETE: &str = "local v = redis.call('GET', KEYS[1])\n\
      if not v or string.sub(v, 34, 41) ~= ARGV[1] then\n\
        return 0\n\
      end\n\
      redis.call('DEL', KEYS[1], KEYS[2])\n\
+     redis.call(ARGV[2], KEYS[1], '')\n\
      return 1\n";
 
 /// `KEYS[1]` record. `ARGV`: now (Unix ms, 8 bytes). Counts one more conflict on the record

@@ -324,7 +324,8 @@ where
         invocation
             .key(&record_key)
             .key(codec::progress_key(&record_key))
-            .arg(&codec::token_bytes(token)[..]);
+            .arg(&codec::token_bytes(token)[..])
+            .arg(self.publish);
         self.held.forget(key);
         self.completed.forget(key);
         let deleted: i64 = self.invoke(&invocation).await?;

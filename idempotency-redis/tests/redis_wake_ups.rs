@@ -191,6 +191,30 @@ async fn a_settle_wakes_the_waiters_elsewhere() {
     assert_eq!(sent(&log, since, "MGET"), 2, "one read when woken");
 }
 
+/// An operator's fenced delete of a record in flight wakes the waiters elsewhere, and one of
+/// them claims the key.
+#[tokio::test]
+async fn an_operators_delete_wakes_the_waiters_elsewhere() {
+    use idempotency_operations::Operations;
+
+    let Some(redis) = redis().await else { return };
+    let log = Log::default();
+    let (a, b) = (owner(&redis).await, counted(&redis, &log).await);
+    let (key, execution) = claimed(&a).await;
+    let since = log.lock().unwrap().len();
+    let waiting = duplicate(&b, key);
+    until(|| sent(&log, since, "MGET") == 1).await;
+    let deleted = a.store().delete_fenced(&key, execution.token()).await;
+    assert!(deleted.unwrap(), "the record was the one listed");
+    match answer(waiting).await {
+        Decision::Execute(execution) => {
+            execution.complete(Outcome::new(201, "paid")).await.unwrap();
+        }
+        other => panic!("the waiter claims a deleted key, got {other:?}"),
+    }
+    drop(execution);
+}
+
 /// The owner completes after the waiter joined but before its subscription is live (its
 /// `SUBSCRIBE` held on the listener's link until then): the message is missed, and the read
 /// made once subscribed finds the outcome.

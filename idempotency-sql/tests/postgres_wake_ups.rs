@@ -192,6 +192,29 @@ async fn a_release_wakes_the_waiters_elsewhere_and_one_claims() {
     drop_table(&pool, &a).await;
 }
 
+/// An operator's fenced delete of a record in flight notifies its waiters too: one claims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_delete_wakes_the_waiters_elsewhere() {
+    use idempotency_operations::Operations;
+
+    let Some((a, b, pool)) = instances(POLL).await else {
+        return;
+    };
+    let (key, execution) = claimed(&a).await;
+    let waiting = duplicate(&b, key);
+    until_flagged(&pool, &a, &key).await;
+    let deleted = a.store().delete_fenced(&key, execution.token()).await;
+    assert!(deleted.unwrap(), "the record was the one listed");
+    match answer(waiting).await {
+        Decision::Execute(execution) => {
+            execution.complete(Outcome::new(201, "paid")).await.unwrap();
+        }
+        other => panic!("the waiter claims a deleted key, got {other:?}"),
+    }
+    drop(execution);
+    drop_table(&pool, &a).await;
+}
+
 /// The listener's connection is killed: the waiters lose their wake-ups and poll (from 1/32 of
 /// a 32-s poll, 1 s, doubling: without the fallback they would wait 32 s), and a later wait is
 /// woken by the listener, connected and listening again.

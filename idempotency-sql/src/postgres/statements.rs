@@ -228,7 +228,10 @@ pub(super) fn statements(table: &str) -> TableSql<Sql> {
                 "DELETE FROM {t} WHERE key_hash = $1 AND claim_id = $2 AND state = 'in_progress'"
             ),
             release: notifying(&format!("DELETE FROM {t} WHERE {owned}"), table),
-            delete: format!("DELETE FROM {t} WHERE key_hash = $1 AND token = $2"),
+            delete: notifying(
+                &format!("DELETE FROM {t} WHERE key_hash = $1 AND token = $2"),
+                table,
+            ),
             get: format!("SELECT {} FROM {t} WHERE key_hash = $1", record_columns()),
             select_records: format!("SELECT {} FROM {t} WHERE TRUE", record_columns()),
         }
