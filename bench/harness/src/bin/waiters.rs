@@ -23,7 +23,7 @@
 //!
 //! Options: `--stores memory,redis,postgres`, `--waiters 1,100,10000`, `--hold-ms 1500`,
 //! `--wait-ms 3000`, `--instances 1`, `--only replay|timeout`, `--wake-ups on|off` (off: the
-//! Redis stores do not listen, and their waiters poll); `REDIS_URL` and `DATABASE_URL` as
+//! Redis and PostgreSQL stores do not listen, and their waiters poll); `REDIS_URL` and `DATABASE_URL` as
 //! elsewhere.
 
 use std::net::SocketAddr;
@@ -106,7 +106,7 @@ impl Options {
 }
 
 /// The store `name`, its client connected through a counting proxy.
-#[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(unused_variables))]
 async fn store(name: &str, wake_ups: bool) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
     match name {
         "memory" => Ok((BoxStore::new(MemoryStore::new()), None)),
@@ -142,7 +142,8 @@ async fn store(name: &str, wake_ups: bool) -> Result<(BoxStore, Option<Arc<Traff
                 .map_err(|error| error.to_string())?;
             let store = idempotency_sql::PostgresStore::new(pool)
                 .with_table_name("waiters_bench")
-                .map_err(|error| error.to_string())?;
+                .map_err(|error| error.to_string())?
+                .with_wake_ups(wake_ups);
             store.migrate().await.map_err(|error| error.to_string())?;
             Ok((BoxStore::new(store), Some(proxy.traffic)))
         }
