@@ -261,7 +261,6 @@ impl Steps for Postgres {
             .bind(request.namespace)
             .bind(request.fingerprint.0.as_slice())
             .bind(micros(request.ttl))
-            .bind(ClaimId::random().as_bytes().to_vec())
             .bind(request.mechanism.map(Mechanism::as_str))
             .bind(request.key_derivation.map(i16::from))
             .bind(i32::from(outcome.status))

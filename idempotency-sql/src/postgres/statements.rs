@@ -104,15 +104,16 @@ pub(super) fn statements(table: &str) -> TableSql<Sql> {
              SELECT (SELECT token FROM ins) AS token, \
                set_config('lock_timeout', lt.old, true) AS restored FROM lt"
         );
-        // Written last in its transaction: completed, its outcome ($8, $9), kept $4 µs (the
-        // TTL). Its wait on a concurrent copy's uncommitted row is the session's: that copy is
-        // at its end (written last too) or running the same work.
+        // Written last in its transaction: completed (no claimer's id: nothing undoes it), its
+        // outcome ($7, $8), kept $4 µs (the TTL). Its wait on a concurrent copy's uncommitted
+        // row is the session's: that copy is at its end (written last too) or running the
+        // same work.
         let insert_recorded = format!(
             "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, attempts, \
                created_at, updated_at, completed_at, expires_at, response_status, response_body, \
                mechanism, key_derivation) \
-             VALUES ($1, $2, $3, 'completed', nextval('{seq}'), $5, 1, {NOW}, {NOW}, {NOW}, \
-               {NOW} + $4 * interval '1 microsecond', $8, $9, $6, $7) \
+             VALUES ($1, $2, $3, 'completed', nextval('{seq}'), NULL, 1, {NOW}, {NOW}, {NOW}, \
+               {NOW} + $4 * interval '1 microsecond', $7, $8, $5, $6) \
              ON CONFLICT (key_hash) DO NOTHING"
         );
         let (start, start_held) = (runs::start(&t, &seq), runs::start_held(&t, &seq));

@@ -106,7 +106,10 @@ impl Options {
 }
 
 /// The store `name`, its client connected through a counting proxy.
-#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(unused_variables))]
+#[cfg_attr(
+    not(any(feature = "redis", feature = "postgres")),
+    allow(unused_variables)
+)]
 async fn store(name: &str, wake_ups: bool) -> Result<(BoxStore, Option<Arc<Traffic>>), String> {
     match name {
         "memory" => Ok((BoxStore::new(MemoryStore::new()), None)),
