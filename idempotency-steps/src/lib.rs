@@ -68,6 +68,7 @@ mod call;
 mod checkpoints;
 mod completer;
 mod error;
+mod front;
 pub mod leased;
 #[cfg(feature = "sql")]
 mod run;
@@ -77,9 +78,10 @@ mod start;
 #[cfg(feature = "sql")]
 mod tx;
 
-pub use answer::{Answer, CallError};
+pub use answer::{Answer, CallError, run_once};
 pub use completer::{Completer, DEFAULT_COMPLETER_BATCH, DEFAULT_MAX_ATTEMPTS, RunSource, Sweep};
 pub use error::StepError;
+pub use front::{Found, OwnedRun, RunStore, StepRunner};
 #[cfg(feature = "sql")]
 pub use run::{Run, Undo};
 #[cfg(feature = "sql")]

@@ -59,10 +59,24 @@
 //! # Ok(()) }
 //! ```
 
+use std::marker::PhantomData;
+
 mod abandoned;
 mod call;
 mod run;
 mod runner;
+
+/// Names, in a front end's types, the leased runs on the core store `S`: the tower layer's
+/// `Steps<Leased<RedisStore>>` (built with `build_leased_steps`) derefs to [`Run`], and the
+/// queue's `StepsHandler<Leased<RedisStore>>` runs each message with a [`Runner`]. Never built:
+/// a name, not a value.
+pub struct Leased<S>(PhantomData<fn() -> S>);
+
+impl<S> std::fmt::Debug for Leased<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Leased")
+    }
+}
 
 pub use abandoned::{Abandoned, DEFAULT_SCAN_LIMIT};
 pub use run::{Run, Undo};
