@@ -17,6 +17,7 @@
 //! | compensations ([`StepError::End`](crate::StepError::End)) | local, each in a transaction with its checkpoint | foreign, each with its own downstream key, then checkpointed |
 //! | duplicates of a live run | wait on the database's lock, or in flight | wait for the store's wake-up (polling at most every 100 ms), or in flight |
 //! | completer's source | the store ([`crate::RunSource`]) | [`Abandoned`]: the store's record scan |
+//! | front ends | functions, HTTP and gRPC (`build_steps`), queues (`StepsHandler::new`) | functions, HTTP and gRPC (`build_leased_steps`, `Steps<Leased<S>>`), queues (`StepsHandler::leased`) |
 //!
 //! | per leased run on Redis | round trips (counted in `tests/leased_round_trips.rs`) |
 //! |---|---|

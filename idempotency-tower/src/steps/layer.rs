@@ -37,7 +37,7 @@ pub type StepsService<T, S> = GuardedService<T, StepsLayer<S>>;
 /// What every service of a steps layer shares.
 pub(crate) struct Shared<S: RunStore> {
     pub(crate) runner: S::Runner,
-    /// Duplicates in this process wait here, in memory, not on the database.
+    /// Duplicates in this process wait here, in memory, not on the store.
     pub(crate) flights: crate::transactional::flights::Flights,
     pub(crate) settings: Settings,
     pub(crate) store_timeout: Duration,

@@ -66,7 +66,8 @@ where
     };
     let policy = settings.in_flight.until(settings.deadline(&parts));
     let started = Instant::now();
-    // Duplicates in this process wait here, in memory; across processes, on the owner's hold.
+    // Duplicates in this process wait here, in memory; across processes, in the runner's start
+    // (on the owner's hold in SQL, for the owner's answer or lease end on a core store).
     let Some(flight) = shared.flights.enter(key, policy).await else {
         return Ok(refuse(settings, in_flight(Duration::from_secs(1))));
     };
@@ -120,8 +121,9 @@ async fn start<S: RunStore>(
     let mut pause = Duration::from_millis(5);
     let namespace = shared.settings.scope.namespace();
     loop {
-        // The database wakes a waiter when the owner gives its hold back (PostgreSQL, MySQL);
-        // SQLite, whose holds are in the process, is polled.
+        // The database wakes a waiter when the owner gives its hold back (PostgreSQL, MySQL), a
+        // core store when the owner answers (a leased run's start also reads again when the
+        // owner's lease ends); SQLite, whose holds are in the process, is polled.
         let wait = until.saturating_duration_since(Instant::now());
         let request = Start::new(key, namespace, fingerprint, input.clone());
         let starting = shared.runner.start_waiting(request, wait);
