@@ -49,7 +49,7 @@ pub struct StepsHandler<S: RunStore> {
     steps: StepsFn<S>,
 }
 
-impl<S: StepStore + 'static> StepsHandler<S> {
+impl<S: StepStore> StepsHandler<S> {
     /// Runs `steps` for each message of `scope` on `runner`'s SQL store.
     pub fn new(runner: Runner<S>, scope: Scope, steps: StepsFn<S>) -> Self {
         Self {

@@ -15,7 +15,7 @@ use crate::{
     Answer, CallError, OwnedRun, Run, RunStore, Runner, Start, Started, StepError, StepRunner,
 };
 
-impl<S: StepStore + 'static> OwnedRun for Run<S> {
+impl<S: StepStore> OwnedRun for Run<S> {
     fn resumed(&self) -> bool {
         Run::resumed(self)
     }
@@ -29,7 +29,7 @@ impl<S: StepStore + 'static> OwnedRun for Run<S> {
     }
 }
 
-impl<S: StepStore + 'static> StepRunner for Runner<S> {
+impl<S: StepStore> StepRunner for Runner<S> {
     type Run = Run<S>;
     type Store = S;
 
@@ -51,7 +51,7 @@ impl<S: StepStore + 'static> StepRunner for Runner<S> {
 }
 
 /// Every SQL store keeps runs with local and foreign steps; the completer finds them in it.
-impl<S: StepStore + 'static> RunStore for S {
+impl<S: StepStore> RunStore for S {
     type Run = Run<S>;
     type Runner = Runner<S>;
     type Source = S;
@@ -61,7 +61,7 @@ impl<S: StepStore + 'static> RunStore for S {
     }
 }
 
-impl<S: StepStore + 'static> Runner<S> {
+impl<S: StepStore> Runner<S> {
     /// Runs `steps` once per `key` in `scope` with `input` (a function's steps mode): a new key
     /// runs it; a key whose earlier call stopped part-way (its process died, or a step asked to
     /// retry) resumes after the last checkpoint; a completed key returns the stored result (or

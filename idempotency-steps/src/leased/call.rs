@@ -14,7 +14,7 @@ use super::{Abandoned, Leased, Run, Runner, Started};
 use crate::answer;
 use crate::{Answer, CallError, OwnedRun, RunStore, Start, StepError, StepRunner};
 
-impl<S: Store + 'static> OwnedRun for Run<S> {
+impl<S: Store> OwnedRun for Run<S> {
     fn resumed(&self) -> bool {
         Run::resumed(self)
     }
@@ -28,7 +28,7 @@ impl<S: Store + 'static> OwnedRun for Run<S> {
     }
 }
 
-impl<S: Store + 'static> StepRunner for Runner<S> {
+impl<S: Store> StepRunner for Runner<S> {
     type Run = Run<S>;
     type Store = S;
 
@@ -51,7 +51,7 @@ impl<S: Store + 'static> StepRunner for Runner<S> {
 
 /// A core store under a lease keeps runs with foreign steps; the completer finds them by the
 /// store's record scan ([`Abandoned`]).
-impl<S: Store + Operations + 'static> RunStore for Leased<S> {
+impl<S: Store + Operations> RunStore for Leased<S> {
     type Run = Run<S>;
     type Runner = Runner<S>;
     type Source = Abandoned<Arc<S>>;
@@ -61,7 +61,7 @@ impl<S: Store + Operations + 'static> RunStore for Leased<S> {
     }
 }
 
-impl<S: Store + 'static> Runner<S> {
+impl<S: Store> Runner<S> {
     /// Runs `steps` once per `key` in `scope` with `input`: a new key runs it; a key whose
     /// earlier call stopped part-way (its owner died, or a step asked to retry) resumes after
     /// the last checkpoint; a completed key returns the stored result (or ending) without
