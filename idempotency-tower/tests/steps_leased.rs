@@ -1,8 +1,9 @@
-//! The steps layer on a core store (`build_leased_steps`): a multi-step request over HTTP on
-//! Redis (`REDIS_URL`, default `redis://127.0.0.1:6379`) and on the memory store completes and
-//! replays; a process that dies after a step's checkpoint (the run dropped by a panic) is
-//! resumed by the retry after that step, never calling it again; another payload with the key
-//! answers 422; the completer finishes an abandoned request without its client.
+//! The steps layer on a core store (`build_leased_steps`), on Redis (`REDIS_URL`, default
+//! `redis://127.0.0.1:6379`), the Redis Cluster of `idempotency_test::redis_cluster` and the
+//! memory store: a multi-step request over HTTP completes and replays; a process that dies
+//! after a step's checkpoint (the run dropped by a panic) is resumed by the retry after that
+//! step, never calling it again; another payload with the key answers 422; the completer
+//! finishes an abandoned request without its client.
 #![cfg(feature = "steps")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -247,5 +248,15 @@ every_check!(redis, async {
         // A prefix of its own: the completer's scan sees this test's records only.
         Ok(store) => Some(store.with_key_prefix(format!("{}:", unique("test:steps-http")))),
         Err(error) => idempotency_test::unavailable("Redis", error),
+    }
+});
+
+every_check!(cluster, async {
+    match idempotency_test::redis_cluster(idempotency_redis::connect_cluster).await {
+        Ok(connection) => Some(
+            idempotency_redis::RedisStore::new(connection)
+                .with_key_prefix(format!("{}:", unique("test:steps-http"))),
+        ),
+        Err(error) => idempotency_test::unavailable("Redis Cluster", error),
     }
 });
