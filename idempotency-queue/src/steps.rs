@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use idempotency_core::{Mechanism, Scope};
+#[cfg(feature = "sql")]
 use idempotency_sql::StepStore;
 use idempotency_steps::leased::{self, Leased};
-use idempotency_steps::{CallError, RunStore, Runner, Start, StepError, StepRunner};
+use idempotency_steps::{CallError, RunStore, Start, StepError, StepRunner};
 
 use crate::{Handled, Handler, Job};
 
@@ -49,9 +50,10 @@ pub struct StepsHandler<S: RunStore> {
     steps: StepsFn<S>,
 }
 
+#[cfg(feature = "sql")]
 impl<S: StepStore> StepsHandler<S> {
     /// Runs `steps` for each message of `scope` on `runner`'s SQL store.
-    pub fn new(runner: Runner<S>, scope: Scope, steps: StepsFn<S>) -> Self {
+    pub fn new(runner: idempotency_steps::Runner<S>, scope: Scope, steps: StepsFn<S>) -> Self {
         Self {
             runner,
             scope,

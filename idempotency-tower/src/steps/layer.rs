@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use idempotency_core::Store;
+#[cfg(feature = "sql")]
 use idempotency_sql::StepStore;
+use idempotency_steps::RunStore;
 use idempotency_steps::leased::{self, Leased};
-use idempotency_steps::{RunStore, Runner};
 use tower_layer::Layer;
 
 use super::input::KeepInput;
@@ -38,7 +39,7 @@ pub type StepsService<T, S> = GuardedService<T, StepsLayer<S>>;
 pub(crate) struct Shared<S: RunStore> {
     pub(crate) runner: S::Runner,
     /// Duplicates in this process wait here, in memory, not on the store.
-    pub(crate) flights: crate::transactional::flights::Flights,
+    pub(crate) flights: crate::flights::Flights,
     pub(crate) settings: Settings,
     pub(crate) store_timeout: Duration,
 }
@@ -84,6 +85,7 @@ impl<S: RunStore> StepsLayer<S> {
     }
 }
 
+#[cfg(feature = "sql")]
 impl<S: StepStore, C> IdempotencyLayerBuilder<S, C> {
     /// The finished layer, running each guarded request as a run with steps on the store's
     /// database ([`StepsLayer`]): local and foreign steps. The lease and TTL are the layer's;
@@ -94,7 +96,7 @@ impl<S: StepStore, C> IdempotencyLayerBuilder<S, C> {
         C: ScopeIsChosen,
     {
         let config = self.engine.config();
-        let runner = Runner::new(self.engine.store().clone())
+        let runner = idempotency_steps::Runner::new(self.engine.store().clone())
             .with_lease(config.lease)
             .with_ttl(config.ttl);
         self.steps_layer(runner)

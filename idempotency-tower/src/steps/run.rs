@@ -20,11 +20,11 @@ use crate::answer::{in_flight, mismatch, refuse, replay_or_refuse, unavailable};
 use crate::body::ResponseBody;
 use crate::collect::collect_request;
 use crate::detach::Detachable;
+use crate::flights::{Flight, after, within};
 use crate::guarded::{Answered, Exchange, Guarded};
 use crate::refusal::{Refusal, RefusalKind};
 use crate::request::{Payload, Read, collected, inspect, pass_through};
 use crate::stored::{Ending, ending_of, handle, respond};
-use crate::transactional::run::{after, within};
 
 /// Decides and answers one guarded request.
 pub(crate) async fn run<X, S>(
@@ -146,7 +146,7 @@ async fn finish<S, F, ResB, E>(
     slot: Arc<Slot<S>>,
     handler: Pin<Box<F>>,
     // Held until the answer is stored or the run paused: then the next duplicate goes on.
-    _flight: crate::transactional::flights::Flight,
+    _flight: Flight,
 ) -> Result<Response<ResponseBody<ResB>>, E>
 where
     S: RunStore,
