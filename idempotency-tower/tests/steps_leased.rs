@@ -3,7 +3,8 @@
 //! memory store: a multi-step request over HTTP completes and replays; a process that dies
 //! after a step's checkpoint (the run dropped by a panic) is resumed by the retry after that
 //! step, never calling it again; another payload with the key answers 422; the completer
-//! finishes an abandoned request without its client.
+//! finishes an abandoned request without its client; a duplicate in another process waits for
+//! the live run and replays its answer.
 #![cfg(feature = "steps")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -38,6 +39,10 @@ struct World {
     capture_keys: Mutex<Vec<String>>,
     /// Set: the next run dies (panics) right after reserve's checkpoint.
     die_after_reserve: AtomicBool,
+    /// Set: the next capture signals `capturing` and waits for `release`.
+    hold_capture: AtomicBool,
+    capturing: tokio::sync::Notify,
+    release: tokio::sync::Notify,
     /// Whether the last answered run had been resumed.
     resumed: AtomicBool,
     /// How many handlers answered.
@@ -74,6 +79,10 @@ async fn checkout<S: Store + Operations + 'static>(
         let captured: String = run
             .foreign("capture", async |key| {
                 world.capture.fetch_add(1, Ordering::SeqCst);
+                if world.hold_capture.swap(false, Ordering::SeqCst) {
+                    world.capturing.notify_one();
+                    world.release.notified().await;
+                }
                 world.capture_keys.lock().unwrap().push(key.to_owned());
                 Ok(format!("captured:{}", order.len()))
             })
@@ -96,16 +105,24 @@ where
     S: Store + Operations + Clone + 'static,
 {
     let world = Arc::new(World::default());
+    let (app, layer) = process(store, &unique("checkout"), Arc::clone(&world));
+    (app, layer, world)
+}
+
+/// One process's app on `store`, its runs in `namespace`, its steps recorded in `world`.
+fn process<S>(store: S, namespace: &str, world: Arc<World>) -> (Router, StepsLayer<Leased<S>>)
+where
+    S: Store + Operations + Clone + 'static,
+{
     let layer = IdempotencyLayer::builder(store)
         .shared_scope()
-        .namespace(unique("checkout"))
+        .namespace(namespace)
         .lease(SHORT)
         .in_flight(InFlightPolicy::wait(WAIT))
         .build_leased_steps();
-    let handler_world = Arc::clone(&world);
-    let route = post(move |request: Request<Body>| checkout::<S>(handler_world, request));
+    let route = post(move |request: Request<Body>| checkout::<S>(world, request));
     let app = Router::new().route("/checkout", route).layer(layer.clone());
-    (app, layer, world)
+    (app, layer)
 }
 
 fn unique(prefix: &str) -> String {
@@ -215,6 +232,28 @@ async fn the_completer_finishes_an_abandoned_request<S: Store + Operations + Clo
     assert_eq!(world.counts(), [1, 1]);
 }
 
+async fn a_duplicate_in_another_process_waits_then_replays<S>(store: S)
+where
+    S: Store + Operations + Clone + 'static,
+{
+    let (world, namespace) = (Arc::new(World::default()), unique("checkout"));
+    let (first, _) = process(store.clone(), &namespace, Arc::clone(&world));
+    let (second, _) = process(store, &namespace, Arc::clone(&world));
+    world.hold_capture.store(true, Ordering::SeqCst);
+    let owner = tokio::spawn(async move { send(&first, "K5", r#"{"order_id":6}"#).await });
+    world.capturing.notified().await;
+    // The owner is inside capture: the other process's duplicate waits for its answer.
+    let duplicate = tokio::spawn(async move { send(&second, "K5", r#"{"order_id":6}"#).await });
+    world.release.notify_one();
+    let (status, headers, body) = owner.await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body:?}");
+    assert!(!replayed(&headers));
+    let (again, headers, replay) = duplicate.await.unwrap();
+    assert_eq!((again, replay), (StatusCode::CREATED, body));
+    assert!(replayed(&headers), "the owner's answer: {headers:?}");
+    assert_eq!(world.counts(), [1, 1], "one run across both processes");
+}
+
 /// One test per check and store.
 macro_rules! leased_tests {
     ($store:ident, $make:expr; $($check:ident),*) => {
@@ -236,7 +275,8 @@ macro_rules! every_check {
     ($store:ident, $make:expr) => {
         leased_tests!($store, $make;
             completes_then_replays, a_retry_resumes_after_the_crash, another_payload_is_refused,
-            the_completer_finishes_an_abandoned_request);
+            the_completer_finishes_an_abandoned_request,
+            a_duplicate_in_another_process_waits_then_replays);
     };
 }
 
