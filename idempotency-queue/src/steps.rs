@@ -1,6 +1,7 @@
 //! Consumers whose handler has several steps (feature `steps`): each message is a run with
-//! steps (`idempotency_steps`), its checkpoints on the SQL record, so that a redelivery after a
-//! crash or a failed step resumes after the last completed step.
+//! steps (`idempotency_steps`), its checkpoints on its record (SQL, or a core store such as
+//! Redis under a lease), so that a redelivery after a crash or a failed step resumes after the
+//! last completed step.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,16 +9,20 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use idempotency_core::{Mechanism, Scope};
+#[cfg(feature = "sql")]
 use idempotency_sql::StepStore;
-use idempotency_steps::{CallError, Run, Runner, Start, StepError};
+use idempotency_steps::leased::{self, Leased};
+use idempotency_steps::{CallError, RunStore, Start, StepError, StepRunner};
 
 use crate::{Handled, Handler, Job};
 
 /// The steps of one message: given the run and the job, what the message produced, as JSON
-/// (stored as the key's outcome; its bytes are the consumer's verdict output).
+/// (stored as the key's outcome; its bytes are the consumer's verdict output). The run is the
+/// store's: [`idempotency_steps::Run`] for a SQL store, [`idempotency_steps::leased::Run`] for
+/// [`Leased<S>`](idempotency_steps::leased::Leased).
 pub type StepsFn<S> = Box<
     dyn for<'r> Fn(
-            &'r mut Run<S>,
+            &'r mut <S as RunStore>::Run,
             Job,
         ) -> Pin<
             Box<dyn Future<Output = Result<serde_json::Value, StepError>> + Send + 'r>,
@@ -25,9 +30,12 @@ pub type StepsFn<S> = Box<
         + Sync,
 >;
 
-/// A handler that runs each message as a run with steps on a SQL store: it guards itself (its
-/// record decides, as `two_tier::SqlTruth`'s does), so build the consumer with any fast tier,
-/// or none.
+/// A handler that runs each message as a run with steps: on a SQL store
+/// (`StepsHandler<PostgresStore>` with an [`idempotency_steps::Runner`]: local and foreign
+/// steps), or on a core store under a lease (`StepsHandler<Leased<RedisStore>>` with an
+/// [`idempotency_steps::leased::Runner`]: foreign steps, each run at least once with its
+/// downstream key). It guards itself (its record decides, as `two_tier::SqlTruth`'s does), so
+/// build the consumer with any fast tier, or none.
 ///
 /// | delivery | what runs |
 /// |---|---|
@@ -36,15 +44,16 @@ pub type StepsFn<S> = Box<
 /// | after completion | nothing: the stored output (`Handled::Output`) |
 /// | while another consumer runs the key | nothing: in flight, requeued |
 /// | a step ended the run (`StepError::End`) | the compensations, then its answer as the output (acked) |
-pub struct StepsHandler<S: StepStore> {
-    runner: Runner<S>,
+pub struct StepsHandler<S: RunStore> {
+    runner: S::Runner,
     scope: Scope,
     steps: StepsFn<S>,
 }
 
+#[cfg(feature = "sql")]
 impl<S: StepStore> StepsHandler<S> {
-    /// Runs `steps` for each message of `scope` on `runner`'s store.
-    pub fn new(runner: Runner<S>, scope: Scope, steps: StepsFn<S>) -> Self {
+    /// Runs `steps` for each message of `scope` on `runner`'s SQL store.
+    pub fn new(runner: idempotency_steps::Runner<S>, scope: Scope, steps: StepsFn<S>) -> Self {
         Self {
             runner,
             scope,
@@ -53,7 +62,24 @@ impl<S: StepStore> StepsHandler<S> {
     }
 }
 
-impl<S: StepStore + Sync + 'static> Handler for StepsHandler<S> {
+impl<S> StepsHandler<Leased<S>>
+where
+    Leased<S>: RunStore<Runner = leased::Runner<S>>,
+{
+    /// Runs `steps` for each message of `scope` as a leased run on `runner`'s core store
+    /// (Redis, Redis Cluster, Valkey, the memory store): give the runner a wait
+    /// ([`leased::Runner::with_wait`]) so that a redelivery of a dead consumer's message takes
+    /// its run over once the lease ends, rather than being requeued in flight until then.
+    pub fn leased(runner: leased::Runner<S>, scope: Scope, steps: StepsFn<Leased<S>>) -> Self {
+        Self {
+            runner,
+            scope,
+            steps,
+        }
+    }
+}
+
+impl<S: RunStore> Handler for StepsHandler<S> {
     type Error = String;
 
     async fn handle(&self, job: Job) -> Result<Handled, String> {
@@ -65,12 +91,8 @@ impl<S: StepStore + Sync + 'static> Handler for StepsHandler<S> {
         let mut start = Start::new(&key, self.scope.namespace(), &fingerprint, payload);
         start.mechanism = Some(Mechanism::Message);
         let steps = &self.steps;
-        let ran = self
-            .runner
-            .run_once(start, job, async |run: &mut Run<S>, job: Job| {
-                steps(run, job).await
-            })
-            .await;
+        let run_steps = async |run: &mut S::Run, job: Job| steps(run, job).await;
+        let ran = idempotency_steps::run_once(&self.runner, start, job, run_steps).await;
         match ran {
             Ok(answer) => {
                 let output = Bytes::from(answer.value.to_string());
@@ -92,6 +114,6 @@ impl<S: StepStore + Sync + 'static> Handler for StepsHandler<S> {
     }
 
     fn record_ttl(&self) -> Option<Duration> {
-        Some(self.runner.ttl())
+        Some(StepRunner::ttl(&self.runner))
     }
 }

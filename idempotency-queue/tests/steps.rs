@@ -2,7 +2,7 @@
 //! delivery that dies part-way (a panic) or fails a step that may succeed later is redelivered
 //! and resumes after its last checkpoint; every local step commits once per key, the foreign
 //! call carries one downstream key whatever the redeliveries, and copies of a key run it once.
-#![cfg(feature = "steps")]
+#![cfg(all(feature = "steps", feature = "sql"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;

@@ -2,16 +2,13 @@
 //! replayed ([`Answer`]), or why there is none ([`CallError`]), and the driving of one run to
 //! its end that both runners' `run_once` share.
 
-use std::future::Future;
-use std::time::Duration;
-
 use idempotency_core::{
     Error, Fingerprint, IdempotencyKey, Mechanism, Outcome, Record, Scope, canonical_json,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::{Start, StepError};
+use crate::{Found, OwnedRun, Start, StepError, StepRunner};
 
 /// The status of a call's stored result: it returned.
 const RETURNED: u16 = 0;
@@ -55,38 +52,6 @@ pub enum CallError {
     Store(#[from] Error),
 }
 
-/// A run this process owns, as a call drives it to its end.
-pub(crate) trait Owned: Sized {
-    /// Stores the answer (compensating first when a step ended the run).
-    fn complete(self, outcome: &Outcome) -> impl Future<Output = Result<(), StepError>> + Send;
-    /// Leaves the run resumable.
-    fn pause(self) -> impl Future<Output = ()> + Send;
-}
-
-/// What a runner's start found, whichever runner: its run, or the answer without one.
-pub(crate) enum Found<O> {
-    /// This process owns the run.
-    Run(O),
-    /// The stored answer.
-    Replay(Outcome),
-    /// A live owner runs it.
-    InFlight(Duration),
-    /// Another payload's key.
-    Mismatch,
-}
-
-/// A runner, as a function's steps mode starts its runs (waiting up to its own wait).
-pub(crate) trait Starts {
-    /// The run it owns.
-    type Run: Owned;
-    /// Starts (or resumes) the run `start` names, waiting for a live owner up to the runner's
-    /// wait.
-    fn start_call(
-        &self,
-        start: Start<'_>,
-    ) -> impl Future<Output = Result<Found<Self::Run>, Error>> + Send;
-}
-
 /// A runner's `call`: `steps` run once per `key` in `scope` with `input` (its canonical JSON the
 /// fingerprint, kept for the completer).
 pub(crate) async fn call<T, I, R, F>(
@@ -97,7 +62,7 @@ pub(crate) async fn call<T, I, R, F>(
     steps: F,
 ) -> Result<R, CallError>
 where
-    T: Starts,
+    T: StepRunner,
     I: Serialize,
     R: Serialize + DeserializeOwned,
     F: AsyncFnOnce(&mut T::Run, I) -> Result<R, StepError>,
@@ -121,7 +86,7 @@ pub(crate) async fn resume<T, I, R, F>(
     steps: F,
 ) -> Result<R, CallError>
 where
-    T: Starts,
+    T: StepRunner,
     I: DeserializeOwned,
     R: Serialize + DeserializeOwned,
     F: AsyncFnOnce(&mut T::Run, I) -> Result<R, StepError>,
@@ -143,20 +108,23 @@ where
         .map(Answer::into_value)
 }
 
-/// A runner's `run_once`: the run `start` names started or resumed and driven to its end (its
-/// answer stored, or paused), or its stored answer.
-pub(crate) async fn run_once<T, I, R, F>(
+/// Runs `steps` once for the run `start` names on `runner` (either runner: what a front end
+/// generic over [`StepRunner`] calls; each runner's own `run_once` is this), given `input`:
+/// started, or resumed after its last checkpoint, and driven to its end (its answer stored, or
+/// left resumable when a step asks to retry), or its stored result (or ending) returned
+/// without running anything ([`Answer::replayed`]).
+pub async fn run_once<T, I, R, F>(
     runner: &T,
     start: Start<'_>,
     input: I,
     steps: F,
 ) -> Result<Answer<R>, CallError>
 where
-    T: Starts,
+    T: StepRunner,
     R: Serialize + DeserializeOwned,
     F: AsyncFnOnce(&mut T::Run, I) -> Result<R, StepError>,
 {
-    let mut run = match runner.start_call(start).await? {
+    let mut run = match runner.start_waiting(start, runner.wait()).await? {
         Found::Run(run) => run,
         Found::Replay(outcome) => return replayed(&outcome),
         Found::InFlight(after) => return Err(CallError::InFlight(after)),
@@ -188,7 +156,7 @@ where
 }
 
 /// Stores the call's answer (compensating first when a step ended it).
-async fn finish<O: Owned>(run: O, outcome: &Outcome) -> Result<(), CallError> {
+async fn finish<O: OwnedRun>(run: O, outcome: &Outcome) -> Result<(), CallError> {
     run.complete(outcome).await.map_err(|error| match error {
         StepError::Store(error) => CallError::Store(error),
         StepError::Retry(reason) => CallError::Retry(reason),

@@ -1,16 +1,25 @@
 //! A function's steps mode on a SQL store: [`Runner::call`] runs a function with steps once per
 //! key, its result stored and replayed, and [`Runner::resume`] drives a stopped call on (the
-//! completer).
+//! completer); and the SQL runner as every front end starts its runs ([`StepRunner`],
+//! [`RunStore`]).
+
+use std::time::Duration;
 
 use idempotency_core::{Error, IdempotencyKey, Outcome, Record, Scope};
 use idempotency_sql::StepStore;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::answer::{self, Found, Owned, Starts};
-use crate::{Answer, CallError, Run, Runner, Start, Started, StepError};
+use crate::answer;
+use crate::{
+    Answer, CallError, OwnedRun, Run, RunStore, Runner, Start, Started, StepError, StepRunner,
+};
 
-impl<S: StepStore> Owned for Run<S> {
+impl<S: StepStore> OwnedRun for Run<S> {
+    fn resumed(&self) -> bool {
+        Run::resumed(self)
+    }
+
     async fn complete(self, outcome: &Outcome) -> Result<(), StepError> {
         Run::complete(self, outcome).await
     }
@@ -20,16 +29,35 @@ impl<S: StepStore> Owned for Run<S> {
     }
 }
 
-impl<S: StepStore> Starts for Runner<S> {
+impl<S: StepStore> StepRunner for Runner<S> {
     type Run = Run<S>;
+    type Store = S;
 
-    async fn start_call(&self, start: Start<'_>) -> Result<Found<Run<S>>, Error> {
-        Ok(match self.start_waiting(start, self.wait).await? {
-            Started::Run(run) => Found::Run(run),
-            Started::Replay(outcome) => Found::Replay(outcome),
-            Started::InFlight(after) => Found::InFlight(after),
-            Started::Mismatch => Found::Mismatch,
-        })
+    async fn start_waiting(&self, start: Start<'_>, wait: Duration) -> Result<Started<S>, Error> {
+        Runner::start_waiting(self, start, wait).await
+    }
+
+    fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    fn ttl(&self) -> Duration {
+        Runner::ttl(self)
+    }
+
+    fn store(&self) -> &S {
+        Runner::store(self)
+    }
+}
+
+/// Every SQL store keeps runs with local and foreign steps; the completer finds them in it.
+impl<S: StepStore> RunStore for S {
+    type Run = Run<S>;
+    type Runner = Runner<S>;
+    type Source = S;
+
+    fn source(runner: &Runner<S>) -> S {
+        runner.store().clone()
     }
 }
 

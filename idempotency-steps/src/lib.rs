@@ -35,10 +35,21 @@
 //! | foreign step | the call; its checkpoint joins the next step's transaction |
 //! | complete: the answer + give the hold back, in the last step's transaction | 1; 2 |
 //!
-//! Front ends: a function's steps mode is [`Runner::call`] (its result stored and replayed,
-//! [`Runner::resume`] for the completer); HTTP and gRPC are the tower layer's steps mode (crate
-//! `idempotency-tower`, `build_steps`), which keeps the request as the run's input, answers
-//! duplicates, and resumes runs through the completer.
+//! # Front ends
+//! Every front end runs on both runners: it is generic over [`RunStore`] (what a store's runs
+//! are: a SQL store itself, or a core store named [`leased::Leased<S>`]), starts runs through
+//! [`StepRunner`] and ends them through [`OwnedRun`].
+//!
+//! | front end | SQL store (PostgreSQL, MySQL/MariaDB, SQLite) | core store (Redis, Cluster, Valkey, memory) |
+//! |---|---|---|
+//! | functions | [`Runner::call`], [`Runner::resume`] | [`leased::Runner::call`], [`leased::Runner::resume`] |
+//! | HTTP and gRPC (axum, tonic: crate `idempotency-tower`) | `build_steps`, handlers take `Steps<PostgresStore>` | `build_leased_steps`, handlers take `Steps<Leased<RedisStore>>` |
+//! | queue consumers (crate `idempotency-queue`) | `StepsHandler::new` | `StepsHandler::leased` |
+//! | completer | [`Completer::new(store, ..)`](Completer::new) | [`Completer::new(Abandoned::new(store), ..)`](Completer::new) ([`leased::Abandoned`]) |
+//! | any other front end | [`run_once`] with a [`Runner`] | [`run_once`] with a [`leased::Runner`] |
+//!
+//! The tower layer keeps the request as the run's input, answers duplicates, and resumes runs
+//! through the completer; the queue handler keeps the message.
 //!
 //! # Guarantees per store
 //! - **PostgreSQL, MySQL/MariaDB**: a dead owner is noticed as soon as its connection closes.
@@ -68,6 +79,7 @@ mod call;
 mod checkpoints;
 mod completer;
 mod error;
+mod front;
 pub mod leased;
 #[cfg(feature = "sql")]
 mod run;
@@ -77,9 +89,10 @@ mod start;
 #[cfg(feature = "sql")]
 mod tx;
 
-pub use answer::{Answer, CallError};
+pub use answer::{Answer, CallError, run_once};
 pub use completer::{Completer, DEFAULT_COMPLETER_BATCH, DEFAULT_MAX_ATTEMPTS, RunSource, Sweep};
 pub use error::StepError;
+pub use front::{Found, OwnedRun, RunStore, StepRunner};
 #[cfg(feature = "sql")]
 pub use run::{Run, Undo};
 #[cfg(feature = "sql")]

@@ -3,14 +3,14 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use idempotency_core::{Claim, ClaimId, ClaimRequest, Error, Lease, Outcome, Progress, StorageKey};
+use idempotency_core::{Claim, ClaimId, ClaimRequest, Error, Lease, Progress, StorageKey};
 use idempotency_sql::StepStore;
 use sqlx::pool::PoolConnection;
 
 use crate::checkpoints;
 use crate::run::Run;
 use crate::tx::Db;
-use crate::{DEFAULT_MAX_INPUT, DEFAULT_RUN_LEASE, DEFAULT_RUN_TTL, Start};
+use crate::{DEFAULT_MAX_INPUT, DEFAULT_RUN_LEASE, DEFAULT_RUN_TTL, Found, Start};
 
 /// Starts and resumes runs with steps on a SQL store.
 ///
@@ -55,21 +55,8 @@ pub struct Runner<S> {
     pub(crate) wait: Duration,
 }
 
-/// What [`Runner::start`] found.
-#[derive(Debug)]
-#[must_use = "run the steps only on `Run`"]
-// The run is the common answer: boxing it would cost every run an allocation.
-#[allow(clippy::large_enum_variant)]
-pub enum Started<S: StepStore> {
-    /// This process owns the run: a new one, or one resumed after its last checkpoint.
-    Run(Run<S>),
-    /// The run completed before: its stored answer.
-    Replay(Outcome),
-    /// A live owner runs it: retry after this long (or wait and start again).
-    InFlight(Duration),
-    /// The key was used with another payload.
-    Mismatch,
-}
+/// What [`Runner::start`] found: the run this process owns, or the answer without one.
+pub type Started<S> = Found<Run<S>>;
 
 impl<S: StepStore> Runner<S> {
     /// Runs on `store`, with [`DEFAULT_RUN_LEASE`], [`DEFAULT_RUN_TTL`] and

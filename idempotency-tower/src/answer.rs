@@ -100,7 +100,7 @@ pub(crate) fn unavailable(settings: &Settings) -> Refusal {
 }
 
 /// The replay of `outcome`, or, if it cannot be decoded, a refusal as for a failed store.
-#[cfg(feature = "sql")]
+#[cfg(any(feature = "sql", feature = "steps"))]
 pub(crate) fn replay_or_refuse<B: Body>(
     settings: &Settings,
     outcome: &Outcome,

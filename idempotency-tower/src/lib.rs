@@ -105,6 +105,8 @@ mod collect;
 mod deadline;
 mod detach;
 mod fingerprint;
+#[cfg(any(feature = "sql", feature = "steps"))]
+mod flights;
 #[cfg(feature = "grpc")]
 mod grpc;
 mod guarded;

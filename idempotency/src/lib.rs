@@ -69,7 +69,8 @@ pub use idempotency_redis as redis;
 pub use idempotency_sql as sql;
 
 /// Runs with steps (`idempotency-steps`): handlers with several steps, each checkpointed on the
-/// record in the business database, resumed by a retry, a takeover or the completer.
+/// record (in the business database, or on Redis or the memory store under a lease), resumed by
+/// a retry, a takeover or the completer.
 #[cfg(feature = "steps")]
 pub use idempotency_steps as steps;
 

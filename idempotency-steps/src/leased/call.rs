@@ -1,15 +1,24 @@
 //! A function's steps mode on a core store: [`Runner::call`], [`Runner::resume`] and
-//! [`Runner::run_once`], as the SQL runner's, with leased runs.
+//! [`Runner::run_once`], as the SQL runner's, with leased runs; and the leased runner as every
+//! front end starts its runs ([`StepRunner`], [`RunStore`] for [`Leased`]).
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use idempotency_core::{Error, IdempotencyKey, Outcome, Record, Scope, Store};
+use idempotency_operations::Operations;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Run, Runner, Started};
-use crate::answer::{self, Found, Owned, Starts};
-use crate::{Answer, CallError, Start, StepError};
+use super::{Abandoned, Leased, Run, Runner, Started};
+use crate::answer;
+use crate::{Answer, CallError, OwnedRun, RunStore, Start, StepError, StepRunner};
 
-impl<S: Store> Owned for Run<S> {
+impl<S: Store> OwnedRun for Run<S> {
+    fn resumed(&self) -> bool {
+        Run::resumed(self)
+    }
+
     async fn complete(self, outcome: &Outcome) -> Result<(), StepError> {
         Run::complete(self, outcome).await
     }
@@ -19,16 +28,36 @@ impl<S: Store> Owned for Run<S> {
     }
 }
 
-impl<S: Store> Starts for Runner<S> {
+impl<S: Store> StepRunner for Runner<S> {
     type Run = Run<S>;
+    type Store = S;
 
-    async fn start_call(&self, start: Start<'_>) -> Result<Found<Run<S>>, Error> {
-        Ok(match self.start_waiting(start, self.wait).await? {
-            Started::Run(run) => Found::Run(run),
-            Started::Replay(outcome) => Found::Replay(outcome),
-            Started::InFlight(after) => Found::InFlight(after),
-            Started::Mismatch => Found::Mismatch,
-        })
+    async fn start_waiting(&self, start: Start<'_>, wait: Duration) -> Result<Started<S>, Error> {
+        Runner::start_waiting(self, start, wait).await
+    }
+
+    fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    fn ttl(&self) -> Duration {
+        Runner::ttl(self)
+    }
+
+    fn store(&self) -> &S {
+        Runner::store(self)
+    }
+}
+
+/// A core store under a lease keeps runs with foreign steps; the completer finds them by the
+/// store's record scan ([`Abandoned`]).
+impl<S: Store + Operations> RunStore for Leased<S> {
+    type Run = Run<S>;
+    type Runner = Runner<S>;
+    type Source = Abandoned<Arc<S>>;
+
+    fn source(runner: &Runner<S>) -> Abandoned<Arc<S>> {
+        Abandoned::new(runner.shared_store())
     }
 }
 

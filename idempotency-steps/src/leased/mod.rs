@@ -17,6 +17,7 @@
 //! | compensations ([`StepError::End`](crate::StepError::End)) | local, each in a transaction with its checkpoint | foreign, each with its own downstream key, then checkpointed |
 //! | duplicates of a live run | wait on the database's lock, or in flight | wait for the store's wake-up (polling at most every 100 ms), or in flight |
 //! | completer's source | the store ([`crate::RunSource`]) | [`Abandoned`]: the store's record scan |
+//! | front ends | functions, HTTP and gRPC (`build_steps`), queues (`StepsHandler::new`) | functions, HTTP and gRPC (`build_leased_steps`, `Steps<Leased<S>>`), queues (`StepsHandler::leased`) |
 //!
 //! | per leased run on Redis | round trips (counted in `tests/leased_round_trips.rs`) |
 //! |---|---|
@@ -59,10 +60,24 @@
 //! # Ok(()) }
 //! ```
 
+use std::marker::PhantomData;
+
 mod abandoned;
 mod call;
 mod run;
 mod runner;
+
+/// Names, in a front end's types, the leased runs on the core store `S`: the tower layer's
+/// `Steps<Leased<RedisStore>>` (built with `build_leased_steps`) derefs to [`Run`], and the
+/// queue's `StepsHandler<Leased<RedisStore>>` runs each message with a [`Runner`]. Never built:
+/// a name, not a value.
+pub struct Leased<S>(PhantomData<fn() -> S>);
+
+impl<S> std::fmt::Debug for Leased<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Leased")
+    }
+}
 
 pub use abandoned::{Abandoned, DEFAULT_SCAN_LIMIT};
 pub use run::{Run, Undo};

@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotency_core::{Claim, ClaimId, ClaimRequest, Error, Lease, Outcome, Progress, Store};
+use idempotency_core::{Claim, ClaimId, ClaimRequest, Error, Lease, Progress, Store};
 use tokio::time::Instant;
 
 use super::Run;
 use crate::checkpoints;
-use crate::{DEFAULT_MAX_INPUT, DEFAULT_RUN_LEASE, DEFAULT_RUN_TTL, Start};
+use crate::{DEFAULT_MAX_INPUT, DEFAULT_RUN_LEASE, DEFAULT_RUN_TTL, Found, Start};
 
 /// The key derivation this release writes (`idempotency-core`'s current one).
 const KEY_DERIVATION: u8 = 3;
@@ -60,21 +60,8 @@ impl<S> Clone for Runner<S> {
     }
 }
 
-/// What [`Runner::start`] found.
-#[derive(Debug)]
-#[must_use = "run the steps only on `Run`"]
-// The run is the common answer: boxing it would cost every run an allocation.
-#[allow(clippy::large_enum_variant)]
-pub enum Started<S: Store> {
-    /// This process owns the run: a new one, or one resumed after its last checkpoint.
-    Run(Run<S>),
-    /// The run completed before: its stored answer.
-    Replay(Outcome),
-    /// A live owner runs it: retry after this long (or wait and start again).
-    InFlight(Duration),
-    /// The key was used with another payload (or a run of another payload is resumable).
-    Mismatch,
-}
+/// What [`Runner::start`] found: the run this process owns, or the answer without one.
+pub type Started<S> = Found<Run<S>>;
 
 impl<S: Store> Runner<S> {
     /// Runs on `store`, with [`DEFAULT_RUN_LEASE`], [`DEFAULT_RUN_TTL`] and
@@ -117,9 +104,19 @@ impl<S: Store> Runner<S> {
         self
     }
 
+    /// How long a run's answer is kept.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// The store.
     pub fn store(&self) -> &S {
         &self.store
+    }
+
+    /// The store, shared (the completer's source scans it).
+    pub(super) fn shared_store(&self) -> Arc<S> {
+        Arc::clone(&self.store)
     }
 
     /// Starts the run of `start.key`, or resumes it after its last checkpoint when its owner

@@ -5,15 +5,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 use idempotency_core::Record;
-use idempotency_sql::StepStore;
-use idempotency_steps::Completer;
+use idempotency_steps::{Completer, RunStore};
 use tower_service::Service;
 use tracing::Instrument;
 
 use super::input::{Input, Resume};
 use super::layer::StepsLayer;
 
-impl<S: StepStore> StepsLayer<S> {
+impl<S: RunStore> StepsLayer<S> {
     /// Spawns the completer of this layer's runs ([`idempotency_steps::Completer`]): every
     /// `interval` it finds the runs that stopped part-way (their owner died, or paused on a step
     /// that may succeed later) and sends each one's kept request through `service` (the app
@@ -29,13 +28,12 @@ impl<S: StepStore> StepsLayer<S> {
         interval: Duration,
     ) -> tokio::task::JoinHandle<()>
     where
-        S: 'static,
         T: Service<Request<B>> + Clone + Send + 'static,
         T::Future: Send,
         B: From<Bytes> + Send + 'static,
     {
-        let store = self.shared.runner.store().clone();
-        Completer::new(store, self.namespace()).spawn(interval, move |record: Record| {
+        let source = S::source(&self.shared.runner);
+        Completer::new(source, self.namespace()).spawn(interval, move |record: Record| {
             let service = service.clone();
             async move { resume(service, record).await }
         })

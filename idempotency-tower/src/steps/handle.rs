@@ -2,24 +2,23 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use idempotency_sql::StepStore;
-use idempotency_steps::Run;
+use idempotency_steps::RunStore;
 
 /// Where the request's run waits between the layer and its handler.
-pub(crate) struct Slot<S: StepStore> {
-    run: Mutex<(Option<Run<S>>, bool)>,
+pub(crate) struct Slot<S: RunStore> {
+    run: Mutex<(Option<S::Run>, bool)>,
 }
 
-impl<S: StepStore> Slot<S> {
+impl<S: RunStore> Slot<S> {
     /// A slot holding `run`.
-    pub(crate) fn new(run: Run<S>) -> Arc<Self> {
+    pub(crate) fn new(run: S::Run) -> Arc<Self> {
         Arc::new(Self {
             run: Mutex::new((Some(run), false)),
         })
     }
 
     /// Takes the run back once the handler answered; `None` if the handler still holds it.
-    pub(crate) fn reclaim(&self) -> Option<Run<S>> {
+    pub(crate) fn reclaim(&self) -> Option<S::Run> {
         self.run
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -30,24 +29,27 @@ impl<S: StepStore> Slot<S> {
 
 /// The request's run with steps, for the handler of a route behind a
 /// [`StepsLayer`](super::StepsLayer): started, or resumed after its last checkpoint. It derefs
-/// to [`Run`]: call its steps; the layer stores the answer (or leaves the run resumable) when
-/// the handler answers.
+/// to the store's run: call its steps; the layer stores the answer (or leaves the run
+/// resumable) when the handler answers.
 ///
-/// In axum, `Steps<PostgresStore>` (or the `MySqlStore`, `SqliteStore`) is an extractor
-/// (feature `axum`); in tonic, take it with [`Steps::from_extensions`].
-pub struct Steps<S: StepStore> {
+/// `Steps<PostgresStore>` (or `MySqlStore`, `SqliteStore`) derefs to
+/// [`idempotency_steps::Run`] (local and foreign steps); `Steps<Leased<RedisStore>>` (or any
+/// core store in [`Leased`](idempotency_steps::leased::Leased)) to
+/// [`idempotency_steps::leased::Run`] (foreign steps). In axum it is an extractor (feature
+/// `axum`); in tonic, take it with [`Steps::from_extensions`].
+pub struct Steps<S: RunStore> {
     /// `Some` until dropped.
-    run: Option<Run<S>>,
+    run: Option<S::Run>,
     slot: Arc<Slot<S>>,
 }
 
-impl<S: StepStore> std::fmt::Debug for Steps<S> {
+impl<S: RunStore> std::fmt::Debug for Steps<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Steps").field("run", &self.run).finish()
     }
 }
 
-impl<S: StepStore> Steps<S> {
+impl<S: RunStore> Steps<S> {
     /// Takes the request's run from its extensions, through a [`StepsHandle`].
     pub fn from_extensions(handle: Option<&StepsHandle<S>>) -> Result<Self, StepsUnavailable> {
         let handle = handle.ok_or(StepsUnavailable::NoRun)?;
@@ -67,7 +69,7 @@ impl<S: StepStore> Steps<S> {
         }
     }
 
-    fn run(&self) -> &Run<S> {
+    fn run(&self) -> &S::Run {
         match &self.run {
             Some(run) => run,
             None => unreachable!("Steps holds its run until dropped"),
@@ -75,16 +77,16 @@ impl<S: StepStore> Steps<S> {
     }
 }
 
-impl<S: StepStore> std::ops::Deref for Steps<S> {
-    type Target = Run<S>;
+impl<S: RunStore> std::ops::Deref for Steps<S> {
+    type Target = S::Run;
 
-    fn deref(&self) -> &Run<S> {
+    fn deref(&self) -> &S::Run {
         self.run()
     }
 }
 
-impl<S: StepStore> std::ops::DerefMut for Steps<S> {
-    fn deref_mut(&mut self) -> &mut Run<S> {
+impl<S: RunStore> std::ops::DerefMut for Steps<S> {
+    fn deref_mut(&mut self) -> &mut S::Run {
         match &mut self.run {
             Some(run) => run,
             None => unreachable!("Steps holds its run until dropped"),
@@ -92,7 +94,7 @@ impl<S: StepStore> std::ops::DerefMut for Steps<S> {
     }
 }
 
-impl<S: StepStore> Drop for Steps<S> {
+impl<S: RunStore> Drop for Steps<S> {
     /// Gives the run back to the layer, which stores the answer or pauses it.
     fn drop(&mut self) {
         self.slot
@@ -104,15 +106,15 @@ impl<S: StepStore> Drop for Steps<S> {
 }
 
 /// The request extension through which a handler takes the request's run ([`Steps`]).
-pub struct StepsHandle<S: StepStore>(pub(crate) Arc<Slot<S>>);
+pub struct StepsHandle<S: RunStore>(pub(crate) Arc<Slot<S>>);
 
-impl<S: StepStore> Clone for StepsHandle<S> {
+impl<S: RunStore> Clone for StepsHandle<S> {
     fn clone(&self) -> Self {
         Self(Arc::clone(&self.0))
     }
 }
 
-impl<S: StepStore> std::fmt::Debug for StepsHandle<S> {
+impl<S: RunStore> std::fmt::Debug for StepsHandle<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("StepsHandle")
     }
@@ -135,7 +137,7 @@ mod axum_extract {
     use axum_core::extract::FromRequestParts;
     use axum_core::response::{IntoResponse, Response};
     use http::request::Parts;
-    use idempotency_sql::StepStore;
+    use idempotency_steps::RunStore;
 
     use super::{Steps, StepsHandle, StepsUnavailable};
     use crate::refusal::{ProblemJson, Refusal, RefusalKind, RenderRefusal};
@@ -149,7 +151,7 @@ mod axum_extract {
         }
     }
 
-    impl<T: Send + Sync, S: StepStore + Send + Sync + 'static> FromRequestParts<T> for Steps<S> {
+    impl<T: Send + Sync, S: RunStore> FromRequestParts<T> for Steps<S> {
         type Rejection = StepsUnavailable;
 
         async fn from_request_parts(

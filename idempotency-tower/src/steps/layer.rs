@@ -4,8 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use idempotency_core::Store;
+#[cfg(feature = "sql")]
 use idempotency_sql::StepStore;
-use idempotency_steps::Runner;
+use idempotency_steps::RunStore;
+use idempotency_steps::leased::{self, Leased};
 use tower_layer::Layer;
 
 use super::input::KeepInput;
@@ -18,9 +21,12 @@ use crate::idempotency::config::{ScopeIsChosen, Settings, warn_if_shared_unverif
 /// the answer is stored when it answers. See the [module docs](super).
 ///
 /// Built with [`IdempotencyLayerBuilder::build_steps`] over a SQL store (`PostgresStore`,
-/// `MySqlStore`, `SqliteStore`), so it takes every setting of the layer: key source,
-/// fingerprint, principal, storage policy, in-flight policy, limits, refusals. Cheap to clone.
-pub struct StepsLayer<S> {
+/// `MySqlStore`, `SqliteStore`: local and foreign steps), or with
+/// [`IdempotencyLayerBuilder::build_leased_steps`] over any core store that keeps checkpoints
+/// (Redis, Redis Cluster, Valkey, the memory store: foreign steps under a lease, `S` is then
+/// [`Leased<S>`]), so it takes every setting of the layer: key source, fingerprint, principal,
+/// storage policy, in-flight policy, limits, refusals. Cheap to clone.
+pub struct StepsLayer<S: RunStore> {
     pub(crate) shared: Arc<Shared<S>>,
     pub(crate) keep: Option<KeepInput>,
 }
@@ -30,15 +36,15 @@ pub struct StepsLayer<S> {
 pub type StepsService<T, S> = GuardedService<T, StepsLayer<S>>;
 
 /// What every service of a steps layer shares.
-pub(crate) struct Shared<S> {
-    pub(crate) runner: Runner<S>,
-    /// Duplicates in this process wait here, in memory, not on the database.
-    pub(crate) flights: crate::transactional::flights::Flights,
+pub(crate) struct Shared<S: RunStore> {
+    pub(crate) runner: S::Runner,
+    /// Duplicates in this process wait here, in memory, not on the store.
+    pub(crate) flights: crate::flights::Flights,
     pub(crate) settings: Settings,
     pub(crate) store_timeout: Duration,
 }
 
-impl<S> Clone for StepsLayer<S> {
+impl<S: RunStore> Clone for StepsLayer<S> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
@@ -47,7 +53,10 @@ impl<S> Clone for StepsLayer<S> {
     }
 }
 
-impl<S: std::fmt::Debug> std::fmt::Debug for StepsLayer<S> {
+impl<S: RunStore> std::fmt::Debug for StepsLayer<S>
+where
+    S::Runner: std::fmt::Debug,
+{
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StepsLayer")
             .field("runner", &self.shared.runner)
@@ -56,7 +65,7 @@ impl<S: std::fmt::Debug> std::fmt::Debug for StepsLayer<S> {
     }
 }
 
-impl<S: StepStore> StepsLayer<S> {
+impl<S: RunStore> StepsLayer<S> {
     /// Keeps only what `keep` leaves of each request body for a resume without the client
     /// (personal data taken out); the handler that the completer resumes gets that body.
     pub fn keep_input(mut self, keep: impl Fn(&Bytes) -> Bytes + Send + Sync + 'static) -> Self {
@@ -76,26 +85,55 @@ impl<S: StepStore> StepsLayer<S> {
     }
 }
 
+#[cfg(feature = "sql")]
 impl<S: StepStore, C> IdempotencyLayerBuilder<S, C> {
     /// The finished layer, running each guarded request as a run with steps on the store's
-    /// database ([`StepsLayer`]). The lease and TTL are the layer's; on PostgreSQL and MySQL a
-    /// dead owner is noticed by its hold at once, so the lease only matters on SQLite and in
-    /// operators' views.
-    pub fn build_steps(mut self) -> StepsLayer<S>
+    /// database ([`StepsLayer`]): local and foreign steps. The lease and TTL are the layer's;
+    /// on PostgreSQL and MySQL a dead owner is noticed by its hold at once, so the lease only
+    /// matters on SQLite and in operators' views.
+    pub fn build_steps(self) -> StepsLayer<S>
     where
         C: ScopeIsChosen,
     {
-        self.settings.prepare(self.engine.tracker());
-        warn_if_shared_unverified(&self.settings);
         let config = self.engine.config();
-        let runner = Runner::new(self.engine.store().clone())
+        let runner = idempotency_steps::Runner::new(self.engine.store().clone())
             .with_lease(config.lease)
             .with_ttl(config.ttl);
+        self.steps_layer(runner)
+    }
+}
+
+impl<S: Store + Clone, C> IdempotencyLayerBuilder<S, C> {
+    /// The finished layer, running each guarded request as a leased run with steps on a core
+    /// store that keeps checkpoints (Redis, Redis Cluster, Valkey, the memory store in an
+    /// `Arc`): foreign steps only, each run at least once with its downstream key and
+    /// checkpointed as it returns ([`idempotency_steps::leased`]). The owner keeps its run by
+    /// the layer's lease, renewed by each checkpoint and a heartbeat while a step runs; a dead
+    /// owner's run is taken over when the lease ends. Handlers take `Steps<Leased<S>>`.
+    pub fn build_leased_steps(self) -> StepsLayer<Leased<S>>
+    where
+        C: ScopeIsChosen,
+        Leased<S>: RunStore<Runner = leased::Runner<S>>,
+    {
+        let config = self.engine.config();
+        let runner = leased::Runner::new(self.engine.store().clone())
+            .with_lease(config.lease)
+            .with_ttl(config.ttl);
+        self.steps_layer(runner)
+    }
+}
+
+impl<S: Store, C> IdempotencyLayerBuilder<S, C> {
+    /// The steps layer of this builder's settings, starting its runs with `runner`.
+    fn steps_layer<R: RunStore>(mut self, runner: R::Runner) -> StepsLayer<R> {
+        self.settings.prepare(self.engine.tracker());
+        warn_if_shared_unverified(&self.settings);
+        let store_timeout = self.engine.config().store_timeout;
         StepsLayer {
             shared: Arc::new(Shared {
                 runner,
                 flights: Default::default(),
-                store_timeout: config.store_timeout,
+                store_timeout,
                 settings: self.settings,
             }),
             keep: None,
@@ -103,7 +141,7 @@ impl<S: StepStore, C> IdempotencyLayerBuilder<S, C> {
     }
 }
 
-impl<S: StepStore, T> Layer<T> for StepsLayer<S> {
+impl<S: RunStore, T> Layer<T> for StepsLayer<S> {
     type Service = StepsService<T, S>;
 
     fn layer(&self, inner: T) -> Self::Service {

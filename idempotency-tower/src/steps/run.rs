@@ -10,8 +10,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use idempotency_core::{Error, Fingerprint, InFlightPolicy, StorageKey, telemetry};
-use idempotency_sql::StepStore;
-use idempotency_steps::{Run, Start, Started};
+use idempotency_steps::{Found, OwnedRun, RunStore, Start, StepRunner};
 use tower_service::Service;
 
 use super::handle::{Slot, StepsHandle};
@@ -21,11 +20,11 @@ use crate::answer::{in_flight, mismatch, refuse, replay_or_refuse, unavailable};
 use crate::body::ResponseBody;
 use crate::collect::collect_request;
 use crate::detach::Detachable;
+use crate::flights::{Flight, after, within};
 use crate::guarded::{Answered, Exchange, Guarded};
 use crate::refusal::{Refusal, RefusalKind};
 use crate::request::{Payload, Read, collected, inspect, pass_through};
 use crate::stored::{Ending, ending_of, handle, respond};
-use crate::transactional::run::{after, within};
 
 /// Decides and answers one guarded request.
 pub(crate) async fn run<X, S>(
@@ -35,7 +34,7 @@ pub(crate) async fn run<X, S>(
 ) -> Answered<X>
 where
     X: Exchange,
-    S: StepStore,
+    S: RunStore,
 {
     let Guarded(inner, mut parts, body, header_key) = request;
     let settings = &shared.settings;
@@ -67,26 +66,27 @@ where
     };
     let policy = settings.in_flight.until(settings.deadline(&parts));
     let started = Instant::now();
-    // Duplicates in this process wait here, in memory; across processes, on the owner's hold.
+    // Duplicates in this process wait here, in memory; across processes, in the runner's start
+    // (on the owner's hold in SQL, for the owner's answer or lease end on a core store).
     let Some(flight) = shared.flights.enter(key, policy).await else {
         return Ok(refuse(settings, in_flight(Duration::from_secs(1))));
     };
     let policy = after(policy, started.elapsed());
     let run = match start(&shared, &key, &fingerprint, input, policy).await {
-        Ok(Started::Run(run)) => {
+        Ok(Found::Run(run)) => {
             let decision = if run.resumed() { "resume" } else { "execute" };
             telemetry::record_decision(decision, &key, None);
             run
         }
-        Ok(Started::Replay(outcome)) => {
+        Ok(Found::Replay(outcome)) => {
             telemetry::record_decision("replay", &key, None);
             return Ok(replay_or_refuse(settings, &outcome));
         }
-        Ok(Started::InFlight(retry_after)) => {
+        Ok(Found::InFlight(retry_after)) => {
             telemetry::record_decision("in_flight", &key, None);
             return Ok(refuse(settings, in_flight(retry_after)));
         }
-        Ok(Started::Mismatch) => {
+        Ok(Found::Mismatch) => {
             telemetry::record_decision("mismatch", &key, None);
             let namespace = settings.scope.namespace();
             let store = shared.runner.store();
@@ -110,26 +110,27 @@ where
 }
 
 /// Starts or resumes the run of `key`, waiting while a live owner runs it as `policy` allows.
-async fn start<S: StepStore>(
+async fn start<S: RunStore>(
     shared: &Shared<S>,
     key: &StorageKey,
     fingerprint: &Fingerprint,
     input: Bytes,
     policy: InFlightPolicy,
-) -> Result<Started<S>, Error> {
+) -> Result<Found<S::Run>, Error> {
     let until = Instant::now() + policy.max_wait();
     let mut pause = Duration::from_millis(5);
     let namespace = shared.settings.scope.namespace();
     loop {
-        // The database wakes a waiter when the owner gives its hold back (PostgreSQL, MySQL);
-        // SQLite, whose holds are in the process, is polled.
+        // The database wakes a waiter when the owner gives its hold back (PostgreSQL, MySQL), a
+        // core store when the owner answers (a leased run's start also reads again when the
+        // owner's lease ends); SQLite, whose holds are in the process, is polled.
         let wait = until.saturating_duration_since(Instant::now());
         let request = Start::new(key, namespace, fingerprint, input.clone());
         let starting = shared.runner.start_waiting(request, wait);
         let started = within(shared.store_timeout + wait, starting).await?;
         let now = Instant::now();
         match started {
-            Started::InFlight(_) if now < until => {
+            Found::InFlight(_) if now < until => {
                 tokio::time::sleep(pause.min(until - now)).await;
                 pause = (pause * 2).min(Duration::from_millis(100));
             }
@@ -145,10 +146,10 @@ async fn finish<S, F, ResB, E>(
     slot: Arc<Slot<S>>,
     handler: Pin<Box<F>>,
     // Held until the answer is stored or the run paused: then the next duplicate goes on.
-    _flight: crate::transactional::flights::Flight,
+    _flight: Flight,
 ) -> Result<Response<ResponseBody<ResB>>, E>
 where
-    S: StepStore,
+    S: RunStore,
     F: Future<Output = Result<Response<ResB>, E>>,
     ResB: Body<Data = Bytes> + Unpin,
 {
@@ -185,9 +186,9 @@ where
 
 /// Stores the run's answer (compensating first when a step ended it), within the store's
 /// timeout for each statement's worth of work.
-async fn complete<S: StepStore>(
+async fn complete<S: RunStore>(
     shared: &Shared<S>,
-    run: Run<S>,
+    run: S::Run,
     outcome: &idempotency_core::Outcome,
 ) -> Result<(), idempotency_steps::StepError> {
     let bound = shared.store_timeout * 4;

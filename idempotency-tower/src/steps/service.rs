@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use idempotency_sql::StepStore;
+use idempotency_steps::RunStore;
 
 use super::layer::StepsLayer;
 use super::run;
 use crate::guarded::{Exchange, GatedFuture, Guard, Guarded};
 use crate::idempotency::config::Settings;
 
-impl<S: StepStore> Guard for StepsLayer<S> {
+impl<S: RunStore> Guard for StepsLayer<S> {
     fn settings(&self) -> &Settings {
         &self.shared.settings
     }

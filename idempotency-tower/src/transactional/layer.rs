@@ -6,7 +6,7 @@ use std::time::Duration;
 use idempotency_sql::TxStore;
 use tower_layer::Layer;
 
-use super::flights::{Claims, Flights};
+use crate::flights::{Claims, Flights};
 use crate::guarded::GuardedService;
 use crate::idempotency::IdempotencyLayerBuilder;
 use crate::idempotency::config::{ScopeIsChosen, Settings, warn_if_shared_unverified};

@@ -65,7 +65,6 @@
 //! # let _ = app; Ok(()) }
 //! ```
 
-pub(crate) mod flights;
 mod layer;
 pub(crate) mod run;
 mod service;

@@ -15,7 +15,6 @@ use idempotency_core::{
 use idempotency_sql::{TxClaim, TxClaimRequest, TxLease, TxStore};
 use tower_service::Service;
 
-use super::flights::Flight;
 use super::layer::Shared;
 use super::tx::{Slot, TxHandle};
 use crate::answer::{in_flight, mismatch, refuse, replay_or_refuse, unavailable};
@@ -23,6 +22,7 @@ use crate::body::ResponseBody;
 use crate::callback::ConflictAnswer;
 use crate::collect::collect_request;
 use crate::detach::Detachable;
+use crate::flights::{Flight, after, within};
 use crate::guarded::{Answered, Exchange, Guarded};
 use crate::refusal::{Refusal, RefusalKind};
 use crate::request::{Payload, Read, collected, inspect, pass_through, previous_fingerprint};
@@ -177,14 +177,6 @@ async fn completed_answer<S: TxStore, B: Body>(
 async fn mark_conflict<S: TxStore>(shared: &Shared<S>, key: &StorageKey) {
     let namespace = shared.settings.scope.namespace();
     crate::answer::mark_conflict(&shared.store, shared.store_timeout, namespace, key).await;
-}
-
-/// `policy` with `elapsed` of its wait spent.
-pub(crate) fn after(policy: InFlightPolicy, elapsed: Duration) -> InFlightPolicy {
-    match policy {
-        InFlightPolicy::Wait { max } if max > elapsed => InFlightPolicy::wait(max - elapsed),
-        _ => InFlightPolicy::Reject,
-    }
 }
 
 /// Begins the request's transaction and claims the key in it, waiting on another
@@ -363,14 +355,4 @@ async fn commit<S: TxStore>(
             Ok(None)
         }
     }
-}
-
-/// `call`, failed with [`Error::Timeout`] once it has taken `bound`.
-pub(crate) async fn within<T>(
-    bound: Duration,
-    call: impl Future<Output = Result<T, Error>>,
-) -> Result<T, Error> {
-    tokio::time::timeout(bound, call)
-        .await
-        .unwrap_or(Err(Error::Timeout(bound)))
 }

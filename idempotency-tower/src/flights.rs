@@ -1,10 +1,13 @@
 //! Duplicates of one key in one process wait in memory for each other, not on database
-//! connections: one request per key at a time goes to the database.
+//! connections or the store: one request per key at a time goes to the store (transactional
+//! and steps modes); and the bounds of those modes' waits.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-use idempotency_core::{InFlightPolicy, StorageKey};
+use idempotency_core::{Error, InFlightPolicy, StorageKey};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The keys this process is claiming or running, each with a one-permit semaphore that its
@@ -81,10 +84,12 @@ impl Flights {
 /// Bounds the claims that may wait on another transaction's row at once, so waiting duplicates
 /// never hold more than a share of the pool's connections: a claim without a permit asks the
 /// database without waiting, and polls from memory, holding no connection meanwhile.
+#[cfg(feature = "sql")]
 pub(crate) struct Claims {
     permits: Arc<Semaphore>,
 }
 
+#[cfg(feature = "sql")]
 impl Claims {
     /// `permits` claims at a time.
     pub(crate) fn new(permits: usize) -> Self {
@@ -97,6 +102,24 @@ impl Claims {
     pub(crate) fn try_enter(&self) -> Option<OwnedSemaphorePermit> {
         Arc::clone(&self.permits).try_acquire_owned().ok()
     }
+}
+
+/// `policy` with `elapsed` of its wait spent.
+pub(crate) fn after(policy: InFlightPolicy, elapsed: Duration) -> InFlightPolicy {
+    match policy {
+        InFlightPolicy::Wait { max } if max > elapsed => InFlightPolicy::wait(max - elapsed),
+        _ => InFlightPolicy::Reject,
+    }
+}
+
+/// `call`, failed with [`Error::Timeout`] once it has taken `bound`.
+pub(crate) async fn within<T>(
+    bound: Duration,
+    call: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    tokio::time::timeout(bound, call)
+        .await
+        .unwrap_or(Err(Error::Timeout(bound)))
 }
 
 #[cfg(test)]
