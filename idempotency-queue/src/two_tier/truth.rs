@@ -96,8 +96,10 @@ where
 /// - A **first copy** (the fast tier's first claim of the key, [`Job::lease`]) runs the
 ///   business code first and writes its record last ([`TxStore::record_in_tx`], one statement
 ///   on PostgreSQL): the transaction of the post-mortem's consumer, a dedup row after the
-///   business writes. A copy that got this far too (the fast tier lost the claim) waits on that
-///   record, rolls its own writes back and answers as below.
+///   business writes. A copy that got this far too (the fast tier lost the claim: a flush, a
+///   fail-over) waits on that record, rolls its own writes back and answers as below; its
+///   business code ran, so anything it did outside the transaction would happen again (such
+///   effects belong in [`Tx::after_commit`]).
 /// - **Any other copy** (the fast tier saw the key, or there is none) claims the record first
 ///   ([`TxStore::claim_key_in_tx`]) and runs the business code only when it is taken:
 ///
