@@ -307,17 +307,18 @@ pub(crate) mod sealed {
             )
         }
 
-        /// The record of `request.key` written completed with `outcome` at the end of its
-        /// transaction ([`TxStore::record_in_tx`](crate::TxStore::record_in_tx)): `None` once
-        /// written, else what the claim found. The claim, then the completion, unless the
-        /// database does both in one statement.
-        fn record_in_tx_on(
+        /// Inserts the record of a new `request.key` completed with `outcome`, at the end of
+        /// its transaction ([`TxStore::record_in_tx`](crate::TxStore::record_in_tx)), where the
+        /// database does it in one statement: whether it was written. `false` (the default, or
+        /// a key that has a record): the caller claims the key, then completes it.
+        fn insert_recorded_on(
             store: &SqlStore<Self>,
             conn: &mut Self::Connection,
             request: TxClaimRequest<'_>,
             outcome: &Outcome,
-        ) -> impl Future<Output = Result<Option<TxClaim>, StoreError>> + Send {
-            claim_then_complete(store, conn, request, outcome)
+        ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+            let _ = (store, conn, request, outcome);
+            std::future::ready(Ok(false))
         }
 
         /// A receiver of `key`'s wake-ups ([`Store::wake_ups`](idempotency_core::Store::wake_ups)):
@@ -412,22 +413,5 @@ pub(crate) mod sealed {
                 host_now: std::time::SystemTime::now(),
             }
         }
-    }
-}
-
-/// A transactional claim of `request.key`, completed with `outcome` at once when it is taken:
-/// `None` then, else what the claim found.
-pub(crate) async fn claim_then_complete<D: sealed::Steps>(
-    store: &SqlStore<D>,
-    conn: &mut D::Connection,
-    request: TxClaimRequest<'_>,
-    outcome: &Outcome,
-) -> Result<Option<TxClaim>, StoreError> {
-    match D::claim_in_tx_on(store, conn, request).await? {
-        TxClaim::Execute(lease) => {
-            D::complete_in_tx_on(store, conn, &lease, outcome).await?;
-            Ok(None)
-        }
-        found => Ok(Some(found)),
     }
 }

@@ -12,7 +12,7 @@ use sqlx::{FromRow, PgConnection, Postgres};
 
 use super::common::{ClaimRow, map_err, micros, owned, token_param};
 use super::dialect::sealed::{Param, Param::*, Shared, Steps, Values};
-use super::dialect::{SqlStore, TableSql, claim_then_complete};
+use super::dialect::{SqlStore, TableSql};
 use super::schema::{self, VersionSql, Versions};
 use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
 use idempotency_core::{
@@ -247,15 +247,14 @@ impl Steps for Postgres {
         owned(Self::bound_in_order(conn, sql, Self::COMPLETE, values).await?)
     }
 
-    /// One statement: the record inserted completed, with its outcome; a key that has a record
-    /// is claimed as [`claim_in_tx_on`](Self::claim_in_tx_on) would (an expired record taken
-    /// over and completed, else what the claim found).
-    async fn record_in_tx_on(
+    /// One plain `INSERT`: the record completed, with its outcome; nothing for a key that has
+    /// a record.
+    async fn insert_recorded_on(
         store: &PostgresStore,
         conn: &mut PgConnection,
         request: TxClaimRequest<'_>,
         outcome: &idempotency_core::Outcome,
-    ) -> Result<Option<TxClaim>, StoreError> {
+    ) -> Result<bool, StoreError> {
         let inserted = sqlx::query(&store.sql.own.insert_recorded)
             .bind(request.key.0.as_slice())
             .bind(request.namespace)
@@ -268,10 +267,7 @@ impl Steps for Postgres {
             .execute(&mut *conn)
             .await
             .map_err(map_err)?;
-        if inserted.rows_affected() == 1 {
-            return Ok(None);
-        }
-        claim_then_complete(store, conn, request, outcome).await
+        Ok(inserted.rows_affected() == 1)
     }
 
     /// The table's listener subscribed to `key`, then the record flagged (its completion or

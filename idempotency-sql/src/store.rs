@@ -294,8 +294,11 @@ impl<D: Dialect> TxStore for SqlStore<D> {
         request: TxClaimRequest<'_>,
         outcome: &Outcome,
     ) -> Result<Option<TxClaim>, StoreError> {
-        if request.previous_key.is_none() {
-            return D::record_in_tx_on(self, tx.connection(), request, outcome).await;
+        // With previous keys read, both keys are claimed as a claim takes them.
+        if request.previous_key.is_none()
+            && D::insert_recorded_on(self, tx.connection(), request, outcome).await?
+        {
+            return Ok(None);
         }
         crate::tx::claimed_and_completed(self, tx, request, outcome).await
     }
