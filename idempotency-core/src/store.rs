@@ -147,6 +147,13 @@ pub trait Store: Send + Sync + 'static {
         request: TouchRequest<'_>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// The claim of `key` by `token` is left as it is, pending, until its lease ends (two
+    /// tiers: the truth committed with the work): the store lets go of what it keeps in process
+    /// for that lease. No round trip; the default keeps nothing.
+    fn leave_pending(&self, key: &StorageKey, token: FencingToken) {
+        let _ = (key, token);
+    }
+
     /// Writes `progress` (a run's checkpoints, crate `idempotency-steps`) on the in-progress
     /// record of `request.key` held by `request.token` and renews its lease, in one step; read
     /// back in [`Record::progress`] while the record is in progress (a takeover keeps it; a
@@ -281,6 +288,7 @@ pub trait DynStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Option<Record>, StoreError>>;
     fn purge_expired_dyn(&self, limit: usize) -> BoxFuture<'_, Result<u64, StoreError>>;
     fn call_bound_dyn(&self) -> Option<Duration>;
+    fn leave_pending_dyn(&self, key: &StorageKey, token: FencingToken);
     fn mark_conflict_dyn<'a>(
         &'a self,
         key: &'a StorageKey,
@@ -346,6 +354,9 @@ impl<S: Store> DynStore for S {
     }
     fn call_bound_dyn(&self) -> Option<Duration> {
         self.call_bound()
+    }
+    fn leave_pending_dyn(&self, key: &StorageKey, token: FencingToken) {
+        self.leave_pending(key, token)
     }
     fn mark_conflict_dyn<'a>(
         &'a self,
@@ -425,6 +436,9 @@ impl Store for BoxStore {
     fn call_bound(&self) -> Option<Duration> {
         self.0.call_bound_dyn()
     }
+    fn leave_pending(&self, key: &StorageKey, token: FencingToken) {
+        self.0.leave_pending_dyn(key, token)
+    }
     async fn mark_conflict(&self, key: &StorageKey) -> Result<bool, StoreError> {
         self.0.mark_conflict_dyn(key).await
     }
@@ -493,6 +507,9 @@ impl<S: Store> Store for Arc<S> {
     }
     fn call_bound(&self) -> Option<Duration> {
         (**self).call_bound()
+    }
+    fn leave_pending(&self, key: &StorageKey, token: FencingToken) {
+        (**self).leave_pending(key, token)
     }
     fn mark_conflict(
         &self,

@@ -52,6 +52,43 @@ async fn the_truth_keeps_a_record_seven_days_by_default_longer_than_the_senders_
     tiers.drop_tables().await;
 }
 
+/// A key the truth forgot (its record past its TTL, not purged yet) is new again: a first copy,
+/// whose record written last meets the expired one (on PostgreSQL its `INSERT` fails, and the
+/// transaction with it), claims the key in a new transaction, takes it over and runs once; a
+/// copy after it replays.
+#[tokio::test]
+async fn a_first_copy_runs_again_once_the_truth_forgot_the_key() {
+    let Some(tiers) = Tiers::new(0, "idem-lifetimes-forgotten").await else {
+        return;
+    };
+    let trade = "T-life-forgotten";
+    let message = || Message::new(format!(r#"{{"trade_no":"{trade}"}}"#));
+    let consumer = |fast| {
+        TwoTier::new(tiers.truth())
+            .consumer(fast, JsonField::new("/trade_no"))
+            .unwrap()
+    };
+    let first = consumer(tiers.fast_path().await).process(message()).await;
+    assert!(matches!(first, Verdict::Processed { .. }), "{first:?}");
+    sqlx::query(&format!(
+        "UPDATE {} SET expires_at = now() - interval '1 second'",
+        tiers.dedup_table()
+    ))
+    .execute(tiers.pool())
+    .await
+    .unwrap();
+
+    // A fast tier that never saw the key: the next delivery is a first copy again.
+    let elsewhere = consumer(tiers.fast_path_elsewhere().await);
+    let again = elsewhere.process(message()).await;
+    assert!(matches!(again, Verdict::Processed { .. }), "{again:?}");
+    assert_eq!(tiers.rows(Some(trade)).await, 2, "run once more, once");
+    let replay = elsewhere.process(message()).await;
+    assert!(matches!(replay, Verdict::AlreadyDone { .. }), "{replay:?}");
+    assert_eq!(tiers.rows(Some(trade)).await, 2);
+    tiers.drop_tables().await;
+}
+
 #[tokio::test]
 async fn the_truths_own_ttl_is_the_one_its_records_are_kept_for() {
     let Some(tiers) = Tiers::new(0, "idem-lifetimes-own").await else {

@@ -561,6 +561,11 @@ where
         Some(self.call_timeout)
     }
 
+    /// Drops the in-progress record held for the lease's native complete.
+    fn leave_pending(&self, key: &StorageKey, token: FencingToken) {
+        self.held.take(key, token.get());
+    }
+
     async fn mark_conflict(&self, key: &StorageKey) -> Result<bool, StoreError> {
         bounded(self.call_timeout, self.mark_conflict_op(key)).await
     }

@@ -119,6 +119,21 @@ async fn every_step_on(service: &str, upstream: String, native: Option<bool>) {
         })
         .await
         .unwrap();
+    // The complete script, which a server with `SET … IFEQ` has not run yet.
+    let warm = unique_key();
+    let Claim::Acquired(lease) = store.claim(request(&warm, &fingerprint)).await.unwrap() else {
+        panic!("warm-up claim");
+    };
+    store.leave_pending(&warm, lease.token);
+    store
+        .complete(CompleteRequest {
+            key: &warm,
+            token: lease.token,
+            outcome: &outcome,
+            ttl,
+        })
+        .await
+        .unwrap();
     let scope = Scope::new("round-trips");
     let warm_token = tokens.issue(&scope, ttl).await.unwrap();
     tokens.consume(&scope, &warm_token.value).await.unwrap();
@@ -187,6 +202,30 @@ async fn every_step_on(service: &str, upstream: String, native: Option<bool>) {
         ["GET"],
         "replay of a key this store completed: one GET"
     );
+
+    // A claim left pending (two tiers) costs nothing more, and the store lets go of the record
+    // it held for the native complete: completed later (a settle would), it takes the script.
+    let pending = unique_key();
+    let Claim::Acquired(left) = store.claim(request(&pending, &fingerprint)).await.unwrap() else {
+        panic!("claim of a fresh key acquires it");
+    };
+    let (_, sent) = commands_of(&log, async {
+        store.leave_pending(&pending, left.token);
+    })
+    .await;
+    assert!(sent.is_empty(), "leaving a claim pending: {sent:?}");
+    let (completed, sent) = commands_of(
+        &log,
+        store.complete(CompleteRequest {
+            key: &pending,
+            token: left.token,
+            outcome: &outcome,
+            ttl,
+        }),
+    )
+    .await;
+    completed.unwrap();
+    assert_eq!(sent, ["EVALSHA"], "complete of a claim left pending");
 
     // Another store (another process) learns the key with its first replay, then reads it.
     let elsewhere =

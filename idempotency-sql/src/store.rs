@@ -10,7 +10,9 @@ use super::ListFilter;
 use super::common::{Settings, map_err, owned, token_param, validate_identifier};
 use super::dialect::sealed::Order;
 use super::dialect::{Dialect, SqlStore};
-use super::tx::{InTransaction, TxClaim, TxClaimRequest, TxLease, TxStore, previous_request};
+use super::tx::{
+    InTransaction, Recorded, TxClaim, TxClaimRequest, TxLease, TxStore, previous_request,
+};
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, CompleteRequest, FencingToken, Fingerprint, Outcome, Record,
     StorageKey, Store, StoreError, TouchRequest,
@@ -293,12 +295,13 @@ impl<D: Dialect> TxStore for SqlStore<D> {
         tx: &mut T,
         request: TxClaimRequest<'_>,
         outcome: &Outcome,
-    ) -> Result<Option<TxClaim>, StoreError> {
+    ) -> Result<Recorded, StoreError> {
         // With previous keys read, both keys are claimed as a claim takes them.
         if request.previous_key.is_none()
-            && D::insert_recorded_on(self, tx.connection(), request, outcome).await?
+            && let Some(recorded) =
+                D::insert_recorded_on(self, tx.connection(), request, outcome).await?
         {
-            return Ok(None);
+            return Ok(recorded);
         }
         crate::tx::claimed_and_completed(self, tx, request, outcome).await
     }

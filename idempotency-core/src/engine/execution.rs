@@ -149,6 +149,10 @@ impl<S: Store> Execution<S> {
         }
         self.stop_keep_alive();
         self.finished = true;
+        self.engine
+            .inner
+            .store
+            .leave_pending(&self.key, self.lease.token);
         self.engine.inner.waits.wake(&self.key);
         telemetry::record_current(telemetry::FINISH, "pending");
     }

@@ -118,6 +118,19 @@ impl Tiers {
             .with_ttl(Duration::from_secs(600))
     }
 
+    /// A Redis fast path that shares nothing with [`fast_path`](Self::fast_path) (another
+    /// prefix): every key is new to it, as after a flush.
+    #[allow(dead_code)] // Used by the lifetime tests only.
+    pub(crate) async fn fast_path_elsewhere(&self) -> Idempotency<RedisStore> {
+        let redis = RedisStore::connect(&redis_url(self.redis_db))
+            .await
+            .unwrap()
+            .with_key_prefix(format!("{}-elsewhere", self.redis_prefix));
+        Idempotency::new(redis)
+            .with_lease(Duration::from_secs(2))
+            .with_ttl(Duration::from_secs(600))
+    }
+
     /// The Redis fast path through the proxy at `proxy` (`host:port`), as [`fast_path`](Self::fast_path).
     pub(crate) async fn fast_path_through(&self, proxy: &str) -> Idempotency<RedisStore> {
         let redis = RedisStore::connect(&format!("redis://{proxy}/{}", self.redis_db))

@@ -484,6 +484,16 @@ const VARIANTS: [(&str, &str, &str); 12] = [
     ),
 ];
 
+/// The variants that commit one business row per message (new keys).
+const COMMITTING: [&str; 6] = [
+    "bare-sql",
+    "hand-written",
+    "hand-written-output",
+    "post-mortem",
+    "sql-only",
+    "two-tier",
+];
+
 /// Runs `variant` on `broker` against `sql` (the two-tier duplicates after `two-tier` on the
 /// same `sql`).
 async fn run_variant<B: Broker>(broker: &B, sql: &Sql, variant: &str) -> Result<Run, Error> {
@@ -540,14 +550,41 @@ async fn run_variant<B: Broker>(broker: &B, sql: &Sql, variant: &str) -> Result<
 }
 
 /// One round of the chosen variants on `broker`.
-async fn round<B: Broker>(broker: &B, sql: &Sql, only: &[String]) -> Result<Vec<Run>, Error> {
+/// The two-tier variants run in their order (each meets what the one before left), as one
+/// group; every other round runs that group before the rest, so that neither side always runs
+/// on a machine the other just warmed or loaded.
+async fn round<B: Broker>(
+    broker: &B,
+    sql: &Sql,
+    only: &[String],
+    two_tiers_first: bool,
+) -> Result<Vec<Run>, Error> {
+    let chosen: Vec<&str> = VARIANTS
+        .iter()
+        .map(|(variant, _, _)| *variant)
+        .filter(|variant| only.iter().any(|chosen| chosen == variant))
+        .collect();
+    let (tiers, rest): (Vec<&str>, Vec<&str>) = chosen
+        .iter()
+        .partition(|variant| variant.starts_with("two-tier"));
+    let order = if two_tiers_first {
+        [tiers, rest].concat()
+    } else {
+        [rest, tiers].concat()
+    };
     let mut runs = Vec::new();
-    for (variant, _, _) in VARIANTS {
-        if only.iter().any(|chosen| chosen == variant) {
-            runs.push(run_variant(broker, sql, variant).await?);
-        }
+    for variant in order {
+        runs.push((variant, run_variant(broker, sql, variant).await?));
     }
-    Ok(runs)
+    // In the table's order.
+    Ok(chosen
+        .iter()
+        .filter_map(|variant| {
+            runs.iter()
+                .find(|(ran, _)| ran == variant)
+                .map(|(_, run)| *run)
+        })
+        .collect())
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -601,8 +638,10 @@ async fn count<B: Broker>(
         "Sent per message ({messages} messages per variant, {}):",
         broker.name()
     );
-    println!("| variant | PG round trips | PG statements | Redis commands |");
-    println!("|---|---:|---:|---:|");
+    println!(
+        "| variant | PG round trips | PG statements | PG pings (pool acquires) | Redis commands |"
+    );
+    println!("|---|---:|---:|---:|---:|");
     for (variant, label, _) in &VARIANTS[3..11] {
         let before = (pg.traffic.snapshot(), log.lock().map_or(0, |log| log.len()));
         run_variant(broker, &sql, variant).await?;
@@ -610,9 +649,10 @@ async fn count<B: Broker>(
         let commands = log.lock().map_or(0, |log| log.len()) - before.1;
         let per = |n: u64| n as f64 / messages as f64;
         println!(
-            "| {label} | {:.2} | {:.2} | {:.2} |",
+            "| {label} | {:.2} | {:.2} | {:.2} | {:.2} |",
             per(sent.pg_round_trips() - sent.pg_pings()),
             per(sent.pg_statements()),
+            per(sent.pg_pings()),
             per(commands as u64),
         );
     }
@@ -650,20 +690,38 @@ async fn main() -> Result<(), Error> {
     );
     let (mut on_rabbitmq, mut on_nats) = (Vec::new(), Vec::new());
     for round_number in 0..rounds {
-        let sql = Sql::new(
-            pool.clone(),
-            redis_url.clone(),
-            nonce + round_number as u128,
-        )
-        .await?;
-        on_rabbitmq.push(round(&rabbitmq, &sql, &only).await?);
-        on_nats.push(round(&nats, &sql, &only).await?);
-        eprintln!(
-            "round {} done; business rows {}",
-            round_number + 1,
-            sql.rows().await?
-        );
+        // Tables of its own for each broker: both publish the same keys, and a dedup table the
+        // other broker filled would answer every key as a duplicate (rolled back, not committed).
+        let fresh = |broker: u128| {
+            Sql::new(
+                pool.clone(),
+                redis_url.clone(),
+                nonce + 2 * round_number as u128 + broker,
+            )
+        };
+        let two_tiers_first = round_number % 2 == 1;
+        let sql = fresh(0).await?;
+        on_rabbitmq.push(round(&rabbitmq, &sql, &only, two_tiers_first).await?);
+        let mut rows = sql.rows().await?;
         sql.drop_tables().await?;
+        let sql = fresh(1).await?;
+        on_nats.push(round(&nats, &sql, &only, two_tiers_first).await?);
+        rows += sql.rows().await?;
+        sql.drop_tables().await?;
+        // Every variant with the business INSERT commits one row per message: fewer means a
+        // variant answered messages as duplicates and measured the wrong thing.
+        let committing = only
+            .iter()
+            .filter(|variant| COMMITTING.contains(&variant.as_str()))
+            .count();
+        let expected = (2 * committing * messages) as i64;
+        eprintln!(
+            "round {} done; business rows {rows} (expected {expected})",
+            round_number + 1
+        );
+        if rows != expected {
+            return Err(format!("business rows {rows}, expected {expected}").into());
+        }
     }
     println!(
         "| variant | handler | RabbitMQ msg/s | CPU µs/msg: bench + PG + Redis + broker = all | NATS msg/s | CPU µs/msg |"
@@ -673,8 +731,7 @@ async fn main() -> Result<(), Error> {
         .iter()
         .filter(|(variant, _, _)| only.iter().any(|chosen| chosen == variant))
         .collect();
-    let mut summary = Vec::new();
-    for (index, (variant, label, handler)) in chosen.iter().enumerate() {
+    for (index, (_, label, handler)) in chosen.iter().enumerate() {
         let of = |runs: &[Vec<Run>]| {
             let runs: Vec<Run> = runs.iter().map(|round| round[index]).collect();
             medians(&runs, messages)
@@ -690,19 +747,33 @@ async fn main() -> Result<(), Error> {
             js.0,
             cpu(js.1)
         );
-        summary.push((*variant, amqp, js));
     }
-    let find = |name: &str| summary.iter().find(|(variant, _, _)| *variant == name);
+    // Each round's ratio (the two variants ran minutes apart at most), then their median:
+    // steadier than a ratio of medians on a machine whose speed drifts.
+    let index_of = |name: &str| chosen.iter().position(|(variant, _, _)| *variant == name);
+    let ratios = |runs: &[Vec<Run>], tier: usize, base: usize| {
+        let of = |value: fn(&Run) -> f64| {
+            let per_round: Vec<f64> = runs
+                .iter()
+                .map(|round| value(&round[tier]) / value(&round[base]))
+                .collect();
+            let (low, high) = per_round
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(*r), h.max(*r)));
+            (median(per_round), low, high)
+        };
+        (of(|run| run.rate), of(|run| run.cpu.total() as f64))
+    };
     for baseline in ["post-mortem", "hand-written"] {
-        if let (Some((_, tier_amqp, tier_js)), Some((_, hand_amqp, hand_js))) =
-            (find("two-tier"), find(baseline))
-        {
+        if let (Some(tier), Some(base)) = (index_of("two-tier"), index_of(baseline)) {
+            let line = |runs: &[Vec<Run>]| {
+                let ((rate, low, high), (cpu, _, _)) = ratios(runs, tier, base);
+                format!("{rate:.2} ({low:.2}–{high:.2}; CPU per message {cpu:.2})")
+            };
             println!(
-                "two tiers, new keys / {baseline}: RabbitMQ {:.2} (CPU per message {:.2}), NATS {:.2} (CPU per message {:.2})",
-                tier_amqp.0 / hand_amqp.0,
-                tier_amqp.1[4] / hand_amqp.1[4],
-                tier_js.0 / hand_js.0,
-                tier_js.1[4] / hand_js.1[4],
+                "two tiers, new keys / {baseline}, median of the rounds' ratios: RabbitMQ {}, NATS {}",
+                line(&on_rabbitmq),
+                line(&on_nats),
             );
         }
     }
