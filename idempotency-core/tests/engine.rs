@@ -203,6 +203,46 @@ async fn waiting_mode_replays_the_first_outcome() {
     }
 }
 
+/// An owner that dies (another process: its claim is never completed, released nor renewed)
+/// tells no one; its waiters read the record when its lease ends, not at their next poll, and
+/// the first of them takes the key over.
+#[tokio::test]
+async fn waiters_of_an_owner_that_died_take_over_at_its_lease_end() {
+    let store = Arc::new(MemoryStore::new());
+    let scope = Scope::new("engine");
+    let (k, fp) = (key("k"), Fingerprint::of_bytes(b"a"));
+    let storage_key = scope.storage_key_for(Mechanism::Request, k.as_str());
+    let dead = store
+        .claim(ClaimRequest {
+            key: &storage_key,
+            namespace: scope.namespace(),
+            fingerprint: &fp,
+            lease: Duration::from_millis(200),
+            claim_id: idempotency_core::ClaimId::random(),
+            mechanism: Some(Mechanism::Request),
+            key_derivation: None,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(dead, Claim::Acquired(_)), "{dead:?}");
+    // Polled from 10 s on (1/32 of 320 s), waiting at most 5 s: only a read at the lease's end
+    // answers in time.
+    let engine = Idempotency::new(Arc::clone(&store)).with_in_flight_poll(Duration::from_secs(320));
+    let decision = engine
+        .claim(
+            &scope,
+            &k,
+            &fp,
+            InFlightPolicy::wait(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+    let Decision::Execute(execution) = decision else {
+        panic!("the waiter takes the dead owner's key over: {decision:?}");
+    };
+    assert!(execution.lease().took_over);
+}
+
 #[tokio::test]
 async fn waiting_is_bounded() {
     let engine = Idempotency::new(MemoryStore::new());

@@ -168,6 +168,31 @@ async fn a_release_wakes_the_waiters_elsewhere_and_they_claim() {
     }
 }
 
+/// An owner that dies publishes nothing: the waiters elsewhere read the record when its lease
+/// ends, and one of them takes the key over.
+#[tokio::test]
+async fn the_waiters_of_an_owner_that_died_take_over_at_its_lease_end() {
+    let Some(redis) = redis().await else { return };
+    let log = Log::default();
+    let a = owner(&redis).await.with_lease(Duration::from_millis(500));
+    let b = counted(&redis, &log).await;
+    let (key, execution) = claimed(&a).await;
+    // Dies: never completes, releases nor renews.
+    std::mem::forget(execution);
+    let since = log.lock().unwrap().len();
+    let waiting = duplicate(&b, key);
+    match answer(waiting).await {
+        Decision::Execute(execution) => {
+            assert!(execution.lease().took_over);
+            execution.complete(Outcome::new(201, "paid")).await.unwrap();
+        }
+        other => panic!("the waiter takes the dead owner's key over, got {other:?}"),
+    }
+    // Read once, then at the lease's end (once only, if the first read came after it).
+    let reads = sent(&log, since, "MGET");
+    assert!((1..=2).contains(&reads), "{reads} reads");
+}
+
 /// A claim left pending (a queue's first copy, whose work committed with its record of truth)
 /// and settled from the truth's answer wakes the waiters elsewhere too: the settle script
 /// publishes as the complete script does.

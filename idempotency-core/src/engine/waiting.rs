@@ -12,6 +12,10 @@ use crate::metrics::StoreOp;
 use crate::namespace::NamespaceRef;
 use crate::{Claim, Fingerprint, RecordState, StorageKey, Store, StoreError};
 
+/// How long after the end of an owner's lease its waiters read the record: the lease is over
+/// by then on the writer's clock and this one's (within the margin).
+const LEASE_END_MARGIN: Duration = Duration::from_millis(5);
+
 impl<S: Store> Idempotency<S> {
     /// Claims `key`, waiting up to `max_wait` while it is in flight: in one shared wait per key
     /// (see the module docs), then the landing's answer: its outcome (or a mismatch), or a new
@@ -37,7 +41,7 @@ impl<S: Store> Idempotency<S> {
                         let (join, reads) =
                             waits.join_or_start(key, fingerprint, retry_after, max_waiters);
                         if let Some(reads) = reads {
-                            self.spawn_flight_reads(namespace, key, reads);
+                            self.spawn_flight_reads(namespace, key, reads, retry_after);
                         }
                         join
                     }
@@ -88,10 +92,16 @@ impl<S: Store> Idempotency<S> {
     /// Reads the record of `key` while its flight has waiters, and lands the flight when the
     /// record is completed, gone or abandoned, or the store fails. Reads come at once when an
     /// owner of this engine finishes or the store's wake-ups ([`Store::wake_ups`], subscribed
-    /// before the first read) tell of a landing; else once per tick: every
-    /// [`Config::in_flight_poll`](crate::Config::in_flight_poll) while subscribed, and without
-    /// wake-ups (or once they were lost) from 1/32 of it, doubling.
-    fn spawn_flight_reads(&self, namespace: NamespaceRef<'_>, key: StorageKey, reads: FlightReads) {
+    /// before the first read) tell of a landing, and at the end of the owner's lease; else once
+    /// per tick: every [`Config::in_flight_poll`](crate::Config::in_flight_poll) while
+    /// subscribed, and without wake-ups (or once they were lost) from 1/32 of it, doubling.
+    fn spawn_flight_reads(
+        &self,
+        namespace: NamespaceRef<'_>,
+        key: StorageKey,
+        reads: FlightReads,
+        lease_left: Duration,
+    ) {
         let FlightReads {
             id,
             landing: flight,
@@ -106,7 +116,7 @@ impl<S: Store> Idempotency<S> {
             let mut pause = if heard.is_some() {
                 Duration::ZERO
             } else {
-                first
+                first.min(lease_left + LEASE_END_MARGIN)
             };
             loop {
                 let lost = {
@@ -134,28 +144,37 @@ impl<S: Store> Idempotency<S> {
                     let call = std::pin::pin!(engine.inner.store.get(&key));
                     engine.timed(StoreOp::Get, namespace.by_ref(), call).await
                 };
+                let mut lease_left = None;
                 let landing = match read {
                     Ok(Some(record)) => match (record.state, record.outcome) {
                         (RecordState::Completed, Some(outcome)) => {
                             Landing::Completed(outcome, record.fingerprint)
                         }
-                        (RecordState::InProgress, _) if record.expires_at > SystemTime::now() => {
-                            Landing::Pending
+                        (RecordState::InProgress, _) => {
+                            match record.expires_at.duration_since(SystemTime::now()) {
+                                Ok(left) if !left.is_zero() => {
+                                    lease_left = Some(left);
+                                    Landing::Pending
+                                }
+                                _ => Landing::Open,
+                            }
                         }
                         _ => Landing::Open,
                     },
                     Ok(None) => Landing::Open,
                     Err(error) => Landing::Failed(Arc::new(error)),
                 };
-                if !matches!(landing, Landing::Pending) {
+                let Some(lease_left) = lease_left else {
                     engine.inner.waits.land(&key, id, landing);
                     return;
-                }
-                pause = if heard.is_some() {
+                };
+                let tick = if heard.is_some() {
                     poll
                 } else {
                     (pause * 2).min(poll)
                 };
+                // An owner that dies publishes nothing: its lease's end is read when it comes.
+                pause = tick.min(lease_left + LEASE_END_MARGIN);
             }
         });
     }
