@@ -53,9 +53,8 @@ async fn the_truth_keeps_a_record_seven_days_by_default_longer_than_the_senders_
 }
 
 /// A key the truth forgot (its record past its TTL, not purged yet) is new again: a first copy,
-/// whose record written last meets the expired one (on PostgreSQL its `INSERT` fails, and the
-/// transaction with it), claims the key in a new transaction, takes it over and runs once; a
-/// copy after it replays.
+/// whose record written last meets the expired one, takes it over and runs once; a copy after
+/// it replays.
 #[tokio::test]
 async fn a_first_copy_runs_again_once_the_truth_forgot_the_key() {
     let Some(tiers) = Tiers::new(0, "idem-lifetimes-forgotten").await else {

@@ -11,7 +11,7 @@ use sqlx::Pool;
 
 use super::common::{Settings, micros, owned, token_param};
 use super::schema::{Steps, Versions};
-use super::tx::{Recorded, TxClaim, TxClaimRequest, TxLease};
+use super::tx::{TxClaim, TxClaimRequest, TxLease};
 use idempotency_core::{
     Claim, ClaimRequest, FencingToken, Outcome, RecordState, StorageKey, StoreError,
 };
@@ -309,16 +309,16 @@ pub(crate) mod sealed {
 
         /// Inserts the record of a new `request.key` completed with `outcome`, at the end of
         /// its transaction ([`TxStore::record_in_tx`](crate::TxStore::record_in_tx)), where the
-        /// database does it in one statement. `None` (the default): the caller claims the key,
-        /// then completes it.
+        /// database does it in one statement: whether it was written. `false` (the default, or
+        /// a key that has a record): the caller claims the key, then completes it.
         fn insert_recorded_on(
             store: &SqlStore<Self>,
             conn: &mut Self::Connection,
             request: TxClaimRequest<'_>,
             outcome: &Outcome,
-        ) -> impl Future<Output = Result<Option<Recorded>, StoreError>> + Send {
+        ) -> impl Future<Output = Result<bool, StoreError>> + Send {
             let _ = (store, conn, request, outcome);
-            std::future::ready(Ok(None))
+            std::future::ready(Ok(false))
         }
 
         /// A receiver of `key`'s wake-ups ([`Store::wake_ups`](idempotency_core::Store::wake_ups)):

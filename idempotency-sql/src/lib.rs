@@ -99,7 +99,7 @@ pub use error::from_sqlx;
 pub use schema::{SCHEMA_TABLE, SCHEMA_VERSION};
 pub use steps::StepStore;
 pub use transition::{StateValue, Transition, TransitionOutcome};
-pub use tx::{InTransaction, Recorded, TxClaim, TxClaimRequest, TxLease, TxStore};
+pub use tx::{InTransaction, TxClaim, TxClaimRequest, TxLease, TxStore};
 
 #[cfg(feature = "mysql")]
 pub use mysql::MySqlStore;

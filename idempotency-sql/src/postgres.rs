@@ -14,7 +14,7 @@ use super::common::{ClaimRow, map_err, micros, owned, token_param};
 use super::dialect::sealed::{Param, Param::*, Shared, Steps, Values};
 use super::dialect::{SqlStore, TableSql};
 use super::schema::{self, VersionSql, Versions};
-use super::tx::{Recorded, TxClaim, TxClaimRequest, still_running, tx_claim};
+use super::tx::{TxClaim, TxClaimRequest, still_running, tx_claim};
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, FencingToken, Lease, Mechanism, StorageKey, StoreError,
 };
@@ -125,7 +125,7 @@ pub struct Sql {
     start_held: String,
     /// A plain insert of a record written after the business writes of its transaction
     /// ([`TxStore::record_in_tx`](crate::TxStore::record_in_tx)): completed, with its outcome,
-    /// its expiry the TTL away; a unique violation when the key exists.
+    /// its expiry the TTL away; nothing when the key exists, which `claim_bounded` decides.
     insert_recorded: String,
     /// A waiter's flag on an in-progress record: its completion or release is notified
     /// ([`wake_ups`]).
@@ -247,15 +247,14 @@ impl Steps for Postgres {
         owned(Self::bound_in_order(conn, sql, Self::COMPLETE, values).await?)
     }
 
-    /// One plain `INSERT`: the record completed, with its outcome. A key that has a record
-    /// fails it, with the transaction ([`Recorded::Exists`]): the post-mortem's dedup row, and
-    /// cheaper than an `ON CONFLICT` clause's speculative insert for every new key.
+    /// One plain `INSERT`: the record completed, with its outcome; nothing for a key that has
+    /// a record.
     async fn insert_recorded_on(
         store: &PostgresStore,
         conn: &mut PgConnection,
         request: TxClaimRequest<'_>,
         outcome: &idempotency_core::Outcome,
-    ) -> Result<Option<Recorded>, StoreError> {
+    ) -> Result<bool, StoreError> {
         let inserted = sqlx::query(&store.sql.own.insert_recorded)
             .bind(request.key.0.as_slice())
             .bind(request.namespace)
@@ -266,14 +265,9 @@ impl Steps for Postgres {
             .bind(i32::from(outcome.status))
             .bind(outcome.body.as_ref())
             .execute(&mut *conn)
-            .await;
-        match inserted {
-            Ok(_) => Ok(Some(Recorded::Written)),
-            Err(sqlx::Error::Database(error)) if error.is_unique_violation() => {
-                Ok(Some(Recorded::Exists))
-            }
-            Err(error) => Err(map_err(error)),
-        }
+            .await
+            .map_err(map_err)?;
+        Ok(inserted.rows_affected() == 1)
     }
 
     /// The table's listener subscribed to `key`, then the record flagged (its completion or

@@ -10,9 +10,7 @@ use super::ListFilter;
 use super::common::{Settings, map_err, owned, token_param, validate_identifier};
 use super::dialect::sealed::Order;
 use super::dialect::{Dialect, SqlStore};
-use super::tx::{
-    InTransaction, Recorded, TxClaim, TxClaimRequest, TxLease, TxStore, previous_request,
-};
+use super::tx::{InTransaction, TxClaim, TxClaimRequest, TxLease, TxStore, previous_request};
 use idempotency_core::{
     Claim, ClaimId, ClaimRequest, CompleteRequest, FencingToken, Fingerprint, Outcome, Record,
     StorageKey, Store, StoreError, TouchRequest,
@@ -295,13 +293,12 @@ impl<D: Dialect> TxStore for SqlStore<D> {
         tx: &mut T,
         request: TxClaimRequest<'_>,
         outcome: &Outcome,
-    ) -> Result<Recorded, StoreError> {
+    ) -> Result<Option<TxClaim>, StoreError> {
         // With previous keys read, both keys are claimed as a claim takes them.
         if request.previous_key.is_none()
-            && let Some(recorded) =
-                D::insert_recorded_on(self, tx.connection(), request, outcome).await?
+            && D::insert_recorded_on(self, tx.connection(), request, outcome).await?
         {
-            return Ok(recorded);
+            return Ok(None);
         }
         crate::tx::claimed_and_completed(self, tx, request, outcome).await
     }

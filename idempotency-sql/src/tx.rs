@@ -72,22 +72,6 @@ pub enum TxClaim {
     Mismatch,
 }
 
-/// What [`TxStore::record_in_tx`] did with a record written last in its transaction.
-#[derive(Debug)]
-#[must_use = "commit the transaction only when the record is `Written`"]
-pub enum Recorded {
-    /// The record is written, completed: commit the transaction.
-    Written,
-    /// The key has a record, and this is what a claim of it found ([`TxClaim::Replay`],
-    /// [`TxClaim::InFlight`] or [`TxClaim::Mismatch`], never `Execute`): roll the transaction
-    /// back and answer with it.
-    Found(TxClaim),
-    /// The key has a record, and the `INSERT` that met it aborted the transaction (PostgreSQL,
-    /// whose plain `INSERT` is the cheapest write of a new key): roll it back, then claim the key
-    /// in a new transaction ([`TxStore::claim_key_in_tx`]), which decides what to answer.
-    Exists,
-}
-
 /// Ownership of a key inside one transaction.
 ///
 /// It becomes visible to others only when the transaction commits, together with the business
@@ -258,17 +242,17 @@ pub trait TxStore: Store + Clone {
     /// Writes the record of `key` of the front end of `mechanism` in `scope` inside `tx`, at
     /// the end of the transaction: after its business writes, completed with `outcome` and kept
     /// for `ttl` (the store's `with_tx_ttl` if `None`), as a dedup row the business code's
-    /// transaction inserts last: [`Recorded`] says whether to commit.
+    /// transaction inserts last. `None`: written, commit `tx`. Otherwise the key has a record
+    /// and this is what a claim found ([`TxClaim::Replay`], [`TxClaim::InFlight`] or
+    /// [`TxClaim::Mismatch`], never `Execute`): roll `tx` back and answer with it.
     ///
     /// For work that a claim made before it runs already keeps from running twice, where that
     /// claim cannot tell whether the work committed (a queue's fast tier): the business code
     /// runs before the record is checked, so a concurrent duplicate that got this far runs it
     /// too, and the record's unique key commits one of them (the other waits on it, then rolls
-    /// back). PostgreSQL writes a new key's record in one plain `INSERT`, as the post-mortem's
-    /// consumer writes its dedup row: its wait on such a copy is bounded by the session's
-    /// `lock_timeout` only (that copy is at its own end, or running the same work), and a key
-    /// that has a record aborts the transaction ([`Recorded::Exists`]). Elsewhere the record is
-    /// claimed, with the claim's bounded wait, and completed.
+    /// back). PostgreSQL writes a new key's record in one plain `INSERT`, whose wait on such a
+    /// copy is bounded by the session's `lock_timeout` only (that copy is at its own end, or
+    /// running the same work); elsewhere the claim's bounded wait applies.
     #[allow(clippy::too_many_arguments)]
     fn record_in_tx<T: InTransaction<Self::Database> + ?Sized>(
         &self,
@@ -279,7 +263,7 @@ pub trait TxStore: Store + Clone {
         fingerprint: &Fingerprint,
         ttl: Option<Duration>,
         outcome: &Outcome,
-    ) -> impl Future<Output = Result<Recorded, Error>> + Send {
+    ) -> impl Future<Output = Result<Option<TxClaim>, Error>> + Send {
         let keyed = KeyedClaim::new(self, scope, mechanism, key);
         let fingerprint = *fingerprint;
         async move {
@@ -295,7 +279,7 @@ pub trait TxStore: Store + Clone {
         tx: &mut T,
         request: TxClaimRequest<'_>,
         outcome: &Outcome,
-    ) -> impl Future<Output = Result<Recorded, Error>> + Send {
+    ) -> impl Future<Output = Result<Option<TxClaim>, Error>> + Send {
         claimed_and_completed(self, tx, request, outcome)
     }
 }
@@ -306,7 +290,7 @@ pub(crate) async fn claimed_and_completed<S, T>(
     tx: &mut T,
     request: TxClaimRequest<'_>,
     outcome: &Outcome,
-) -> Result<Recorded, Error>
+) -> Result<Option<TxClaim>, Error>
 where
     S: TxStore,
     T: InTransaction<S::Database> + ?Sized,
@@ -314,9 +298,9 @@ where
     match store.claim_storage_key_in_tx(tx, request).await? {
         TxClaim::Execute(lease) => {
             store.complete_in_tx(tx, lease, outcome).await?;
-            Ok(Recorded::Written)
+            Ok(None)
         }
-        found => Ok(Recorded::Found(found)),
+        found => Ok(Some(found)),
     }
 }
 

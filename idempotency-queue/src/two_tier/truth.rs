@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use idempotency_core::{Mechanism, Outcome, Scope};
-use idempotency_sql::{Recorded, TxClaim, TxStore};
+use idempotency_sql::{TxClaim, TxStore};
 use serde::Serialize;
 
 use super::tx::AfterCommit;
@@ -232,7 +232,7 @@ where
     /// cannot tell whether this one's work committed; the record of truth, written last in the
     /// business transaction (one statement on PostgreSQL), can. A copy that ran anyway (the
     /// fast tier lost its claim) meets this one's record: it waits for its commit, rolls back,
-    /// and answers as a claim would (on PostgreSQL, a claim in a new transaction).
+    /// and answers as a claim would.
     async fn record_last(
         &self,
         tx: sqlx::Transaction<'static, T::Database>,
@@ -254,19 +254,10 @@ where
             .await
             .map_err(TruthError::Store)?;
         match found {
-            Recorded::Written => self.commit(tx, after_commit, outcome).await,
-            Recorded::Found(claim) => {
+            None => self.commit(tx, after_commit, outcome).await,
+            Some(claim) => {
                 let _ = tx.rollback().await;
                 Ok(self.found(claim, job).await)
-            }
-            Recorded::Exists => {
-                let _ = tx.rollback().await;
-                let input = match I::from_job(job) {
-                    Ok(input) => input,
-                    Err(reason) => return Ok(Handled::Invalid(reason)),
-                };
-                let tx = self.store.begin().await.map_err(TruthError::Store)?;
-                self.claim_first(tx, job, input).await
             }
         }
     }

@@ -107,13 +107,14 @@ pub(super) fn statements(table: &str) -> TableSql<Sql> {
         // Written last in its transaction: completed (no claimer's id: nothing undoes it), its
         // outcome ($7, $8), kept $4 µs (the TTL). Its wait on a concurrent copy's uncommitted
         // row is the session's: that copy is at its end (written last too) or running the
-        // same work. No `ON CONFLICT`: a key that has a record fails it (and the transaction).
+        // same work.
         let insert_recorded = format!(
             "INSERT INTO {t} (key_hash, namespace, fingerprint, state, token, claim_id, attempts, \
                created_at, updated_at, completed_at, expires_at, response_status, response_body, \
                mechanism, key_derivation) \
              VALUES ($1, $2, $3, 'completed', nextval('{seq}'), NULL, 1, {NOW}, {NOW}, {NOW}, \
-               {NOW} + $4 * interval '1 microsecond', $7, $8, $5, $6)"
+               {NOW} + $4 * interval '1 microsecond', $7, $8, $5, $6) \
+             ON CONFLICT (key_hash) DO NOTHING"
         );
         let (start, start_held) = (runs::start(&t, &seq), runs::start_held(&t, &seq));
         let owned = "key_hash = $1 AND token = $2 AND state = 'in_progress'";

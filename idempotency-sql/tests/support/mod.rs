@@ -32,8 +32,7 @@ use idempotency_core::{
 };
 use idempotency_sql::function::TransitionExecutor;
 use idempotency_sql::{
-    ListFilter, Recorded, SCHEMA_TABLE, SCHEMA_VERSION, Transition, TransitionOutcome, TxClaim,
-    TxStore,
+    ListFilter, SCHEMA_TABLE, SCHEMA_VERSION, Transition, TransitionOutcome, TxClaim, TxStore,
 };
 use idempotency_test::{Walk, concurrently, unique_key};
 use sqlx::{Database, Executor, IntoArguments, Pool};
@@ -206,8 +205,7 @@ where
 }
 
 /// A first copy written the way a queue's record of truth writes it: the coupon first, the
-/// record last (`record_in_tx`), completed in the same statement or two; a key that has a
-/// record aborted the transaction (PostgreSQL): claimed in a new one. Retries an aborted
+/// record last (`record_in_tx`), completed in the same statement or two. Retries an aborted
 /// transaction as [`callback_retrying`] does. `None`: written and committed; otherwise what
 /// the record said, the coupon rolled back.
 pub async fn recorded_last<S>(
@@ -241,36 +239,13 @@ where
             )
             .await;
         match found {
-            Ok(Recorded::Written) => {
+            Ok(None) => {
                 tx.commit().await.unwrap();
                 return None;
             }
-            Ok(Recorded::Found(found)) => {
+            Ok(Some(found)) => {
                 tx.rollback().await.unwrap();
                 return Some(found);
-            }
-            Ok(Recorded::Exists) => {
-                tx.rollback().await.unwrap();
-                let mut tx = store.begin().await.unwrap();
-                let found = store
-                    .claim_key_in_tx(
-                        &mut tx,
-                        &scope,
-                        Mechanism::Message,
-                        trade_no,
-                        &fingerprint,
-                        Some(ttl),
-                    )
-                    .await;
-                tx.rollback().await.unwrap();
-                match found {
-                    Ok(TxClaim::Execute(lease)) => panic!("a key with a record taken: {lease:?}"),
-                    Ok(found) => return Some(found),
-                    Err(error) if error.is_transient() => {
-                        eprintln!("retrying an aborted transaction: {error}")
-                    }
-                    Err(error) => panic!("claim_key_in_tx failed: {error}"),
-                }
             }
             Err(error) if error.is_transient() => {
                 eprintln!("retrying an aborted transaction: {error}")
