@@ -30,7 +30,9 @@ async fn drill<S: Store + Operations>(store: &S, store_args: &[&str], expires_na
     let namespace = unique_namespace("payments.callback");
     let scope = Scope::new(namespace.clone());
     let hex = |raw: &str| scope.storage_key_for(Mechanism::Request, raw).to_hex();
-    let long = Duration::from_secs(60);
+    // Outlives the drill however slow the machine (a Redis full of other keys makes each scan
+    // slow): T2, T4 and T6 must not expire or end their leases meanwhile.
+    let long = Duration::from_secs(3600);
     // T5 expires before T1's lease ends: once T1 is abandoned, T5 is purgeable.
     let old = completed(
         store,

@@ -425,6 +425,26 @@ impl Sql {
                 .execute(&self.pool)
                 .await?;
         }
+        // The Redis keys of this round's variants (pending claims outlive a run by their
+        // lease's grace): unlinked, or a shared Redis fills with them.
+        let redis = redis::Client::open(self.redis_url.as_str())?;
+        let mut connection = redis.get_multiplexed_async_connection().await?;
+        let keys: Vec<String> = {
+            let pattern = format!("queue-bench-{}-*", self.nonce);
+            let mut scan =
+                redis::AsyncCommands::scan_match::<_, String>(&mut connection, pattern).await?;
+            let mut keys = Vec::new();
+            while let Some(key) = futures_util::StreamExt::next(&mut scan).await {
+                keys.push(key?);
+            }
+            keys
+        };
+        for batch in keys.chunks(1000) {
+            let _: i64 = redis::cmd("UNLINK")
+                .arg(batch)
+                .query_async(&mut connection)
+                .await?;
+        }
         // The record's fencing sequence is not the table's: it stays unless dropped.
         sqlx::query(&format!(
             "DROP SEQUENCE IF EXISTS \"{}_token_seq\"",
