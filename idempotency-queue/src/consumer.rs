@@ -140,19 +140,14 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// guarded, and run unguarded whenever the fast tier cannot answer.
     fn with_engine(engine: Option<Idempotency<S>>, scope: Scope, extractor: K, handler: H) -> Self {
         let guarded_handler = handler.guards_itself();
-        // A fast-tier claim in front of a guarding handler needs no renewal: whether its lease
-        // is live or over, a copy that meets it goes to the handler's record, which waits on
-        // the running work. Unrenewed, a message costs no background task.
-        let engine = engine.map(|engine| {
-            if guarded_handler {
-                let ceiling = engine.config().keep_alive_ceiling;
-                engine.with_keep_alive(false, ceiling)
-            } else {
-                engine
-            }
-        });
+        // A fast-tier claim in front of a guarding handler needs no renewal (no task per
+        // message): a copy that meets it, live or not, goes to the handler's record.
+        let unrenewed = |engine: Idempotency<S>| match engine.config().keep_alive_ceiling {
+            ceiling if guarded_handler => engine.with_keep_alive(false, ceiling),
+            _ => engine,
+        };
         Self {
-            engine,
+            engine: engine.map(unrenewed),
             in_flight: InFlightPolicy::wait(DEFAULT_IN_FLIGHT_WAIT),
             scope: for_messages(&scope),
             extractor,
