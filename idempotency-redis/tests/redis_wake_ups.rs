@@ -96,6 +96,28 @@ fn duplicate(
     })
 }
 
+/// Instances A and B, A running a new key and its duplicate waiting in B, whose commands go to
+/// the returned log (from `since`): subscribed, then its record read once (still in flight), so
+/// that from now on only a wake-up reads again.
+async fn waiting_elsewhere(
+    redis: &str,
+) -> (
+    Log,
+    usize,
+    [Idempotency<RedisStore>; 2],
+    Execution<RedisStore>,
+    JoinHandle<Decision<RedisStore>>,
+) {
+    let log = Log::default();
+    let (a, b) = (owner(redis).await, counted(redis, &log).await);
+    let (key, execution) = claimed(&a).await;
+    let since = log.lock().unwrap().len();
+    let waiting = duplicate(&b, key);
+    until(|| sent(&log, since, "MGET") == 1).await;
+    assert_eq!(sent(&log, since, "SUBSCRIBE"), 1);
+    (log, since, [a, b], execution, waiting)
+}
+
 /// Waits until `ready` holds (a condition the engine or the proxy reports).
 async fn until(ready: impl Fn() -> bool) {
     while !ready() {
@@ -133,14 +155,7 @@ fn replayed(decision: Decision<RedisStore>) {
 #[tokio::test]
 async fn a_waiter_elsewhere_gets_the_outcome_when_the_owner_completes() {
     let Some(redis) = redis().await else { return };
-    let log = Log::default();
-    let (a, b) = (owner(&redis).await, counted(&redis, &log).await);
-    let (key, execution) = claimed(&a).await;
-    let since = log.lock().unwrap().len();
-    let waiting = duplicate(&b, key);
-    // Subscribed, then read once (still in flight): from now on only a wake-up reads again.
-    until(|| sent(&log, since, "MGET") == 1).await;
-    assert_eq!(sent(&log, since, "SUBSCRIBE"), 1);
+    let (log, since, _instances, execution, waiting) = waiting_elsewhere(&redis).await;
     execution.complete(Outcome::new(201, "paid")).await.unwrap();
     replayed(answer(waiting).await);
     assert_eq!(sent(&log, since, "MGET"), 2, "one read when woken");
@@ -152,13 +167,7 @@ async fn a_waiter_elsewhere_gets_the_outcome_when_the_owner_completes() {
 #[tokio::test]
 async fn a_release_wakes_the_waiters_elsewhere_and_they_claim() {
     let Some(redis) = redis().await else { return };
-    let log = Log::default();
-    let (a, b) = (owner(&redis).await, counted(&redis, &log).await);
-    let (key, execution) = claimed(&a).await;
-    let since = log.lock().unwrap().len();
-    let waiting = duplicate(&b, key);
-    until(|| sent(&log, since, "MGET") == 1).await;
-    assert_eq!(sent(&log, since, "SUBSCRIBE"), 1);
+    let (_, _, _instances, execution, waiting) = waiting_elsewhere(&redis).await;
     execution.release().await.unwrap();
     match answer(waiting).await {
         Decision::Execute(execution) => {
@@ -223,12 +232,8 @@ async fn an_operators_delete_wakes_the_waiters_elsewhere() {
     use idempotency_operations::Operations;
 
     let Some(redis) = redis().await else { return };
-    let log = Log::default();
-    let (a, b) = (owner(&redis).await, counted(&redis, &log).await);
-    let (key, execution) = claimed(&a).await;
-    let since = log.lock().unwrap().len();
-    let waiting = duplicate(&b, key);
-    until(|| sent(&log, since, "MGET") == 1).await;
+    let (_, _, [a, _b], execution, waiting) = waiting_elsewhere(&redis).await;
+    let key = *execution.key();
     let deleted = a.store().delete_fenced(&key, execution.token()).await;
     assert!(deleted.unwrap(), "the record was the one listed");
     match answer(waiting).await {
