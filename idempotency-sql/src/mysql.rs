@@ -244,6 +244,8 @@ fn statements(table: &str) -> TableSql<Sql> {
                 )],
                 // 6: nothing on MySQL (PostgreSQL's waiter flag: MySQL has no `NOTIFY`).
                 vec![],
+                // 7: nothing on MySQL (PostgreSQL drops its `CHECK` on `state`: none here).
+                vec![],
             ],
             mark_conflict: marks.mark,
             undo: format!(

@@ -22,8 +22,9 @@ pub const SCHEMA_TABLE: &str = "idempotency_schema";
 /// the claim id of in-progress records, 3 the conflict mark (`conflicts`, `last_conflict_at`),
 /// 4 what wrote each record (its mechanism and key derivation; rows written before read as
 /// unknown), 5 the checkpoints of runs with steps (`progress`), 6 a waiter's flag on
-/// PostgreSQL (`waited`, see `PostgresStore::with_wake_ups`; nothing elsewhere).
-pub const SCHEMA_VERSION: u32 = 6;
+/// PostgreSQL (`waited`, see `PostgresStore::with_wake_ups`; nothing elsewhere), 7 drops
+/// PostgreSQL's `CHECK` on `state` (it cost every write; nothing elsewhere).
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// The statements a dialect runs to read and write versions. Each takes the record table's
 /// name as its one parameter, `write_version` the version as its second.

@@ -117,6 +117,45 @@ async fn migrate_after_the_application_prepared_the_same_set_up_statement() {
     drop_tables(&pool, &[table]).await;
 }
 
+/// Version 7 drops the `CHECK` on `state` that version 1 created (PostgreSQL plans it again in
+/// every write): a table at version 6 loses it when migrated, and nothing else changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn version_7_drops_the_state_check() {
+    let Some(pool) = pool(2).await else {
+        return;
+    };
+    let table = unique_table("idem_state_check");
+    let store = PostgresStore::new(pool.clone())
+        .with_table_name(&table)
+        .unwrap();
+    store.migrate().await.unwrap();
+    let checks = format!(
+        "SELECT count(*) FROM pg_constraint WHERE conrelid = '{table}'::regclass AND contype = 'c'"
+    );
+    let count = async || -> i64 { sqlx::query_scalar(&checks).fetch_one(&pool).await.unwrap() };
+    assert_eq!(count().await, 0, "a new table has no CHECK");
+
+    // As version 6 left it: the CHECK of version 1 in place.
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE {table} ADD CHECK (state IN ('in_progress', 'completed')); \
+         UPDATE idempotency_schema SET version = 6 WHERE table_name = '{table}'"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(count().await, 1);
+    store.migrate().await.unwrap();
+    assert_eq!(count().await, 0, "migrated to 7, the CHECK is gone");
+    let version: i64 = sqlx::query_scalar(&format!(
+        "SELECT version FROM idempotency_schema WHERE table_name = '{table}'"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(version, 7);
+    drop_tables(&pool, &[table]).await;
+}
+
 /// The first migrations of a database, of several tables at once, all succeed: they share the
 /// versions table, which only one of them may create (in a database of its own, so that the
 /// versions table is missing).

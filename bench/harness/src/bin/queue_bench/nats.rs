@@ -80,7 +80,10 @@ impl Broker for Nats {
     }
 
     async fn publish(&self, subject: &str) -> Result<(), Error> {
-        let mut acks = Vec::with_capacity(self.messages);
+        // async-nats holds at most 5000 unawaited acks (then `publish` waits for one that is
+        // never polled): await them a window at a time.
+        const WINDOW: usize = 1000;
+        let mut acks = Vec::with_capacity(WINDOW);
         for n in 0..self.messages {
             let mut headers = HeaderMap::new();
             headers.insert(KEY_HEADER, format!("T{n}").as_str());
@@ -90,6 +93,11 @@ impl Broker for Nats {
                 .publish_with_headers(subject.to_owned(), headers, body.into())
                 .await?;
             acks.push(ack);
+            if acks.len() == WINDOW {
+                for ack in acks.drain(..) {
+                    ack.await?;
+                }
+            }
         }
         for ack in acks {
             ack.await?;
