@@ -84,7 +84,8 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
     /// fields are those that identify the event (the trade, its status, its amount), with the
     /// same reading as the HTTP layer's `fingerprint_json_fields`. Numbers are fingerprinted
     /// exactly: an integer beyond 64 bits is refused (rejected, send it as a string). A
-    /// payload that is not JSON is rejected ([`RejectReason::Payload`](crate::RejectReason::Payload)).
+    /// payload that is not JSON is rejected
+    /// ([`RejectReason::Payload`](crate::RejectReason::Payload)).
     ///
     /// A copy whose fields differ (same key) is acked as a conflict unless configured
     /// ([`on_conflict`](Self::on_conflict)).
@@ -147,8 +148,8 @@ impl<S: Store, K: KeyExtractor, H: Handler> IdempotentConsumer<S, K, H> {
 
     /// How many deliveries of a message whose handler fails are allowed (default
     /// [`DEFAULT_MAX_DELIVERIES`], 10): a failure on the last one dead-letters the message
-    /// ([`RejectReason::Exhausted`](crate::RejectReason::Exhausted), with the handler's last error) instead of requeueing it
-    /// forever. `None`: requeued as long as it fails. Only handler failures count towards it,
+    /// ([`RejectReason::Exhausted`](crate::RejectReason::Exhausted), with the handler's last
+    /// error) instead of requeueing it forever. `None`: requeued as long as it fails. Only handler failures count towards it,
     /// never a store outage or a key in flight elsewhere.
     ///
     /// The count is the broker's: JetStream's `num_delivered`, RabbitMQ's `x-delivery-count`

@@ -143,8 +143,9 @@ where
     }
 
     /// Bounds each call, all its round trips (default 2 s); past it the call fails with
-    /// [`StoreError::Timeout`](idempotency_core::StoreError::Timeout). An engine whose store timeout is at least this sets no timer
-    /// of its own on the store's calls ([`Store::call_bound`](idempotency_core::Store::call_bound)).
+    /// [`StoreError::Timeout`](idempotency_core::StoreError::Timeout). An engine whose store
+    /// timeout is at least this sets no timer of its own on the store's calls
+    /// ([`Store::call_bound`](idempotency_core::Store::call_bound)).
     pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
@@ -170,7 +171,8 @@ where
         self
     }
 
-    /// The connection, to share it (for example with a [`RedisTokenStore`](crate::RedisTokenStore)).
+    /// The connection, to share it (for example with a
+    /// [`RedisTokenStore`](crate::RedisTokenStore)).
     pub fn connection(&self) -> &C {
         &self.connection
     }
