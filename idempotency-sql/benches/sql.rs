@@ -270,6 +270,9 @@ async fn postgres() {
                     .bind(fingerprint().0.as_slice())
                     .bind(micros(LEASE))
                     .bind(claim_id())
+                    // What wrote the record: none, as the store's `request` says.
+                    .bind(None::<&str>)
+                    .bind(None::<i16>)
                     .fetch_one(&pool)
                     .await
                     .unwrap();
@@ -347,6 +350,9 @@ async fn postgres() {
                     .bind(fingerprint().0.as_slice())
                     .bind(micros(LEASE))
                     .bind(claim_id())
+                    // What wrote the record: none, as the store's `request` says.
+                    .bind(None::<&str>)
+                    .bind(None::<i16>)
                     .fetch_one(&pool)
                     .await
                     .unwrap();
@@ -461,9 +467,14 @@ async fn mysql() {
                     .bind(fp.0.as_slice())
                     .bind(claim_id.clone())
                     .bind(micros(LEASE))
+                    // What wrote the record: none, as the store's `request` says.
+                    .bind(None::<&str>)
+                    .bind(None::<i16>)
                     .bind("bench")
                     .bind(fp.0.as_slice())
                     .bind(claim_id)
+                    .bind(None::<&str>)
+                    .bind(None::<i16>)
                     .bind(micros(LEASE))
                     .execute(&mut *conn)
                     .await
