@@ -123,9 +123,10 @@ pub struct Sql {
     /// A run's claim of an existing key, under the hold `start` took: a run whose owner is gone
     /// is taken over at once.
     start_held: String,
-    /// A plain insert of a record written after the business writes of its transaction
-    /// ([`TxStore::record_in_tx`](crate::TxStore::record_in_tx)): completed, with its outcome,
-    /// its expiry the TTL away; nothing when the key exists, which `claim_bounded` decides.
+    /// One `INSERT … ON CONFLICT DO NOTHING` of a record written after the business writes of
+    /// its transaction ([`TxStore::record_in_tx`](crate::TxStore::record_in_tx)): completed,
+    /// with its outcome, its expiry the TTL away; nothing when the key exists, which
+    /// `claim_bounded` then decides.
     insert_recorded: String,
     /// A waiter's flag on an in-progress record: its completion or release is notified
     /// ([`wake_ups`]).
@@ -247,8 +248,8 @@ impl Steps for Postgres {
         owned(Self::bound_in_order(conn, sql, Self::COMPLETE, values).await?)
     }
 
-    /// One plain `INSERT`: the record completed, with its outcome; nothing for a key that has
-    /// a record.
+    /// One `INSERT … ON CONFLICT DO NOTHING`: the record completed, with its outcome; nothing
+    /// for a key that has a record.
     async fn insert_recorded_on(
         store: &PostgresStore,
         conn: &mut PgConnection,

@@ -250,9 +250,9 @@ pub trait TxStore: Store + Clone {
     /// claim cannot tell whether the work committed (a queue's fast tier): the business code
     /// runs before the record is checked, so a concurrent duplicate that got this far runs it
     /// too, and the record's unique key commits one of them (the other waits on it, then rolls
-    /// back). PostgreSQL writes a new key's record in one plain `INSERT`, whose wait on such a
-    /// copy is bounded by the session's `lock_timeout` only (that copy is at its own end, or
-    /// running the same work); elsewhere the claim's bounded wait applies.
+    /// back). PostgreSQL writes a new key's record in one `INSERT … ON CONFLICT DO NOTHING`,
+    /// whose wait on such a copy is bounded by the session's `lock_timeout` only (that copy is
+    /// at its own end, or running the same work); elsewhere the claim's bounded wait applies.
     #[allow(clippy::too_many_arguments)]
     fn record_in_tx<T: InTransaction<Self::Database> + ?Sized>(
         &self,
