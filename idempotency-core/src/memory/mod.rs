@@ -8,6 +8,7 @@ mod scan;
 mod shards;
 #[cfg(test)]
 mod tests;
+mod wake_ups;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -94,7 +95,9 @@ impl Entry {
 /// counter, expiry on read plus [`Store::purge_expired`] (or a [`crate::spawn_sweeper`] task).
 ///
 /// Records live as long as the process: after a restart every key is new again. Use it for
-/// tests, single-instance services and as the fast tier in front of a durable store.
+/// tests, single-instance services and as the fast tier in front of a durable store. Engines
+/// that share one (an `Arc<MemoryStore>`) wake each other's waiters when a key in flight lands
+/// ([`Store::wake_ups`]).
 ///
 /// [`Store::purge_expired`] removes completed records past their TTL and abandoned leases once
 /// their end is [`with_abandoned_grace`](MemoryStore::with_abandoned_grace) ago, so the claim
@@ -288,22 +291,33 @@ impl MemoryStore {
         Some(Claim::Acquired(lease))
     }
 
-    /// Applies `change` to the in-progress record of `key` if `token` is current.
+    /// Applies `change` to the in-progress record of `key` if `token` is current; wakes the
+    /// key's waiters if the change `lands` it.
     fn update_owned(
         &self,
         key: &StorageKey,
         token: FencingToken,
+        lands: Lands,
         change: impl FnOnce(&mut Entry, Micros),
     ) -> Result<(), StoreError> {
         let now = Micros::now();
-        match self.records.lock(key).get_mut(key) {
-            Some(record) if owns(record, token) => {
-                change(record, now);
-                Ok(())
-            }
-            _ => Err(StoreError::LeaseLost),
+        let mut shard = self.records.lock(key);
+        match shard.get_mut(key) {
+            Some(record) if owns(record, token) => change(record, now),
+            _ => return Err(StoreError::LeaseLost),
         }
+        if lands == Lands::Yes {
+            shard.waiting.wake(key);
+        }
+        Ok(())
     }
+}
+
+/// Whether a write to an owned record lands it (its waiters are woken) or keeps it in flight.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lands {
+    Yes,
+    No,
 }
 
 /// Whether `token` holds the in-progress lease of `record`.
@@ -386,7 +400,7 @@ impl Store for MemoryStore {
     }
 
     async fn complete(&self, request: CompleteRequest<'_>) -> Result<(), StoreError> {
-        self.update_owned(request.key, request.token, |record, now| {
+        self.update_owned(request.key, request.token, Lands::Yes, |record, now| {
             record.state = RecordState::Completed;
             // A copy of the caller's bytes, exactly sized: sharing them instead (a `Bytes`
             // clone) would allocate a 32-byte counter kept with every record, and keep the
@@ -429,7 +443,7 @@ impl Store for MemoryStore {
 
     async fn touch(&self, request: TouchRequest<'_>) -> Result<(), StoreError> {
         let TouchRequest { key, token, lease } = request;
-        self.update_owned(key, token, |record, now| {
+        self.update_owned(key, token, Lands::No, |record, now| {
             record.expires_at = now.plus(lease);
             record.updated_at = now;
         })
@@ -441,7 +455,7 @@ impl Store for MemoryStore {
         progress: &Progress,
     ) -> Result<(), StoreError> {
         let TouchRequest { key, token, lease } = request;
-        self.update_owned(key, token, |record, now| {
+        self.update_owned(key, token, Lands::No, |record, now| {
             let encoded = Bytes::from(progress.encode());
             self.capacity.dropped(record.body_len());
             self.capacity.stored(encoded.len());
@@ -460,6 +474,21 @@ impl Store for MemoryStore {
 
     async fn mark_conflict(&self, key: &StorageKey) -> Result<bool, StoreError> {
         Ok(self.mark_conflict_now(key))
+    }
+
+    /// Every engine sharing this store is woken when the key's record lands (completed, or
+    /// removed); a key with no record in flight gets a closed receiver, as its waiters' next
+    /// read answers them.
+    async fn wake_ups(&self, key: &StorageKey) -> Option<tokio::sync::watch::Receiver<()>> {
+        let mut shard = self.records.lock(key);
+        let in_flight = shard
+            .get(key)
+            .is_some_and(|entry| entry.state == RecordState::InProgress);
+        Some(if in_flight {
+            shard.waiting.subscribe(*key)
+        } else {
+            wake_ups::closed()
+        })
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {

@@ -7,6 +7,7 @@ use hashbrown::{HashTable, hash_table};
 
 use super::conflicts::Marks;
 use super::digest_hashing::DigestHashing;
+use super::wake_ups::Waiting;
 use crate::StorageKey;
 
 pub(super) const SHARDS: usize = 64;
@@ -58,6 +59,8 @@ pub(super) struct Shard<V> {
     /// The conflict marks of this shard's records, beside them: few records have one, and a
     /// field in every record would take it past its allocation size class.
     pub(super) marks: Marks,
+    /// The wake-ups of this shard's keys that engines wait on, beside the records likewise.
+    pub(super) waiting: Waiting,
 }
 
 impl<V> Shard<V> {
@@ -96,6 +99,7 @@ impl<V> Shard<V> {
 
     pub(super) fn remove(&mut self, key: &StorageKey) -> Option<V> {
         self.marks.forget(key);
+        self.waiting.wake(key);
         let word = word_of(key);
         self.map
             .find_entry(self.hashing.hash_one(word), matches(word, key))
@@ -105,14 +109,16 @@ impl<V> Shard<V> {
 
     pub(super) fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
         self.map.retain(|slot| keep(&slot.keyed.value));
+        let (map, hashing) = (&self.map, self.hashing);
+        let held = |key: &StorageKey| {
+            let word = word_of(key);
+            map.find(hashing.hash_one(word), matches(word, key))
+                .is_some()
+        };
         if !self.marks.is_empty() {
-            let (map, hashing) = (&self.map, self.hashing);
-            self.marks.retain(|key| {
-                let word = word_of(key);
-                map.find(hashing.hash_one(word), matches(word, key))
-                    .is_some()
-            });
+            self.marks.retain(held);
         }
+        self.waiting.wake_unless(held);
     }
 }
 
@@ -138,6 +144,7 @@ impl<V> Shards<V> {
                         hashing,
                         namespace: None,
                         marks: Marks::default(),
+                        waiting: Waiting::default(),
                     })
                 })
                 .collect(),
