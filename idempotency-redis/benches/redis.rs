@@ -1,7 +1,7 @@
 //! Redis store against a raw Redis client doing the same number of round trips, in one run.
 //!
 //! ```text
-//! cargo bench -p idempotency-core --features redis,testing --bench redis
+//! cargo bench -p idempotency-redis --bench redis
 //! ```
 //!
 //! - *claim+complete*: `RedisStore::claim` of a fresh key (one native `SET k record NX GET PX`)
@@ -565,7 +565,7 @@ async fn main() {
     let connection = match connect(&url).await {
         Ok(connection) => connection,
         Err(error) => {
-            eprintln!("SKIPPED: Redis unreachable at {url}: {error}");
+            idempotency_test::unavailable::<()>(&format!("Redis at {url}"), error);
             return;
         }
     };
@@ -575,7 +575,7 @@ async fn main() {
     let store = match RedisStore::connect(&url).await {
         Ok(store) => Arc::new(store.with_key_prefix(PREFIX)),
         Err(error) => {
-            eprintln!("SKIPPED: Redis unreachable at {url}: {error}");
+            idempotency_test::unavailable::<()>(&format!("Redis at {url}"), error);
             return;
         }
     };

@@ -21,7 +21,8 @@
 //! `complete` are separate calls, each acquiring one).
 //!
 //! Each pair runs at 1 and 16 concurrent tasks (pool of 16) for `BENCH_SECONDS` (default 2)
-//! per round, alternating store and baseline for `BENCH_ROUNDS` rounds (default 3); the table
+//! per round, alternating store and baseline for `BENCH_ROUNDS` rounds (default 3; under
+//! `cargo test --benches`, one round of 50 ms: a smoke run, as CI runs it); the table
 //! shows the median round and the ratio store/baseline (≥ 1: the store is as fast). URLs:
 //! `DATABASE_URL`, `MYSQL_URL` (local defaults); SQLite uses a file in the temp directory.
 //! `BENCH_ONLY=postgres|mysql|sqlite` runs one backend.
@@ -119,9 +120,22 @@ struct Case {
     baselines: Vec<(&'static str, &'static str, Op)>,
 }
 
+/// How long each side runs per round, and how many rounds: `BENCH_SECONDS` and `BENCH_ROUNDS`
+/// under `cargo bench` (which passes `--bench`); under `cargo test --benches`, a smoke run of
+/// every case that fails when an operation fails.
+fn schedule() -> (Duration, u64) {
+    if std::env::args().any(|arg| arg == "--bench") {
+        (
+            Duration::from_secs(env_number("BENCH_SECONDS", 2)),
+            env_number("BENCH_ROUNDS", 3).max(1),
+        )
+    } else {
+        (Duration::from_millis(50), 1)
+    }
+}
+
 async fn run_case(case: Case) {
-    let seconds = Duration::from_secs(env_number("BENCH_SECONDS", 2));
-    let rounds = env_number("BENCH_ROUNDS", 3).max(1);
+    let (seconds, rounds) = schedule();
     for (baseline, statements, raw) in &case.baselines {
         for tasks in TASKS {
             let (mut store, mut base) = (Vec::new(), Vec::new());
@@ -220,13 +234,17 @@ type ReadRow = (String, Vec<u8>, i64, i64, i64, Option<i64>, Option<Vec<u8>>);
 async fn postgres() {
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let Ok(pool) = sqlx::postgres::PgPoolOptions::new()
+    let pool = match sqlx::postgres::PgPoolOptions::new()
         .max_connections(16)
         .connect(&url)
         .await
-    else {
-        println!("| PostgreSQL | skipped: unreachable | | | | | | |");
-        return;
+    {
+        Ok(pool) => pool,
+        Err(error) => {
+            idempotency_test::unavailable::<()>("PostgreSQL", error);
+            println!("| PostgreSQL | skipped: unreachable | | | | | | |");
+            return;
+        }
     };
     let suffix = &unique_key().to_hex()[..8];
     let tables = [
@@ -393,7 +411,8 @@ async fn postgres() {
     .await;
     for table in &tables {
         sqlx::raw_sql(&format!(
-            "DROP TABLE IF EXISTS {table}; DROP SEQUENCE IF EXISTS {table}_token_seq"
+            "DROP TABLE IF EXISTS {table}; DROP SEQUENCE IF EXISTS {table}_token_seq; \
+             DELETE FROM idempotency_schema WHERE table_name = '{table}'"
         ))
         .execute(&pool)
         .await
@@ -404,13 +423,17 @@ async fn postgres() {
 async fn mysql() {
     let url = std::env::var("MYSQL_URL")
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
-    let Ok(pool) = sqlx::mysql::MySqlPoolOptions::new()
+    let pool = match sqlx::mysql::MySqlPoolOptions::new()
         .max_connections(16)
         .connect(&url)
         .await
-    else {
-        println!("| MySQL | skipped: unreachable | | | | | | |");
-        return;
+    {
+        Ok(pool) => pool,
+        Err(error) => {
+            idempotency_test::unavailable::<()>("MySQL", error);
+            println!("| MySQL | skipped: unreachable | | | | | | |");
+            return;
+        }
     };
     let suffix = &unique_key().to_hex()[..8];
     let tables = [
@@ -602,10 +625,13 @@ async fn mysql() {
     })
     .await;
     for table in &tables {
-        sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
-            .execute(&pool)
-            .await
-            .unwrap();
+        sqlx::raw_sql(&format!(
+            "DROP TABLE IF EXISTS {table}; \
+             DELETE FROM idempotency_schema WHERE table_name = '{table}'"
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
     }
 }
 

@@ -27,6 +27,7 @@
 //! tier (`TwoTier::sql_only`: the record of truth alone).
 
 mod cpu;
+mod leftovers;
 mod nats;
 mod rabbitmq;
 
@@ -49,7 +50,7 @@ pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// How long the bench's Redis records live: long enough for a run, not the default day (a run
 /// writes 25 000 of them).
-const BENCH_TTL: Duration = Duration::from_secs(600);
+pub(crate) const BENCH_TTL: Duration = Duration::from_secs(600);
 
 /// The header every benchmark message carries its business key in.
 pub(crate) const KEY_HEADER: &str = "business-key";
@@ -445,13 +446,18 @@ impl Sql {
                 .query_async(&mut connection)
                 .await?;
         }
-        // The record's fencing sequence is not the table's: it stays unless dropped.
+        // The record's fencing sequence is not the table's, nor is its row in the versions
+        // table: they stay unless removed.
         sqlx::query(&format!(
             "DROP SEQUENCE IF EXISTS \"{}_token_seq\"",
             self.dedup
         ))
         .execute(&self.pool)
         .await?;
+        sqlx::query("DELETE FROM idempotency_schema WHERE table_name = $1")
+            .bind(&self.dedup)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 }
@@ -703,6 +709,7 @@ async fn main() -> Result<(), Error> {
     let rabbitmq = rabbitmq::RabbitMq::connect(&amqp_url, messages, concurrency, nonce).await?;
     let nats_url = env_or("NATS_URL", "nats://127.0.0.1:4222");
     let nats = nats::Nats::connect(&nats_url, messages, concurrency, nonce).await?;
+    leftovers::sweep(&pool, nats.jetstream(), nonce).await?;
 
     println!(
         "{messages} messages, {concurrency} concurrent (RabbitMQ prefetch and NATS max_ack_pending {}), {rounds} round(s), medians",

@@ -37,6 +37,11 @@ impl Nats {
         })
     }
 
+    /// The JetStream context the streams are made in.
+    pub(crate) fn jetstream(&self) -> &jetstream::Context {
+        &self.js
+    }
+
     /// The stream of `subject` (`queue-bench.<nonce>.<variant>`).
     fn stream_name(subject: &str) -> String {
         subject.replace(['.', '-'], "_").to_ascii_uppercase()

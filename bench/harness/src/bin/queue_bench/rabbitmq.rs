@@ -14,7 +14,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
-use crate::{Broker, Error, KEY_HEADER, Run, guarded_run, timed};
+use crate::{BENCH_TTL, Broker, Error, KEY_HEADER, Run, guarded_run, timed};
 
 pub(crate) struct RabbitMq {
     connection: Connection,
@@ -84,11 +84,17 @@ impl Broker for RabbitMq {
 
     async fn declare(&self, variant: &str) -> Result<String, Error> {
         let queue = format!("queue-bench-{}-{variant}", self.nonce);
+        // Deleted by the broker once unused for BENCH_TTL: a killed run's queues go too.
+        let mut arguments = FieldTable::default();
+        arguments.insert(
+            "x-expires".into(),
+            AMQPValue::LongInt(i32::try_from(BENCH_TTL.as_millis())?),
+        );
         self.channel
             .queue_declare(
                 queue.as_str().into(),
                 QueueDeclareOptions::default(),
-                FieldTable::default(),
+                arguments,
             )
             .await?;
         Ok(queue)
