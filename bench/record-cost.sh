@@ -7,19 +7,22 @@
 # Variants: dedup (the post-mortem's row: a text key, a plain INSERT), record (the record as
 # `TxStore::record_in_tx` writes it, schema 7), record-check (with schema 6's CHECK on state),
 # record-pk (the record without its two secondary indexes), record-pk-plain (and a plain
-# INSERT). Prints, per run, transactions per second, PostgreSQL CPU per transaction (the
-# backends' time, read from the postmaster's reaped children) and WAL bytes per transaction;
-# then the mean CPU per variant. Needs pgbench and a local server (PGURL, default
-# postgres://postgres@127.0.0.1:5432/test); tables pgx_* are created and dropped.
+# INSERT), record-partial (the reconciliation index partial, in-progress records only),
+# record-ordered (the record, its keys in insertion order as the queue bench's T0, T1 … are;
+# every other variant's keys are random). Prints, per run, transactions per second,
+# PostgreSQL CPU per transaction (the backends' time, read from the postmaster's reaped
+# children) and WAL bytes per transaction; then the mean CPU per variant. Needs pgbench and a
+# local server (PGURL, default postgres://postgres@127.0.0.1:5432/test); tables pgx_* are
+# created and dropped.
 set -euo pipefail
 rounds=${1:-5}
 seconds=${2:-5}
 shift $(($# > 2 ? 2 : $#))
 variants=("$@")
-[ ${#variants[@]} -gt 0 ] || variants=(dedup record record-check record-pk record-pk-plain)
+[ ${#variants[@]} -gt 0 ] || variants=(dedup record record-check record-pk record-pk-plain record-partial record-ordered)
 url=${PGURL:-postgres://postgres@127.0.0.1:5432/test}
 dir=$(mktemp -d)
-trap 'psql -q "$url" -c "DROP TABLE IF EXISTS pgx_coupons, pgx_dedup, pgx_record, pgx_record_check, pgx_record_pk; DROP SEQUENCE IF EXISTS pgx_token_seq" >/dev/null; rm -rf "$dir"' EXIT
+trap 'psql -q "$url" -c "DROP TABLE IF EXISTS pgx_coupons, pgx_dedup, pgx_record, pgx_record_check, pgx_record_pk, pgx_record_partial; DROP SEQUENCE IF EXISTS pgx_token_seq, pgx_key_seq" >/dev/null; rm -rf "$dir"' EXIT
 
 columns="key_hash BYTEA PRIMARY KEY, namespace TEXT NOT NULL, fingerprint BYTEA NOT NULL,
   state TEXT NOT NULL, token BIGINT NOT NULL, attempts INTEGER NOT NULL,
@@ -28,14 +31,19 @@ columns="key_hash BYTEA PRIMARY KEY, namespace TEXT NOT NULL, fingerprint BYTEA 
   conflicts INTEGER, last_conflict_at TIMESTAMPTZ, mechanism TEXT, key_derivation SMALLINT,
   progress BYTEA, waited BOOLEAN"
 psql -q "$url" >/dev/null <<SQL
-DROP TABLE IF EXISTS pgx_coupons, pgx_dedup, pgx_record, pgx_record_check, pgx_record_pk;
-DROP SEQUENCE IF EXISTS pgx_token_seq;
+SET client_min_messages = warning;
+DROP TABLE IF EXISTS pgx_coupons, pgx_dedup, pgx_record, pgx_record_check, pgx_record_pk, pgx_record_partial;
+DROP SEQUENCE IF EXISTS pgx_token_seq, pgx_key_seq;
 CREATE SEQUENCE pgx_token_seq;
+CREATE SEQUENCE pgx_key_seq;
 CREATE TABLE pgx_coupons (id BIGSERIAL PRIMARY KEY, business_key TEXT NOT NULL);
 CREATE TABLE pgx_dedup (business_key TEXT PRIMARY KEY);
 CREATE TABLE pgx_record ($columns);
 CREATE TABLE pgx_record_check ($columns, CHECK (state IN ('in_progress', 'completed')));
 CREATE TABLE pgx_record_pk ($columns);
+CREATE TABLE pgx_record_partial ($columns);
+CREATE INDEX ON pgx_record_partial (expires_at);
+CREATE INDEX ON pgx_record_partial (namespace, updated_at) WHERE state = 'in_progress';
 CREATE INDEX ON pgx_record (expires_at);
 CREATE INDEX ON pgx_record (namespace, state, updated_at);
 CREATE INDEX ON pgx_record_check (expires_at);
@@ -44,10 +52,10 @@ SQL
 
 # One transaction per message: the business INSERT, then the dedup write (as both consumers).
 business="INSERT INTO pgx_coupons (business_key) VALUES ('T' || :k || '-' || :client_id);"
-record() { # table, conflict clause
+record() { # table, conflict clause, the key's first 16 bytes (default: random)
   echo "INSERT INTO $1 (key_hash, namespace, fingerprint, state, token, claim_id, attempts,
     created_at, updated_at, completed_at, expires_at, response_status, response_body, mechanism,
-    key_derivation) VALUES (int8send(:k) || int8send(:client_id)
+    key_derivation) VALUES (${3:-int8send(:k) || int8send(:client_id)}
     || '\\x00112233445566778899aabbccddeeff'::bytea, 'coupon-grant',
     '\\x00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff'::bytea, 'completed',
     nextval('pgx_token_seq'), NULL, 1, statement_timestamp(), statement_timestamp(),
@@ -61,6 +69,9 @@ write() { # variant
     record-check) record pgx_record_check " ON CONFLICT (key_hash) DO NOTHING" ;;
     record-pk) record pgx_record_pk " ON CONFLICT (key_hash) DO NOTHING" ;;
     record-pk-plain) record pgx_record_pk "" ;;
+    record-partial) record pgx_record_partial " ON CONFLICT (key_hash) DO NOTHING" ;;
+    record-ordered)
+      record pgx_record " ON CONFLICT (key_hash) DO NOTHING" "int8send(nextval('pgx_key_seq')) || int8send(0)" ;;
     *) echo "no variant $1" >&2; exit 2 ;;
   esac
 }
@@ -74,7 +85,7 @@ tick=$(getconf CLK_TCK)
 reaped() { awk '{print $16 + $17}' "/proc/$postmaster/stat"; }
 for round in $(seq 1 "$rounds"); do
   for variant in "${variants[@]}"; do
-    psql -q "$url" -c "TRUNCATE pgx_coupons, pgx_dedup, pgx_record, pgx_record_check, pgx_record_pk; CHECKPOINT" >/dev/null
+    psql -q "$url" -c "TRUNCATE pgx_coupons, pgx_dedup, pgx_record, pgx_record_check, pgx_record_pk, pgx_record_partial; CHECKPOINT" >/dev/null
     wal0=$(psql -qAt "$url" -c "SELECT pg_current_wal_lsn()")
     cpu0=$(reaped)
     out=$(pgbench -n -M prepared -c 8 -j 2 -T "$seconds" -f "$dir/$variant.sql" "$url" 2>&1) || {
