@@ -224,9 +224,9 @@ pub(super) fn statements(table: &str) -> TableSql<Sql> {
                     "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS waited BOOLEAN"
                 )],
                 // 7: no `CHECK` on `state`. PostgreSQL reads and plans a table's `CHECK`
-                // constraints again in every statement that writes a row (about 7 µs a write,
-                // a sixth of what a record costs over a bare dedup row). Only this file's
-                // literals write `state`, and a record in any other state is refused when read.
+                // constraints again in every statement that writes a row (about 8 µs a write:
+                // BENCHMARKS.md, "Queue consumers"). Only this file's literals write `state`,
+                // and a record in any other state is refused when read.
                 vec![format!(
                     "DO $$ DECLARE c name; BEGIN \
                        FOR c IN SELECT conname FROM pg_constraint \
