@@ -43,12 +43,7 @@ fn engines() -> (Idempotency<Shared>, Idempotency<Shared>) {
 
 /// A new key claimed in `owner`.
 async fn claimed(owner: &Idempotency<Shared>) -> (StorageKey, Execution<Shared>) {
-    let (key, scope, fingerprint) = (unique_key(), scope(), fingerprint());
-    let claim = owner.claim(&scope, key, &fingerprint, InFlightPolicy::Reject);
-    let Decision::Execute(execution) = claim.await.unwrap() else {
-        panic!("a new key is claimed");
-    };
-    (key, execution)
+    idempotency_test::executing(owner, &scope(), &fingerprint()).await
 }
 
 /// A duplicate of `key` waiting in `engine` (up to a minute), once it waits.

@@ -14,7 +14,7 @@ use idempotency_core::{
 };
 use idempotency_redis::{RedisStore, connect, driver};
 use idempotency_test::redis_commands::{Log, counting_proxy, upstream};
-use idempotency_test::{FaultProxy, LinkFault, unavailable, unique_key};
+use idempotency_test::{FaultProxy, LinkFault, unavailable};
 use tokio::task::JoinHandle;
 
 /// Far beyond the answer's bound, and so is 1/32 of it: only a wake-up answers in time.
@@ -69,12 +69,7 @@ fn scope() -> Scope {
 
 /// Claims a new key in `owner`.
 async fn claimed(owner: &Idempotency<RedisStore>) -> (StorageKey, Execution<RedisStore>) {
-    let (key, scope, fingerprint) = (unique_key(), scope(), fingerprint());
-    let claim = owner.claim(&scope, key, &fingerprint, InFlightPolicy::Reject);
-    let Decision::Execute(execution) = claim.await.unwrap() else {
-        panic!("a new key is claimed");
-    };
-    (key, execution)
+    idempotency_test::executing(owner, &scope(), &fingerprint()).await
 }
 
 fn fingerprint() -> Fingerprint {

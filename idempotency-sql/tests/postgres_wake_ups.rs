@@ -82,12 +82,7 @@ fn fingerprint() -> Fingerprint {
 
 /// Claims a new key in `owner`.
 async fn claimed(owner: &Idempotency<PostgresStore>) -> (StorageKey, Execution<PostgresStore>) {
-    let (key, scope, fingerprint) = (unique_key(), scope(), fingerprint());
-    let claim = owner.claim(&scope, key, &fingerprint, InFlightPolicy::Reject);
-    let Decision::Execute(execution) = claim.await.unwrap() else {
-        panic!("a new key is claimed");
-    };
-    (key, execution)
+    idempotency_test::executing(owner, &scope(), &fingerprint()).await
 }
 
 /// A duplicate of `key` waiting in `engine` (up to a minute).

@@ -43,7 +43,7 @@ pub use spans::{CapturedSpan, SpanCapture, captured};
 use support::{
     LONG, PAST_SHORT, SHORT, acquire, binary_outcome, complete, fingerprint, request, touch,
 };
-pub use support::{concurrently, unavailable, unique_key};
+pub use support::{concurrently, executing, unavailable, unique_key};
 pub use tokens::tokens;
 
 use std::sync::Arc;

@@ -7,8 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use idempotency_core::{
-    Claim, ClaimId, ClaimRequest, CompleteRequest, FencingToken, Fingerprint, Lease, Mechanism,
-    Outcome, StorageKey, Store, StoreError, TouchRequest,
+    Claim, ClaimId, ClaimRequest, CompleteRequest, Decision, Execution, FencingToken, Fingerprint,
+    Idempotency, InFlightPolicy, Lease, Mechanism, Outcome, Scope, StorageKey, Store, StoreError,
+    TouchRequest,
 };
 
 /// Lease used by checks that do not wait for expiry.
@@ -33,6 +34,21 @@ pub fn unique_key() -> StorageKey {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).expect("randomness");
     StorageKey(bytes)
+}
+
+/// A fresh key claimed through the engine `owner` under `scope` with `fingerprint`: the key and
+/// its execution. Panics unless the claim executes.
+pub async fn executing<S: Store>(
+    owner: &Idempotency<S>,
+    scope: &Scope,
+    fingerprint: &Fingerprint,
+) -> (StorageKey, Execution<S>) {
+    let key = unique_key();
+    let claim = owner.claim(scope, key, fingerprint, InFlightPolicy::Reject);
+    let Decision::Execute(execution) = claim.await.expect("the claim") else {
+        panic!("a new key is claimed");
+    };
+    (key, execution)
 }
 
 pub(crate) fn fingerprint(label: &str) -> Fingerprint {
