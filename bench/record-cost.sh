@@ -24,7 +24,9 @@ variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=(dedup dedup-archived record record-check record-pk record-pk-plain record-partial record-ordered)
 url=${PGURL:-postgres://postgres@127.0.0.1:5432/test}
 dir=$(mktemp -d)
-trap 'psql -q "$url" -c "DROP TABLE IF EXISTS pgx_coupons, pgx_dedup, pgx_dedup_archived, pgx_record, pgx_record_check, pgx_record_pk, pgx_record_partial; DROP SEQUENCE IF EXISTS pgx_token_seq, pgx_key_seq" >/dev/null; rm -rf "$dir"' EXIT
+# Every table the variants write, with the business table.
+tables="pgx_coupons, pgx_dedup, pgx_dedup_archived, pgx_record, pgx_record_check, pgx_record_pk, pgx_record_partial"
+trap 'psql -q "$url" -c "DROP TABLE IF EXISTS $tables; DROP SEQUENCE IF EXISTS pgx_token_seq, pgx_key_seq" >/dev/null; rm -rf "$dir"' EXIT
 
 columns="key_hash BYTEA PRIMARY KEY, namespace TEXT NOT NULL, fingerprint BYTEA NOT NULL,
   state TEXT NOT NULL, token BIGINT NOT NULL, attempts INTEGER NOT NULL,
@@ -34,7 +36,7 @@ columns="key_hash BYTEA PRIMARY KEY, namespace TEXT NOT NULL, fingerprint BYTEA 
   progress BYTEA, waited BOOLEAN"
 psql -q "$url" >/dev/null <<SQL
 SET client_min_messages = warning;
-DROP TABLE IF EXISTS pgx_coupons, pgx_dedup, pgx_dedup_archived, pgx_record, pgx_record_check, pgx_record_pk, pgx_record_partial;
+DROP TABLE IF EXISTS $tables;
 DROP SEQUENCE IF EXISTS pgx_token_seq, pgx_key_seq;
 CREATE SEQUENCE pgx_token_seq;
 CREATE SEQUENCE pgx_key_seq;
@@ -94,7 +96,7 @@ tick=$(getconf CLK_TCK)
 reaped() { awk '{print $16 + $17}' "/proc/$postmaster/stat"; }
 for round in $(seq 1 "$rounds"); do
   for variant in "${variants[@]}"; do
-    psql -q "$url" -c "TRUNCATE pgx_coupons, pgx_dedup, pgx_dedup_archived, pgx_record, pgx_record_check, pgx_record_pk, pgx_record_partial; CHECKPOINT" >/dev/null
+    psql -q "$url" -c "TRUNCATE $tables; CHECKPOINT" >/dev/null
     wal0=$(psql -qAt "$url" -c "SELECT pg_current_wal_lsn()")
     cpu0=$(reaped)
     out=$(pgbench -n -M prepared -c 8 -j 2 -T "$seconds" -f "$dir/$variant.sql" "$url" 2>&1) || {
